@@ -1,0 +1,77 @@
+"""The wire format of capability requests and replies (ABI.md §2).
+
+A frame is a flat sequence of fields, each a u32 little-endian length followed by that many bytes. No count, no
+terminator. Integers travel as decimal ASCII text.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .errors import FrameError
+
+_U32 = struct.Struct("<I")
+
+
+def encode_frame(fields: list[bytes | str | int]) -> bytes:
+    """Encode ``fields`` as one frame. Strings become UTF-8, integers decimal text."""
+    out = bytearray()
+    for field in fields:
+        if isinstance(field, int):
+            data = str(field).encode("ascii")
+        elif isinstance(field, str):
+            data = field.encode("utf-8")
+        else:
+            data = bytes(field)
+        if len(data) > 0xFFFFFFFF:
+            raise FrameError(f"a field of {len(data)} bytes does not fit a frame")
+        out += _U32.pack(len(data))
+        out += data
+    return bytes(out)
+
+
+def decode_frame(data: bytes) -> list[bytes]:
+    """Split a frame into its fields; a length running past the end is a FrameError."""
+    fields: list[bytes] = []
+    view = memoryview(data)
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < 4:
+            raise FrameError(f"truncated field length at byte {pos}")
+        (n,) = _U32.unpack_from(view, pos)
+        pos += 4
+        if n > len(view) - pos:
+            raise FrameError(f"field at byte {pos - 4} claims {n} bytes, only {len(view) - pos} remain")
+        fields.append(bytes(view[pos:pos + n]))
+        pos += n
+    return fields
+
+
+def decode_request(data: bytes, names: tuple[str, ...], *, pairs: bool = False) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
+    """Decode a request with the named fixed fields, then (when ``pairs``) a flattened list of key/value pairs.
+
+    Returns ``(fixed_fields, pairs)``. A wrong field count or an odd pair remainder is a FrameError naming it.
+    """
+    fields = decode_frame(data)
+    if len(fields) < len(names) or (not pairs and len(fields) != len(names)):
+        raise FrameError(f"expected fields {list(names)}{' then key/value pairs' if pairs else ''}, got {len(fields)} fields")
+    rest = fields[len(names):]
+    if len(rest) % 2:
+        raise FrameError(f"the pair list after {list(names)} has a key with no value")
+    return fields[:len(names)], [(rest[i], rest[i + 1]) for i in range(0, len(rest), 2)]
+
+
+def field_text(value: bytes, what: str) -> str:
+    """A field as UTF-8 text, or a FrameError naming the field."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"{what} is not valid UTF-8 (byte {exc.start})") from None
+
+
+def field_int(value: bytes, what: str) -> int:
+    """A field as a decimal integer, or a FrameError naming the field."""
+    text = field_text(value, what)
+    if not text or len(text) > 40 or not text.lstrip("-").isdigit():
+        raise FrameError(f"{what} is not a decimal integer: {text[:40]!r}")
+    return int(text)

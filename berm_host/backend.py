@@ -1,0 +1,54 @@
+"""The interface every execution engine implements: run one entry of one loaded image in fresh guest memory.
+
+Two engines implement it: the reference interpreter (``berm_host.interp``) and the translated code
+(``berm_host.aot``). ``berm_host.engine`` builds harnesses on top of either. docs/SEMANTICS.md is the behaviour
+both must share exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .linker import Linker
+from .traps import TrapInfo
+
+#: Receives each ``berm.log`` line's raw bytes.
+LogSink = Callable[[bytes], None]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    entry: int  # guest address of the function to call
+    args: bytes = b""  # the blob berm.args.* serve
+    int_args: tuple[int, ...] = ()  # up to 8 values for a0..a7
+    linker: Linker = field(default_factory=Linker)
+    deadline: float | None = None  # time.monotonic() instant after which the guest is interrupted
+    log: LogSink | None = None
+    read_result: bool = False  # copy the bytes at (a0, a1) out of guest memory after a normal return
+    snapshot: tuple[tuple[int, int], ...] = ()  # (addr, length) ranges of guest memory to copy out at the end
+
+
+@dataclass(frozen=True)
+class RunResult:
+    regs: tuple[int, ...]  # x0..x31 at the end (at the trap, the state before the trapping instruction)
+    pc: int  # the trapping instruction's address, or 0 after a normal return
+    trap: TrapInfo | None
+    failure: bytes | None  # the last berm.fail text
+    result: bytes | None = None  # with read_result: the bytes at (a0, a1), None when they were not readable
+    snapshot: tuple[bytes, ...] = ()  # with snapshot: each requested range (unreadable bytes as zero)
+
+    @property
+    def a0(self) -> int:
+        return self.regs[10]
+
+    @property
+    def a1(self) -> int:
+        return self.regs[11]
+
+
+class Backend(Protocol):
+    """An image loaded into one engine, ready to run any number of invocations, concurrently from threads."""
+
+    def run(self, request: RunRequest) -> RunResult: ...

@@ -1,0 +1,94 @@
+"""Guest memory layout (ABI.md §5), computed once per (image, memory size) and shared by every engine.
+
+    [unmapped below the image][image segments][heap][guard][stack]
+
+Addresses are valid for loads in ``[image_lo, guard_lo) ∪ [stack_lo, size)`` and for stores in
+``[writable_lo, guard_lo) ∪ [stack_lo, size)``. Bytes between segments inside the image hull read as zero.
+Address 0 is never valid. Both engines implement exactly these bounds; ``readable``/``writable`` are the oracle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from berm_aot.errors import ElfError
+from berm_aot.image import ElfImage
+
+PAGE = 4096
+#: The stack is the top 1 MiB of guest memory (a quarter of it when memory is smaller than 4 MiB).
+MAX_STACK_SIZE = 1 << 20
+GUARD_SIZE = PAGE
+MIN_MEMORY = 64 << 10
+MAX_MEMORY = 4 << 30
+DEFAULT_MEMORY = 64 << 20
+#: The lowest address a segment may start at: page zero stays unmapped so a null dereference traps.
+MIN_IMAGE_ADDR = PAGE
+#: Nested guest calls allowed before the "stack exhausted" trap; both engines count the same way.
+MAX_CALL_DEPTH = 10_000
+
+
+def stack_size(memory_size: int) -> int:
+    return min(MAX_STACK_SIZE, memory_size // 4)
+
+
+def round_up(value: int, align: int) -> int:
+    return (value + align - 1) & ~(align - 1)
+
+
+def check_memory_size(size: int) -> int:
+    """``size`` if it is a power of two in [64 KiB, 4 GiB]; otherwise a ValueError that says what is allowed."""
+    if size < MIN_MEMORY or size > MAX_MEMORY or size & (size - 1):
+        raise ValueError(f"guest memory must be a power of two between 64 KiB and 4 GiB, not {size}")
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    size: int
+    image_lo: int
+    writable_lo: int
+    image_end: int
+    heap_start: int
+    guard_lo: int
+    stack_lo: int
+
+    @property
+    def heap_size(self) -> int:
+        return self.guard_lo - self.heap_start
+
+    @property
+    def initial_sp(self) -> int:
+        return self.size - 16
+
+    def readable(self, addr: int, n: int) -> bool:
+        end = addr + n
+        return (self.image_lo <= addr and end <= self.guard_lo) or (self.stack_lo <= addr and end <= self.size)
+
+    def writable(self, addr: int, n: int) -> bool:
+        end = addr + n
+        return (self.writable_lo <= addr and end <= self.guard_lo) or (self.stack_lo <= addr and end <= self.size)
+
+
+def layout_for(image: ElfImage, size: int = DEFAULT_MEMORY) -> Layout:
+    """The layout of ``image`` in ``size`` bytes of guest memory, or an ElfError saying why it cannot fit."""
+    check_memory_size(size)
+    segs = [s for s in image.segments if s.memsz]
+    if not segs:
+        raise ElfError("the image has no loadable segment")
+    image_lo = min(s.vaddr for s in segs)
+    image_end = max(s.end for s in segs)
+    if image_lo < MIN_IMAGE_ADDR:
+        raise ElfError(f"a segment starts at {image_lo:#x}, below {MIN_IMAGE_ADDR:#x}: page zero must stay unmapped")
+    writable = [s for s in segs if s.writable]
+    heap_start = round_up(image_end, PAGE)
+    writable_lo = min((s.vaddr for s in writable), default=heap_start)
+    for s in segs:
+        if not s.writable and s.end > writable_lo:
+            raise ElfError(f"read-only segment at {s.vaddr:#x} lies above writable data at {writable_lo:#x}")
+    stack_lo = size - stack_size(size)
+    guard_lo = stack_lo - GUARD_SIZE
+    if heap_start > guard_lo:
+        raise ElfError(f"the image ends at {image_end:#x}, too large for {size >> 20} MiB of guest memory "
+                       f"(the stack and guard start at {guard_lo:#x})")
+    return Layout(size=size, image_lo=image_lo, writable_lo=writable_lo, image_end=image_end,
+                  heap_start=heap_start, guard_lo=guard_lo, stack_lo=stack_lo)

@@ -1,0 +1,69 @@
+"""The linker: the set of host functions an image is instantiated with. It *is* the capability set.
+
+Core host calls (``berm_abi.names.CORE_CALLS``) are served by the engines themselves and never appear here. A
+capability is a name plus a Python callable over the request frame; a number nobody defined traps as an
+unknown host call. There is no permission flag anywhere: an ungranted capability is simply absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from berm_abi.errors import BermError
+from berm_abi.names import CORE_BY_NAME, KNOWN_NAMES, fnv1a64
+
+#: A capability: request frame bytes in, reply bytes out. It raises CapabilityError for its own failures
+#: (file not found, host not allowed, timeout…), which reach the guest as an ERROR-bit reply, never a trap.
+CapabilityFn = Callable[[bytes], bytes]
+
+
+class CapabilityError(BermError):
+    """A capability failed; the message is staged for the guest with the ERROR bit set."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    name: str
+    fn: CapabilityFn
+
+    @property
+    def number(self) -> int:
+        return fnv1a64(self.name)
+
+
+class Linker:
+    """Capabilities by number. Build one per declaration; share it across invocations (it is read-only once
+    built, so concurrent invocations may use it)."""
+
+    def __init__(self, capabilities: list[Capability] | tuple[Capability, ...] = ()):
+        self._by_number: dict[int, Capability] = {}
+        for cap in capabilities:
+            self.define(cap.name, cap.fn)
+
+    def define(self, name: str, fn: CapabilityFn) -> None:
+        if name in CORE_BY_NAME:
+            raise ValueError(f"{name} is a core host call, served by the engine; it cannot be redefined")
+        number = fnv1a64(name)
+        existing = self._by_number.get(number)
+        if existing is not None and existing.name != name:
+            raise ValueError(f"{name} and {existing.name} hash to the same call number {number}")
+        self._by_number[number] = Capability(name, fn)
+
+    def lookup(self, number: int) -> Capability | None:
+        return self._by_number.get(number)
+
+    def names(self) -> list[str]:
+        return sorted(c.name for c in self._by_number.values())
+
+    def __iter__(self) -> Iterator[Capability]:
+        return iter(sorted(self._by_number.values(), key=lambda c: c.name))
+
+    def __contains__(self, name: str) -> bool:
+        return fnv1a64(name) in self._by_number
+
+
+def unknown_call_detail(number: int) -> str:
+    """The extra words for an unknown-host-call trap: the name, when this host knows it."""
+    name = KNOWN_NAMES.get(number)
+    return f"{name}, not granted to this harness" if name else ""

@@ -1,0 +1,90 @@
+"""What ends an invocation other than a return: traps (the guest did something wrong to the sandbox) and tool
+failures (the guest said, through ``berm.fail``, that its tool failed). ABI.md §3 and §7."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from berm_abi.errors import BermError
+
+
+class TrapKind(enum.Enum):
+    MEMORY_FAULT = "memory fault"
+    BAD_INDIRECT_TARGET = "bad indirect target"
+    BREAKPOINT = "breakpoint"
+    UNKNOWN_HOST_CALL = "unknown host call"
+    HOST_CALL_FAILED = "host call failed"
+    ILLEGAL_INSTRUCTION = "illegal instruction"
+    INTERRUPTED = "interrupted"
+    STACK_EXHAUSTED = "stack exhausted"
+
+
+@dataclass(frozen=True)
+class TrapInfo:
+    """Everything an engine knows about a trap. ``addr`` is the faulting data or target address (or the call
+    number for an unknown host call); ``detail`` completes the message core (e.g. ``"load 8 bytes"``)."""
+
+    kind: TrapKind
+    pc: int
+    addr: int = 0
+    detail: str = ""
+    where: str = ""  # "function+0xoff", filled by the engine from the program's symbols
+
+    @property
+    def core(self) -> str:
+        k = self.kind
+        if k is TrapKind.MEMORY_FAULT:
+            return f"guest memory fault at {self.addr:#x}" + (f" ({self.detail})" if self.detail else "")
+        if k is TrapKind.BAD_INDIRECT_TARGET:
+            return f"indirect jump to an unknown target {self.addr:#x}"
+        if k is TrapKind.BREAKPOINT:
+            return "guest executed ebreak"
+        if k is TrapKind.UNKNOWN_HOST_CALL:
+            return f"no host function for call {self.addr}" + (f" ({self.detail})" if self.detail else "")
+        if k is TrapKind.HOST_CALL_FAILED:
+            return f"host call failed: {self.detail}"
+        if k is TrapKind.ILLEGAL_INSTRUCTION:
+            return "guest reached an illegal instruction" + (f" ({self.detail})" if self.detail else "")
+        if k is TrapKind.INTERRUPTED:
+            return "guest was interrupted" + (f" ({self.detail})" if self.detail else "")
+        return "guest stack exhausted" + (f" ({self.detail})" if self.detail else "")
+
+    def __str__(self) -> str:
+        where = self.where or f"{self.pc:#x}"
+        return f"{self.core} in {where}"
+
+
+class Trap(BermError):
+    """A guest trapped. ``info`` says what, where and at which address; ``tool`` names the tool when known."""
+
+    def __init__(self, info: TrapInfo, tool: str | None = None):
+        self.info = info
+        self.tool = tool
+        super().__init__(f"harness trapped in {tool}: {info}" if tool else f"guest trapped: {info}")
+
+    @property
+    def kind(self) -> TrapKind:
+        return self.info.kind
+
+    @property
+    def pc(self) -> int:
+        return self.info.pc
+
+    @property
+    def addr(self) -> int:
+        return self.info.addr
+
+
+class ToolFailure(BermError):
+    """The guest called ``berm.fail``: its tool failed, with this text (lossy UTF-8)."""
+
+    def __init__(self, tool: str, message: str):
+        self.tool = tool
+        self.message = message
+        super().__init__(message)
+
+
+class HostError(BermError):
+    """The host could not complete an invocation for a reason that is not a guest trap (e.g. a result that is
+    not UTF-8 or points outside guest memory, or an unknown tool)."""
