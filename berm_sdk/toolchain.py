@@ -1,0 +1,116 @@
+"""Drive the guest C toolchain: clang and ld.lld for riscv64, from PyPI ``ziglang`` by default.
+
+Set ``BERM_GUEST_TOOLCHAIN=llvm`` to use Debian's ``clang-22``/``ld.lld-22`` instead (when installed). Every
+guest is RV64IMAC, LP64, soft-float, linked with ``--emit-relocs`` (the host's CFI needs the relocations).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from berm_abi.errors import BermError
+
+
+class ToolchainError(BermError):
+    """The guest toolchain is missing, or compiling or linking a guest failed (the compiler's words attached)."""
+
+
+#: Flags every guest object is compiled with (after the target flags).
+GUEST_CFLAGS = (
+    "-ffreestanding", "-fno-builtin-printf", "-nostdlib", "-fomit-frame-pointer",
+    "-ffunction-sections", "-fdata-sections", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables",
+    "-fno-stack-protector", "-fno-sanitize=undefined", "-g0", "-Wall",
+)
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cc: tuple[str, ...]  # command prefix for the compiler, target flags included
+    ld: tuple[str, ...]  # command prefix for the linker
+    name: str
+
+    def identity(self) -> str:
+        """The compiler's version line: part of every cache key that depends on guest builds."""
+        out = subprocess.run([*self.cc, "--version"], capture_output=True, text=True, check=False)
+        return out.stdout.splitlines()[0] if out.stdout else self.name
+
+
+def _zig() -> Toolchain:
+    py = sys.executable
+    return Toolchain(
+        cc=(py, "-m", "ziglang", "cc", "-target", "riscv64-freestanding-none", "-mcpu=baseline_rv64-d-f"),
+        ld=(py, "-m", "ziglang", "ld.lld"),
+        name="ziglang",
+    )
+
+
+def _llvm() -> Toolchain:
+    clang, lld = shutil.which("clang-22"), shutil.which("ld.lld-22")
+    if not clang or not lld:
+        raise ToolchainError("BERM_GUEST_TOOLCHAIN=llvm needs clang-22 and ld.lld-22 (apt install clang-22 lld-22)")
+    return Toolchain(
+        cc=(clang, "--target=riscv64-unknown-elf", "-march=rv64imac", "-mabi=lp64", "-mcmodel=medany"),
+        ld=(lld,),
+        name="llvm",
+    )
+
+
+def guest_toolchain() -> Toolchain:
+    choice = os.environ.get("BERM_GUEST_TOOLCHAIN", "zig")
+    if choice == "zig":
+        return _zig()
+    if choice == "llvm":
+        return _llvm()
+    raise ToolchainError(f"BERM_GUEST_TOOLCHAIN must be 'zig' or 'llvm', not {choice!r}")
+
+
+def _run(cmd: list[str], what: str) -> None:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
+    except FileNotFoundError as exc:
+        raise ToolchainError(f"{what}: {exc.filename} not found") from None
+    except subprocess.TimeoutExpired:
+        raise ToolchainError(f"{what}: timed out after 300 s") from None
+    if proc.returncode != 0:
+        raise ToolchainError(f"{what} failed:\n{proc.stderr.strip() or proc.stdout.strip()}")
+
+
+def compile_object(source: Path, out: Path, *, opt: str = "-O2", include: tuple[Path, ...] = (),
+                   defines: tuple[str, ...] = (), toolchain: Toolchain | None = None) -> Path:
+    tc = toolchain or guest_toolchain()
+    cmd = [*tc.cc, opt, *GUEST_CFLAGS, *[f"-I{p}" for p in include], *[f"-D{d}" for d in defines],
+           "-c", str(source), "-o", str(out)]
+    _run(cmd, f"compiling {source}")
+    return out
+
+
+def link(objects: list[Path], out: Path, *, entry: str = "_start", linker_script: Path | None = None,
+         keep: tuple[str, ...] = (), toolchain: Toolchain | None = None) -> Path:
+    """Link a static RV64 executable with ``--emit-relocs`` and ``--gc-sections``; ``keep`` names symbols that
+    must survive garbage collection (``--undefined``)."""
+    tc = toolchain or guest_toolchain()
+    cmd = [*tc.ld, "--emit-relocs", "--gc-sections", "-static", "-e", entry,
+           *[f"--undefined={k}" for k in keep]]
+    if linker_script is not None:
+        cmd += ["-T", str(linker_script)]
+    cmd += [str(o) for o in objects] + ["-o", str(out)]
+    _run(cmd, f"linking {out.name}")
+    return out
+
+
+def build_program(sources: list[Path], out: Path, *, opt: str = "-O2", entry: str = "_start",
+                  include: tuple[Path, ...] = (), linker_script: Path | None = None,
+                  keep: tuple[str, ...] = ()) -> Path:
+    """Compile each C or assembly source and link them into ``out``; returns ``out``."""
+    tc = guest_toolchain()
+    objects = []
+    for src in sources:
+        obj = out.parent / f"{out.stem}.{src.stem}.o"
+        compile_object(src, obj, opt=opt, include=include, toolchain=tc)
+        objects.append(obj)
+    return link(objects, out, entry=entry, linker_script=linker_script, keep=keep, toolchain=tc)
