@@ -43,7 +43,8 @@ class Toolchain:
 def _zig() -> Toolchain:
     py = sys.executable
     return Toolchain(
-        cc=(py, "-m", "ziglang", "cc", "-target", "riscv64-freestanding-none", "-mcpu=baseline_rv64-d-f"),
+        cc=(py, "-m", "ziglang", "cc", "-target", "riscv64-freestanding-none", "-mcpu=baseline_rv64-d-f",
+            "-mcmodel=medany"),  # code addresses via auipc (PCREL_HI20), as ABI.md §6 expects
         ld=(py, "-m", "ziglang", "ld.lld"),
         name="ziglang",
     )

@@ -28,7 +28,7 @@ def guest_elf(source: str, *, opt: str = "-O2", suffix: str = ".c", entry: str =
     The program needs an entry symbol (``_start`` by default); ``keep`` lists further symbols to keep alive.
     """
     tc = guest_toolchain()
-    key = hashlib.sha256("\0".join([source, opt, suffix, entry, *keep, tc.name]).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([source, opt, suffix, entry, *keep, *tc.cc, *tc.ld]).encode()).hexdigest()[:24]
     out = _cache_dir() / f"{key}.elf"
     if not out.exists():
         work = _cache_dir() / f"{key}.work{os.getpid()}"
