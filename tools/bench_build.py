@@ -1,0 +1,88 @@
+"""Build the benchmark kernels (tools/kernels/*.c) three ways: natively with gcc, as an RV64 guest ELF, as wasm32.
+
+Every product is cached by a digest of its sources and build command under ``$BERM_BENCH_CACHE`` (default: a
+``berm-bench`` directory in the system temp dir), so tests and repeated benchmark runs compile each once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from berm_sdk.toolchain import ToolchainError, build_program, guest_toolchain
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+#: Every kernel, by name: the C symbol is ``kernel_<name>`` in ``tools/kernels/<name>.c``.
+KERNELS = ("sha256", "crc32", "sort", "fib", "tokenize")
+OPT = "-O2"
+
+
+def kernel_sources() -> list[Path]:
+    return [KERNEL_DIR / f"{name}.c" for name in KERNELS]
+
+
+def symbol(name: str) -> str:
+    return f"kernel_{name}"
+
+
+def cache_dir() -> Path:
+    default = Path(tempfile.gettempdir()) / f"berm-bench-{os.getuid()}"
+    d = Path(os.environ.get("BERM_BENCH_CACHE", default))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _cached(kind: str, sources: list[Path], recipe: tuple[str, ...], suffix: str,
+            build: Callable[[Path], None]) -> Path:
+    """The cached product of ``build(out)``; rebuilt when any source, the header or the recipe changes."""
+    h = hashlib.sha256("\0".join((kind, *recipe)).encode())
+    for src in [*sources, KERNEL_DIR / "kernel.h"]:
+        h.update(src.name.encode() + b"\0" + src.read_bytes())
+    out = cache_dir() / f"{kind}-{h.hexdigest()[:20]}{suffix}"
+    if not out.exists():
+        work = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=cache_dir()))
+        tmp = work / f"product{suffix}"
+        try:
+            build(tmp)
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def _run(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ToolchainError(f"{what} failed:\n{proc.stderr.strip() or proc.stdout.strip()}")
+
+
+def build_native(extra: tuple[Path, ...] = ()) -> Path:
+    """``gcc -O2 -shared -fPIC`` of every kernel (plus ``extra`` sources) into one shared object."""
+    sources = kernel_sources() + list(extra)
+    cmd = ["gcc", OPT, "-shared", "-fPIC", f"-I{KERNEL_DIR}"]
+    return _cached("native", sources, tuple(cmd), ".so",
+                   lambda out: _run([*cmd, *map(str, sources), "-o", str(out)], "gcc (native kernels)"))
+
+
+def build_guest(extra: tuple[Path, ...] = (), keep: tuple[str, ...] = ()) -> Path:
+    """The RV64IMAC guest ELF of every kernel plus ``tools/kernels/start.c`` (and ``extra``), via berm_sdk."""
+    sources = [*kernel_sources(), KERNEL_DIR / "start.c", *extra]
+    keep = tuple(symbol(k) for k in KERNELS) + keep
+    recipe = (OPT, guest_toolchain().name, *keep)
+    return _cached("guest", sources, recipe, ".elf",
+                   lambda out: build_program(sources, out, opt=OPT, include=(KERNEL_DIR,), keep=keep))
+
+
+def build_wasm() -> Path:
+    """wasm32 of every kernel with ziglang's clang, each ``kernel_<name>`` exported, no entry point."""
+    sources = kernel_sources()
+    cmd = [sys.executable, "-m", "ziglang", "cc", "-target", "wasm32-freestanding", OPT, "-nostdlib",
+           f"-I{KERNEL_DIR}", "-Wl,--no-entry", *[f"-Wl,--export={symbol(k)}" for k in KERNELS]]
+    return _cached("wasm", sources, tuple(cmd[1:]), ".wasm",
+                   lambda out: _run([*cmd, *map(str, sources), "-o", str(out)], "zig cc (wasm32 kernels)"))

@@ -1,0 +1,137 @@
+"""Ways to run one benchmark kernel: natively, on wasmtime, on unicorn, on Berm's engines.
+
+Each runner has a ``name`` and ``call(kernel, n) -> int`` (the kernel's checksum as an unsigned 64-bit value).
+``available_runners`` builds every runner that can run here and says why the others cannot.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cffi
+
+from berm_aot.elf import read_elf
+from berm_aot.image import ElfImage
+from berm_host.backend import RunRequest
+from bench_build import KERNELS, build_guest, build_native, build_wasm, symbol
+
+MASK64 = (1 << 64) - 1
+
+
+def guest_symbols(image: ElfImage) -> dict[str, int]:
+    """Global function addresses of a guest image, by name."""
+    return {s.name: s.value for s in image.symbols if s.kind == "func"}
+
+
+class NativeRunner:
+    """The kernels built with ``gcc -O2 -shared -fPIC``, called through cffi's ABI mode."""
+
+    name = "native"
+
+    def __init__(self, path: Path, functions: tuple[str, ...] = ()):
+        self.ffi = cffi.FFI()
+        self.ffi.cdef("".join(f"uint64_t {f}(uint64_t);" for f in (*map(symbol, KERNELS), *functions)))
+        self.lib = self.ffi.dlopen(str(path))
+
+    def function(self, name: str):
+        return getattr(self.lib, name)
+
+    def call(self, kernel: str, n: int) -> int:
+        return getattr(self.lib, symbol(kernel))(n)
+
+
+class WasmRunner:
+    """The kernels built for wasm32, run by wasmtime-py in one long-lived store and instance."""
+
+    name = "wasmtime"
+
+    def __init__(self, path: Path):
+        import wasmtime
+
+        self.engine = wasmtime.Engine()
+        self.module = wasmtime.Module.from_file(self.engine, str(path))
+        self.store = wasmtime.Store(self.engine)
+        exports = wasmtime.Instance(self.store, self.module, []).exports(self.store)
+        self._fns = {k: exports[symbol(k)] for k in KERNELS}
+
+    def call(self, kernel: str, n: int) -> int:
+        return self._fns[kernel](self.store, n) & MASK64
+
+
+class UnicornRunner:
+    """The guest ELF on PyPI unicorn's RV64 emulator: segments mapped once, reloaded before every call, a stack,
+    ``a0 = n``, ``ra = 0``, run until the kernel returns to address 0."""
+
+    name = "unicorn"
+    STACK_TOP = 0x8000_0000
+    STACK_SIZE = 1 << 20
+
+    def __init__(self, image: ElfImage):
+        from unicorn import UC_ARCH_RISCV, UC_MODE_RISCV64, Uc
+        from unicorn import riscv_const as rc
+
+        self._rc = rc
+        self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
+        segs = [s for s in image.segments if s.memsz]
+        lo = min(s.vaddr for s in segs) & ~0xFFF
+        hi = (max(s.end for s in segs) + 0xFFF) & ~0xFFF
+        self.uc.mem_map(lo, hi - lo)
+        self.uc.mem_map(self.STACK_TOP - self.STACK_SIZE, self.STACK_SIZE)
+        # unicorn fetches at the stop address before it notices it is there: give the return to 0 a page.
+        self.uc.mem_map(0, 0x1000)
+        self._initial = [(s.vaddr, s.data + bytes(s.memsz - len(s.data))) for s in segs]
+        self._entries = guest_symbols(image)
+
+    def call(self, kernel: str, n: int) -> int:
+        rc, uc = self._rc, self.uc
+        for addr, data in self._initial:
+            uc.mem_write(addr, data)
+        uc.reg_write(rc.UC_RISCV_REG_A0, n)
+        uc.reg_write(rc.UC_RISCV_REG_SP, self.STACK_TOP - 16)
+        uc.reg_write(rc.UC_RISCV_REG_RA, 0)
+        uc.emu_start(self._entries[symbol(kernel)], 0)
+        return uc.reg_read(rc.UC_RISCV_REG_A0)
+
+
+class BermRunner:
+    """The guest ELF on one of Berm's engines (``aot`` or ``interp``) through its backend, fresh memory per call."""
+
+    def __init__(self, kind: str, elf: bytes):
+        from berm_host.engine import Engine
+
+        self.name = f"berm-{kind}"
+        self.image = Engine(kind=kind).load(elf)
+        self.backend = self.image.backend
+        self._entries = guest_symbols(read_elf(elf))
+
+    def run(self, entry: str, **fields):
+        """Run the guest function ``entry``; raise RuntimeError on a trap or failure, else return the RunResult."""
+        result = self.backend.run(RunRequest(entry=self._entries[entry], **fields))
+        if result.trap is not None or result.failure is not None:
+            raise RuntimeError(f"{self.name} {entry}: {result.trap or result.failure!r}")
+        return result
+
+    def call(self, kernel: str, n: int) -> int:
+        return self.run(symbol(kernel), int_args=(n,)).a0
+
+
+def available_runners(kinds: tuple[str, ...] = ("native", "wasmtime", "unicorn", "aot", "interp")
+                      ) -> tuple[dict[str, object], dict[str, str]]:
+    """``(runners by kind, reasons by kind for those that could not be built)``, in the order of ``kinds``."""
+    elf = build_guest().read_bytes()
+    makers = {
+        "native": lambda: NativeRunner(build_native()),
+        "wasmtime": lambda: WasmRunner(build_wasm()),
+        "unicorn": lambda: UnicornRunner(read_elf(elf)),
+        "aot": lambda: BermRunner("aot", elf),
+        "interp": lambda: BermRunner("interp", elf),
+    }
+    runners, missing = {}, {}
+    for kind in kinds:
+        try:
+            runner = makers[kind]()
+        except ImportError as exc:
+            missing[kind] = f"not available yet ({exc})"
+            continue
+        runners[kind] = runner
+    return runners, missing
