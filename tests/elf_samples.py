@@ -59,14 +59,15 @@ def _c_bytes(raw: bytes) -> str:
 def harness_source(manifest: bytes | None, tools: list[str]) -> str:
     """C text of a harness exporting ``berm_tool_<t>`` for each tool, with ``manifest`` (raw bytes, no NUL
     added) as its ``.berm.abi`` section, or no such section when ``manifest`` is None."""
-    parts = ["typedef struct { unsigned long ptr, len; } Pair;", "static const char text[] = \"ok\";"]
+    parts = ["typedef struct { unsigned long ptr, len; } Pair;", "static const char text[] = \"ok\";",
+             "volatile int started;"]
     if manifest is not None:
         parts.append(f'__attribute__((section(".berm.abi"), used, retain)) static const unsigned char '
                      f"berm_manifest[{max(len(manifest), 1)}] = {{{_c_bytes(manifest)}}};")
     for t in tools:
         parts.append(f"Pair berm_tool_{t}(void) {{ Pair p = {{ (unsigned long)text, 2 }}; return p; }}")
     refs = " ".join(f"(void)berm_tool_{t}();" for t in tools)
-    parts.append(f"void _start(void) {{ {refs} }}")
+    parts.append(f"void _start(void) {{ started = 1; {refs} }}")
     return "\n".join(parts) + "\n"
 
 

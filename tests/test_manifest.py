@@ -1,0 +1,116 @@
+"""berm_aot.manifest: parsing the .berm.abi JSON, and checking it against the image's exports (ABI.md §4)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from berm_aot.elf import read_elf
+from berm_aot.errors import (AbiVersionError, ManifestEncodingError, ManifestError, ManifestJsonError,
+                             MissingExportError, NoManifestError)
+from berm_aot.manifest import ToolSpec, load_manifest, parse_manifest, tool_exports
+from tests.elf_samples import harness_elf, manifest_json
+
+
+def _load(manifest, tools):
+    return load_manifest(read_elf(harness_elf(manifest, tools)))
+
+
+def test_valid_manifest_round_trip():
+    m = _load(manifest_json(["read", "write"], capabilities=["fs"], hosts=["example.com"], extra={"x": 1}),
+              ["read", "write"])
+    assert m.abi_version == 0
+    assert [t.name for t in m.tools] == ["read", "write"]
+    assert m.tools[0] == ToolSpec("read", "the read tool",
+                                  {"type": "object", "properties": {"x": {"type": "string"}}})
+    assert m.tool("write").description == "the write tool" and m.tool("nope") is None
+    assert m.usage == "Call the tools."
+    assert m.requests == {"capabilities": ["fs"], "hosts": ["example.com"]}
+    assert m.raw["extra"] == {"x": 1}
+
+
+def test_tool_exports_are_global_functions_by_name():
+    image = read_elf(harness_elf(manifest_json(["alpha"]), ["alpha", "beta_2"]))
+    exports = tool_exports(image)
+    assert set(exports) == {"alpha", "beta_2"}
+    funcs = {s.name: s.value for s in image.symbols if s.kind == "func"}
+    assert exports["alpha"] == funcs["berm_tool_alpha"]
+
+
+def test_a_trailing_nul_is_ignored_and_usage_defaults_to_empty():
+    m = parse_manifest(json.dumps({"abi_version": 0, "tools": []}).encode() + b"\0\0")
+    assert m.usage == "" and m.tools == () and m.requests == {}
+
+
+def test_exported_tool_not_in_the_manifest_is_allowed():
+    assert [t.name for t in _load(manifest_json(["a"]), ["a", "b"]).tools] == ["a"]
+
+
+def test_no_manifest_section():
+    with pytest.raises(NoManifestError, match="no .berm.abi section"):
+        _load(None, ["a"])
+
+
+def test_manifest_not_utf8():
+    with pytest.raises(ManifestEncodingError, match="not UTF-8"):
+        _load(b'{"abi_version": 0, "usage": "\xff\xfe"}', ["a"])
+
+
+def test_manifest_not_json():
+    with pytest.raises(ManifestJsonError, match="not valid JSON"):
+        _load(b'{"abi_version": 0, "tools": [', ["a"])
+
+
+def test_wrong_abi_version():
+    with pytest.raises(AbiVersionError, match="harness was built against ABI version 3, this host speaks 0"):
+        _load(manifest_json(["a"], abi_version=3), ["a"])
+
+
+def test_declared_tool_not_exported():
+    with pytest.raises(MissingExportError, match="'b'.*berm_tool_b"):
+        _load(manifest_json(["a", "b"]), ["a"])
+
+
+def test_image_exporting_no_tools():
+    image = read_elf(harness_elf(manifest_json([]), []))
+    assert parse_manifest(image.manifest_bytes).tools == ()
+    with pytest.raises(MissingExportError, match="exports no tools"):
+        load_manifest(image)
+
+
+@pytest.mark.parametrize("doc, message", [
+    ([], "must be a JSON object, not an array"),
+    ({"tools": []}, "abi_version must be an integer, not null"),
+    ({"abi_version": "0", "tools": []}, "abi_version must be an integer, not a string"),
+    ({"abi_version": True, "tools": []}, "abi_version must be an integer, not a boolean"),
+    ({"abi_version": 0.0, "tools": []}, "not a fractional number"),
+    ({"abi_version": 0}, "tools must be an array, not null"),
+    ({"abi_version": 0, "tools": {}}, "tools must be an array, not an object"),
+    ({"abi_version": 0, "tools": ["x"]}, r"tools\[0\] must be an object"),
+    ({"abi_version": 0, "tools": [{"name": "a b"}]}, r"tools\[0\].name must be a string of letters"),
+    ({"abi_version": 0, "tools": [{"name": ""}]}, r"tools\[0\].name"),
+    ({"abi_version": 0, "tools": [{"name": 7}]}, r"tools\[0\].name"),
+    ({"abi_version": 0, "tools": [{"name": "a"}, {"name": "a"}]}, "declared twice"),
+    ({"abi_version": 0, "tools": [{"name": "a", "description": 1}]}, "description must be a string"),
+    ({"abi_version": 0, "tools": [{"name": "a", "parameters": []}]}, "parameters must be a JSON Schema object"),
+    ({"abi_version": 0, "tools": [], "usage": 5}, "usage must be a string"),
+    ({"abi_version": 0, "tools": [], "capabilities": "fs"}, "capabilities must be an array of strings"),
+    ({"abi_version": 0, "tools": [], "hosts": [1]}, "hosts must be an array of strings"),
+])
+def test_schema_errors(doc, message):
+    with pytest.raises(ManifestJsonError, match=message):
+        parse_manifest(json.dumps(doc).encode())
+
+
+def test_deeply_nested_json_is_a_manifest_error():
+    with pytest.raises(ManifestJsonError):
+        parse_manifest(b"[" * 100_000 + b"]" * 100_000)
+
+
+def test_errors_are_distinct_classes():
+    classes = [NoManifestError, ManifestEncodingError, ManifestJsonError, AbiVersionError, MissingExportError]
+    assert len(set(classes)) == len(classes) and all(issubclass(c, ManifestError) for c in classes)
+    for a in classes:
+        for b in classes:
+            assert a is b or not issubclass(a, b)
