@@ -1,0 +1,77 @@
+"""Request decoding shared by every capability: frame errors and OS errors become ``CapabilityError``.
+
+A capability's failure reaches the guest as an ERROR-bit reply (ABI.md §1), so nothing a guest sends — a
+truncated frame, a wrong field count, invalid UTF-8 — may escape as any other exception.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+
+from berm_abi.errors import FrameError
+from berm_abi.frames import decode_request, field_int, field_text
+from berm_host.linker import CapabilityError, CapabilityFn
+
+
+def fields(data: bytes, names: tuple[str, ...], *, pairs: bool = False) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
+    """``decode_request`` with a FrameError turned into the guest-facing CapabilityError."""
+    try:
+        return decode_request(data, names, pairs=pairs)
+    except FrameError as exc:
+        raise CapabilityError(f"malformed request: {exc}") from None
+
+
+def text(value: bytes, what: str) -> str:
+    try:
+        return field_text(value, what)
+    except FrameError as exc:
+        raise CapabilityError(str(exc)) from None
+
+
+def integer(value: bytes, what: str) -> int:
+    try:
+        return field_int(value, what)
+    except FrameError as exc:
+        raise CapabilityError(str(exc)) from None
+
+
+def capability(name: str) -> Callable[[CapabilityFn], CapabilityFn]:
+    """Wrap a capability body so its own OS-level failures and timeouts reach the guest as CapabilityError
+    prefixed with the capability's name; CapabilityError passes through with the same prefix."""
+
+    def wrap(fn: CapabilityFn) -> CapabilityFn:
+        @functools.wraps(fn)
+        def run(request: bytes) -> bytes:
+            try:
+                return fn(request)
+            except CapabilityError as exc:
+                raise CapabilityError(f"{name}: {exc}") from None
+            except TimeoutError as exc:
+                raise CapabilityError(f"{name}: timed out ({exc or 'deadline passed'})") from None
+            except OSError as exc:
+                raise CapabilityError(f"{name}: {exc.strerror or exc}") from None
+
+        return run
+
+    return wrap
+
+
+class Deadline:
+    """A monotonic time budget for one capability call; ``check()`` raises TimeoutError once it has passed."""
+
+    __slots__ = ("seconds", "end")
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
+
+    def check(self) -> float:
+        left = self.remaining()
+        if left <= 0:
+            raise TimeoutError(f"took longer than {self.seconds:g} s")
+        return left

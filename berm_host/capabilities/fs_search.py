@@ -1,0 +1,232 @@
+"""``berm.fs.glob`` and ``berm.fs.grep``: listing and searching files under a root.
+
+Both walk with directory descriptors (``os.fwalk`` without following symlinks: a directory swapped for a symlink
+mid-walk is skipped, never entered), skip ``.git``, honour a per-call time budget and cap what they return. Output
+is text, one root-relative path (or match) per line; when a cap cut it short the last line says so, starting with
+``[truncated``. Grep skips binary files (a NUL byte in the first 8 KiB), files over the read cap and symlinks, and
+honours ``.gitignore`` files from the root down.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import regex
+
+from berm_host.linker import CapabilityError, CapabilityFn
+
+from ._request import Deadline, capability, fields, text
+from .fs import READ_CAP
+from .gitignore import MAX_IGNORE_FILE, Ignore
+from .patterns import MAX_PATTERN, Glob, literal_prefix
+from .paths import Root
+
+#: At most this many paths (glob, grep files/count) or matching lines (grep content) per reply.
+RESULT_CAP = 1000
+#: A matching line longer than this is cut (and ends with "…") in grep's content mode.
+LINE_CAP = 500
+BINARY_PROBE = 8192
+MODES = ("files", "content", "count")
+SEARCH_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Entry:
+    rel: str  # root-relative path
+    sub: str  # path relative to the walk's base
+    dir_fd: int  # descriptor of the directory holding it (valid while the walk is at this directory)
+    name: str
+    st: os.stat_result  # lstat
+
+
+def _join(a: str, b: str) -> str:
+    return b if a in ("", ".") else a if not b else f"{a}/{b}"
+
+
+def _read_small(dir_fd: int, name: str, cap: int) -> bytes | None:
+    """A regular file's first ``cap`` bytes, not following a symlink; None when it is not one."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read(cap)
+
+
+def _ignore_file(dir_fd: int) -> str:
+    data = _read_small(dir_fd, ".gitignore", MAX_IGNORE_FILE)
+    return data.decode("utf-8", "replace") if data else ""
+
+
+def _ancestor_ignores(root: Root, rel: str) -> Ignore:
+    """The .gitignore rules of the root and every directory down to (not including) ``rel``."""
+    ignore = Ignore()
+    parts = [] if rel == "." else rel.split("/")
+    for n in range(len(parts)):
+        prefix = "/".join(parts[:n])
+        with root.open_dir(prefix or ".") as r:
+            ignore = ignore.extended(_ignore_file(r.dir_fd), prefix)
+    return ignore
+
+
+def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool) -> Iterator[Entry]:
+    """Every non-directory entry under directory ``base`` (sorted per directory), pruning ``.git`` and, with
+    ``gitignore``, what the .gitignore files in force exclude."""
+    with root.open_dir(base) as r:
+        ignores = {"": _ancestor_ignores(root, r.rel)} if gitignore else {}
+        for dirpath, dirnames, filenames, dfd in os.fwalk(".", dir_fd=r.dir_fd, follow_symlinks=False):
+            deadline.check()
+            sub_dir = "" if dirpath == "." else dirpath[2:]
+            rel_dir = _join(r.rel, sub_dir)
+            ignore = None
+            if gitignore:
+                ignore = ignores.pop(sub_dir).extended(_ignore_file(dfd), "" if rel_dir == "." else rel_dir)
+            dirnames.sort()
+            dirnames[:] = [d for d in dirnames
+                           if d != ".git" and not (ignore and ignore.ignored(_join(rel_dir, d), True, deadline))]
+            if ignore is not None:
+                for d in dirnames:
+                    ignores[_join(sub_dir, d)] = ignore
+            for name in sorted(filenames):
+                rel = _join(rel_dir, name)
+                if ignore and ignore.ignored(rel, False, deadline):
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                except OSError:
+                    continue
+                yield Entry(rel, _join(sub_dir, name), dfd, name, st)
+
+
+def _render(lines: list[str], total: int, what: str) -> bytes:
+    if total > len(lines):
+        lines = lines + [f"[truncated: {what}]"]
+    return "\n".join(lines).encode("utf-8", "surrogateescape")
+
+
+def glob(root: Root, pattern: str, base: str, deadline: Deadline, cap: int = RESULT_CAP) -> bytes:
+    """Files under ``base`` whose base-relative path matches ``pattern``, as root-relative paths, newest first."""
+    if not pattern:
+        raise CapabilityError("empty glob pattern")
+    if pattern.startswith("/"):
+        pattern = "/".join(root.components(pattern)).lstrip("/")
+    prefix, rest = literal_prefix(pattern)
+    matcher = Glob(rest)
+    newest: list[tuple[int, str]] = []  # a min-heap of (mtime, negated order key) holding the newest `cap`
+    total = 0
+    for e in walk(root, _join(base or ".", prefix) or ".", deadline, gitignore=False):
+        if matcher.match(e.sub, deadline):
+            total += 1
+            item = (e.st.st_mtime_ns, e.rel)
+            if len(newest) < cap:
+                heapq.heappush(newest, item)
+            else:
+                heapq.heappushpop(newest, item)
+    ordered = [rel for _, rel in sorted(newest, key=lambda t: (-t[0], t[1]))]
+    return _render(ordered, total, f"{total} matches, showing the newest {cap}")
+
+
+def _scan(data: bytes, rel: str, rx: regex.Pattern, mode: str, room: int, deadline: Deadline) -> tuple[int, list[str]]:
+    """Count the lines of ``data`` matching ``rx`` (stopping at the first in ``files`` mode); in ``content``
+    mode also render up to ``room`` of them as ``path:line:text``."""
+    body = data.decode("utf-8", "replace")
+    count, shown = 0, []
+    pos = last = 0
+    lineno = 1
+    while pos <= len(body):
+        m = rx.search(body, pos, timeout=deadline.check())
+        if m is None:
+            break
+        start = body.rfind("\n", 0, m.start()) + 1
+        end = body.find("\n", m.start())
+        end = len(body) if end < 0 else end
+        lineno += body.count("\n", last, start)
+        last = start
+        count += 1
+        if mode == "files":
+            break
+        if mode == "content" and len(shown) < room:
+            line = body[start:end]
+            shown.append(f"{rel}:{lineno}:{line[:LINE_CAP] + '…' if len(line) > LINE_CAP else line}")
+        pos = end + 1
+    return count, shown
+
+
+def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Deadline) -> Iterator[tuple[Entry, bytes]]:
+    with root.resolve(base) as r:
+        single = r.leaf is not None and not stat.S_ISDIR(os.stat(r.leaf, dir_fd=r.dir_fd, follow_symlinks=False).st_mode)
+    if single:
+        fd, rel = root.open_file(base)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            data = f.read(READ_CAP + 1)
+        name = rel.rsplit("/", 1)[-1]
+        yield Entry(rel, name, -1, name, st), data
+        return
+    for e in walk(root, base or ".", deadline, gitignore=True):
+        if not stat.S_ISREG(e.st.st_mode) or e.st.st_size > READ_CAP:
+            continue
+        if include is not None and not include.match(e.sub, deadline):
+            continue
+        data = _read_small(e.dir_fd, e.name, READ_CAP + 1)
+        if data is not None:
+            yield e, data
+
+
+def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline: Deadline,
+         cap: int = RESULT_CAP) -> bytes:
+    mode = mode or "files"
+    if mode not in MODES:
+        raise CapabilityError(f"mode must be one of {', '.join(MODES)}, not {mode[:40]!r}")
+    if len(pattern) > MAX_PATTERN:
+        raise CapabilityError(f"regex is longer than {MAX_PATTERN} characters")
+    try:
+        rx = regex.compile(pattern, regex.MULTILINE | regex.VERSION0)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+        raise CapabilityError(f"bad regex: {exc}") from None
+    matcher = Glob(include, basename_if_no_slash=True) if include else None
+    lines: list[str] = []
+    hits: list[tuple[int, str]] = []
+    total = 0
+    for entry, data in _files_to_search(root, base, matcher, deadline):
+        if len(data) > READ_CAP or b"\0" in data[:BINARY_PROBE]:
+            continue
+        count, shown = _scan(data, entry.rel, rx, mode, cap - len(lines), deadline)
+        if not count:
+            continue
+        if mode == "content":
+            total += count
+            lines += shown
+        else:
+            total += 1
+            if mode == "files":
+                hits.append((entry.st.st_mtime_ns, entry.rel))
+            elif len(lines) < cap:
+                lines.append(f"{entry.rel}:{count}")
+    if mode == "files":
+        hits.sort(key=lambda t: (-t[0], t[1]))
+        lines = [rel for _, rel in hits[:cap]]
+    return _render(lines, total, f"{total} {'matching lines' if mode == 'content' else 'files'}, showing {cap}")
+
+
+def capabilities(root: Root, *, timeout: float = SEARCH_TIMEOUT) -> dict[str, CapabilityFn]:
+    """``berm.fs.glob`` and ``berm.fs.grep`` over ``root``, each call bounded by ``timeout`` seconds."""
+
+    @capability("berm.fs.glob")
+    def fs_glob(request: bytes) -> bytes:
+        (pattern, path), _ = fields(request, ("pattern", "path"))
+        return glob(root, text(pattern, "pattern"), text(path, "path"), Deadline(timeout))
+
+    @capability("berm.fs.grep")
+    def fs_grep(request: bytes) -> bytes:
+        (pattern, path, include, mode), _ = fields(request, ("pattern", "path", "include", "mode"))
+        return grep(root, text(pattern, "pattern"), text(path, "path"), text(include, "include"),
+                    text(mode, "mode"), Deadline(timeout))
+
+    return {"berm.fs.glob": fs_glob, "berm.fs.grep": fs_grep}

@@ -1,0 +1,72 @@
+"""``.gitignore`` rules, as far as a grep needs them: comments, ``!`` negation, a trailing ``/`` for directories
+only, anchoring by a ``/`` anywhere but the end, ``**``, and the last matching rule deciding. Rules of a deeper
+``.gitignore`` come after (and so override) those of its ancestors. An ignored directory is not entered, so its
+contents cannot be re-included (as in git)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import regex
+
+from ._request import Deadline
+from .patterns import MAX_PATTERN, glob_source
+
+#: A .gitignore larger than this is read only this far (it is guest-writable data).
+MAX_IGNORE_FILE = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Rule:
+    base: str  # the root-relative directory of the .gitignore ("" at the root)
+    rx: regex.Pattern
+    negate: bool
+    dir_only: bool
+
+
+def parse(text: str, base: str) -> list[Rule]:
+    rules: list[Rule] = []
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        if not line or line.startswith("#"):
+            continue
+        while line.endswith(" ") and not line.endswith("\\ "):
+            line = line[:-1]
+        negate = line.startswith("!")
+        if negate or line.startswith("\\!") or line.startswith("\\#"):
+            line = line[1:]
+        dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        if not line or len(line) > MAX_PATTERN:
+            continue
+        anchored = "/" in line
+        source = glob_source(line.lstrip("/"))
+        rules.append(Rule(base, regex.compile(source if anchored else "(?:.*/)?" + source, regex.DOTALL),
+                          negate, dir_only))
+    return rules
+
+
+class Ignore:
+    """The rules in force in one directory of a walk."""
+
+    def __init__(self, rules: tuple[Rule, ...] = ()):
+        self.rules = rules
+
+    def extended(self, text: str, base: str) -> "Ignore":
+        more = parse(text, base)
+        return Ignore(self.rules + tuple(more)) if more else self
+
+    def ignored(self, rel: str, is_dir: bool, deadline: Deadline) -> bool:
+        verdict = False
+        for rule in self.rules:
+            if rule.dir_only and not is_dir:
+                continue
+            if rule.base:
+                if not rel.startswith(rule.base + "/"):
+                    continue
+                sub = rel[len(rule.base) + 1:]
+            else:
+                sub = rel
+            if rule.rx.fullmatch(sub, timeout=deadline.check()):
+                verdict = not rule.negate
+        return verdict

@@ -1,0 +1,113 @@
+"""Glob patterns over '/'-separated relative paths, compiled to ``regex`` patterns matched with a timeout.
+
+Syntax: ``*`` (within one component), ``?``, ``[abc]``/``[!abc]``, ``{a,b}`` (within one component), ``\\x``
+(a literal x), and ``**`` as a whole component (any number of components, including none). Patterns come from
+guests and from ``.gitignore`` files a guest may have written, so every match runs under the ``regex`` module's
+timeout: a pathological pattern costs at most the caller's remaining time, never a hung host thread.
+"""
+
+from __future__ import annotations
+
+import regex
+
+from berm_host.linker import CapabilityError
+
+from ._request import Deadline
+
+MAX_PATTERN = 1024
+
+
+def _class(seg: str, i: int) -> tuple[str, int] | None:
+    """The character class starting at ``seg[i] == '['``: (regex, index after it), or None when unclosed."""
+    j = i + 1
+    negate = j < len(seg) and seg[j] in "!^"
+    if negate:
+        j += 1
+    start = j
+    if j < len(seg) and seg[j] == "]":
+        j += 1
+    while j < len(seg) and seg[j] != "]":
+        j += 1
+    if j >= len(seg):
+        return None
+    body = seg[start:j].replace("\\", "\\\\").replace("[", "\\[")
+    return ("[^/" if negate else "[") + body + "]", j + 1
+
+
+def _braces(seg: str, i: int) -> tuple[list[str], int] | None:
+    """The alternatives of the ``{a,b}`` group at ``seg[i] == '{'`` (not nested), or None when unclosed."""
+    j = seg.find("}", i)
+    if j < 0:
+        return None
+    return seg[i + 1:j].split(","), j + 1
+
+
+def _segment(seg: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(seg):
+        c = seg[i]
+        if c == "*":
+            while i < len(seg) and seg[i] == "*":
+                i += 1
+            out.append("[^/]*")
+            continue
+        if c == "?":
+            out.append("[^/]")
+        elif c == "\\" and i + 1 < len(seg):
+            i += 1
+            out.append(regex.escape(seg[i]))
+        elif c == "[" and (cls := _class(seg, i)):
+            out.append(cls[0])
+            i = cls[1]
+            continue
+        elif c == "{" and (alts := _braces(seg, i)):
+            out.append("(?:" + "|".join(_segment(a) for a in alts[0]) + ")")
+            i = alts[1]
+            continue
+        else:
+            out.append(regex.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def glob_source(pattern: str) -> str:
+    """The regex source matching exactly the relative paths ``pattern`` matches."""
+    parts = pattern.split("/")
+    out: list[str] = []
+    for idx, seg in enumerate(parts):
+        last = idx == len(parts) - 1
+        if seg == "**":
+            out.append(".*" if last else "(?:.*/)?")
+        else:
+            out.append(_segment(seg) + ("" if last else "/"))
+    return "".join(out)
+
+
+def literal_prefix(pattern: str) -> tuple[str, str]:
+    """Split off the leading components without wildcards: ``("src/a", "**/*.c")`` for ``src/a/**/*.c``. Lets a
+    walk start where the pattern can first differ instead of at the root."""
+    parts = pattern.split("/")
+    n = 0
+    while n < len(parts) - 1 and parts[n] and not any(ch in parts[n] for ch in "*?[{\\"):
+        n += 1
+    return "/".join(parts[:n]), "/".join(parts[n:])
+
+
+class Glob:
+    """A compiled glob. ``basename`` (no '/' in the pattern) makes it match a path's last component, the way
+    ``.gitignore`` and ``--include`` patterns do."""
+
+    def __init__(self, pattern: str, *, basename_if_no_slash: bool = False):
+        if len(pattern) > MAX_PATTERN:
+            raise CapabilityError(f"glob pattern is longer than {MAX_PATTERN} characters")
+        if "\0" in pattern:
+            raise CapabilityError("glob pattern contains a NUL byte")
+        self.pattern = pattern
+        self.basename = basename_if_no_slash and "/" not in pattern
+        self._rx = regex.compile(glob_source(pattern), regex.DOTALL)
+
+    def match(self, path: str, deadline: Deadline) -> bool:
+        if self.basename:
+            path = path.rsplit("/", 1)[-1]
+        return self._rx.fullmatch(path, timeout=deadline.check()) is not None
