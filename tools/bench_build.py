@@ -62,20 +62,27 @@ def _run(cmd: list[str], what: str) -> None:
         raise ToolchainError(f"{what} failed:\n{proc.stderr.strip() or proc.stdout.strip()}")
 
 
-def build_native(extra: tuple[Path, ...] = ()) -> Path:
-    """``gcc -O2 -shared -fPIC`` of every kernel (plus ``extra`` sources) into one shared object."""
-    sources = kernel_sources() + list(extra)
+def build_native() -> Path:
+    """``gcc -O2 -shared -fPIC`` of every kernel into one shared object."""
+    sources = kernel_sources()
     cmd = ["gcc", OPT, "-shared", "-fPIC", f"-I{KERNEL_DIR}"]
     return _cached("native", sources, tuple(cmd), ".so",
                    lambda out: _run([*cmd, *map(str, sources), "-o", str(out)], "gcc (native kernels)"))
 
 
-def build_guest(extra: tuple[Path, ...] = (), keep: tuple[str, ...] = ()) -> Path:
-    """The RV64IMAC guest ELF of every kernel plus ``tools/kernels/start.c`` (and ``extra``), via berm_sdk."""
-    sources = [*kernel_sources(), KERNEL_DIR / "start.c", *extra]
-    keep = tuple(symbol(k) for k in KERNELS) + keep
-    recipe = (OPT, guest_toolchain().name, *keep)
-    return _cached("guest", sources, recipe, ".elf",
+def build_guest() -> Path:
+    """The RV64IMAC guest ELF of every kernel plus ``tools/kernels/start.c``, via berm_sdk."""
+    return _guest("guest", [*kernel_sources(), KERNEL_DIR / "start.c"], tuple(symbol(k) for k in KERNELS))
+
+
+def build_boundary_guest() -> Path:
+    """The guest ELF of ``tools/kernels/boundary.c``: a one-tool harness plus host-call loops."""
+    return _guest("boundary", [KERNEL_DIR / "boundary.c"], ())
+
+
+def _guest(kind: str, sources: list[Path], keep: tuple[str, ...]) -> Path:
+    recipe = (OPT, *guest_toolchain().cc[1:], *keep)
+    return _cached(kind, sources, recipe, ".elf",
                    lambda out: build_program(sources, out, opt=OPT, include=(KERNEL_DIR,), keep=keep))
 
 

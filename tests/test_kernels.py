@@ -1,0 +1,86 @@
+"""Native as oracle: each benchmark kernel (tools/kernels/) built with gcc and built as an RV64 guest must compute
+the same checksum on every engine — Berm's (AOT, interpreter) when present, and the peers the benchmark compares
+against (unicorn on the same ELF, wasmtime on the wasm32 build). Also checks the boundary-figure guest."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+
+from bench_boundary import NOOP_REPLY, PING_ARGS, PING_RESULT  # noqa: E402
+from bench_build import KERNELS, build_boundary_guest, build_guest, build_native, build_wasm  # noqa: E402
+from bench_runners import BermRunner, NativeRunner, UnicornRunner, WasmRunner  # noqa: E402
+
+from berm_abi.names import fnv1a64  # noqa: E402
+from berm_aot.elf import read_elf  # noqa: E402
+from berm_host.linker import Linker  # noqa: E402
+
+BERM_ENGINES = ("aot", "interp") if importlib.util.find_spec("berm_host.engine") else ()
+ENGINES = (*BERM_ENGINES, "unicorn", "wasmtime")
+#: The interpreter is plain Python: one unit of work per kernel is plenty.
+SMALL_N = {"interp": 1}
+
+
+@pytest.fixture(scope="module")
+def native() -> NativeRunner:
+    return NativeRunner(build_native())
+
+
+@pytest.fixture(scope="module")
+def guest_elf() -> bytes:
+    return build_guest().read_bytes()
+
+
+@pytest.fixture(scope="module")
+def runners(guest_elf):
+    """A runner per engine, made on first use; dropped at module teardown (wasmtime objects must not outlive
+    the interpreter's shutdown)."""
+    makers = {
+        "unicorn": lambda: UnicornRunner(read_elf(guest_elf)),
+        "wasmtime": lambda: WasmRunner(build_wasm()),
+        **{kind: (lambda kind=kind: BermRunner(kind, guest_elf)) for kind in BERM_ENGINES},
+    }
+    made: dict[str, object] = {}
+
+    def get(engine: str):
+        if engine not in made:
+            made[engine] = makers[engine]()
+        return made[engine]
+
+    yield get
+    made.clear()
+
+
+def test_checksums_depend_on_the_work(native):
+    for kernel in KERNELS:
+        values = {native.call(kernel, n) for n in (0, 1, 2, 3)}
+        assert len(values) == 4, f"kernel_{kernel} returns the same checksum for different n"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_kernel_matches_native(engine, kernel, native, runners):
+    n = SMALL_N.get(engine, 3)
+    assert runners(engine).call(kernel, n) == native.call(kernel, n)
+
+
+@pytest.mark.parametrize("engine", BERM_ENGINES)
+def test_boundary_guest(engine):
+    from berm_host.engine import Engine
+
+    elf = build_boundary_guest().read_bytes()
+    assert Engine(kind=engine).load(elf).harness().call("ping", PING_ARGS) == PING_RESULT
+    guest = BermRunner(engine, elf)
+    loop = guest.run("bench_ecall_loop", int_args=(5, fnv1a64("berm.args.len")), args=PING_ARGS)
+    assert loop.a0 == 5 * len(PING_ARGS)
+    linker = Linker()
+    requests = []
+    linker.define("bench.noop", lambda request: requests.append(request) or NOOP_REPLY)
+    caps = guest.run("bench_capability_loop", int_args=(3, fnv1a64("bench.noop")), linker=linker)
+    assert caps.a0 == 3 * 2 * len(NOOP_REPLY)
+    assert requests == [b"\x08\x00\x00\x00benchmrk"] * 3

@@ -1,0 +1,217 @@
+"""Berm's benchmark: every DESIGN.md performance figure with its target, beside native code and the peers.
+
+    python tools/bench.py            # the full run (the figures in BENCHMARKS.md)
+    python tools/bench.py --quick    # a fast smoke run: smaller n, fewer repeats, a smaller cold-compile guest
+
+Everything runs side by side in one process, repetitions interleaved across runners, so the ratios hold on a busy
+2-core machine; each figure is a median. Compute kernels (tools/kernels/) run natively (gcc -O2), on wasmtime,
+on unicorn and on Berm's AOT and interpreter engines; each figure is time per unit of work with the kernel's
+fixed setup (its n = 0 run) subtracted, so runners using different n compare. The output is a Markdown table.
+Exit status 1 when any runner computed a different checksum from native.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+import bench_boundary as bb  # noqa: E402
+from bench_bigguest import build_big_guest  # noqa: E402
+from bench_build import KERNELS, build_boundary_guest  # noqa: E402
+from bench_runners import BermRunner, available_runners  # noqa: E402
+
+#: Table columns: runner kind -> heading. Ratios are taken against "native".
+COLUMNS = {"aot": "Berm AOT", "native": "native", "wasmtime": "wasmtime", "unicorn": "unicorn", "interp": "Berm interp"}
+RATIO_COLUMNS = ("aot", "wasmtime", "unicorn", "interp")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much work each measurement does. ``n`` is per kernel for the fast runners; unicorn runs n/16 and the
+    interpreter a fixed small n."""
+
+    n: dict[str, int]
+    repeats: int
+    interp_n: int
+    invoke_calls: int
+    hostcall_n: int
+    capability_n: int
+    loads: int
+    big_functions: int
+    interp_scale: int = 1000  # the interpreter's loops run n / interp_scale
+
+    def kernel_n(self, kind: str, kernel: str) -> int:
+        if kind == "interp":
+            return self.interp_n
+        if kind == "unicorn":
+            return max(1, self.n[kernel] // 16)
+        return self.n[kernel]
+
+
+FULL = Plan(n={"sha256": 8000, "crc32": 8000, "sort": 2000, "fib": 15000, "tokenize": 6000}, repeats=7, interp_n=2,
+            invoke_calls=20000, hostcall_n=2_000_000, capability_n=100_000, loads=200, big_functions=360)
+QUICK = Plan(n={"sha256": 800, "crc32": 800, "sort": 200, "fib": 1500, "tokenize": 600}, repeats=3, interp_n=1,
+             invoke_calls=2000, hostcall_n=200_000, capability_n=10_000, loads=20, big_functions=60)
+
+
+@dataclass
+class Row:
+    figure: str
+    target: str = ""
+    target_seconds: float | None = None  # Berm AOT meets the target when its figure is at most this
+    cells: dict[str, float] = field(default_factory=dict)  # seconds, by column kind
+    ratios: dict[str, float] = field(default_factory=dict)  # by column kind, against native
+    note: str = ""
+
+
+def fmt_seconds(s: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+# --- compute kernels -----------------------------------------------------------------------------------------------
+
+def measure_kernels(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
+    """One row per kernel (seconds per unit of work) and the list of checksum mismatches."""
+    native = runners["native"]
+    wrong = []
+    for kernel in KERNELS:
+        for kind, runner in runners.items():
+            n = plan.kernel_n(kind, kernel)
+            got, want = runner.call(kernel, n), native.call(kernel, n)
+            if got != want:
+                wrong.append(f"{kernel} on {kind}: checksum {got:#x}, native says {want:#x} (n={n})")
+    rows = []
+    for kernel in KERNELS:
+        times: dict[str, tuple[list[float], list[float]]] = {kind: ([], []) for kind in runners}
+        for rep in range(plan.repeats):
+            for kind, runner in runners.items():
+                if kind == "interp" and rep >= 2:
+                    continue  # slow; two samples are plenty at its scale
+                n = plan.kernel_n(kind, kernel)
+                times[kind][0].append(bb.timed(lambda: runner.call(kernel, n)))
+                times[kind][1].append(bb.timed(lambda: runner.call(kernel, 0)))
+        row = Row(f"kernel {kernel} (per unit)")
+        for kind, (tn, t0) in times.items():
+            row.cells[kind] = bb.per_unit(tn, t0, plan.kernel_n(kind, kernel))
+        add_ratios(row)
+        rows.append(row)
+    return rows, wrong
+
+
+def add_ratios(row: Row) -> None:
+    base = row.cells.get("native")
+    if base:
+        row.ratios = {k: row.cells[k] / base for k in RATIO_COLUMNS if k in row.cells}
+
+
+def geomean_row(kernel_rows: list[Row]) -> Row:
+    row = Row("kernels: geometric mean of time ratios vs native", target="≤ 1.25× native")
+    for kind in RATIO_COLUMNS:
+        ratios = [r.ratios[kind] for r in kernel_rows if r.ratios.get(kind)]
+        if len(ratios) == len(kernel_rows):
+            row.ratios[kind] = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    return row
+
+
+# --- boundary figures ----------------------------------------------------------------------------------------------
+
+def measure_boundary(runners: dict, plan: Plan) -> list[Row]:
+    boundary = build_boundary_guest().read_bytes()
+    berm = {kind: BermRunner(kind, boundary) for kind in ("aot", "interp") if kind in runners}
+    small = {"aot": 1, "interp": plan.interp_scale}
+    invoke = Row("one invocation from Python (256-byte args pulled, small result), p50", "≤ 2 µs", 2e-6,
+                 note="native: cffi ABI-mode call floor; wasmtime: new Store + instantiate + call")
+    hostcall = Row("one core host call (berm.args.len) inside the guest", "≤ 5 ns", 5e-9)
+    capability = Row("one capability served by Python, round trip", "≤ 1 µs", 1e-6,
+                     note="call + berm.result.read of a 4-byte reply")
+    load = Row("loading a cached image (new Engine + load), p50", "≤ 1 ms", 1e-3)
+    big = build_big_guest(plan.big_functions)
+    compile_row = Row(f"compiling a {guest_code_kb(big):.0f} KB guest cold", "≤ 10 s (~100 KB)", 10.0)
+    invoke.cells["native"] = bb.cffi_floor(runners["native"], plan.invoke_calls * 10)
+    if "wasmtime" in runners:
+        invoke.cells["wasmtime"] = bb.wasmtime_instantiate_call(runners["wasmtime"], plan.invoke_calls // 10)
+    for kind, runner in berm.items():
+        scale = small[kind]
+        invoke.cells[kind] = bb.invoke_p50(kind, boundary, plan.invoke_calls // scale)
+        hostcall.cells[kind] = bb.hostcall_seconds(runner, plan.hostcall_n // scale, plan.repeats)
+        capability.cells[kind] = bb.capability_seconds(runner, plan.capability_n // scale, plan.repeats)
+    if "aot" in berm:
+        load.cells["aot"] = bb.cached_load_p50(boundary, plan.loads)
+        compile_row.cells["aot"] = bb.cold_compile_seconds(big.read_bytes())
+    return [invoke, hostcall, capability, load, compile_row]
+
+
+def guest_code_kb(elf: Path) -> float:
+    from berm_aot.elf import read_elf
+
+    return sum(s.size for s in read_elf(elf.read_bytes()).executable_sections()) / 1024
+
+
+# --- output --------------------------------------------------------------------------------------------------------
+
+def render(rows: list[Row], columns: dict[str, str]) -> str:
+    head = ["figure", "target", *columns.values(), *(f"{columns[k]} / native" for k in RATIO_COLUMNS if k in columns),
+            "meets target"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [fmt_seconds(r.cells[k]) if k in r.cells else "" for k in columns]
+        ratios = [f"{r.ratios[k]:.2f}×" if k in r.ratios else "" for k in RATIO_COLUMNS if k in columns]
+        lines.append("| " + " | ".join([r.figure, r.target, *cells, *ratios, verdict(r)]) + " |")
+    notes = [f"- {r.figure}: {r.note}" for r in rows if r.note]
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def verdict(r: Row) -> str:
+    if r.target_seconds is not None and "aot" in r.cells:
+        return "yes" if r.cells["aot"] <= r.target_seconds else "no"
+    if r.target.startswith("≤") and r.target.endswith("× native") and "aot" in r.ratios:
+        return "yes" if r.ratios["aot"] <= float(r.target.split()[1].rstrip("×")) else "no"
+    return ""
+
+
+def machine_facts() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    gcc = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n- machine: {os.cpu_count()} cores "
+            f"(nproc), {cpu}; load average at start {load}\n- Python {platform.python_version()}, {gcc}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (smaller n, fewer repeats)")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    print(f"# Berm benchmark ({'quick' if args.quick else 'full'} run)\n\n{machine_facts()}\n"
+          f"- command: python tools/bench.py{' --quick' if args.quick else ''}\n", flush=True)
+    runners, missing = available_runners()
+    for kind, why in missing.items():
+        print(f"- {COLUMNS[kind]}: {why}")
+    columns = {k: v for k, v in COLUMNS.items() if k in runners}
+    kernel_rows, wrong = measure_kernels(runners, plan)
+    rows = [*kernel_rows, geomean_row(kernel_rows), *measure_boundary(runners, plan)]
+    print("\n" + render(rows, columns))
+    print(f"\nKernel work per unit: sha256 = one 256-byte message, crc32 = 1 KiB, sort = 256 words filled and sorted, "
+          f"fib = fib(14..15), tokenize = a 2 KiB scan. n per run: {plan.n} (unicorn n/16, interpreter n = "
+          f"{plan.interp_n}); medians of {plan.repeats} interleaved repeats.")
+    for line in wrong:
+        print(f"CHECKSUM MISMATCH: {line}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Berm's boundary figures (DESIGN.md performance table) and the peers' equivalents, each a plain measurement.
+
+Per-call figures time batches of calls and take the median of the per-call batch means, so the timer's own cost
+(~50 ns) does not pollute sub-microsecond results. Loop figures subtract a zero-iteration run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from berm_abi.names import fnv1a64
+from berm_host.linker import Linker
+from bench_runners import BermRunner, NativeRunner, WasmRunner
+
+#: The 256 bytes every measured invocation pulls with berm.args.read.
+PING_ARGS = b'{"pad":"' + b"x" * 246 + b'"}'
+PING_RESULT = '{"len":256}'
+NOOP_CAPABILITY = "bench.noop"
+NOOP_REPLY = b"pong"
+
+
+def p50_per_call(fn: Callable[[], object], calls: int, batch: int = 50) -> float:
+    """Median over batches of the mean seconds per call of ``fn()``; ``calls`` in total, after one warm-up."""
+    fn()
+    means = []
+    for _ in range(max(1, calls // batch)):
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        means.append((time.perf_counter() - t0) / batch)
+    return statistics.median(means)
+
+
+def per_unit(times_n: list[float], times_0: list[float], n: int) -> float:
+    """Seconds per unit of work: (median time at ``n`` − median time at 0) / n, never negative."""
+    return max(0.0, statistics.median(times_n) - statistics.median(times_0)) / n
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def per_iteration(run: Callable[[int], object], n: int, repeats: int) -> float:
+    """Seconds per loop iteration of ``run(n)``, the cost of ``run(0)`` subtracted."""
+    return per_unit([timed(lambda: run(n)) for _ in range(repeats)], [timed(lambda: run(0)) for _ in range(repeats)], n)
+
+
+def invoke_p50(engine_kind: str, elf: bytes, calls: int) -> float:
+    """One call of the ``ping`` tool from Python through ``Harness.call``: fresh memory, 256-byte args pulled."""
+    from berm_host.engine import Engine
+
+    harness = Engine(kind=engine_kind).load(elf).harness()
+    got = harness.call("ping", PING_ARGS)
+    if got != PING_RESULT:
+        raise RuntimeError(f"ping on {engine_kind} returned {got!r}, expected {PING_RESULT!r}")
+    return p50_per_call(lambda: harness.call("ping", PING_ARGS), calls, batch=max(1, min(50, calls // 20)))
+
+
+def hostcall_seconds(runner: BermRunner, n: int, repeats: int) -> float:
+    """One ``berm.args.len`` ecall inside the guest (a loop of n of them)."""
+    number = fnv1a64("berm.args.len")
+
+    def run(k: int) -> None:
+        got = runner.run("bench_ecall_loop", int_args=(k, number), args=PING_ARGS).a0
+        if got != k * len(PING_ARGS):
+            raise RuntimeError(f"{runner.name}: berm.args.len loop returned {got}, expected {k * len(PING_ARGS)}")
+
+    return per_iteration(run, n, repeats)
+
+
+def capability_seconds(runner: BermRunner, n: int, repeats: int) -> float:
+    """One round trip to a Python capability (call, staged reply pulled with berm.result.read)."""
+    linker = Linker()
+    linker.define(NOOP_CAPABILITY, lambda _request: NOOP_REPLY)
+    number = fnv1a64(NOOP_CAPABILITY)
+
+    def run(k: int) -> None:
+        got = runner.run("bench_capability_loop", int_args=(k, number), linker=linker).a0
+        if got != k * 2 * len(NOOP_REPLY):
+            raise RuntimeError(f"{runner.name}: capability loop returned {got}, expected {k * 2 * len(NOOP_REPLY)}")
+
+    return per_iteration(run, n, repeats)
+
+
+def cached_load_p50(elf: bytes, loads: int) -> float:
+    """``Engine(...).load`` of an image already in the cache (a new Engine each time, so nothing is memoised)."""
+    from berm_host.engine import Engine
+
+    with tempfile.TemporaryDirectory(prefix="berm-bench-cache-") as cache:
+        Engine(kind="aot", cache_dir=Path(cache)).load(elf)
+        return p50_per_call(lambda: Engine(kind="aot", cache_dir=Path(cache)).load(elf), loads, batch=1)
+
+
+def cold_compile_seconds(elf: bytes) -> float:
+    """Loading an image into an empty cache: translate, compile (all cores), load."""
+    from berm_host.engine import Engine
+
+    with tempfile.TemporaryDirectory(prefix="berm-bench-cold-") as cache:
+        return timed(lambda: Engine(kind="aot", cache_dir=Path(cache)).load(elf))
+
+
+def cffi_floor(native: NativeRunner, calls: int) -> float:
+    """A cffi ABI-mode call of a native function that returns at once (``kernel_fib(0)``)."""
+    fn = native.function("kernel_fib")
+    return p50_per_call(lambda: fn(0), calls, batch=1000)
+
+
+def wasmtime_instantiate_call(wasm: WasmRunner, calls: int) -> float:
+    """wasmtime-py's per-invocation cost: a new Store, instantiate the module, call a function that returns."""
+    import wasmtime
+
+    def once() -> None:
+        store = wasmtime.Store(wasm.engine)
+        wasmtime.Instance(store, wasm.module, []).exports(store)["kernel_fib"](store, 0)
+
+    return p50_per_call(once, calls, batch=20)
