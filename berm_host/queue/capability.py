@@ -1,0 +1,52 @@
+"""The schedule capability: ``berm.schedule.at`` / ``berm.schedule.cancel`` for one harness.
+
+A harness schedules only itself (the capability is bound to its name). Requests (ABI.md §2 frames):
+``berm.schedule.at [when_utc_millis, id, payload] -> empty`` and ``berm.schedule.cancel [id] -> empty``.
+
+Chain depth. A wake armed by a running invocation is work caused by a harness, so it runs at the caller's depth
++ 1 and is refused past the limit — which stops a harness re-scheduling itself in a tight chain. But recurrence
+*is* a harness re-arming itself, and a daily reminder must not die on its ninth day. The line between the two
+is time: a wake armed at least ``horizon_ms`` (default 1 s) in the future starts a fresh chain (depth 0);
+anything sooner continues the chain. A recurring schedule therefore runs at most once per horizon forever,
+and a tight loop is cut after ``max_depth`` links.
+"""
+
+from __future__ import annotations
+
+from berm_abi.errors import BermError
+from berm_abi.frames import decode_request, field_int, field_text
+from berm_host.linker import Capability, CapabilityError
+
+from .invocation import current_invocation
+from .scheduler import now_ms
+from .service import Queue
+
+DEFAULT_HORIZON_MS = 1000
+
+
+def schedule_capabilities(queue: Queue, harness_name: str, *,
+                          horizon_ms: int = DEFAULT_HORIZON_MS) -> list[Capability]:
+    """The ``berm.schedule.*`` capabilities for ``harness_name``, landing in ``queue``'s due-set."""
+
+    def at(request: bytes) -> bytes:
+        try:
+            (when, id_, payload), _ = decode_request(request, ("when_utc_millis", "id", "payload"))
+            when_ms = field_int(when, "when_utc_millis")
+            now = now_ms()
+            inv = current_invocation()
+            depth = 0 if inv is None or when_ms - now >= horizon_ms else inv.context.depth + 1
+            queue.schedule(harness_name, field_text(id_, "id"), when_ms, field_text(payload, "payload"),
+                           depth=depth)
+        except BermError as exc:
+            raise CapabilityError(str(exc)) from None
+        return b""
+
+    def cancel(request: bytes) -> bytes:
+        try:
+            (id_,), _ = decode_request(request, ("id",))
+            queue.cancel(harness_name, field_text(id_, "id"))
+        except BermError as exc:
+            raise CapabilityError(str(exc)) from None
+        return b""
+
+    return [Capability("berm.schedule.at", at), Capability("berm.schedule.cancel", cancel)]

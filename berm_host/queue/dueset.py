@@ -1,0 +1,189 @@
+"""The due-set: persisted one-shots ``(when, harness, id, payload)``, indexed by time (RFC 0205, "Scheduling").
+
+SQLite in WAL mode with ``synchronous=FULL``: every committed put or cancel has been fsynced before the call
+returns, so neither a killed daemon (SIGKILL) nor a power loss loses a schedule the caller was told about. (NORMAL
+would survive a killed process but may roll back the last commits on power loss; schedule writes are rare next to
+guest work, and the scheduler batches the deletes of fired occurrences into one transaction per drain, so FULL's
+extra fsync is cheap where it matters.)
+
+``(harness, id)`` is the key: scheduling an id that exists replaces it. Each write gives the row a fresh
+generation number, so deleting a fired occurrence (``remove_fired``) never removes the re-arm its own wake just
+wrote under the same id. Opening the file only reads it; no guest runs to rebuild anything.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import QueueError, ScheduleError
+
+MAX_ID = 256  # bytes of UTF-8
+MAX_PAYLOAD = 64 << 10  # bytes of UTF-8
+DEFAULT_PER_HARNESS = 100_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS due (
+    harness TEXT NOT NULL,
+    id TEXT NOT NULL,
+    when_ms INTEGER NOT NULL,
+    payload TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    gen INTEGER NOT NULL,
+    PRIMARY KEY (harness, id)
+);
+CREATE INDEX IF NOT EXISTS due_by_time ON due (when_ms, harness, id);
+"""
+_COLUMNS = "harness, id, when_ms, payload, depth, gen"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One scheduled wake. ``when_ms`` is UTC milliseconds since the epoch; ``depth`` the chain depth its wake
+    runs at; ``gen`` identifies this write of the key."""
+
+    harness: str
+    id: str
+    when_ms: int
+    payload: str
+    depth: int = 0
+    gen: int = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.harness, self.id)
+
+    def as_dict(self) -> dict:
+        return {"harness": self.harness, "id": self.id, "when_ms": self.when_ms, "payload": self.payload,
+                "depth": self.depth}
+
+
+class DueSet:
+    """Thread-safe: one connection behind a lock (SQLite serialises writers anyway)."""
+
+    def __init__(self, path: str | Path, *, per_harness: int = DEFAULT_PER_HARNESS):
+        self.path = Path(path)
+        self.per_harness = per_harness
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            (self._gen,) = self._db.execute("SELECT coalesce(max(gen), 0) FROM due").fetchone()
+        except (sqlite3.Error, OSError) as exc:
+            raise QueueError(f"cannot open the due-set {self.path}: {exc}") from None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # --- writes ---------------------------------------------------------------------------------------------
+
+    def put(self, harness: str, id: str, when_ms: int, payload: str = "", depth: int = 0) -> Entry:
+        """Schedule (or replace) ``(harness, id)`` at ``when_ms``; durable when this returns."""
+        _check_text(id, "schedule id", MAX_ID, allow_empty=False)
+        _check_text(payload, "payload", MAX_PAYLOAD)
+        if not isinstance(when_ms, int) or not -(1 << 62) < when_ms < (1 << 62):
+            raise ScheduleError(f"the instant must be integer UTC milliseconds, not {when_ms!r}")
+        with self._lock, self._write():
+            exists = self._db.execute("SELECT 1 FROM due WHERE harness=? AND id=?", (harness, id)).fetchone()
+            if not exists:
+                (count,) = self._db.execute("SELECT count(*) FROM due WHERE harness=?", (harness,)).fetchone()
+                if count >= self.per_harness:
+                    raise ScheduleError(f"{harness!r} already has {count} pending schedules (the limit)")
+            self._gen += 1
+            self._db.execute(
+                f"INSERT INTO due ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (harness, id) DO UPDATE SET "
+                "when_ms=excluded.when_ms, payload=excluded.payload, depth=excluded.depth, gen=excluded.gen",
+                (harness, id, when_ms, payload, depth, self._gen))
+            return Entry(harness, id, when_ms, payload, depth, self._gen)
+
+    def cancel(self, harness: str, id: str) -> bool:
+        """Remove ``(harness, id)``; False when it was not scheduled."""
+        with self._lock, self._write():
+            return self._db.execute("DELETE FROM due WHERE harness=? AND id=?", (harness, id)).rowcount > 0
+
+    def remove_fired(self, entries: list[Entry]) -> None:
+        """Delete delivered occurrences, in one transaction; a key re-written since (a re-arm) is kept."""
+        if not entries:
+            return
+        with self._lock, self._write():
+            self._db.executemany("DELETE FROM due WHERE harness=? AND id=? AND gen=?",
+                                 [(e.harness, e.id, e.gen) for e in entries])
+
+    # --- reads ----------------------------------------------------------------------------------------------
+
+    def get(self, harness: str, id: str) -> Entry | None:
+        rows = self._select("WHERE harness=? AND id=?", (harness, id))
+        return rows[0] if rows else None
+
+    def list(self, harness: str | None = None) -> list[Entry]:
+        """Every pending entry (of one harness, when named), earliest first."""
+        if harness is None:
+            return self._select("ORDER BY when_ms, harness, id", ())
+        return self._select("WHERE harness=? ORDER BY when_ms, id", (harness,))
+
+    def earliest(self, n: int) -> list[Entry]:
+        """The ``n`` earliest entries."""
+        return self._select("ORDER BY when_ms, harness, id LIMIT ?", (n,))
+
+    def due(self, now_ms: int, n: int) -> list[Entry]:
+        """Up to ``n`` entries due at ``now_ms``, earliest first."""
+        return self._select("WHERE when_ms <= ? ORDER BY when_ms, harness, id LIMIT ?", (now_ms, n))
+
+    def count(self, *, due_at: int | None = None) -> int:
+        with self._lock:
+            if due_at is None:
+                return self._db.execute("SELECT count(*) FROM due").fetchone()[0]
+            return self._db.execute("SELECT count(*) FROM due WHERE when_ms <= ?", (due_at,)).fetchone()[0]
+
+    def _select(self, tail: str, params: tuple) -> list[Entry]:
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM due {tail}", params).fetchall()
+        return [Entry(*row) for row in rows]
+
+    def _write(self) -> "_Transaction":
+        return _Transaction(self._db, self.path)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE … COMMIT, rolled back on error; SQLite errors become QueueError naming the file."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path):
+        self._db = db
+        self._path = path
+
+    def __enter__(self) -> None:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise QueueError(f"the due-set {self._path} is not writable: {exc}") from None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if kind is None:
+            try:
+                self._db.execute("COMMIT")
+                return False
+            except sqlite3.Error as err:
+                exc = err
+        self._db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise QueueError(f"writing the due-set {self._path} failed: {exc}") from None
+        return False
+
+
+def _check_text(value: str, what: str, limit: int, *, allow_empty: bool = True) -> None:
+    if not isinstance(value, str):
+        raise ScheduleError(f"the {what} must be text")
+    if not value and not allow_empty:
+        raise ScheduleError(f"the {what} must not be empty")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ScheduleError(f"the {what} is not valid Unicode text") from None
+    if size > limit:
+        raise ScheduleError(f"the {what} is longer than {limit} bytes")

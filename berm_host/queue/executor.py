@@ -1,0 +1,223 @@
+"""The executor: the one place a guest is started (RFC 0205, "Execution: one queue").
+
+A fixed pool of worker threads (guest code releases the GIL, so they run in parallel) takes invocations from
+per-harness FIFO queues, round-robin across harnesses, never running more than a harness's concurrency limit at
+once. Each invocation gets its deadline when it *starts* (queue wait does not eat its time budget); the engine's
+watchdog interrupts the guest at that deadline. Every outcome is counted per harness.
+
+The executor knows nothing about engines: it calls ``invoke(invocation, deadline)`` — a seam the daemon binds to
+loaded harnesses — which returns the result text or raises (Trap, ToolFailure, HostError, …).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+
+from berm_abi.errors import BermError
+from berm_host.traps import ToolFailure, Trap
+
+from .errors import ChainDepthError, QueueClosed
+from .invocation import Invocation, running
+
+log = logging.getLogger("berm.queue")
+
+#: invoke(invocation, deadline as a time.monotonic() instant) -> result text; raises on trap/failure/error.
+Invoke = Callable[[Invocation, float], str]
+
+DEFAULT_WORKERS = 4
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_MAX_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class HarnessStats:
+    """Accounting for one harness. Times are seconds; ``wait`` is time spent queued before a worker took it."""
+
+    invocations: int = 0  # finished, whatever the outcome
+    ok: int = 0
+    traps: int = 0
+    failures: int = 0  # the guest called berm.fail
+    errors: int = 0  # host errors and anything else that is not the guest's trap or failure
+    refused: int = 0  # enqueues refused (chain depth)
+    run_time: float = 0.0
+    wait_time: float = 0.0
+    max_wait: float = 0.0
+
+
+@dataclass
+class _Job:
+    inv: Invocation
+    future: Future
+    enqueued: float
+
+
+class Executor:
+    """A bounded worker pool with per-harness concurrency limits, deadlines and accounting."""
+
+    def __init__(self, invoke: Invoke, *, workers: int = DEFAULT_WORKERS, timeout: float = DEFAULT_TIMEOUT,
+                 per_harness: int | None = None, max_depth: int = DEFAULT_MAX_DEPTH):
+        if workers < 1:
+            raise ValueError(f"the executor needs at least one worker, not {workers}")
+        self._invoke = invoke
+        self.workers = workers
+        self.timeout = timeout
+        self.per_harness = per_harness or workers
+        self.max_depth = max_depth
+        self._cond = threading.Condition()
+        self._pending: dict[str, deque[_Job]] = {}
+        self._ready: deque[str] = deque()  # harnesses with pending work and a free concurrency slot
+        self._running: dict[str, int] = {}
+        self._queued = 0
+        self._busy = 0
+        self._closed = False
+        self._stats: dict[str, HarnessStats] = {}
+        self._listeners: list[Callable[[Invocation], None]] = []
+        self._threads = [threading.Thread(target=self._work, name=f"berm-worker-{i}", daemon=True)
+                         for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    # --- submitting ---------------------------------------------------------------------------------------
+
+    def check_depth(self, harness: str, depth: int) -> None:
+        """Raise ChainDepthError (and count the refusal) when ``depth`` is past the limit."""
+        if depth > self.max_depth:
+            with self._cond:
+                self._bump(harness, refused=1)
+            log.warning("refused work for %s at chain depth %d (limit %d)", harness, depth, self.max_depth)
+            raise ChainDepthError(harness, depth, self.max_depth)
+
+    def submit(self, inv: Invocation) -> Future:
+        """Queue ``inv``; the future resolves to the result text or raises what the guest ended in."""
+        self.check_depth(inv.harness, inv.context.depth)
+        job = _Job(inv, Future(), time.monotonic())
+        with self._cond:
+            if self._closed:
+                raise QueueClosed("the executor is shut down and takes no new work")
+            queue = self._pending.setdefault(inv.harness, deque())
+            queue.append(job)
+            self._queued += 1
+            if len(queue) == 1 and self._running.get(inv.harness, 0) < self.per_harness:
+                self._ready.append(inv.harness)
+                self._cond.notify()
+        return job.future
+
+    def free_slots(self) -> int:
+        """Workers neither busy nor spoken for by queued work: the budget of a scheduler drain."""
+        with self._cond:
+            return max(0, self.workers - self._busy - self._queued)
+
+    def add_listener(self, fn: Callable[[Invocation], None]) -> None:
+        """Call ``fn(invocation)`` on the worker thread after every invocation finishes (whatever its outcome)."""
+        self._listeners.append(fn)
+
+    # --- accounting -----------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, HarnessStats]:
+        with self._cond:
+            return dict(self._stats)
+
+    def load(self) -> dict[str, int]:
+        with self._cond:
+            return {"workers": self.workers, "busy": self._busy, "queued": self._queued}
+
+    def _bump(self, harness: str, **delta) -> None:
+        s = self._stats.get(harness, HarnessStats())
+        changes = {k: getattr(s, k) + v for k, v in delta.items() if k != "max_wait"}
+        if "max_wait" in delta:
+            changes["max_wait"] = max(s.max_wait, delta["max_wait"])
+        self._stats[harness] = replace(s, **changes)
+
+    # --- the workers ----------------------------------------------------------------------------------------
+
+    def _take(self) -> _Job | None:
+        with self._cond:
+            while not self._ready:
+                if self._closed and not self._queued:
+                    return None
+                self._cond.wait()
+            harness = self._ready.popleft()
+            queue = self._pending[harness]
+            job = queue.popleft()
+            self._queued -= 1
+            self._busy += 1
+            self._running[harness] = running_now = self._running.get(harness, 0) + 1
+            if queue and running_now < self.per_harness:
+                self._ready.append(harness)
+                self._cond.notify()
+            return job
+
+    def _finish(self, harness: str) -> None:
+        with self._cond:
+            self._busy -= 1
+            self._running[harness] -= 1
+            queue = self._pending.get(harness)
+            if queue and self._running[harness] == self.per_harness - 1:
+                self._ready.append(harness)
+            self._cond.notify_all()
+
+    def _work(self) -> None:
+        while (job := self._take()) is not None:
+            if job.future.set_running_or_notify_cancel():
+                self._run(job)
+            self._finish(job.inv.harness)
+            for fn in self._listeners:
+                try:
+                    fn(job.inv)
+                except Exception:
+                    log.exception("a queue listener failed after %s", job.inv.label)
+
+    def _run(self, job: _Job) -> None:
+        """Run one invocation and count it; the counts are updated before the future resolves."""
+        inv = job.inv
+        started = time.monotonic()
+        result: str | None = None
+        error: BaseException | None = None
+        try:
+            with running(inv):
+                result = self._invoke(inv, started + self.timeout)
+            outcome = "ok"
+        except Trap as exc:
+            outcome, error = "traps", exc
+            log.warning("%s trapped: %s", inv.label, exc)
+        except ToolFailure as exc:
+            outcome, error = "failures", exc
+        except BermError as exc:
+            outcome, error = "errors", exc
+            log.warning("%s failed: %s", inv.label, exc)
+        except Exception as exc:  # a host bug: counted and logged with its traceback, never kills the worker
+            outcome, error = "errors", exc
+            log.exception("%s raised a host error", inv.label)
+        wait = started - job.enqueued
+        with self._cond:
+            self._bump(inv.harness, invocations=1, run_time=time.monotonic() - started, wait_time=wait,
+                       max_wait=wait, **{outcome: 1})
+        if error is None:
+            job.future.set_result(result)
+        else:
+            job.future.set_exception(error)
+
+    # --- shutdown -------------------------------------------------------------------------------------------
+
+    def shutdown(self, *, wait: bool = True, cancel_pending: bool = False) -> None:
+        """Take no new work; with ``cancel_pending`` drop what has not started; with ``wait`` join the workers
+        (in-flight guests finish or are interrupted at their deadline)."""
+        with self._cond:
+            self._closed = True
+            if cancel_pending:
+                for queue in self._pending.values():
+                    while queue:
+                        job = queue.popleft()
+                        self._queued -= 1
+                        job.future.cancel()
+                self._ready.clear()
+            self._cond.notify_all()
+        if wait:
+            for t in self._threads:
+                t.join()

@@ -1,0 +1,78 @@
+"""What the queue carries: one request to start a guest, with its trigger and the caller's context.
+
+The invocation running on the current thread is published through ``current_invocation()`` so capabilities that
+enqueue further work (``berm.schedule.at``, ``berm.call``) can carry the chain depth and caller context: the
+engine runs capability callbacks synchronously on the worker thread that entered the guest.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+class Trigger(enum.Enum):
+    CALL = "call"  # a tool invocation: berm_tool_<tool>
+    WAKE = "wake"  # a due one-shot: the export on_wake
+    NOTIFY = "notify"  # a subscribed event: the export on_notify
+
+
+#: The guest export each non-tool trigger enters.
+EXPORT_OF = {Trigger.WAKE: "on_wake", Trigger.NOTIFY: "on_notify"}
+
+
+@dataclass(frozen=True)
+class Context:
+    """Who the work is for (RFC 0205: authority rides on the invocation) and how deep in a chain it sits.
+
+    ``depth`` is 0 for work started from outside any harness and grows by one for each enqueue a harness causes.
+    """
+
+    agent: str = ""
+    conversation: str = ""
+    sender: str = ""
+    depth: int = 0
+
+    def caused(self) -> "Context":
+        """The context of work enqueued by the invocation running under this context."""
+        return Context(self.agent, self.conversation, self.sender, self.depth + 1)
+
+
+@dataclass(frozen=True)
+class Invocation:
+    trigger: Trigger
+    harness: str
+    args: bytes = b""
+    tool: str | None = None  # CALL only
+    context: Context = field(default_factory=Context)
+    schedule_id: str | None = None  # WAKE only: the due-set id being delivered
+
+    @property
+    def label(self) -> str:
+        """Short text for logs: ``reminders.add`` / ``reminders.on_wake[daily-1]``."""
+        if self.trigger is Trigger.CALL:
+            return f"{self.harness}.{self.tool}"
+        suffix = f"[{self.schedule_id}]" if self.schedule_id is not None else ""
+        return f"{self.harness}.{EXPORT_OF[self.trigger]}{suffix}"
+
+
+_local = threading.local()
+
+
+def current_invocation() -> Invocation | None:
+    """The invocation whose guest is running on this thread, or None outside any guest."""
+    return getattr(_local, "invocation", None)
+
+
+@contextmanager
+def running(inv: Invocation) -> Iterator[None]:
+    """Publish ``inv`` as this thread's current invocation for the duration of the block."""
+    previous = current_invocation()
+    _local.invocation = inv
+    try:
+        yield
+    finally:
+        _local.invocation = previous

@@ -1,0 +1,180 @@
+"""The scheduler: sleeps until the earliest due instant, then drains due wakes into the executor.
+
+No polling tick. The thread waits on a Condition with a timeout equal to the distance to the earliest entry, or
+with no timeout at all when nothing is pending — an idle scheduler never wakes (``stats().wakeups`` proves it).
+It is woken early only by events: a schedule was written or cancelled, a wake it started finished, or capacity
+freed while a backlog waits.
+
+Rules (RFC 0205, "Scheduling"):
+- a wake receives ``{"id", "payload", "scheduled_at", "now"}`` (UTC ms), so missed occurrences after downtime
+  arrive once each and the harness decides what lateness means;
+- one in-flight wake per (harness, id): an entry that comes due while its key is running is *deferred* until
+  that invocation ends, never run alongside it;
+- a drain starts at most as many wakes as the executor has free workers; the rest *spill* to the next drain,
+  which is logged and counted;
+- a delivered occurrence is deleted when its invocation ends, whatever the outcome (a trap costs that occurrence
+  only); deleting by generation keeps a re-arm the wake itself wrote under the same id. After a crash mid-wake
+  the occurrence is delivered again: at-least-once across crashes, exactly once otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+
+from .dueset import DueSet, Entry
+from .errors import QueueClosed, QueueError
+from .executor import Executor
+from .invocation import Context, Invocation, Trigger
+
+log = logging.getLogger("berm.queue")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def wake_args(entry: Entry, now: int) -> bytes:
+    """The argument blob ``on_wake`` pulls with ``berm.args.*``."""
+    return json.dumps({"id": entry.id, "payload": entry.payload, "scheduled_at": entry.when_ms, "now": now},
+                      ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class SchedulerStats:
+    wakeups: int = 0  # returns from the condition wait: timer expiries and pokes
+    drains: int = 0  # drains that found due work
+    fired: int = 0  # wakes handed to the executor
+    deferred: int = 0  # occurrences that came due while the previous wake of their key still ran
+    spill_events: int = 0  # drains that could not start everything due
+    spilled: int = 0  # due entries left for a later drain, summed over spill events
+    backlog: int = 0  # due entries waiting for a worker right now
+    dropped: int = 0  # due entries the executor refused (chain depth): consumed, logged
+
+
+class Scheduler:
+    def __init__(self, dueset: DueSet, executor: Executor):
+        self._dueset = dueset
+        self._executor = executor
+        self._cond = threading.Condition()
+        self._inflight: dict[tuple[str, str], Entry] = {}
+        self._finished: list[Entry] = []
+        self._ended: dict[tuple[str, str], int] = {}  # keys whose wake ended since the last drain: when
+        self._stats = SchedulerStats()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        executor.add_listener(self._on_finished)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="berm-scheduler", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop draining; wakes already started run on in the executor."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def flush(self) -> None:
+        """Delete the occurrences of wakes that finished since the last drain (used at shutdown)."""
+        with self._cond:
+            self._flush()
+
+    def poke(self) -> None:
+        """The due-set changed: recompute the earliest instant."""
+        with self._cond:
+            self._cond.notify()
+
+    def stats(self) -> SchedulerStats:
+        with self._cond:
+            return self._stats
+
+    def in_flight(self) -> list[Entry]:
+        with self._cond:
+            return list(self._inflight.values())
+
+    # --- the thread -----------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        with self._cond:
+            while not self._stopping:
+                self._flush()
+                timeout = self._drain()
+                if self._stopping:
+                    break
+                self._cond.wait(timeout)
+                self._count(wakeups=1)
+
+    def _count(self, **delta: int) -> None:
+        s = self._stats
+        self._stats = replace(s, **{k: getattr(s, k) + v for k, v in delta.items()})
+
+    def _flush(self) -> None:
+        finished, self._finished = self._finished, []
+        try:
+            self._dueset.remove_fired(finished)
+        except QueueError as exc:
+            log.error("could not delete %d delivered wakes (they will be delivered again): %s", len(finished), exc)
+
+    def _drain(self) -> float | None:
+        """Start what is due within the budget; return how long to sleep (None: until poked)."""
+        now = now_ms()
+        budget = self._executor.free_slots()
+        rows = self._dueset.due(now, budget + len(self._inflight) + 1)
+        ready = [e for e in rows if e.key not in self._inflight]
+        for e in ready:
+            ended = self._ended.get(e.key)
+            if ended is not None and e.when_ms < ended:
+                self._count(deferred=1)
+                log.info("%s[%s] came due while its previous wake still ran: deferred, not overlapped",
+                         e.harness, e.id)
+        self._ended.clear()
+        for entry in ready[:budget]:
+            self._fire(entry, now)
+        if ready:
+            self._count(drains=1)
+        if len(ready) > budget:
+            backlog = self._dueset.count(due_at=now) - budget - sum(1 for e in rows if e.key in self._inflight)
+            self._count(spill_events=1, spilled=backlog)
+            self._stats = replace(self._stats, backlog=backlog)
+            log.warning("backpressure: %d due wakes wait for a worker (%d workers, %d started this drain)",
+                        backlog, self._executor.workers, min(budget, len(ready)))
+            return None
+        self._stats = replace(self._stats, backlog=0)
+        head = next((e for e in self._dueset.earliest(len(self._inflight) + 1) if e.key not in self._inflight), None)
+        if head is None:
+            return None
+        return max(0.0, (head.when_ms - now_ms()) / 1000)
+
+    def _fire(self, entry: Entry, now: int) -> None:
+        inv = Invocation(Trigger.WAKE, entry.harness, wake_args(entry, now), context=Context(depth=entry.depth),
+                         schedule_id=entry.id)
+        try:
+            self._executor.submit(inv)
+        except QueueClosed:
+            self._stopping = True
+            return
+        except QueueError as exc:
+            log.error("dropping the wake %s[%s]: %s", entry.harness, entry.id, exc)
+            self._finished.append(entry)
+            self._count(dropped=1)
+            return
+        self._inflight[entry.key] = entry
+        self._count(fired=1)
+
+    def _on_finished(self, inv: Invocation) -> None:
+        with self._cond:
+            if inv.trigger is Trigger.WAKE:
+                entry = self._inflight.pop((inv.harness, inv.schedule_id), None)
+                if entry is not None:
+                    self._finished.append(entry)
+                    self._ended[entry.key] = now_ms()
+                    self._cond.notify()
+            elif self._stats.backlog:
+                self._cond.notify()

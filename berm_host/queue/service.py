@@ -1,0 +1,118 @@
+"""The queue: harness targets, the executor, the due-set, the scheduler and subscriptions behind one API.
+
+Every way of starting a guest is a method here and ends in ``Executor.submit``: ``call`` (a tool), a due wake
+(the scheduler), ``publish`` (``on_notify`` of each subscribed harness). Every way of scheduling — the
+``berm.schedule.*`` capability, this host API, the CLI through the daemon — ends in ``schedule``/``cancel``.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future
+from dataclasses import asdict
+from pathlib import Path
+
+from .dueset import DueSet, Entry
+from .errors import ScheduleError, UnknownHarness
+from .executor import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT, DEFAULT_WORKERS, Executor
+from .invocation import Context, Invocation, Trigger
+from .scheduler import Scheduler
+from .subscriptions import Subscription, Subscriptions, notify_args
+from .target import Target
+
+log = logging.getLogger("berm.queue")
+
+
+class Queue:
+    def __init__(self, dueset: DueSet | str | Path, *, workers: int = DEFAULT_WORKERS,
+                 timeout: float = DEFAULT_TIMEOUT, per_harness: int | None = None,
+                 max_depth: int = DEFAULT_MAX_DEPTH):
+        self.dueset = dueset if isinstance(dueset, DueSet) else DueSet(dueset)
+        self._targets: dict[str, Target] = {}
+        self.executor = Executor(self._invoke, workers=workers, timeout=timeout, per_harness=per_harness,
+                                 max_depth=max_depth)
+        self.scheduler = Scheduler(self.dueset, self.executor)
+        self.subscriptions = Subscriptions()
+
+    # --- harnesses ------------------------------------------------------------------------------------------
+
+    def add(self, name: str, target: Target) -> None:
+        """Register a loaded harness under ``name`` (before ``start``, or at least before its work arrives)."""
+        self._targets[name] = target
+
+    def target(self, name: str) -> Target:
+        try:
+            return self._targets[name]
+        except KeyError:
+            raise UnknownHarness(f"no harness named {name!r} is loaded (loaded: {sorted(self._targets)})") from None
+
+    def harnesses(self) -> list[str]:
+        return sorted(self._targets)
+
+    def _invoke(self, inv: Invocation, deadline: float) -> str:
+        return self.target(inv.harness).invoke(inv, deadline)
+
+    # --- triggers -------------------------------------------------------------------------------------------
+
+    def call(self, harness: str, tool: str, args: bytes | str = b"", context: Context = Context()) -> Future:
+        """Queue a tool invocation; the future resolves to its result text (or raises Trap/ToolFailure/…)."""
+        target = self.target(harness)
+        if tool not in target.tools:
+            raise UnknownHarness(f"harness {harness!r} has no tool {tool!r} (tools: {sorted(target.tools)})")
+        data = args.encode("utf-8") if isinstance(args, str) else bytes(args)
+        return self.executor.submit(Invocation(Trigger.CALL, harness, data, tool=tool, context=context))
+
+    def subscribe(self, topic: str, harness: str, *, once: bool = False) -> Subscription:
+        if "on_notify" not in self.target(harness).exports:
+            raise ScheduleError(f"harness {harness!r} does not export on_notify, so it cannot subscribe")
+        sub = Subscription(topic, harness, once)
+        self.subscriptions.add(sub)
+        return sub
+
+    def publish(self, topic: str, event: str, context: Context = Context()) -> list[Future]:
+        """Deliver ``event`` to every harness subscribed to ``topic`` (one ``on_notify`` each)."""
+        args = notify_args(topic, event)
+        return [self.executor.submit(Invocation(Trigger.NOTIFY, s.harness, args, context=context))
+                for s in self.subscriptions.take(topic)]
+
+    # --- scheduling -----------------------------------------------------------------------------------------
+
+    def schedule(self, harness: str, id: str, when_ms: int, payload: str = "", *, depth: int = 0) -> Entry:
+        """Wake ``harness`` at ``when_ms`` (UTC ms) with ``payload``; replaces a pending ``id``. Durable on return."""
+        if "on_wake" not in self.target(harness).exports:
+            raise ScheduleError(f"harness {harness!r} does not export on_wake, so it cannot be scheduled")
+        self.executor.check_depth(harness, depth)
+        entry = self.dueset.put(harness, id, when_ms, payload, depth)
+        self.scheduler.poke()
+        return entry
+
+    def cancel(self, harness: str, id: str) -> bool:
+        removed = self.dueset.cancel(harness, id)
+        if removed:
+            self.scheduler.poke()
+        return removed
+
+    def list(self, harness: str | None = None) -> list[Entry]:
+        return self.dueset.list(harness)
+
+    # --- life -----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.scheduler.start()
+
+    def stop(self, *, cancel_pending: bool = True) -> None:
+        """Stop the scheduler, then the executor: queued work is dropped (``cancel_pending``) or finished;
+        running guests finish or are interrupted at their deadline. The due-set keeps every pending wake."""
+        self.scheduler.stop()
+        self.executor.shutdown(wait=True, cancel_pending=cancel_pending)
+        self.scheduler.flush()
+        self.dueset.close()
+
+    def stats(self) -> dict:
+        """Counters as plain data: per-harness accounting, executor load and the scheduler's own counters."""
+        return {
+            "harnesses": {name: asdict(s) for name, s in sorted(self.executor.stats().items())},
+            "executor": self.executor.load(),
+            "scheduler": asdict(self.scheduler.stats()),
+            "pending": self.dueset.count(),
+        }

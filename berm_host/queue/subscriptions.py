@@ -1,0 +1,52 @@
+"""Subscriptions: a harness as the target of a topic, so a published event becomes an ``on_notify`` invocation.
+
+RFC 0205 notes the event bus routes to agents only; this record is the missing piece — a subscription whose
+target is a harness. ``once`` subscriptions are removed by the first event they receive. Held in memory: the
+daemon re-creates them from its declarations at start.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Subscription:
+    topic: str
+    harness: str
+    once: bool = False
+
+
+def notify_args(topic: str, event: str) -> bytes:
+    """The argument blob ``on_notify`` pulls: ``{"topic": …, "event": …}``."""
+    return json.dumps({"topic": topic, "event": event}, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+class Subscriptions:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subs: list[Subscription] = []
+
+    def add(self, sub: Subscription) -> None:
+        with self._lock:
+            if sub not in self._subs:
+                self._subs.append(sub)
+
+    def remove(self, topic: str, harness: str) -> bool:
+        with self._lock:
+            before = len(self._subs)
+            self._subs = [s for s in self._subs if (s.topic, s.harness) != (topic, harness)]
+            return len(self._subs) != before
+
+    def take(self, topic: str) -> list[Subscription]:
+        """The subscriptions an event on ``topic`` is delivered to; ``once`` ones are consumed."""
+        with self._lock:
+            hits = [s for s in self._subs if s.topic == topic]
+            self._subs = [s for s in self._subs if not (s.once and s.topic == topic)]
+            return hits
+
+    def list(self) -> list[Subscription]:
+        with self._lock:
+            return list(self._subs)

@@ -1,0 +1,117 @@
+"""The persisted due-set: ordering, replacement by id, generations, limits, durability across SIGKILL."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from berm_host.queue import DueSet, QueueError, ScheduleError
+
+
+def test_put_list_due_cancel(tmp_path):
+    ds = DueSet(tmp_path / "due.db")
+    ds.put("h", "b", 2000, "two")
+    ds.put("h", "a", 1000, "one")
+    ds.put("g", "c", 1500, "")
+    assert [e.id for e in ds.list()] == ["a", "c", "b"]
+    assert [e.id for e in ds.list("h")] == ["a", "b"]
+    assert [e.id for e in ds.due(1500, 10)] == ["a", "c"]
+    assert [e.id for e in ds.earliest(1)] == ["a"]
+    assert ds.count() == 3 and ds.count(due_at=1000) == 1
+    assert ds.cancel("h", "a") and not ds.cancel("h", "a")
+    assert ds.get("h", "a") is None and ds.get("h", "b").payload == "two"
+
+
+def test_same_id_replaces_and_remove_fired_spares_a_rearm(tmp_path):
+    ds = DueSet(tmp_path / "due.db")
+    fired = ds.put("h", "daily", 1000, "p")
+    rearmed = ds.put("h", "daily", 2000, "p")  # what a recurring wake does while it runs
+    assert rearmed.gen > fired.gen and ds.count() == 1
+    ds.remove_fired([fired])
+    assert ds.get("h", "daily").when_ms == 2000
+    ds.remove_fired([rearmed])
+    assert ds.get("h", "daily") is None
+
+
+def test_reload_without_running_anything(tmp_path):
+    ds = DueSet(tmp_path / "due.db")
+    ds.put("h", "x", 5, "payload", depth=3)
+    ds.close()
+    again = DueSet(tmp_path / "due.db")
+    (e,) = again.list()
+    assert (e.harness, e.id, e.when_ms, e.payload, e.depth) == ("h", "x", 5, "payload", 3)
+    assert again.put("h", "y", 6).gen > e.gen  # generations keep growing across a reopen
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"id": ""}, "must not be empty"),
+    ({"id": "x" * 300}, "longer than 256 bytes"),
+    ({"payload": "p" * (65 << 10)}, "longer than"),
+    ({"payload": "\ud800"}, "not valid Unicode"),
+    ({"when_ms": 1.5}, "integer UTC milliseconds"),
+])
+def test_bad_schedules_are_refused(tmp_path, kwargs, message):
+    ds = DueSet(tmp_path / "due.db")
+    args = {"harness": "h", "id": "ok", "when_ms": 1, "payload": ""} | kwargs
+    with pytest.raises(ScheduleError, match=message):
+        ds.put(**args)
+
+
+def test_per_harness_limit(tmp_path):
+    ds = DueSet(tmp_path / "due.db", per_harness=2)
+    ds.put("h", "1", 1)
+    ds.put("h", "2", 1)
+    ds.put("h", "2", 3)  # replacing is not adding
+    with pytest.raises(ScheduleError, match="already has 2 pending"):
+        ds.put("h", "3", 1)
+    ds.put("other", "1", 1)
+
+
+def test_unopenable_file_is_a_clear_error(tmp_path):
+    (tmp_path / "dir.db").mkdir()
+    with pytest.raises(QueueError, match="cannot open the due-set"):
+        DueSet(tmp_path / "dir.db")
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from berm_host.queue import DueSet
+    ds = DueSet(sys.argv[1])
+    i = int(sys.argv[2])
+    while True:
+        ds.put("h", f"id{i}", i, "x" * (i % 200))
+        if i % 3 == 0:
+            ds.cancel("h", f"id{i - 1}")
+        print(i, flush=True)  # reported only after the commit returned
+        i += 1
+""")
+
+
+def test_sigkill_in_the_middle_of_writes_loses_nothing_committed(tmp_path):
+    db = tmp_path / "due.db"
+    committed, cancelled = set(), set()
+    start = 0
+    for round_ in range(4):
+        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(db), str(start)], stdout=subprocess.PIPE,
+                                text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+        lines = []
+        for line in proc.stdout:
+            lines.append(int(line))
+            if len(lines) >= 30 + 17 * round_:
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for i in lines:
+            committed.add(i)
+            if i % 3 == 0:
+                cancelled.add(i - 1)
+        start = max(lines) + 1
+        with sqlite3.connect(db) as con:
+            assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        present = {e.when_ms for e in DueSet(db).list()}
+        assert committed - cancelled <= present
+        assert not (cancelled & present)

@@ -1,0 +1,126 @@
+"""The executor: bounded pool, per-harness limits, deadlines, accounting, chain-depth refusal."""
+
+import threading
+import time
+
+import pytest
+
+from berm_host.queue import (ChainDepthError, Context, Executor, Invocation, QueueClosed, Trigger,
+                             current_invocation)
+from berm_host.traps import Trap
+
+from .queue_helpers import RecordingTarget, wait_for
+
+
+def _call(harness: str, args: bytes = b"x", depth: int = 0) -> Invocation:
+    return Invocation(Trigger.CALL, harness, args, tool="echo", context=Context(depth=depth))
+
+
+def _executor(targets: dict, **kw) -> Executor:
+    return Executor(lambda inv, deadline: targets[inv.harness].invoke(inv, deadline), **kw)
+
+
+def test_results_outcomes_and_accounting():
+    t = RecordingTarget()
+    ex = _executor({"a": t}, workers=2)
+    try:
+        assert ex.submit(_call("a", b"hello")).result(5) == "hello"
+        with pytest.raises(Trap):
+            ex.submit(_call("a", b"trap")).result(5)
+        assert ex.submit(_call("a", b"after")).result(5) == "after"  # a trap costs one invocation, not the worker
+        s = ex.stats()["a"]
+        assert (s.invocations, s.ok, s.traps, s.failures, s.errors) == (3, 2, 1, 0, 0)
+        assert s.run_time >= 0 and s.wait_time >= 0 and s.max_wait <= s.wait_time
+    finally:
+        ex.shutdown()
+
+
+def test_host_exception_is_counted_and_reported():
+    def invoke(inv, deadline):
+        raise ValueError("host bug")
+
+    ex = Executor(invoke, workers=1)
+    try:
+        with pytest.raises(ValueError, match="host bug"):
+            ex.submit(_call("a")).result(5)
+        assert ex.stats()["a"].errors == 1
+    finally:
+        ex.shutdown()
+
+
+def test_pool_is_bounded_and_per_harness_limit_holds():
+    lock = threading.Lock()
+    state = {"active": 0, "max": 0}
+    targets = {name: RecordingTarget(work=0.03) for name in "abc"}
+
+    def invoke(inv, deadline):
+        with lock:
+            state["active"] += 1
+            state["max"] = max(state["max"], state["active"])
+        try:
+            return targets[inv.harness].invoke(inv, deadline)
+        finally:
+            with lock:
+                state["active"] -= 1
+
+    ex = Executor(invoke, workers=3, per_harness=1)
+    try:
+        futures = [ex.submit(_call(h)) for h in "aaaabbbbcc"]
+        for f in futures:
+            f.result(10)
+        assert state["max"] <= 3
+        assert all(t.max_active == 1 for t in targets.values())
+        # round-robin across harnesses: while "a" is held to one at a time, the others still ran alongside it
+        assert state["max"] >= 2
+        assert sum(s.invocations for s in ex.stats().values()) == 10
+    finally:
+        ex.shutdown()
+
+
+def test_deadline_starts_when_the_invocation_starts():
+    t = RecordingTarget()
+    ex = _executor({"a": t}, workers=1, timeout=7.5)
+    try:
+        before = time.monotonic()
+        ex.submit(_call("a")).result(5)
+        deadline = t.calls[0]["deadline"]
+        assert before + 7.5 <= deadline <= time.monotonic() + 7.5
+    finally:
+        ex.shutdown()
+
+
+def test_chain_depth_refused_past_limit():
+    t = RecordingTarget()
+    ex = _executor({"a": t}, workers=1, max_depth=8)
+    try:
+        assert ex.submit(_call("a", depth=8)).result(5) == "x"
+        with pytest.raises(ChainDepthError, match="chain depth 9 exceeds the limit of 8"):
+            ex.submit(_call("a", depth=9))
+        assert ex.stats()["a"].refused == 1
+        assert len(t.calls) == 1
+    finally:
+        ex.shutdown()
+
+
+def test_current_invocation_is_published_on_the_worker():
+    seen = []
+    ex = Executor(lambda inv, deadline: seen.append(current_invocation()) or "", workers=1)
+    try:
+        inv = _call("a", depth=3)
+        ex.submit(inv).result(5)
+        assert seen == [inv] and current_invocation() is None
+    finally:
+        ex.shutdown()
+
+
+def test_shutdown_refuses_new_work_and_finishes_in_flight():
+    t = RecordingTarget(work=0.05)
+    ex = _executor({"a": t}, workers=1)
+    running = ex.submit(_call("a", b"first"))
+    wait_for(lambda: t.active == 1)
+    queued = ex.submit(_call("a", b"second"))
+    ex.shutdown(cancel_pending=True)
+    assert running.result(0) == "first"
+    assert queued.cancelled()
+    with pytest.raises(QueueClosed):
+        ex.submit(_call("a"))

@@ -1,0 +1,173 @@
+"""The scheduler over the due-set and executor: exact wakes, idling at zero, missed occurrences, overrun,
+backpressure, chain depth — observed through a recording target (the queue rules, not a guest)."""
+
+import json
+import logging
+import time
+
+import pytest
+
+from berm_abi.frames import encode_frame
+from berm_host.linker import CapabilityError
+from berm_host.queue import DueSet, Queue, ScheduleError, schedule_capabilities
+
+from .queue_helpers import RecordingTarget, wait_for
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.fixture
+def make_queue(tmp_path):
+    queues = []
+
+    def make(targets: dict, *, start: bool = True, **kw) -> Queue:
+        q = Queue(tmp_path / "due.db", **kw)
+        for name, t in targets.items():
+            q.add(name, t)
+        if start:
+            q.start()
+        queues.append(q)
+        return q
+
+    yield make
+    for q in queues:
+        q.stop()
+
+
+def test_wake_200ms_ahead_fires_on_time_and_idle_makes_no_wakeups(make_queue):
+    t = RecordingTarget()
+    q = make_queue({"h": t})
+    time.sleep(0.3)
+    assert q.scheduler.stats().wakeups == 0  # nothing pending: the thread never woke
+    when = now_ms() + 200
+    q.schedule("h", "soon", when, "p")
+    wait_for(lambda: t.wakes())
+    (wake,) = t.wakes()
+    late_ms = wake["start"] * 1000 - when
+    assert 0 <= late_ms < 150, late_ms
+    assert (wake["id"], wake["payload"], wake["scheduled_at"]) == ("soon", "p", when)
+    assert wake["now"] >= when
+    wait_for(lambda: q.stats()["pending"] == 0)
+    settled = q.scheduler.stats().wakeups
+    q.schedule("h", "far", now_ms() + 3_600_000)  # one poke, then sleep for an hour
+    time.sleep(0.3)
+    assert q.scheduler.stats().wakeups <= settled + 1
+    assert [e.id for e in q.list()] == ["far"]
+
+
+def test_missed_occurrences_after_downtime_arrive_once_each(tmp_path, make_queue):
+    ds = DueSet(tmp_path / "due.db")
+    past = now_ms() - 3 * 3600_000
+    for i in range(5):
+        ds.put("h", f"m{i}", past + i * 60_000, f"p{i}")
+    ds.close()  # "the daemon was down"
+    t = RecordingTarget()
+    q = make_queue({"h": t})
+    wait_for(lambda: len(t.wakes()) == 5 and q.stats()["pending"] == 0)
+    time.sleep(0.1)
+    wakes = sorted(t.wakes(), key=lambda w: w["id"])
+    assert [w["id"] for w in wakes] == [f"m{i}" for i in range(5)]
+    assert [w["scheduled_at"] for w in wakes] == [past + i * 60_000 for i in range(5)]
+    assert all(w["now"] - w["scheduled_at"] >= 3 * 3600_000 - 5 * 60_000 for w in wakes)
+
+
+def test_overrun_defers_and_never_overlaps(make_queue):
+    fired = []
+
+    def rearm(inv):  # a recurring harness: re-arm 20 ms ahead, then run a body that takes 150 ms
+        fired.append(inv)
+        if len(fired) < 3:
+            q.schedule("h", "tick", now_ms() + 20)
+
+    t = RecordingTarget(work=0.15, on_wake=rearm)
+    q = make_queue({"h": t}, workers=4)
+    q.schedule("h", "tick", now_ms())
+    wait_for(lambda: len(t.wakes()) == 3 and q.stats()["pending"] == 0)
+    wakes = sorted(t.wakes(), key=lambda w: w["start"])
+    assert t.max_active == 1
+    assert all(a["end"] <= b["start"] for a, b in zip(wakes, wakes[1:]))
+    assert q.scheduler.stats().deferred >= 1
+    # deferred, not dropped: the late one still says when it was due
+    assert all(w["now"] >= w["scheduled_at"] for w in wakes)
+
+
+def test_backpressure_spills_to_the_next_drain_and_is_counted(make_queue, caplog):
+    caplog.set_level(logging.WARNING, logger="berm.queue")
+    t = RecordingTarget(work=0.03)
+    q = make_queue({"h": t}, workers=2, start=False)
+    when = now_ms() - 1
+    for i in range(10):  # all due before the scheduler starts, so its first drain sees ten for two workers
+        q.schedule("h", f"w{i}", when)
+    q.start()
+    wait_for(lambda: len(t.wakes()) == 10 and q.stats()["pending"] == 0)
+    s = q.scheduler.stats()
+    assert s.spill_events >= 1 and s.spilled >= 8 and s.fired == 10 and s.backlog == 0
+    assert sorted(w["id"] for w in t.wakes()) == [f"w{i}" for i in range(10)]
+    assert any("backpressure" in r.message for r in caplog.records)
+
+
+def test_trap_costs_one_occurrence_not_the_schedule(make_queue):
+    def rearm_then_trap(inv):
+        if json.loads(inv.args)["payload"] == "trap":
+            q.schedule("h", "r", now_ms() + 30, "fine")  # re-armed before the body traps
+
+    t = RecordingTarget(on_wake=rearm_then_trap)
+    q = make_queue({"h": t})
+    q.schedule("h", "r", now_ms(), "trap")
+    wait_for(lambda: len(t.wakes()) == 2 and q.stats()["pending"] == 0)
+    assert [w["payload"] for w in sorted(t.wakes(), key=lambda w: w["start"])] == ["trap", "fine"]
+    assert q.stats()["harnesses"]["h"]["traps"] == 1
+
+
+def test_chain_depth_stops_a_tight_self_rescheduling_chain(make_queue):
+    errors = []
+
+    def again(inv):
+        try:
+            at(encode_frame([now_ms(), "loop", "again"]))
+        except CapabilityError as exc:
+            errors.append(str(exc))
+
+    t = RecordingTarget(on_wake=again)
+    q = make_queue({"h": t}, max_depth=8)
+    at, _cancel = (c.fn for c in schedule_capabilities(q, "h"))
+    q.schedule("h", "loop", now_ms())
+    wait_for(lambda: errors and q.stats()["pending"] == 0)
+    time.sleep(0.05)
+    assert [w["depth"] for w in sorted(t.wakes(), key=lambda w: w["start"])] == list(range(9))
+    assert errors == ["chain depth 9 exceeds the limit of 8: refusing work for 'h' caused by a harness "
+                      "(a harness re-triggering itself in a tight chain?)"]
+    assert q.stats()["harnesses"]["h"]["refused"] == 1
+
+
+def test_rearm_beyond_the_horizon_starts_a_fresh_chain(make_queue):
+    t = RecordingTarget()
+    q = make_queue({"h": t})
+    at, cancel = (c.fn for c in schedule_capabilities(q, "h", horizon_ms=1000))
+    at(encode_frame([now_ms() + 5000, "later", ""]))
+    assert q.dueset.get("h", "later").depth == 0
+    cancel(encode_frame(["later"]))
+    assert q.list() == []
+    with pytest.raises(CapabilityError, match="expected fields"):
+        at(encode_frame(["1"]))
+
+
+def test_a_harness_without_on_wake_cannot_be_scheduled(make_queue):
+    t = RecordingTarget()
+    t.exports = frozenset()
+    q = make_queue({"h": t})
+    with pytest.raises(ScheduleError, match="does not export on_wake"):
+        q.schedule("h", "x", now_ms())
+
+
+def test_notify_reaches_subscribed_harnesses(make_queue):
+    a, b = RecordingTarget(), RecordingTarget()
+    q = make_queue({"a": a, "b": b})
+    q.subscribe("agent:x:done", "a")
+    q.subscribe("agent:x:done", "b", once=True)
+    for f in q.publish("agent:x:done", "{}") + q.publish("agent:x:done", "second"):
+        f.result(5)
+    assert [json.loads(c["args"])["event"] for c in a.calls] == ["{}", "second"]
+    assert [json.loads(c["args"]) for c in b.calls] == [{"topic": "agent:x:done", "event": "{}"}]
