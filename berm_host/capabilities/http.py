@@ -1,0 +1,148 @@
+"""``berm.http.fetch``: one HTTP(S) request to a host the declaration lists, through ``http.client``.
+
+The host check is a comparison the guest cannot influence: the URL's host, lower-cased and without one trailing
+dot, must equal an entry (normalised the same way), or end in ``.suffix`` for an entry ``*.suffix`` (subdomains
+only, never the bare suffix). Only http and https; no credentials in the URL; the guest may not set ``Host``,
+``Content-Length`` or ``Transfer-Encoding`` (a forged Host would reach other virtual hosts behind an allowed
+address). Redirects are returned as they are, never followed. A timer shuts the socket down when the call's
+time is up, so neither a slow server nor a trickle of bytes outlasts the timeout (name resolution itself is
+bounded only by the resolver). Bodies over ``BODY_CAP`` are refused.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import socket
+import ssl
+import threading
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from berm_abi.errors import BermError
+from berm_abi.frames import encode_frame
+from berm_host.linker import CapabilityError, CapabilityFn
+
+from ._request import Deadline, capability, fields, text
+
+HTTP_TIMEOUT = 30.0
+BODY_CAP = 16 * 1024 * 1024
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+_FORBIDDEN_HEADERS = {"host", "content-length", "transfer-encoding"}
+_HOST_CHARS = re.compile(r"[a-z0-9.*:_-]+|\[[0-9a-f:.]+\]")
+
+
+class HostListError(BermError):
+    """A declared host entry is not a host name, an address, or ``*.`` followed by a host name."""
+
+
+def normalize_host(host: str) -> str:
+    host = host.strip().lower()
+    return host[:-1] if host.endswith(".") else host
+
+
+class HostList:
+    """The hosts a declaration allows: exact names, and ``*.suffix`` for any subdomain of ``suffix``."""
+
+    def __init__(self, hosts: Iterable[str]):
+        self.exact: set[str] = set()
+        self.suffixes: set[str] = set()
+        for entry in hosts:
+            host = normalize_host(entry)
+            if not host or not _HOST_CHARS.fullmatch(host) or "*" in host.removeprefix("*."):
+                raise HostListError(f"bad host entry {entry!r}")
+            if host.startswith("*."):
+                self.suffixes.add(host[1:])  # ".example.org"
+            else:
+                self.exact.add(host.strip("[]"))
+        self.entries = tuple(sorted(self.exact) + sorted("*" + s for s in self.suffixes))
+
+    def allows(self, host: str) -> bool:
+        host = normalize_host(host)
+        return host in self.exact or any(host.endswith(s) and len(host) > len(s) for s in self.suffixes)
+
+
+def _target(url: str, hosts: HostList) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port, request target) of an allowed URL, or a CapabilityError saying why not."""
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F or c == "\\" for c in url):
+        raise CapabilityError("URL contains whitespace, control characters or a backslash")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise CapabilityError(f"bad URL: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise CapabilityError(f"only http and https URLs are allowed, not {scheme or 'no scheme'!r}")
+    if parts.username is not None or parts.password is not None:
+        raise CapabilityError("credentials in the URL are not allowed")
+    host = parts.hostname
+    if not host:
+        raise CapabilityError("URL has no host")
+    if not hosts.allows(host):
+        raise CapabilityError(f"host {host!r} is not in this harness's hosts")
+    path = parts.path or "/"
+    return scheme, normalize_host(host), port, path + (f"?{parts.query}" if parts.query else "")
+
+
+def _abort(conn: http.client.HTTPConnection) -> None:
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tuple[str, str]], *,
+          timeout: float = HTTP_TIMEOUT, cap: int = BODY_CAP) -> tuple[int, str, bytes]:
+    if not _TOKEN.fullmatch(method):
+        raise CapabilityError(f"bad method {method[:20]!r}")
+    for name, value in headers:
+        if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\0"):
+            raise CapabilityError(f"bad header {name[:40]!r}")
+        if name.lower() in _FORBIDDEN_HEADERS:
+            raise CapabilityError(f"the {name} header is set by the host")
+    scheme, host, port, target = _target(url, hosts)
+    deadline = Deadline(timeout)
+    if scheme == "https":
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context())
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    timer = threading.Timer(timeout, _abort, (conn,))
+    timer.daemon = True
+    timer.start()
+    try:
+        conn.request(method, target, body=body or None, headers=dict(headers))
+        resp = conn.getresponse()
+        data = bytearray()
+        while chunk := resp.read1(65536):
+            deadline.check()
+            data += chunk
+            if len(data) > cap:
+                raise CapabilityError(f"response body is larger than the {cap // (1024 * 1024)} MiB cap")
+        deadline.check()
+        rendered = "".join(f"{k}: {v}\n" for k, v in resp.getheaders())
+        return resp.status, rendered, bytes(data)
+    except (http.client.HTTPException, ssl.SSLError, OSError, ValueError) as exc:
+        deadline.check()
+        if isinstance(exc, socket.gaierror):
+            raise CapabilityError(f"cannot resolve {host}") from None
+        raise CapabilityError(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        timer.cancel()
+        conn.close()
+
+
+def capabilities(hosts: HostList, *, timeout: float = HTTP_TIMEOUT) -> dict[str, CapabilityFn]:
+    """``berm.http.fetch`` limited to ``hosts``."""
+
+    @capability("berm.http.fetch")
+    def http_fetch(request: bytes) -> bytes:
+        (method, url, body), pairs = fields(request, ("method", "url", "body"), pairs=True)
+        headers = [(text(k, "header name"), text(v, "header value")) for k, v in pairs]
+        status, rendered, data = fetch(hosts, text(method, "method"), text(url, "url"), body, headers,
+                                       timeout=timeout)
+        return encode_frame([status, rendered, data])
+
+    return {"berm.http.fetch": http_fetch}

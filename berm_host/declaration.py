@@ -1,0 +1,208 @@
+"""Declarations: what an agent grants each harness it declares (ABI.md §8, TOML ``[[harnesses]]`` entries).
+
+A declaration grants; a manifest only requests. Nothing here reads a manifest, and nothing turns a request into
+a grant. Each entry names its image file, ``{HARNESSES_DIR}/{name}.elf``; when it pins a ``sha256`` the file is
+verified on every load and refused on a mismatch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from berm_abi.errors import BermError
+
+from .capabilities.http import HostList, HostListError
+from .layout import check_memory_size
+
+
+class DeclarationError(BermError):
+    """A declaration is malformed: an unknown key, a wrong type or value (the entry and key are named)."""
+
+
+class ImageNotFound(DeclarationError):
+    """The declared harness's image file does not exist."""
+
+
+class ImageDigestMismatch(DeclarationError):
+    """The image file's SHA-256 is not the one the declaration pins: the image is refused."""
+
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_MEMORY = re.compile(r"(\d+)\s*([KMG]?)(?:i?B)?", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MAX_TIMEOUT = 24 * 3600.0
+
+
+def harnesses_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """Where harness images live: ``override``, else ``$BERM_HARNESSES_DIR``, else the user config dir's
+    ``harnesses`` (``platformdirs.user_config_dir("berm")/harnesses``)."""
+    if override:
+        return Path(override).expanduser()
+    env = os.environ.get("BERM_HARNESSES_DIR")
+    return Path(env).expanduser() if env else Path(platformdirs.user_config_dir("berm")) / "harnesses"
+
+
+def parse_memory(value: int | str, what: str = "memory") -> int:
+    """A guest memory size from ``65536``, ``"64K"``, ``"64M"``, ``"1G"`` (binary units; ``MiB`` also read):
+    a power of two between 64 KiB and 4 GiB (ABI.md §5)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise DeclarationError(f"{what} must be a size like \"64M\", not {type(value).__name__}")
+    if isinstance(value, int):
+        size = value
+    else:
+        m = _MEMORY.fullmatch(value.strip())
+        if not m:
+            raise DeclarationError(f"{what} must be a size like \"64M\", not {value!r}")
+        size = int(m[1]) * _UNITS[m[2].upper()]
+    try:
+        return check_memory_size(size)
+    except ValueError as exc:
+        raise DeclarationError(f"{what}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One harness as an agent declares it. ``capabilities`` are the grant names; ``root`` bounds fs and exec,
+    ``hosts`` bounds http; ``env`` is added to every command exec runs; ``timeout`` (seconds) and ``memory``
+    (bytes) override the engine's defaults for this harness."""
+
+    name: str
+    source: str = "builtin"
+    sha256: str | None = None
+    capabilities: tuple[str, ...] = ()
+    root: str | None = None
+    hosts: tuple[str, ...] = ()
+    timeout: float | None = None
+    memory: int | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+    def image_path(self, directory: str | os.PathLike[str] | None = None) -> Path:
+        return harnesses_dir(directory) / f"{self.name}.elf"
+
+    def load_image(self, directory: str | os.PathLike[str] | None = None) -> bytes:
+        """The image's bytes, verified against ``sha256`` when the declaration pins one."""
+        path = self.image_path(directory)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise ImageNotFound(f"harness {self.name!r}: no image at {path}") from None
+        except OSError as exc:
+            raise ImageNotFound(f"harness {self.name!r}: cannot read {path}: {exc.strerror}") from None
+        if self.sha256 is not None:
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != self.sha256:
+                raise ImageDigestMismatch(f"harness {self.name!r}: refusing {path}: its sha256 is {actual}, "
+                                          f"the declaration pins {self.sha256}")
+        return data
+
+
+def _string(entry: dict, key: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is not None and not isinstance(value, str):
+        raise DeclarationError(f"{where}: {key} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _strings(entry: dict, key: str, where: str) -> tuple[str, ...]:
+    value = entry.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DeclarationError(f"{where}: {key} must be a list of strings")
+    if len(set(value)) != len(value):
+        raise DeclarationError(f"{where}: {key} lists the same entry twice")
+    return tuple(value)
+
+
+def _timeout(entry: dict, where: str) -> float | None:
+    value = entry.get("timeout")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT:
+        raise DeclarationError(f"{where}: timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {value!r}")
+    return float(value)
+
+
+def _env(entry: dict, where: str) -> tuple[tuple[str, str], ...]:
+    value = entry.get("env", {})
+    if not isinstance(value, dict):
+        raise DeclarationError(f"{where}: env must be a table of strings")
+    for k, v in value.items():
+        if not isinstance(v, str) or not k or "=" in k or "\0" in k or "\0" in v:
+            raise DeclarationError(f"{where}: env.{k} must be a string (and its name a plain variable name)")
+    return tuple(sorted(value.items()))
+
+
+_KEYS = frozenset({"name", "source", "sha256", "capabilities", "root", "hosts", "timeout", "memory", "env"})
+
+
+def declaration_from_table(entry: Any, where: str = "harness") -> Declaration:
+    """One ``[[harnesses]]`` table as a Declaration; errors name ``where`` (e.g. ``harnesses[2] "os"``)."""
+    if not isinstance(entry, dict):
+        raise DeclarationError(f"{where}: must be a table")
+    name = _string(entry, "name", where)
+    if name is None:
+        raise DeclarationError(f"{where}: name is required")
+    if not _NAME.fullmatch(name):
+        raise DeclarationError(f"{where}: name {name!r} must be 1-64 of [A-Za-z0-9_.-], not starting with . or -")
+    where = f"{where} {name!r}"
+    unknown = sorted(set(entry) - _KEYS)
+    if unknown:
+        raise DeclarationError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KEYS))})")
+    sha = _string(entry, "sha256", where)
+    if sha is not None and not _SHA256.fullmatch(sha.lower()):
+        raise DeclarationError(f"{where}: sha256 must be 64 hex digits")
+    root = _string(entry, "root", where)
+    if root is not None and not os.path.isabs(os.path.expanduser(root)):
+        raise DeclarationError(f"{where}: root must be an absolute path, not {root!r}")
+    hosts = _strings(entry, "hosts", where)
+    try:
+        HostList(hosts)
+    except HostListError as exc:
+        raise DeclarationError(f"{where}: hosts: {exc}") from None
+    return Declaration(
+        name=name,
+        source=_string(entry, "source", where) or "builtin",
+        sha256=sha.lower() if sha else None,
+        capabilities=_strings(entry, "capabilities", where),
+        root=root,
+        hosts=hosts,
+        timeout=_timeout(entry, where),
+        memory=parse_memory(entry["memory"], f"{where}: memory") if "memory" in entry else None,
+        env=_env(entry, where),
+    )
+
+
+def parse_declarations(text: str, origin: str = "declaration") -> list[Declaration]:
+    """Every ``[[harnesses]]`` entry of a TOML document (other top-level keys belong to the agent and are left
+    alone). Harness names must be unique within the document."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise DeclarationError(f"{origin}: not valid TOML: {exc}") from None
+    entries = doc.get("harnesses", [])
+    if not isinstance(entries, list):
+        raise DeclarationError(f"{origin}: harnesses must be an array of tables ([[harnesses]])")
+    out: list[Declaration] = []
+    for i, entry in enumerate(entries):
+        decl = declaration_from_table(entry, f"{origin}: harnesses[{i}]")
+        if any(d.name == decl.name for d in out):
+            raise DeclarationError(f"{origin}: harness {decl.name!r} is declared twice")
+        out.append(decl)
+    return out
+
+
+def load_declarations(path: str | os.PathLike[str]) -> list[Declaration]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DeclarationError(f"cannot read {path}: {exc}") from None
+    return parse_declarations(text, str(path))

@@ -1,0 +1,151 @@
+"""From a declaration to a linker: the grant *is* the linker (shared/DESIGN.md, "Enforcement is absence").
+
+A capability is linked only when the declaration grants it *and* its bounding argument is present: ``fs`` and
+``exec`` need a ``root``, ``http`` needs ``hosts``; ``clock`` and ``kv`` need nothing (``kv`` is bound to the
+harness's namespace). Anything else is simply absent, so calling it traps as an unknown host call. The upstream
+``crabtalk.*`` names of the same operations are linked as aliases of the same functions.
+
+``image_key`` digests everything a linker is built from, so two declarations that would build the same linker
+share one loaded image, and any difference in what the guest can reach gives a different key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from berm_abi.errors import BermError
+from berm_abi.names import UPSTREAM_ALIASES
+
+from .capabilities import clock, exec as exec_cap, fs, fs_search, http, kv
+from .capabilities.paths import Root, RootError
+from .declaration import Declaration
+from .linker import CapabilityFn, Linker
+
+#: The invocation deadline when a declaration gives no ``timeout`` (the engine's default).
+DEFAULT_INVOCATION_TIMEOUT = 60.0
+KNOWN_GRANTS = ("clock", "exec", "fs", "http", "kv")
+#: Grants that need an argument, and which.
+BOUNDS = {"fs": "root", "exec": "root", "http": "hosts"}
+
+#: An embedder's own grant: builds capabilities (name -> fn) for a declaration.
+GrantBuilder = Callable[[Declaration], dict[str, CapabilityFn]]
+
+
+class GrantError(BermError):
+    """A declaration cannot be linked: an unknown grant name, or a root that is not a directory."""
+
+
+def capability_timeout(default: float, declaration: Declaration) -> float:
+    """A capability's own timeout: its default, but always below the invocation's deadline (a guest blocked in a
+    host call cannot be interrupted), leaving it a fifth of the budget (at most 5 s) to handle the reply."""
+    budget = declaration.timeout or DEFAULT_INVOCATION_TIMEOUT
+    return min(default, budget - min(5.0, budget / 5))
+
+
+def grant_status(declaration: Declaration, extra: Mapping[str, GrantBuilder] | None = None) -> dict[str, str]:
+    """For each capability the declaration names: ``"linked"``, or why it is absent."""
+    status = {}
+    for name in declaration.capabilities:
+        bound = BOUNDS.get(name)
+        if name not in KNOWN_GRANTS and name not in (extra or {}):
+            status[name] = "absent: this host does not know it"
+        elif bound and not getattr(declaration, bound):
+            status[name] = f"absent: no {bound} declared"
+        else:
+            status[name] = "linked"
+    return status
+
+
+def _linked(declaration: Declaration, extra: Mapping[str, GrantBuilder] | None) -> list[str]:
+    status = grant_status(declaration, extra)
+    unknown = [n for n, s in status.items() if s.endswith("does not know it")]
+    if unknown:
+        raise GrantError(f"harness {declaration.name!r} is granted {unknown[0]!r}, which this host does not know "
+                         f"(known: {', '.join(sorted([*KNOWN_GRANTS, *(extra or {})]))})")
+    return sorted(n for n, s in status.items() if s == "linked")
+
+
+def _root(declaration: Declaration) -> Root:
+    try:
+        return Root(declaration.root)
+    except RootError as exc:
+        raise GrantError(f"harness {declaration.name!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """Everything a linker is built from, resolved."""
+
+    grants: list[str]
+    root: Root | None
+    hosts: http.HostList | None
+    namespace: str | None
+
+
+def _inputs(declaration: Declaration, harness_name: str | None, extra: Mapping[str, GrantBuilder] | None) -> _Inputs:
+    grants = _linked(declaration, extra)
+    return _Inputs(
+        grants=grants,
+        root=_root(declaration) if {"fs", "exec"} & set(grants) else None,
+        hosts=http.HostList(declaration.hosts) if "http" in grants else None,
+        namespace=(harness_name or declaration.name) if "kv" in grants else None,
+    )
+
+
+def linker_for(declaration: Declaration, *, harness_name: str | None = None, data_dir: str | os.PathLike[str] | None = None,
+               extra: Mapping[str, GrantBuilder] | None = None) -> Linker:
+    """The linker of ``declaration``: exactly its bounded grants, plus their ``crabtalk.*`` aliases.
+
+    ``harness_name`` names the kv namespace (default: the declaration's name); ``data_dir`` holds the kv
+    database (default ``berm_host.capabilities.kv.data_dir()``); ``extra`` maps further grant names an embedder
+    serves to builders of their capabilities.
+    """
+    inputs = _inputs(declaration, harness_name, extra)
+    fns: dict[str, CapabilityFn] = {}
+    for grant in inputs.grants:
+        if grant == "fs":
+            fns |= fs.capabilities(inputs.root)
+            fns |= fs_search.capabilities(inputs.root, timeout=capability_timeout(fs_search.SEARCH_TIMEOUT, declaration))
+        elif grant == "exec":
+            fns |= exec_cap.capabilities(inputs.root, env=dict(declaration.env),
+                                         timeout=capability_timeout(exec_cap.EXEC_TIMEOUT, declaration))
+        elif grant == "http":
+            fns |= http.capabilities(inputs.hosts, timeout=capability_timeout(http.HTTP_TIMEOUT, declaration))
+        elif grant == "clock":
+            fns |= clock.capabilities()
+        elif grant == "kv":
+            fns |= kv.capabilities(kv.KvStore.shared(kv.data_dir(data_dir)), inputs.namespace)
+        else:
+            fns |= extra[grant](declaration)
+    linker = Linker()
+    for name, fn in fns.items():
+        linker.define(name, fn)
+    for alias, name in UPSTREAM_ALIASES.items():
+        if name in fns:
+            linker.define(alias, fns[name])
+    return linker
+
+
+def image_key(elf_sha256: str, declaration: Declaration, *, harness_name: str | None = None, scope: str = "",
+              extra: Mapping[str, GrantBuilder] | None = None) -> str:
+    """SHA-256 (hex) over the ELF's digest and everything its linker and instance are built from: the linked
+    grants, the resolved root (when fs or exec is linked), the hosts (when http is), exec's environment, the kv
+    namespace (when kv is linked: storage is part of what the guest reaches), timeout, memory and the caller's
+    ``scope``. Never the agent's name, nor the harness's name unless it is the kv namespace in use."""
+    inputs = _inputs(declaration, harness_name, extra)
+    material = {
+        "elf": elf_sha256.lower(),
+        "grants": inputs.grants,
+        "root": str(inputs.root.path) if inputs.root else None,
+        "hosts": list(inputs.hosts.entries) if inputs.hosts else [],
+        "env": [list(p) for p in declaration.env] if "exec" in inputs.grants else [],
+        "kv": inputs.namespace,
+        "timeout": declaration.timeout,
+        "memory": declaration.memory,
+        "scope": scope,
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
