@@ -1,0 +1,76 @@
+/* Timed wakes: the on_wake arguments and the re-arm-before-body wrapper (berm_recurring.h). */
+#include "berm_recurring.h"
+
+berm_wake berm_wake_args(void) {
+    berm_wake wake = {0};
+    berm_str args = berm_args();
+    berm_json_parsed parsed = berm_json_parse(args.ptr ? args.ptr : "", args.len);
+    free((void *)args.ptr);
+    if (parsed.error) {
+        wake.error = parsed.error;
+        return wake;
+    }
+    wake.doc = parsed.value;
+    const berm_json *id = berm_json_get(wake.doc, "id"), *payload = berm_json_get(wake.doc, "payload");
+    const berm_json *due = berm_json_get(wake.doc, "scheduled_at"), *now = berm_json_get(wake.doc, "now");
+    if (!id || id->type != BERM_JSON_STRING || !payload || payload->type != BERM_JSON_STRING || !due ||
+        due->type != BERM_JSON_INT || !now || now->type != BERM_JSON_INT) {
+        berm_wake_free(&wake);
+        wake.error = strdup("the wake's arguments are not {id, payload, scheduled_at, now}");
+        return wake;
+    }
+    wake.id = (berm_str){id->str, id->len};
+    wake.payload = (berm_str){payload->str, payload->len};
+    wake.scheduled_at = due->integer;
+    wake.now = now->integer;
+    return wake;
+}
+
+void berm_wake_free(berm_wake *wake) {
+    berm_json_free(wake->doc);
+    free(wake->error);
+    *wake = (berm_wake){0};
+}
+
+static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
+
+int64_t berm_next_local_time(int64_t after_utc_ms, int64_t offset_seconds, int hour, int minute) {
+    int64_t offset_ms = offset_seconds * 1000;
+    int64_t local = after_utc_ms + offset_ms;
+    int64_t next = floor_div(local, BERM_DAY_MS) * BERM_DAY_MS + ((int64_t)hour * 60 + minute) * BERM_MINUTE_MS;
+    if (next <= local) next += BERM_DAY_MS;
+    return next - offset_ms;
+}
+
+berm_result_t berm_recurring(const berm_wake *wake, berm_next_fn next, void *next_ctx, berm_body_fn body,
+                             void *body_ctx) {
+    berm_clock clock = berm_clock_now();
+    if (clock.error) {
+        berm_logf("recurring %.*s: not re-armed, the clock failed: %s", (int)wake->id.len, wake->id.ptr,
+                  clock.error);
+        free(clock.error);
+    } else {
+        int64_t when = next(&clock, next_ctx);
+        if (when >= 0) {
+            berm_reply armed = berm_schedule_at(when, wake->id, wake->payload);
+            if (armed.error)
+                berm_logf("recurring %.*s: re-arming failed: %s", (int)wake->id.len, wake->id.ptr, armed.error);
+            berm_reply_free(&armed);
+        }
+    }
+    return body(wake, body_ctx);
+}
+
+typedef struct {
+    int hour, minute;
+} daily_time;
+
+static int64_t next_daily(const berm_clock *clock, void *ctx) {
+    const daily_time *t = ctx;
+    return berm_next_local_time(clock->utc_millis, clock->local_offset_seconds, t->hour, t->minute);
+}
+
+berm_result_t berm_recurring_daily(const berm_wake *wake, int hour, int minute, berm_body_fn body, void *ctx) {
+    daily_time t = {hour, minute};
+    return berm_recurring(wake, next_daily, &t, body, ctx);
+}
