@@ -1,0 +1,82 @@
+"""``berm schedule add|list|cancel``: the due-set of a running daemon, over its control socket."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import time
+from pathlib import Path
+
+from berm_abi.errors import BermError
+from berm_host.daemon import DaemonClient, default_socket
+
+HELP = "Add, list or cancel timed wakes of a running daemon (`berm serve`)."
+
+_RELATIVE = re.compile(r"\+(\d+)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class WhenError(BermError):
+    """A schedule instant that cannot be read."""
+
+
+def parse_when(text: str, now_ms: int | None = None) -> int:
+    """UTC milliseconds from ``+30s``/``+5m``/``+2h``/``+1d``, an ISO-8601 instant (local time when it has no
+    zone), or integer milliseconds since the epoch."""
+    now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    if m := _RELATIVE.fullmatch(text):
+        return now_ms + int(m[1]) * _UNIT_MS[m[2]]
+    if text.isdigit():
+        return int(text)
+    try:
+        instant = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise WhenError(f"cannot read {text!r} as an instant: use +30s, +5m, +2h, +1d, an ISO-8601 time "
+                        "(2026-12-01T08:00, 2026-12-01T08:00:00Z) or epoch milliseconds") from None
+    if instant.tzinfo is None:
+        instant = instant.astimezone()  # local wall-clock time
+    return int(instant.timestamp() * 1000)
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="seconds")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--socket", type=Path, default=None, help="the daemon's control socket")
+    sub = p.add_subparsers(dest="action", required=True)
+    add = sub.add_parser("add", help="wake HARNESS at WHEN with PAYLOAD (replaces a pending ID)")
+    add.add_argument("harness")
+    add.add_argument("id")
+    add.add_argument("when", help="+30s, +5m, +2h, +1d, an ISO-8601 time, or epoch milliseconds")
+    add.add_argument("--payload", default="")
+    ls = sub.add_parser("list", help="pending wakes, soonest first")
+    ls.add_argument("harness", nargs="?")
+    ls.add_argument("--json", action="store_true", help="one JSON object per line")
+    cancel = sub.add_parser("cancel", help="remove a pending wake")
+    cancel.add_argument("harness")
+    cancel.add_argument("id")
+
+
+def run(args: argparse.Namespace) -> int:
+    client = DaemonClient(args.socket or default_socket())
+    if args.action == "add":
+        entry = client.request({"op": "schedule.add", "harness": args.harness, "id": args.id,
+                                "when_ms": parse_when(args.when), "payload": args.payload})["entry"]
+        print(f"scheduled {entry['harness']}[{entry['id']}] at {_iso(entry['when_ms'])}")
+        return 0
+    if args.action == "list":
+        request = {"op": "schedule.list"} | ({"harness": args.harness} if args.harness else {})
+        for e in client.request(request)["entries"]:
+            if args.json:
+                print(json.dumps(e, ensure_ascii=False))
+            else:
+                print(f"{_iso(e['when_ms'])}  {e['harness']}  {e['id']}  {e['payload']}")
+        return 0
+    if client.request({"op": "schedule.cancel", "harness": args.harness, "id": args.id})["cancelled"]:
+        print(f"cancelled {args.harness}[{args.id}]")
+        return 0
+    print(f"berm schedule: {args.harness}[{args.id}] was not scheduled")
+    return 1

@@ -1,0 +1,304 @@
+"""The long-running host (``berm serve``): declarations → loaded harnesses → one queue + scheduler → a control
+socket.
+
+The control socket is a Unix domain socket created with permission 0600 (only its owner may talk to the
+daemon). The protocol is JSON lines: one request object per line, one reply object per line, any number per
+connection. Requests (``op``):
+
+    {"op": "call", "harness": H, "tool": T, "args": "<text>", "context": {agent, conversation, sender}}
+    {"op": "schedule.add", "harness": H, "id": I, "when_ms": N, "payload": "<text>"}
+    {"op": "schedule.list", "harness": H?}
+    {"op": "schedule.cancel", "harness": H, "id": I}
+    {"op": "publish", "topic": T, "event": "<text>"}
+    {"op": "stats"}        {"op": "harnesses"}
+
+Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": KIND, "message": TEXT}`` where KIND is ``trap``,
+``failure`` (the guest's berm.fail), ``refused`` (a BermError: unknown harness, bad schedule, chain depth, …) or
+``protocol`` (a malformed request). Shutdown (``stop``, SIGTERM in ``berm serve``) closes the socket, stops the
+scheduler, drops queued work and lets running guests finish or be interrupted at their deadline; every pending
+wake stays in the due-set for the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import socketserver
+import stat
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from berm_abi.errors import BermError
+from berm_host.declaration import Declaration, load_declarations
+from berm_host.grants import linker_for
+from berm_host.queue import Context, Queue, schedule_capabilities
+from berm_host.queue.target import Target
+from berm_host.traps import ToolFailure, Trap
+
+log = logging.getLogger("berm.daemon")
+
+DUE_DB = "due.sqlite3"
+MAX_LINE = 16 << 20
+
+
+class DaemonError(BermError):
+    """The daemon cannot start (socket in use, unreadable declarations), or cannot be reached by a client."""
+
+
+class RemoteError(BermError):
+    """A request the daemon answered with an error; ``kind`` is trap / failure / refused / protocol."""
+
+    def __init__(self, kind: str, message: str):
+        self.kind = kind
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    declarations: Path
+    socket: Path
+    state_dir: Path  # the due-set and the kv store
+    harnesses_dir: Path | None = None  # None: berm_host.declaration.harnesses_dir()
+    engine: str = "aot"
+    workers: int = 4
+    per_harness: int | None = None
+    max_depth: int = 8
+    timeout: float = 60.0
+
+
+def load_targets(config: DaemonConfig, queue: Queue) -> dict[str, Target]:
+    """Load every declared harness (its image verified, its linker built from its grants) as a queue target."""
+    targets = {}
+    for decl in load_declarations(config.declarations):
+        from berm_host.queue.harness import harness_target  # the engine binding: heavy imports, only when used
+
+        linker = linker_for(decl, data_dir=config.state_dir, extra={"schedule": _schedule_grant(queue)})
+        targets[decl.name] = harness_target(decl, linker, harnesses_dir=config.harnesses_dir, engine=config.engine)
+        log.info("loaded harness %s (%s)", decl.name, ", ".join(linker.names()) or "no capabilities")
+    return targets
+
+
+def _schedule_grant(queue: Queue):
+    """The ``schedule`` grant: ``berm.schedule.*`` bound to the declared harness, landing in this queue."""
+    def build(decl: Declaration) -> dict:
+        return {c.name: c.fn for c in schedule_capabilities(queue, decl.name)}
+    return build
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig):
+        self.config = config
+        self.queue = Queue(Path(config.state_dir) / DUE_DB, workers=config.workers, timeout=config.timeout,
+                           per_harness=config.per_harness, max_depth=config.max_depth)
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        """Load the harnesses, start the scheduler (due wakes from before the restart drain now) and listen."""
+        try:
+            for name, target in load_targets(self.config, self.queue).items():
+                self.queue.add(name, target)
+            self._server = _listen(Path(self.config.socket), self)
+        except BaseException:
+            self.queue.stop()
+            raise
+        self.queue.start()
+        self._thread = threading.Thread(target=self._server.serve_forever, name="berm-control", daemon=True)
+        self._thread.start()
+        log.info("serving %d harnesses on %s", len(self.queue.harnesses()), self.config.socket)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stopped.wait(timeout)
+
+    def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            _unlink(Path(self.config.socket))
+        self.queue.stop(cancel_pending=True)
+        self._stopped.set()
+        log.info("stopped")
+
+    # --- requests -------------------------------------------------------------------------------------------
+
+    def handle(self, request: object) -> dict:
+        """One control request → one reply (never raises)."""
+        try:
+            if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+                raise _Protocol("a request is a JSON object with a string \"op\"")
+            reply = self._dispatch(request["op"], request)
+            return {"ok": True, **reply}
+        except _Protocol as exc:
+            return {"ok": False, "error": "protocol", "message": str(exc)}
+        except Trap as exc:
+            return {"ok": False, "error": "trap", "message": str(exc)}
+        except ToolFailure as exc:
+            return {"ok": False, "error": "failure", "message": exc.message}
+        except BermError as exc:
+            return {"ok": False, "error": "refused", "message": str(exc)}
+        except Exception as exc:  # a host bug: reported to the caller and logged, the daemon stays up
+            log.exception("control request %r failed", request)
+            return {"ok": False, "error": "host", "message": f"{type(exc).__name__}: {exc}"}
+
+    def _dispatch(self, op: str, r: dict) -> dict:
+        q = self.queue
+        if op == "call":
+            ctx = _field(r, "context", dict, {})
+            context = Context(**{k: _field(ctx, k, str, "") for k in ("agent", "conversation", "sender")})
+            future = q.call(_field(r, "harness", str), _field(r, "tool", str), _field(r, "args", str, ""), context)
+            return {"result": future.result()}
+        if op == "schedule.add":
+            entry = q.schedule(_field(r, "harness", str), _field(r, "id", str), _field(r, "when_ms", int),
+                               _field(r, "payload", str, ""))
+            return {"entry": entry.as_dict()}
+        if op == "schedule.list":
+            harness = _field(r, "harness", str, None)
+            return {"entries": [e.as_dict() for e in q.list(harness)]}
+        if op == "schedule.cancel":
+            return {"cancelled": q.cancel(_field(r, "harness", str), _field(r, "id", str))}
+        if op == "publish":
+            futures = q.publish(_field(r, "topic", str), _field(r, "event", str, ""))
+            return {"delivered": len(futures)}
+        if op == "stats":
+            return {"stats": q.stats()}
+        if op == "harnesses":
+            return {"harnesses": q.harnesses()}
+        raise _Protocol(f"unknown op {op!r}")
+
+
+class _Protocol(Exception):
+    """A malformed control request."""
+
+
+_MISSING = object()
+
+
+def _field(r: dict, key: str, kind: type, default: object = _MISSING):
+    value = r.get(key, _MISSING)
+    if value is _MISSING or (value is None and default is None):
+        if default is _MISSING:
+            raise _Protocol(f"the request needs {key!r}")
+        return default
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise _Protocol(f"{key!r} must be {kind.__name__}, not {type(value).__name__}")
+    return value
+
+
+# --- the socket ------------------------------------------------------------------------------------------------
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        daemon: Daemon = self.server.daemon  # type: ignore[attr-defined]
+        while line := self.rfile.readline(MAX_LINE + 1):
+            if len(line) > MAX_LINE:
+                reply = {"ok": False, "error": "protocol", "message": f"a request line is over {MAX_LINE} bytes"}
+                self.wfile.write(_encode(reply))
+                return
+            try:
+                request = json.loads(line)
+            except (ValueError, UnicodeDecodeError) as exc:
+                reply = {"ok": False, "error": "protocol", "message": f"not a JSON line: {exc}"}
+            else:
+                reply = daemon.handle(request)
+            self.wfile.write(_encode(reply))
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    allow_reuse_address = False
+
+    def __init__(self, path: Path, daemon: Daemon):
+        self.daemon = daemon
+        super().__init__(str(path), _Handler)
+
+
+def _encode(reply: dict) -> bytes:
+    return json.dumps(reply, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def _listen(path: Path, daemon: Daemon) -> _Server:
+    """Bind the control socket with mode 0600 (umask held at 0177 across the bind, so it is never wider)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise DaemonError(f"{path} exists and is not a socket; refusing to replace it")
+        if _alive(path):
+            raise DaemonError(f"a daemon is already listening on {path}")
+        path.unlink()  # left behind by a daemon that was killed
+    old = os.umask(0o177)
+    try:
+        server = _Server(path, daemon)
+    except OSError as exc:
+        raise DaemonError(f"cannot listen on {path}: {exc.strerror}") from None
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    return server
+
+
+def _alive(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(str(path))
+            return True
+        except OSError:
+            return False
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+# --- the client ----------------------------------------------------------------------------------------------
+
+class DaemonClient:
+    """Talk to a running daemon: ``request({"op": …})`` returns the reply's fields or raises RemoteError."""
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float | None = None):
+        self.path = Path(path)
+        self.timeout = timeout
+
+    def request(self, message: dict) -> dict:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(self.timeout)
+                s.connect(str(self.path))
+                s.sendall(_encode(message))
+                with s.makefile("rb") as f:
+                    line = f.readline(MAX_LINE + 1)
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise DaemonError(f"no daemon is listening on {self.path} (start one with `berm serve`)") from None
+        except OSError as exc:
+            raise DaemonError(f"talking to the daemon on {self.path} failed: {exc}") from None
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            raise DaemonError(f"the daemon on {self.path} sent no valid reply") from None
+        if not reply.get("ok"):
+            raise RemoteError(reply.get("error", "unknown"), reply.get("message", "no message"))
+        reply.pop("ok")
+        return reply
+
+    def call(self, harness: str, tool: str, args: str = "", **context: str) -> str:
+        return self.request({"op": "call", "harness": harness, "tool": tool, "args": args,
+                             "context": context})["result"]
+
+
+def default_socket() -> Path:
+    """``$BERM_SOCKET``, else ``$XDG_RUNTIME_DIR/berm.sock``, else ``berm.sock`` in the user state directory."""
+    import platformdirs
+
+    env = os.environ.get("BERM_SOCKET")
+    if env:
+        return Path(env)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime) / "berm.sock" if runtime else Path(platformdirs.user_state_dir("berm")) / "berm.sock"

@@ -1,0 +1,82 @@
+"""The daemon's control socket and lifecycle: 0600 socket, JSON-lines protocol, errors as replies, SIGTERM."""
+
+import json
+import signal
+import socket
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
+
+
+
+@pytest.fixture
+def empty_daemon(tmp_path):
+    decl = tmp_path / "agent.toml"
+    decl.write_text("")
+    d = Daemon(DaemonConfig(declarations=decl, socket=tmp_path / "run" / "berm.sock", state_dir=tmp_path / "state"))
+    d.start()
+    yield d
+    d.stop()
+
+
+def test_socket_is_private_and_speaks_json_lines(empty_daemon):
+    path = empty_daemon.config.socket
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    client = DaemonClient(path)
+    assert client.request({"op": "harnesses"}) == {"harnesses": []}
+    stats = client.request({"op": "stats"})["stats"]
+    assert stats["pending"] == 0 and stats["executor"]["workers"] == 4
+    with socket.socket(socket.AF_UNIX) as s:  # several requests on one connection, and garbage in between
+        s.connect(str(path))
+        s.sendall(b'{"op": "harnesses"}\nnot json\n[1]\n{"op": "nope"}\n')
+        f = s.makefile("rb")
+        replies = [json.loads(f.readline()) for _ in range(4)]
+    assert replies[0] == {"ok": True, "harnesses": []}
+    assert [r["error"] for r in replies[1:]] == ["protocol"] * 3
+    assert "unknown op 'nope'" in replies[3]["message"]
+
+
+def test_errors_come_back_as_replies(empty_daemon):
+    client = DaemonClient(empty_daemon.config.socket)
+    with pytest.raises(RemoteError, match="no harness named 'ghost'") as err:
+        client.request({"op": "schedule.add", "harness": "ghost", "id": "x", "when_ms": 1})
+    assert err.value.kind == "refused"
+    with pytest.raises(RemoteError, match="'when_ms' must be int") as err:
+        client.request({"op": "schedule.add", "harness": "ghost", "id": "x", "when_ms": "soon"})
+    assert err.value.kind == "protocol"
+    with pytest.raises(RemoteError, match="needs 'tool'"):
+        client.request({"op": "call", "harness": "ghost"})
+
+
+def test_a_second_daemon_on_the_same_socket_is_refused(empty_daemon, tmp_path):
+    other = Daemon(DaemonConfig(declarations=empty_daemon.config.declarations, socket=empty_daemon.config.socket,
+                                state_dir=tmp_path / "state2"))
+    with pytest.raises(DaemonError, match="already listening"):
+        other.start()
+
+
+def test_client_without_daemon_says_so(tmp_path):
+    with pytest.raises(DaemonError, match="no daemon is listening"):
+        DaemonClient(tmp_path / "none.sock").request({"op": "stats"})
+
+
+def test_berm_serve_stops_cleanly_on_sigterm(tmp_path):
+    decl = tmp_path / "agent.toml"
+    decl.write_text("")
+    sock = tmp_path / "berm.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "berm_cli.main", "serve", str(decl), "--socket", str(sock),
+                             "--state-dir", str(tmp_path / "state")], stderr=subprocess.PIPE, text=True)
+    try:
+        assert "listening on" in proc.stderr.readline()
+        assert DaemonClient(sock).request({"op": "harnesses"}) == {"harnesses": []}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert "stopped" in proc.stderr.read()
+        assert not sock.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
