@@ -1,0 +1,270 @@
+"""The program model of docs/SEMANTICS.md "Program model": functions, legal indirect targets and reachable code.
+
+Both engines (the reference interpreter and the translator) work from a ``Program`` so that they agree on what a
+function is, which indirect jumps are legal and which bytes are code. ``Program.from_image`` decodes by recursive
+descent from the known entries — never by a linear sweep, so data inside ``.text`` is never mistaken for code.
+
+Decisions this module makes where SEMANTICS leaves room:
+
+- Descent stops after an unconditional ``jal x0``, any ``jalr x0`` (return, indirect jump, tail call), ``ebreak``
+  (it traps; compilers put it, or an illegal word, after calls that never return) and an illegal or unsupported
+  encoding. It continues after calls (``jal``/``jalr`` with rd ≠ x0) and ``ecall``.
+- Fall-through off the end of an executable section reaches no code; a 4-byte encoding that would straddle the
+  section end decodes as illegal ("truncated").
+- Legal indirect targets are kept at their exact address (an odd one can never be reached, since ``jalr``
+  clears bit 0).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from berm_aot.decode import decode
+from berm_aot.errors import DecodeError
+from berm_aot.image import ElfImage, Section, Symbol
+from berm_aot.isa import Instruction
+
+#: Relocation types whose ``S + A`` names a legal indirect target by itself (ABI.md §6).
+TARGET_RELOCATIONS = frozenset({"R_RISCV_64", "R_RISCV_32", "R_RISCV_PCREL_HI20"})
+
+_BRANCHES = frozenset({"beq", "bne", "blt", "bge", "bltu", "bgeu"})
+# Operations after which execution never falls through to the next instruction.
+_NO_FALL_THROUGH = frozenset({"ebreak", "illegal", "unsupported"})
+_BINDING_RANK = {"global": 0, "weak": 1, "local": 2}
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class _CodeSection:
+    """An executable section and its bytes."""
+
+    section: Section
+    data: bytes
+
+    def decode_at(self, addr: int) -> Instruction:
+        return decode(self.data, addr - self.section.addr, addr)
+
+
+class _CodeMap:
+    """The executable sections of an image, found by address, and recursive descent over them."""
+
+    def __init__(self, image: ElfImage):
+        self.sections: list[_CodeSection] = []
+        for sec in sorted(image.executable_sections(), key=lambda s: s.addr):
+            try:
+                data = image.read(sec.addr, sec.size)
+            except ValueError:
+                raise DecodeError(f"executable section {sec.name} at {sec.addr:#x} is not inside one loadable "
+                                  "segment") from None
+            self.sections.append(_CodeSection(sec, data))
+        self._starts = [s.section.addr for s in self.sections]
+        self.names = frozenset(s.section.name for s in self.sections)
+
+    def section_of(self, addr: int) -> _CodeSection | None:
+        k = bisect.bisect_right(self._starts, addr) - 1
+        if k >= 0 and addr < self.sections[k].section.end:
+            return self.sections[k]
+        return None
+
+    def descend(self, roots: set[int]) -> dict[int, Instruction]:
+        """Every instruction reachable from ``roots`` through fall-through and direct branches and jumps."""
+        code: dict[int, Instruction] = {}
+        work = list(roots)
+        while work:
+            addr = work.pop()
+            sec = self.section_of(addr)
+            while sec is not None and addr not in code:
+                insn = code[addr] = sec.decode_at(addr)
+                op = insn.op
+                if op in _NO_FALL_THROUGH or (op == "jalr" and insn.rd == 0):
+                    break
+                if op == "jal":
+                    if insn.rd == 0:
+                        addr += insn.imm
+                        sec = self.section_of(addr)
+                        continue
+                    work.append(addr + insn.imm)
+                elif op in _BRANCHES:
+                    work.append(addr + insn.imm)
+                addr += insn.size
+                if addr >= sec.section.end:
+                    sec = None
+        return code
+
+
+def _legal_targets(image: ElfImage) -> set[int]:
+    """``S + A`` of every target-naming relocation, and of each ``ADD32`` paired with a ``SUB32`` at its offset
+    (a jump-table entry written as a label difference). Not yet filtered to executable sections."""
+    sub32 = {(r.section, r.offset) for r in image.relocations if r.type_name == "R_RISCV_SUB32"}
+    return {r.target for r in image.relocations
+            if r.type_name in TARGET_RELOCATIONS
+            or (r.type_name == "R_RISCV_ADD32" and (r.section, r.offset) in sub32)}
+
+
+def _symbol_rank(sym: Symbol) -> tuple:
+    """Sort key of the symbols naming one address: global over weak over local, FUNC over other kinds."""
+    return (_BINDING_RANK.get(sym.binding, 3), sym.kind != "func", sym.name)
+
+
+def _is_label(sym: Symbol) -> bool:
+    """A symbol that may name a function: defined, named, and not a section/file symbol, a RISC-V mapping
+    symbol (``$x``, ``$d``) or an assembler-local label (``.L…``)."""
+    return (sym.section is not None and bool(sym.name) and sym.kind not in ("section", "file")
+            and not sym.name.startswith(("$", ".L")))
+
+
+class Program:
+    """Functions, legal indirect targets and reachable code of one image (docs/SEMANTICS.md)."""
+
+    image: ElfImage
+    functions: tuple[Function, ...]
+    function_starts: frozenset[int]
+    indirect_targets: frozenset[int]
+    code: Mapping[int, Instruction]
+
+    def __init__(self, image: ElfImage, codemap: _CodeMap, functions: tuple[Function, ...],
+                 indirect_targets: frozenset[int], code: dict[int, Instruction]):
+        self.image = image
+        self.functions = functions
+        self.function_starts = frozenset(f.start for f in functions)
+        self.indirect_targets = indirect_targets
+        self.code = MappingProxyType(code)
+        self._codemap = codemap
+        self._starts = [f.start for f in functions]
+        self._on_demand: dict[int, Instruction] = {}
+        self._globals: dict[str, int] = {}
+        for sym in sorted(image.symbols, key=_symbol_rank, reverse=True):  # the best definition is written last
+            if sym.binding in ("global", "weak") and sym.section is not None:
+                self._globals[sym.name] = sym.value
+
+    @classmethod
+    def from_image(cls, image: ElfImage) -> Program:
+        """Analyse ``image``. Raises ``DecodeError`` when reachable code holds an F/D, CSR or privileged
+        instruction."""
+        codemap = _CodeMap(image)
+        in_code = codemap.section_of
+        targets = frozenset(t for t in _legal_targets(image) if in_code(t))
+        starts = {s.value for s in image.symbols
+                  if s.kind == "func" and s.section in codemap.names and _is_label(s) and in_code(s.value)}
+        starts |= {s.section.addr for s in codemap.sections}
+        code = codemap.descend(starts | targets)
+        starts = _close_starts(starts, code, codemap)
+        program = cls(image, codemap, _functions(image, codemap, starts), targets, code)
+        program._refuse_unsupported()
+        return program
+
+    def _refuse_unsupported(self) -> None:
+        bad = [insn for insn in self.code.values() if insn.op == "unsupported"]
+        if bad:
+            insn = min(bad, key=lambda i: i.addr)
+            raise DecodeError(f"{insn.note} at {insn.addr:#x} in {self.symbolize(insn.addr)}: "
+                              "Berm runs RV64IMAC only")
+
+    # -- queries -------------------------------------------------------------------------------------------------
+
+    def in_code(self, addr: int) -> bool:
+        """Whether ``addr`` lies inside an executable section."""
+        return self._codemap.section_of(addr) is not None
+
+    def function_at(self, pc: int) -> Function | None:
+        k = bisect.bisect_right(self._starts, pc) - 1
+        if k >= 0 and pc < self.functions[k].end:
+            return self.functions[k]
+        return None
+
+    def symbolize(self, pc: int) -> str:
+        """``name+0x1c`` of the function containing ``pc``, ``name`` at its start, ``0x…`` outside every one."""
+        f = self.function_at(pc)
+        if f is None:
+            return f"{pc:#x}"
+        return f.name if pc == f.start else f"{f.name}+{pc - f.start:#x}"
+
+    def symbol(self, name: str) -> int | None:
+        """The address of the global (else weak) symbol ``name``, None when the image defines none."""
+        return self._globals.get(name)
+
+    def instruction(self, addr: int) -> Instruction:
+        """The instruction at ``addr``: from ``code``, else decoded now (an address outside every executable
+        section gives an ``illegal`` instruction with note ``"not code"``)."""
+        insn = self.code.get(addr) or self._on_demand.get(addr)
+        if insn is None:
+            sec = self._codemap.section_of(addr)
+            if sec is None:
+                insn = Instruction(addr, 2, 0, "illegal", note="not code")
+            else:
+                insn = sec.decode_at(addr)
+            self._on_demand[addr] = insn
+        return insn
+
+    def check_indirect(self, src_pc: int, target: int, is_call: bool) -> str | None:
+        """How the ``jalr`` at ``src_pc`` may reach ``target``: ``"call"`` (an indirect call to a function start),
+        ``"tail"`` (an indirect jump to a function start), ``"local"`` (an indirect jump strictly inside the
+        jumping function), or None when the bad-indirect-target trap applies."""
+        if target not in self.indirect_targets:
+            return None
+        if target in self.function_starts:
+            return "call" if is_call else "tail"
+        if is_call:
+            return None
+        f = self.function_at(src_pc)
+        return "local" if f is not None and f.start < target < f.end else None
+
+
+def _close_starts(starts: set[int], code: dict[int, Instruction], codemap: _CodeMap) -> set[int]:
+    """Add direct call targets, then iterate: a direct jump or branch whose target lies in another function
+    than its source makes the target a function start; adding a start splits a function, so repeat until no
+    jump crosses a boundary."""
+    starts = set(starts)
+    jumps = []
+    for insn in code.values():
+        if insn.op == "jal" or insn.op in _BRANCHES:
+            target = insn.addr + insn.imm
+            if codemap.section_of(target) is None:
+                continue
+            if insn.op == "jal" and insn.rd != 0:
+                starts.add(target)
+            else:
+                jumps.append((insn.addr, target))
+    while True:
+        ordered = sorted(starts)
+        added = set()
+        for src, target in jumps:
+            if target in starts:
+                continue
+            # Both lie in code, and every section start is a function start, so "same function" is "no start in
+            # (min, max]".
+            lo, hi = min(src, target), max(src, target)
+            k = bisect.bisect_right(ordered, lo)
+            if k < len(ordered) and ordered[k] <= hi:
+                added.add(target)
+        if not added:
+            return starts
+        starts |= added
+
+
+def _functions(image: ElfImage, codemap: _CodeMap, starts: set[int]) -> tuple[Function, ...]:
+    """Partition each executable section at ``starts``; name each piece after the best symbol at its start."""
+    names: dict[int, Symbol] = {}
+    for sym in image.symbols:
+        if sym.value in starts and sym.section in codemap.names and _is_label(sym):
+            best = names.get(sym.value)
+            if best is None or _symbol_rank(sym) < _symbol_rank(best):
+                names[sym.value] = sym
+    ordered = sorted(starts)
+    functions = []
+    for sec in codemap.sections:
+        inner = ordered[bisect.bisect_left(ordered, sec.section.addr):bisect.bisect_left(ordered, sec.section.end)]
+        for k, start in enumerate(inner):
+            end = inner[k + 1] if k + 1 < len(inner) else sec.section.end
+            sym = names.get(start)
+            functions.append(Function(sym.name if sym else f"fn_{start:x}", start, end))
+    return tuple(functions)
