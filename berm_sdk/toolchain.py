@@ -82,9 +82,10 @@ def _run(cmd: list[str], what: str) -> None:
 
 
 def compile_object(source: Path, out: Path, *, opt: str = "-O2", include: tuple[Path, ...] = (),
-                   defines: tuple[str, ...] = (), toolchain: Toolchain | None = None) -> Path:
+                   defines: tuple[str, ...] = (), flags: tuple[str, ...] = (),
+                   toolchain: Toolchain | None = None) -> Path:
     tc = toolchain or guest_toolchain()
-    cmd = [*tc.cc, opt, *GUEST_CFLAGS, *[f"-I{p}" for p in include], *[f"-D{d}" for d in defines],
+    cmd = [*tc.cc, opt, *GUEST_CFLAGS, *flags, *[f"-I{p}" for p in include], *[f"-D{d}" for d in defines],
            "-c", str(source), "-o", str(out)]
     _run(cmd, f"compiling {source}")
     return out

@@ -1,0 +1,153 @@
+"""``berm build``: a harness directory (harness.toml + C sources) → a checked harness ELF.
+
+The SDK sources, the generated ``berm_calls.h`` and ``berm_entry.c`` and the author's ``*.c`` files (the
+directory and its ``src/``) are compiled with the build profile (harnesses/sdk/profile.toml) in a temporary
+directory and linked with the SDK's linker script. The result is then checked the way the host will read it:
+the manifest parses and every declared tool is exported, relocations are present, and no F/D/CSR instruction is
+reachable. Errors name the file, and the line when known.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from berm_abi.errors import BermError
+from berm_aot.elf import read_elf
+from berm_aot.manifest import TOOL_PREFIX, load_manifest
+
+from .entry import ENTRY_NAME, entry_source
+from .errors import BuildError
+from .harness_toml import TOML_NAME, HarnessSpec, load_harness_toml
+from .header import write_calls_header
+from .toolchain import compile_object, guest_toolchain, link
+
+#: harnesses/sdk: berm.h, the SDK's C sources, the linker script and the build profile.
+SDK_DIR = Path(__file__).resolve().parent.parent / "harnesses" / "sdk"
+#: Parallel compiler processes; the machines are small and shared.
+JOBS = 2
+
+
+@dataclass(frozen=True)
+class Profile:
+    opt: str
+    cflags: tuple[str, ...]
+    linker_script: Path
+
+
+def load_profile(sdk: Path = SDK_DIR) -> Profile:
+    path = sdk / "profile.toml"
+    try:
+        doc = tomllib.loads(path.read_text())
+        return Profile(opt=doc["opt"], cflags=tuple(doc["cflags"]), linker_script=sdk / doc["linker_script"])
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        raise BuildError(f"{path}: the SDK's build profile is unreadable: {exc!r}") from None
+
+
+def sdk_sources(sdk: Path = SDK_DIR) -> list[Path]:
+    return sorted((sdk / "src").glob("*.c"))
+
+
+def harness_sources(directory: Path) -> list[Path]:
+    """The author's C files: ``*.c`` in the harness directory and under its ``src/``."""
+    return sorted(set(directory.glob("*.c")) | set(directory.glob("src/**/*.c")))
+
+
+def _defined_tools(obj: Path) -> set[str]:
+    """Tool names whose ``berm_tool_<name>`` a compiled object defines as a global or weak symbol."""
+    try:
+        with obj.open("rb") as f:
+            symtab = ELFFile(f).get_section_by_name(".symtab")
+            if symtab is None:
+                return set()
+            return {s.name[len(TOOL_PREFIX):] for s in symtab.iter_symbols()
+                    if s.name.startswith(TOOL_PREFIX) and s["st_shndx"] != "SHN_UNDEF"
+                    and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")}
+    except (OSError, ELFError) as exc:
+        raise BuildError(f"{obj}: cannot read the compiled object: {exc}") from None
+
+
+def _line_in(source: Path, tool: str) -> str:
+    text = source.read_text(errors="replace")
+    match = re.search(rf"\b(BERM_TOOL\s*\(\s*{re.escape(tool)}\s*\)|{TOOL_PREFIX}{re.escape(tool)}\b)", text)
+    return f"{source}:{text.count(chr(10), 0, match.start()) + 1}" if match else str(source)
+
+
+def check_tools_defined(spec: HarnessSpec, objects: dict[Path, Path]) -> None:
+    """Every declared tool has a function, and every tool function is declared. ``objects``: source → object."""
+    defined: dict[str, Path] = {}
+    for source, obj in objects.items():
+        for tool in _defined_tools(obj):
+            defined.setdefault(tool, source)
+    for tool in spec.tools:
+        if tool.name not in defined:
+            raise BuildError(f"{spec.where(tool.line)}: tool {tool.name!r} is declared but no source defines "
+                             f"{TOOL_PREFIX}{tool.name} (write BERM_TOOL({tool.name}) {{ ... }})")
+    declared = {t.name for t in spec.tools}
+    for tool, source in sorted(defined.items()):
+        if tool not in declared:
+            raise BuildError(f"{_line_in(source, tool)}: {TOOL_PREFIX}{tool} is defined but {spec.path} "
+                             f"declares no tool {tool!r}")
+
+
+def _compile_all(sources: list[Path], work: Path, profile: Profile, include: tuple[Path, ...]) -> dict[Path, Path]:
+    tc = guest_toolchain()
+    jobs = {src: work / f"{i:03d}-{src.stem}.o" for i, src in enumerate(sources)}
+    with ThreadPoolExecutor(max_workers=JOBS) as pool:
+        futures = [pool.submit(compile_object, src, obj, opt=profile.opt, include=include, flags=profile.cflags,
+                               toolchain=tc) for src, obj in jobs.items()]
+        for future in futures:
+            future.result()
+    return jobs
+
+
+def verify_image(path: Path, spec: HarnessSpec) -> None:
+    """Read the built image as the host will; a BuildError says which check failed."""
+    from berm_aot.program import Program  # the decoder's program model; imported late, it is the heavy part
+
+    try:
+        image = read_elf(path.read_bytes())
+        manifest = load_manifest(image)
+        if not image.relocations:
+            raise BuildError("it carries no relocations (was it linked without --emit-relocs?)")
+        Program.from_image(image)
+    except BermError as exc:
+        raise BuildError(f"{path}: the built image fails its own check: {exc}") from None
+    if [t.name for t in manifest.tools] != [t.name for t in spec.tools]:
+        raise BuildError(f"{path}: the built manifest does not list the tools of {spec.path}")
+
+
+def build_harness(directory: Path, out: Path | None = None) -> Path:
+    """Build the harness in ``directory`` into ``out`` (default ``./{name}.elf``); returns the path written."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise BuildError(f"{directory}: not a directory")
+    spec = load_harness_toml(directory / TOML_NAME)
+    sources = harness_sources(directory)
+    if not sources:
+        raise BuildError(f"{directory}: no C sources (*.c in the directory or its src/)")
+    out = Path(out) if out is not None else Path.cwd() / f"{spec.name}.elf"
+    profile = load_profile()
+    with tempfile.TemporaryDirectory(prefix="berm-build-") as tmp:
+        work = Path(tmp)
+        write_calls_header(work)
+        entry = work / ENTRY_NAME
+        entry.write_text(entry_source(spec))
+        objects = _compile_all([*sdk_sources(), *sources, entry], work, profile, (SDK_DIR, work, directory))
+        check_tools_defined(spec, {src: objects[src] for src in sources})
+        linked = link(list(objects.values()), work / "harness.elf", linker_script=profile.linker_script)
+        verify_image(linked, spec)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        shutil.copyfile(linked, staged)
+        os.replace(staged, out)
+    return out

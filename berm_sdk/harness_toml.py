@@ -1,0 +1,167 @@
+"""Read a harness directory's ``harness.toml`` and render the compact ``.berm.abi`` manifest (ABI.md §4).
+
+    name = "fixture"
+    usage = "What the tools are for."
+    requests = { capabilities = ["fs"], hosts = [] }      # optional: documentation, never a grant
+    [[tools]]
+    name = "echo"
+    description = "Returns its arguments."
+    parameters = { type = "object", properties = {} }     # JSON Schema as a TOML table
+
+Every error names the file, and the line when it can be found, so an author can go straight to it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from berm_abi.names import ABI_VERSION, CAPABILITY_CALLS
+from berm_aot.manifest import TOOL_NAME
+
+from .errors import BuildError
+
+TOML_NAME = "harness.toml"
+#: A harness name becomes a file name ({name}.elf) and a declaration key.
+HARNESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: Capability groups a manifest may request, as a declaration grants them ("fs" for berm.fs.*).
+CAPABILITY_GROUPS = frozenset(c.name.split(".")[1] for c in CAPABILITY_CALLS)
+DEFAULT_PARAMETERS = {"type": "object", "properties": {}}
+
+_TOP_KEYS = {"name", "usage", "tools", "requests"}
+_TOOL_KEYS = {"name", "description", "parameters"}
+_REQUEST_KEYS = {"capabilities", "hosts"}
+
+
+@dataclass(frozen=True)
+class ToolDecl:
+    name: str
+    description: str
+    parameters: dict = field(hash=False)
+    line: int | None  # the line of the tool's name in harness.toml
+
+
+@dataclass(frozen=True)
+class HarnessSpec:
+    path: Path  # the harness.toml file
+    name: str
+    usage: str
+    tools: tuple[ToolDecl, ...]
+    requests: dict | None = field(default=None, hash=False)
+
+    def where(self, line: int | None) -> str:
+        return f"{self.path}:{line}" if line else str(self.path)
+
+    def manifest(self) -> dict:
+        doc: dict = {
+            "abi_version": ABI_VERSION,
+            "tools": [{"name": t.name, "description": t.description, "parameters": t.parameters}
+                      for t in self.tools],
+            "usage": self.usage,
+        }
+        if self.requests is not None:
+            doc["requests"] = self.requests
+        return doc
+
+    def manifest_bytes(self) -> bytes:
+        """The compact UTF-8 JSON stored in ``.berm.abi``."""
+        try:
+            return json.dumps(self.manifest(), separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:  # TOML dates and times, inf/nan have no JSON form
+            raise BuildError(f"{self.path}: a tool's parameters cannot be written as JSON: {exc}") from None
+
+
+def _line_of(text: str, pattern: str, start: int = 0) -> int | None:
+    match = re.compile(pattern, re.MULTILINE).search(text, start)
+    return text.count("\n", 0, match.start()) + 1 if match else None
+
+
+def _tool_lines(text: str, names: list[str]) -> list[int | None]:
+    """The line of each tool's ``name = "…"``, searched in order after each ``[[tools]]`` header."""
+    lines, pos = [], 0
+    for name in names:
+        match = re.compile(r'^\s*name\s*=\s*["\']' + re.escape(name) + r'["\']', re.MULTILINE).search(text, pos)
+        if match:
+            pos = match.end()
+        lines.append(text.count("\n", 0, match.start()) + 1 if match else None)
+    return lines
+
+
+def load_harness_toml(path: Path) -> HarnessSpec:
+    """Parse and check ``path``; a BuildError names the file and line of the first problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BuildError(f"{path}: no such file (a harness directory needs a {TOML_NAME})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BuildError(f"{path}: cannot read: {exc}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BuildError(f"{path}: {exc}") from None  # tomllib says "(at line L, column C)"
+
+    def fail(message: str, line: int | None = None) -> BuildError:
+        return BuildError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+
+    for key in doc:
+        if key not in _TOP_KEYS:
+            raise fail(f"unknown key {key!r} (expected {', '.join(sorted(_TOP_KEYS))})",
+                       _line_of(text, rf"^\s*\[*\s*{re.escape(key)}\b"))
+    name = doc.get("name")
+    if not isinstance(name, str) or not HARNESS_NAME.fullmatch(name):
+        raise fail(f"name must be a string of letters, digits, '_', '-' or '.', not {name!r}",
+                   _line_of(text, r"^\s*name\s*="))
+    usage = doc.get("usage", "")
+    if not isinstance(usage, str):
+        raise fail("usage must be a string", _line_of(text, r"^\s*usage\s*="))
+    raw_tools = doc.get("tools")
+    if not isinstance(raw_tools, list) or not raw_tools:
+        raise fail("declare at least one tool with a [[tools]] table")
+    names = [t.get("name") if isinstance(t, dict) else None for t in raw_tools]
+    lines = _tool_lines(text, [n for n in names if isinstance(n, str)])
+    tools: list[ToolDecl] = []
+    for i, entry in enumerate(raw_tools):
+        header = _line_of(text, r"^\s*\[\[\s*tools\s*\]\]") if i == 0 else None
+        if not isinstance(entry, dict):
+            raise fail(f"tools[{i}] must be a table", header)
+        tname = entry.get("name")
+        if not isinstance(tname, str) or not TOOL_NAME.fullmatch(tname):
+            raise fail(f"tools[{i}].name must be a string of letters, digits and '_', not {tname!r}", header)
+        line = lines[len(tools)]
+        for key in entry:
+            if key not in _TOOL_KEYS:
+                raise fail(f"tool {tname!r}: unknown key {key!r} (expected {', '.join(sorted(_TOOL_KEYS))})", line)
+        if any(t.name == tname for t in tools):
+            raise fail(f"tool {tname!r} is declared twice", line)
+        description = entry.get("description")
+        if not isinstance(description, str):
+            raise fail(f"tool {tname!r}: description must be a string", line)
+        parameters = entry.get("parameters", DEFAULT_PARAMETERS)
+        if not isinstance(parameters, dict):
+            raise fail(f"tool {tname!r}: parameters must be a table (a JSON Schema)", line)
+        tools.append(ToolDecl(tname, description, parameters, line))
+    return HarnessSpec(path=path, name=name, usage=usage, tools=tuple(tools),
+                       requests=_requests(doc, fail, _line_of(text, r"^\s*\[?\s*requests\b")))
+
+
+def _requests(doc: dict, fail, line: int | None) -> dict | None:
+    if "requests" not in doc:
+        return None
+    requests = doc["requests"]
+    if not isinstance(requests, dict):
+        raise fail("requests must be a table: requests = { capabilities = [...], hosts = [...] }", line)
+    for key, value in requests.items():
+        if key not in _REQUEST_KEYS:
+            raise fail(f"requests: unknown key {key!r} (expected capabilities, hosts)", line)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise fail(f"requests.{key} must be a list of strings", line)
+    unknown = sorted(set(requests.get("capabilities", [])) - CAPABILITY_GROUPS)
+    if unknown:
+        raise fail(f"requests.capabilities: unknown capability {unknown[0]!r} "
+                   f"(known: {', '.join(sorted(CAPABILITY_GROUPS))})", line)
+    return requests

@@ -1,0 +1,127 @@
+/* The heap allocator: size-class free lists over a bump pointer, bounds pulled from berm.heap.start/size the
+ * first time anything allocates (a harness that never allocates never asks).
+ *
+ * Every block has a 16-byte header (capacity, state) so free/realloc know its size and can catch a double or
+ * wild free. Small blocks (<= 4 KiB) come in power-of-two classes and go back to their class's list; larger
+ * ones are rounded to 4 KiB and reused best-fit. Freed memory is never returned to the bump pointer: guest
+ * memory is fresh for every invocation, so the simplest robust scheme wins. Out of memory returns NULL. */
+#include "berm.h"
+
+#define HEADER 16u
+#define MIN_CLASS_SHIFT 4u
+#define MAX_CLASS_SHIFT 12u
+#define CLASSES (MAX_CLASS_SHIFT - MIN_CLASS_SHIFT + 1)
+#define LARGE_ALIGN 4096u
+#define LIVE 0xb10cb10cb10c0001ull
+#define FREE 0xb10cb10cb10c0002ull
+
+typedef struct {
+    uint64_t cap;   /* usable bytes after the header */
+    uint64_t state; /* LIVE or FREE */
+} header;
+
+typedef struct block {
+    struct block *next;
+} block;
+
+static bool ready;
+static uintptr_t bump, end;
+static block *small_free[CLASSES];
+static block *large_free;
+
+/* Used by the host shim so that each native invocation starts with a fresh heap, as a guest's does. */
+void berm__heap_reset(void) {
+    ready = false;
+    bump = end = 0;
+    memset(small_free, 0, sizeof small_free);
+    large_free = NULL;
+}
+
+static bool init(void) {
+    if (ready) return true;
+    uint64_t start = berm_host_call(BERM_CALL_HEAP_START, 0, 0);
+    uint64_t size = berm_host_call(BERM_CALL_HEAP_SIZE, 0, 0);
+    bump = (uintptr_t)((start + 15) & ~(uint64_t)15);
+    end = (uintptr_t)(start + size);
+    if (bump > end) bump = end;
+    ready = true;
+    return true;
+}
+
+static header *header_of(void *ptr) { return (header *)((char *)ptr - HEADER); }
+
+static unsigned class_of(size_t size) {
+    unsigned shift = MIN_CLASS_SHIFT;
+    while (((size_t)1 << shift) < size) shift++;
+    return shift - MIN_CLASS_SHIFT;
+}
+
+static void *carve(size_t cap) {
+    if (cap + HEADER > end - bump) return NULL;
+    header *h = (header *)bump;
+    bump += HEADER + cap;
+    h->cap = cap;
+    h->state = LIVE;
+    return (char *)h + HEADER;
+}
+
+static void *take_large(size_t cap) {
+    block **best = NULL;
+    for (block **link = &large_free; *link; link = &(*link)->next) {
+        size_t have = header_of(*link)->cap;
+        if (have >= cap && (!best || have < header_of(*best)->cap)) best = link;
+    }
+    if (!best) return carve(cap);
+    block *b = *best;
+    *best = b->next;
+    header_of(b)->state = LIVE;
+    return b;
+}
+
+void *malloc(size_t size) {
+    if (!init() || size > ((size_t)1 << 40)) return NULL;
+    if (size <= ((size_t)1 << MAX_CLASS_SHIFT)) {
+        unsigned c = class_of(size ? size : 1);
+        block *b = small_free[c];
+        if (!b) return carve((size_t)1 << (c + MIN_CLASS_SHIFT));
+        small_free[c] = b->next;
+        header_of(b)->state = LIVE;
+        return b;
+    }
+    return take_large((size + LARGE_ALIGN - 1) & ~(size_t)(LARGE_ALIGN - 1));
+}
+
+void free(void *ptr) {
+    if (!ptr) return;
+    header *h = header_of(ptr);
+    if ((uintptr_t)h < HEADER || h->state != LIVE) berm_panic("free(): pointer not allocated or already freed");
+    h->state = FREE;
+    block *b = ptr;
+    if (h->cap <= ((size_t)1 << MAX_CLASS_SHIFT)) {
+        unsigned c = class_of(h->cap);
+        b->next = small_free[c];
+        small_free[c] = b;
+    } else {
+        b->next = large_free;
+        large_free = b;
+    }
+}
+
+void *realloc(void *ptr, size_t size) {
+    if (!ptr) return malloc(size);
+    header *h = header_of(ptr);
+    if (h->state != LIVE) berm_panic("realloc(): pointer not allocated or already freed");
+    if (size <= h->cap) return ptr;
+    void *fresh = malloc(size);
+    if (!fresh) return NULL;
+    memcpy(fresh, ptr, h->cap);
+    free(ptr);
+    return fresh;
+}
+
+void *calloc(size_t count, size_t size) {
+    if (size && count > ((size_t)-1) / size) return NULL;
+    void *p = malloc(count * size);
+    if (p) memset(p, 0, count * size);
+    return p;
+}

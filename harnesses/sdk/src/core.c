@@ -1,0 +1,155 @@
+/* The tool boundary: arguments in, a result or a failure out, log lines, and the bounded output buffer. */
+#include "berm.h"
+
+#if defined(__riscv)
+void berm_panic(const char *why) {
+    berm_log(why, strlen(why));
+    __asm__ volatile("ebreak");
+    __builtin_unreachable();
+}
+#endif
+
+berm_str berm_cstr(const char *s) { return (berm_str){s, strlen(s)}; }
+
+bool berm_str_eq(berm_str a, const char *s) {
+    size_t n = strlen(s);
+    return a.len == n && memcmp(a.ptr, s, n) == 0;
+}
+
+size_t berm_args_len(void) { return (size_t)berm_host_call(BERM_CALL_ARGS_LEN, 0, 0); }
+
+size_t berm_args_read(void *buf, size_t cap) {
+    return (size_t)berm_host_call(BERM_CALL_ARGS_READ, (uint64_t)(uintptr_t)buf, cap);
+}
+
+berm_str berm_args(void) {
+    size_t len = berm_args_len();
+    char *buf = malloc(len + 1);
+    if (!buf) return (berm_str){NULL, 0};
+    berm_args_read(buf, len);
+    buf[len] = 0;
+    return (berm_str){buf, len};
+}
+
+berm_result_t berm_ok(const void *data, size_t len) {
+    return (berm_result_t){(uint64_t)(uintptr_t)data, len};
+}
+
+berm_result_t berm_ok_str(const char *s) { return berm_ok(s, strlen(s)); }
+
+berm_result_t berm_fail_n(const char *message, size_t len) {
+    berm_host_call(BERM_CALL_FAIL, (uint64_t)(uintptr_t)message, len);
+    return (berm_result_t){0, 0};
+}
+
+berm_result_t berm_fail(const char *message) { return berm_fail_n(message, strlen(message)); }
+
+/* Formats into a stack buffer first; a message longer than that is built on the heap. */
+static char *vformat(char *stack, size_t cap, const char *fmt, va_list ap, size_t *len) {
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(stack, cap, fmt, ap);
+    char *out = stack;
+    if (n >= 0 && (size_t)n >= cap) {
+        char *heap = malloc((size_t)n + 1);
+        if (heap) {
+            vsnprintf(heap, (size_t)n + 1, fmt, again);
+            out = heap;
+        } else {
+            n = (int)cap - 1;
+        }
+    }
+    va_end(again);
+    *len = n < 0 ? 0 : (size_t)n;
+    return out;
+}
+
+berm_result_t berm_failf(const char *fmt, ...) {
+    char stack[256];
+    size_t len;
+    va_list ap;
+    va_start(ap, fmt);
+    char *text = vformat(stack, sizeof stack, fmt, ap, &len);
+    va_end(ap);
+    berm_fail_n(text, len);
+    if (text != stack) free(text);
+    return (berm_result_t){0, 0};
+}
+
+void berm_log(const char *text, size_t len) {
+    berm_host_call(BERM_CALL_LOG, (uint64_t)(uintptr_t)text, len);
+}
+
+void berm_logf(const char *fmt, ...) {
+    char stack[256];
+    size_t len;
+    va_list ap;
+    va_start(ap, fmt);
+    char *text = vformat(stack, sizeof stack, fmt, ap, &len);
+    va_end(ap);
+    berm_log(text, len);
+    if (text != stack) free(text);
+}
+
+/* ---------------------------------------------------------------- berm_buf */
+
+void berm_buf_init(berm_buf *b, size_t limit) {
+    *b = (berm_buf){.limit = limit ? limit : BERM_OUTPUT_LIMIT};
+}
+
+bool berm_buf_ok(const berm_buf *b) { return !b->overflow && !b->oom; }
+
+/* Room for `extra` more bytes plus a NUL, growing geometrically up to the limit. */
+static bool reserve(berm_buf *b, size_t extra) {
+    if (!berm_buf_ok(b)) return false;
+    if (extra > b->limit - b->len) {
+        b->overflow = true;
+        return false;
+    }
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap) return true;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) cap *= 2;
+    if (cap > b->limit + 1) cap = b->limit + 1;
+    char *data = realloc(b->data, cap);
+    if (!data) {
+        b->oom = true;
+        return false;
+    }
+    b->data = data;
+    b->cap = cap;
+    return true;
+}
+
+void berm_buf_put(berm_buf *b, const void *data, size_t len) {
+    if (!reserve(b, len)) return;
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = 0;
+}
+
+void berm_buf_puts(berm_buf *b, const char *s) { berm_buf_put(b, s, strlen(s)); }
+
+void berm_buf_putc(berm_buf *b, char c) { berm_buf_put(b, &c, 1); }
+
+void berm_buf_printf(berm_buf *b, const char *fmt, ...) {
+    char stack[256];
+    size_t len;
+    va_list ap;
+    va_start(ap, fmt);
+    char *text = vformat(stack, sizeof stack, fmt, ap, &len);
+    va_end(ap);
+    berm_buf_put(b, text, len);
+    if (text != stack) free(text);
+}
+
+void berm_buf_free(berm_buf *b) {
+    free(b->data);
+    *b = (berm_buf){.limit = b->limit};
+}
+
+berm_result_t berm_buf_finish(berm_buf *b) {
+    if (b->overflow) return berm_failf("output exceeds the %zu-byte output buffer", b->limit);
+    if (b->oom) return berm_fail("out of memory while building the output");
+    return berm_ok(b->data ? b->data : "", b->len);
+}

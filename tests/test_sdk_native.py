@@ -1,0 +1,460 @@
+"""The SDK's C, built natively with the host cc against the host shim and called through ctypes: JSON reader and
+writer, the formatter, mem*/str*, the allocator, the output buffer and the capability wrappers."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from berm_abi.frames import decode_frame, encode_frame
+from berm_abi.names import CAPABILITY_CALLS
+from berm_host.linker import CapabilityError
+from berm_host.traps import ToolFailure
+from berm_sdk.native import NativeHarness, NativePanic, build_native_library
+
+HELPERS = r"""
+#include "berm.h"
+
+/* Parse `in` and write it back compactly into out; on error, write the message. 0 = ok, 1 = error. */
+int t_json_roundtrip(const char *in, size_t n, char *out, size_t cap) {
+    berm_json_parsed p = berm_json_parse(in, n);
+    berm_buf b;
+    berm_buf_init(&b, cap - 1);
+    if (p.error) berm_buf_puts(&b, p.error);
+    else berm_json_write(&b, p.value);
+    memcpy(out, b.data ? b.data : "", b.len + 1);
+    berm_json_free(p.value);
+    free(p.error);
+    return p.error ? 1 : 0;
+}
+
+size_t t_json_string(const char *in, size_t n, char *out, size_t cap) {
+    berm_buf b;
+    berm_buf_init(&b, cap);
+    berm_json_write_string(&b, in, n);
+    memcpy(out, b.data, b.len);
+    return b.len;
+}
+
+/* Arguments: {"key": ...}; returns the type of the member and, for strings, its bytes. */
+BERM_TOOL(json_get) {
+    berm_str args = berm_args();
+    berm_json_parsed p = berm_json_parse(args.ptr, args.len);
+    if (p.error) return berm_fail(p.error);
+    const berm_json *v = berm_json_get(p.value, "key");
+    if (!v) return berm_fail("no key");
+    berm_buf b;
+    berm_buf_init(&b, 0);
+    berm_buf_printf(&b, "%s:", berm_json_type_name(v->type));
+    if (v->type == BERM_JSON_STRING) berm_buf_put(&b, v->str, v->len);
+    if (v->type == BERM_JSON_INT) berm_buf_printf(&b, "%lld", (long long)v->integer);
+    return berm_buf_finish(&b);
+}
+
+BERM_TOOL(double_free) {
+    char *p = malloc(10);
+    free(p);
+    free(p);
+    return berm_ok_str("freed twice");
+}
+
+/* Writes args.len bytes of 'x' into a buffer limited to 100 bytes. */
+BERM_TOOL(overflow) {
+    berm_buf b;
+    berm_buf_init(&b, 100);
+    for (size_t i = 0; i < berm_args_len(); i++) berm_buf_putc(&b, 'x');
+    return berm_buf_finish(&b);
+}
+
+BERM_TOOL(failf) { return berm_failf("%s failed %d times in %.3s", "tool", 3, "berm-sdk"); }
+
+BERM_TOOL(log) {
+    berm_logf("a %s line", "log");
+    return berm_ok_str("");
+}
+
+static berm_result_t reply_result(berm_reply r) {
+    if (r.error) return berm_fail(r.error);
+    return berm_ok(r.data, r.len);
+}
+
+BERM_TOOL(fs_read) { return reply_result(berm_fs_read(berm_args())); }
+
+BERM_TOOL(exec_run) {
+    berm_pair env[2] = {{BERM_STR("A"), BERM_STR("1")}, {BERM_STR("B"), BERM_STR("")}};
+    return reply_result(berm_exec_run(BERM_STR("ls"), BERM_STR("."), env, 2));
+}
+
+BERM_TOOL(http_fetch) {
+    berm_pair h[1] = {{BERM_STR("accept"), BERM_STR("text/plain")}};
+    berm_http_response r = berm_http_fetch(BERM_STR("GET"), berm_args(), BERM_STR(""), h, 1);
+    if (r.raw.error) return berm_fail(r.raw.error);
+    return berm_ok_str(berm_aprintf("%lld|%.*s|%.*s", (long long)r.status, (int)r.headers.len, r.headers.ptr,
+                                    (int)r.body.len, r.body.ptr));
+}
+
+BERM_TOOL(clock_now) {
+    berm_clock c = berm_clock_now();
+    if (c.error) return berm_fail(c.error);
+    char *text = berm_aprintf("%lld %lld", (long long)c.utc_millis, (long long)c.local_offset_seconds);
+    return berm_ok_str(text);
+}
+
+BERM_TOOL(kv_list) {
+    berm_kv_keys keys = berm_kv_list(BERM_STR("p"));
+    if (keys.raw.error) return berm_fail(keys.raw.error);
+    berm_buf b;
+    berm_buf_init(&b, 0);
+    for (size_t i = 0; i < keys.count; i++) berm_buf_printf(&b, "[%.*s]", (int)keys.keys[i].len, keys.keys[i].ptr);
+    return berm_buf_finish(&b);
+}
+
+BERM_TOOL(schedule_at) { return reply_result(berm_schedule_at(-42, BERM_STR("id"), BERM_STR("payload"))); }
+"""
+
+
+@pytest.fixture(scope="module")
+def lib_path(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sdk-native")
+    (d / "helpers.c").write_text(HELPERS)
+    return build_native_library([d / "helpers.c"], d / "sdk.so")
+
+
+@pytest.fixture(scope="module")
+def harness(lib_path):
+    return NativeHarness(lib_path)
+
+
+@pytest.fixture(scope="module")
+def lib(harness):
+    return harness.lib
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def roundtrip(lib, data: bytes) -> tuple[int, str]:
+    out = ctypes.create_string_buffer(len(data) * 6 + 256)
+    status = lib.t_json_roundtrip(data, ctypes.c_size_t(len(data)), out, ctypes.c_size_t(len(out)))
+    return status, out.value.decode("utf-8")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values, st.booleans())
+def test_json_roundtrips_any_value(lib, value, ascii_only):
+    status, out = roundtrip(lib, json.dumps(value, ensure_ascii=ascii_only).encode())
+    assert status == 0, out
+    assert json.loads(out) == value
+
+
+@pytest.mark.parametrize("text, value", [
+    (r'"\ud83d\ude00"', "\U0001F600"),
+    (r'"\u00e9\u4e2d\n\t\"\\\/\b\f\r"', "é中\n\t\"\\/\b\f\r"),
+    ('"caf\u00e9 \U0001F600"', "café \U0001F600"),
+    (r'"\u0000x"', "\0x"),
+    (" [1, -0, 9223372036854775807, -9223372036854775808] ", [1, 0, 2**63 - 1, -(2**63)]),
+    ('{"a":1,"a":2}', {"a": 2}),
+    ("[" * 64 + "]" * 64, json.loads("[" * 64 + "]" * 64)),
+])
+def test_json_reads(lib, text, value):
+    status, out = roundtrip(lib, text.encode())
+    assert status == 0, out
+    assert json.loads(out) == value
+
+
+def test_json_keeps_non_integer_numbers_as_text(lib):
+    assert roundtrip(lib, b"[1.5e3, 99999999999999999999, -0.25]") == (0, "[1.5e3,99999999999999999999,-0.25]")
+
+
+@pytest.mark.parametrize("text, message", [
+    (b"", "unexpected end of input at byte 0"),
+    (b"[1,]", "unexpected character at byte 3"),
+    (b"[1 2]", "expected ',' or ']' at byte 3"),
+    (b'{"a" 1}', "expected ':' at byte 5"),
+    (b"{1:2}", "expected a string key at byte 1"),
+    (b'{"a":1', "unterminated object at byte 6"),
+    (b"[1", "unterminated array at byte 2"),
+    (b'"abc', "unterminated string at byte 0"),
+    (b'"a\\', "unterminated string at byte 0"),
+    (b'"\\x"', "bad escape in string at byte 1"),
+    (b'"\\u12g4"', "bad \\u escape at byte 1"),
+    (b'"\\ud83d"', "lone high surrogate at byte 1"),
+    (b'"\\ud83d\\u0041"', "lone high surrogate at byte 1"),
+    (b'"\\ude00"', "lone low surrogate at byte 1"),
+    (b'"a\nb"', "control character in string at byte 2"),
+    (b'"\xff"', "invalid UTF-8 in string at byte 1"),
+    (b'"\xed\xa0\x80"', "invalid UTF-8 in string at byte 1"),
+    (b'"\xc0\xaf"', "invalid UTF-8 in string at byte 1"),
+    (b"tru", "unexpected character at byte 0"),
+    (b"01", "unexpected text after the value at byte 1"),
+    (b"-", "bad number at byte 0"),
+    (b"1.", "bad number at byte 0"),
+    (b"1e+", "bad number at byte 0"),
+    (b"[] x", "unexpected text after the value at byte 3"),
+    (b"[" * 65 + b"]" * 65, "nesting too deep at byte 64"),
+])
+def test_json_malformed_inputs_are_error_values(lib, text, message):
+    assert roundtrip(lib, text) == (1, message)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=40))
+def test_json_reader_never_crashes_on_bytes(lib, data):
+    status, out = roundtrip(lib, data)
+    if status == 0:
+        assert json.loads(out) == json.loads(data)
+    else:
+        assert " at byte " in out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=40))
+def test_json_writer_output_is_valid_utf8_json(lib, data):
+    out = ctypes.create_string_buffer(len(data) * 6 + 8)
+    n = lib.t_json_string(data, ctypes.c_size_t(len(data)), out, ctypes.c_size_t(len(out)))
+    decoded = json.loads(out.raw[:n].decode("utf-8"))
+    try:
+        assert decoded == data.decode("utf-8")
+    except UnicodeDecodeError:
+        assert "\ufffd" in decoded
+
+
+def test_json_object_lookup_through_a_tool(harness):
+    assert harness.call("json_get", '{"other":1,"key":"v\\u00e9"}') == "string:vé".encode()
+    assert harness.call("json_get", '{"key":-7}') == b"integer:-7"
+    assert harness.call("json_get", '{"key":[1]}') == b"array:"
+    with pytest.raises(ToolFailure, match="no key"):
+        harness.call("json_get", "[]")
+    with pytest.raises(ToolFailure, match="unexpected end of input at byte 8"):
+        harness.call("json_get", '{"key": ')
+
+
+# ---------------------------------------------------------------- formatter
+
+
+def snprintf(lib, cap: int, fmt: bytes, *args) -> tuple[int, bytes]:
+    buf = ctypes.create_string_buffer(max(cap, 1))
+    n = lib.snprintf(buf, ctypes.c_size_t(cap), fmt, *args)
+    return n, buf.value
+
+
+@pytest.mark.parametrize("fmt, args, text", [
+    (b"%d|%i|%u", (ctypes.c_int(-5), ctypes.c_int(7), ctypes.c_uint(4294967295)), b"-5|7|4294967295"),
+    (b"%ld %lu", (ctypes.c_long(-(2**63)), ctypes.c_ulong(2**64 - 1)), b"-9223372036854775808 18446744073709551615"),
+    (b"%lld %llu", (ctypes.c_longlong(-1), ctypes.c_ulonglong(2**63)), b"-1 9223372036854775808"),
+    (b"%x %lx %X", (ctypes.c_uint(0xBEEF), ctypes.c_ulong(2**64 - 1), ctypes.c_uint(0xABC)), b"beef ffffffffffffffff ABC"),
+    (b"%zu %zd", (ctypes.c_size_t(12), ctypes.c_ssize_t(-12)), b"12 -12"),
+    (b"[%5d][%-5d][%05d][%05d]", (ctypes.c_int(42), ctypes.c_int(42), ctypes.c_int(42), ctypes.c_int(-42)),
+     b"[   42][42   ][00042][-0042]"),
+    (b"[%s][%.3s][%.*s][%6s][%-6s]", (b"abc", b"abcdef", ctypes.c_int(2), b"xyz", b"ab", b"ab"),
+     b"[abc][abc][xy][    ab][ab    ]"),
+    (b"%c%c%%", (ctypes.c_int(ord("o")), ctypes.c_int(ord("k"))), b"ok%"),
+    (b"%s", (None,), b"(null)"),
+    (b"%q %", (), b"%q %"),
+])
+def test_snprintf_conversions(lib, fmt, args, text):
+    assert snprintf(lib, 256, fmt, *args) == (len(text), text)
+
+
+def test_snprintf_truncates_but_reports_the_full_length(lib):
+    assert snprintf(lib, 5, b"%s-%d", b"abcdef", ctypes.c_int(12)) == (9, b"abcd")
+    assert snprintf(lib, 1, b"xyz") == (3, b"")
+    assert lib.snprintf(None, ctypes.c_size_t(0), b"%d", ctypes.c_int(12345)) == 5
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-(2**63), 2**63 - 1), st.integers(0, 30), st.sampled_from(["", "-", "0"]))
+def test_snprintf_integers_match_python(lib, value, width, flag):
+    fmt = f"%{flag}{width or ''}lld"
+    assert snprintf(lib, 64, fmt.encode(), ctypes.c_longlong(value))[1] == (fmt.replace("ll", "") % value).encode()
+
+
+# ---------------------------------------------------------------- mem* and str*
+
+
+def test_memmove_handles_overlap_both_ways(lib):
+    for shift in (1, 3, 8, 13):
+        for n in (0, 1, 7, 8, 31, 64):
+            data = bytes(range(100))
+            buf = ctypes.create_string_buffer(data, 100)
+            lib.memmove(ctypes.byref(buf, shift), buf, ctypes.c_size_t(n))
+            expect = bytearray(data)
+            expect[shift:shift + n] = data[:n]
+            assert buf.raw == bytes(expect)
+            buf = ctypes.create_string_buffer(data, 100)
+            lib.memmove(buf, ctypes.byref(buf, shift), ctypes.c_size_t(n))
+            expect = bytearray(data)
+            expect[:n] = data[shift:shift + n]
+            assert buf.raw == bytes(expect)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=64), st.binary(max_size=64), st.integers(0, 7), st.integers(0, 7))
+def test_mem_and_str_functions(lib, a, b, off_a, off_b):
+    buf = ctypes.create_string_buffer(200)
+    lib.memset(buf, ctypes.c_int(0xAB), ctypes.c_size_t(150))
+    assert buf.raw[:150] == b"\xab" * 150 and buf.raw[150:] == bytes(50)
+    lib.memcpy(ctypes.byref(buf, off_a), a, ctypes.c_size_t(len(a)))
+    assert buf.raw[off_a:off_a + len(a)] == a
+    n = min(len(a), len(b))
+    got = lib.memcmp(a, b, ctypes.c_size_t(n))
+    assert (got > 0) - (got < 0) == (a[:n] > b[:n]) - (a[:n] < b[:n])
+    sa, sb = a.replace(b"\0", b"") + b"\0", b.replace(b"\0", b"") + b"\0"
+    assert lib.strlen(sa) == len(sa) - 1
+    got = lib.strcmp(sa, sb)
+    assert (got > 0) - (got < 0) == (sa > sb) - (sa < sb)
+    lib.strstr.restype = ctypes.c_void_p
+    hay = ctypes.create_string_buffer(sa[off_b:-1] if off_b < len(sa) else b"")
+    needle = sb[:-1][:off_a]
+    hit = lib.strstr(hay, needle)
+    pos = hay.value.find(needle)
+    assert (None if pos < 0 else ctypes.addressof(hay) + pos) == hit
+
+
+# ---------------------------------------------------------------- allocator
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["malloc", "free", "realloc", "calloc"]), st.integers(0, 20000),
+                          st.integers(0, 100)), max_size=60))
+def test_allocator_blocks_never_overlap_and_keep_their_bytes(lib, ops):
+    lib.berm__heap_reset()
+    lib.malloc.restype = lib.realloc.restype = lib.calloc.restype = ctypes.c_void_p
+    live: dict[int, tuple[int, int]] = {}  # address -> (size, fill byte)
+    for step, (op, size, pick) in enumerate(ops):
+        fill = step % 251 + 1
+        victim = sorted(live)[pick % len(live)] if live else None
+        if op == "free" and victim is not None:
+            lib.free(ctypes.c_void_p(victim))
+            del live[victim]
+            continue
+        if op == "realloc" and victim is not None:
+            old_size, old_fill = live.pop(victim)
+            ptr = lib.realloc(ctypes.c_void_p(victim), ctypes.c_size_t(size))
+            assert ptr and ptr % 16 == 0
+            assert ctypes.string_at(ptr, min(size, old_size)) == bytes([old_fill]) * min(size, old_size)
+        elif op == "calloc":
+            ptr = lib.calloc(ctypes.c_size_t(size), ctypes.c_size_t(1))
+            assert ptr and ctypes.string_at(ptr, size) == bytes(size)
+        else:
+            ptr = lib.malloc(ctypes.c_size_t(size))
+        assert ptr and ptr % 16 == 0
+        ctypes.memset(ptr, fill, size)
+        live[ptr] = (size, fill)
+        spans = sorted((a, a + max(s, 1)) for a, (s, _) in live.items())
+        assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))
+    for addr, (size, fill) in live.items():
+        assert ctypes.string_at(addr, size) == bytes([fill]) * size
+
+
+def test_allocator_out_of_memory_returns_null_and_recovers(lib):
+    lib.berm__heap_reset()
+    lib.malloc.restype = lib.calloc.restype = ctypes.c_void_p
+    assert lib.malloc(ctypes.c_size_t(2**40 + 1)) is None
+    assert lib.calloc(ctypes.c_size_t(2**33), ctypes.c_size_t(2**33)) is None
+    blocks = []
+    while (p := lib.malloc(ctypes.c_size_t(1 << 20))) is not None:
+        blocks.append(p)
+    assert 20 <= len(blocks) < 32  # the shim's heap is 32 MiB
+    lib.free(ctypes.c_void_p(blocks[-1]))
+    assert lib.malloc(ctypes.c_size_t(1 << 20)) == blocks[-1]
+
+
+def test_double_free_panics(harness):
+    with pytest.raises(NativePanic, match="already freed"):
+        harness.call("double_free")
+
+
+# ---------------------------------------------------------------- the tool boundary
+
+
+def test_output_buffer_overflow_is_a_failure_never_partial(harness):
+    assert harness.call("overflow", b"y" * 100) == b"x" * 100
+    with pytest.raises(ToolFailure, match="output exceeds the 100-byte output buffer"):
+        harness.call("overflow", b"y" * 101)
+
+
+def test_failf_and_logf_format(harness):
+    with pytest.raises(ToolFailure, match="^tool failed 3 times in ber$"):
+        harness.call("failf")
+    harness.logs.clear()
+    harness.call("log")
+    assert harness.logs == [b"a log line"]
+
+
+# ---------------------------------------------------------------- capabilities
+
+
+def stand_in(lib_path, name, reply=None, error=None, seen=None):
+    def serve(request: bytes) -> bytes:
+        if seen is not None:
+            seen.append(decode_frame(request))
+        if error is not None:
+            raise CapabilityError(error)
+        return reply
+    return NativeHarness(lib_path, {name: serve})
+
+
+def test_every_capability_has_a_typed_wrapper(lib):
+    for call in CAPABILITY_CALLS:
+        assert hasattr(lib, call.name.replace(".", "_")), call.name
+
+
+def test_fs_read_reply_and_error_values(lib_path):
+    seen: list = []
+    h = stand_in(lib_path, "berm.fs.read", reply=b"file\0bytes", seen=seen)
+    assert h.call("fs_read", "dir/a.txt") == b"file\0bytes"
+    assert seen == [[b"dir/a.txt"]]
+    h = stand_in(lib_path, "berm.fs.read", error="dir/a.txt: no such file")
+    with pytest.raises(ToolFailure, match="^dir/a.txt: no such file$"):
+        h.call("fs_read", "dir/a.txt")
+
+
+def test_exec_run_flattens_pairs(lib_path):
+    seen: list = []
+    h = stand_in(lib_path, "berm.exec.run", reply=b'{"exit_code":0}', seen=seen)
+    assert h.call("exec_run") == b'{"exit_code":0}'
+    assert seen == [[b"ls", b".", b"A", b"1", b"B", b""]]
+
+
+def test_http_fetch_splits_the_framed_reply(lib_path):
+    seen: list = []
+    h = stand_in(lib_path, "berm.http.fetch", reply=encode_frame([200, "a: b\n", b"body"]), seen=seen)
+    assert h.call("http_fetch", "https://x.example/") == b"200|a: b\n|body"
+    assert seen == [[b"GET", b"https://x.example/", b"", b"accept", b"text/plain"]]
+    h = stand_in(lib_path, "berm.http.fetch", reply=encode_frame(["2xx", "", ""]))
+    with pytest.raises(ToolFailure, match="status 2xx is not a number"):
+        h.call("http_fetch", "u")
+    h = stand_in(lib_path, "berm.http.fetch", reply=encode_frame(["200", ""]))
+    with pytest.raises(ToolFailure, match="malformed reply from berm.http.fetch: expected 3 fields"):
+        h.call("http_fetch", "u")
+
+
+def test_clock_and_kv_list_and_schedule(lib_path):
+    h = stand_in(lib_path, "berm.clock.now", reply=encode_frame([1767225600000, -3600]))
+    assert h.call("clock_now") == b"1767225600000 -3600"
+    h = stand_in(lib_path, "berm.kv.list", reply=encode_frame(["pa", "pb", ""]))
+    assert h.call("kv_list") == b"[pa][pb][]"
+    h = stand_in(lib_path, "berm.kv.list", reply=b"\x05\0\0\0ab")
+    with pytest.raises(ToolFailure, match="malformed reply from berm.kv.list"):
+        h.call("kv_list")
+    seen: list = []
+    h = stand_in(lib_path, "berm.schedule.at", reply=b"", seen=seen)
+    assert h.call("schedule_at") == b""
+    assert seen == [[b"-42", b"id", b"payload"]]
+
+
+def test_a_capability_without_a_stand_in_panics_naming_its_number(lib_path):
+    with pytest.raises(NativePanic, match=f"no host function for call {CAPABILITY_CALLS[0].number}"):
+        NativeHarness(lib_path).call("fs_read", "a")
