@@ -92,13 +92,23 @@ def _in_file(data: bytes, offset: int, size: int, what: str) -> None:
 
 
 class _StringTable:
-    """NUL-terminated names at offsets into one string-table section; decoded once per offset."""
+    """NUL-terminated names at offsets into one string-table section.
+
+    Names that start right after a NUL (nearly all of them) are decoded in one pass up front; an offset into the
+    middle of a name (a linker's tail merging) is decoded on demand.
+    """
 
     def __init__(self, raw: bytes, what: str):
-        self._raw, self._what, self._cache = raw, what, {}
+        self._raw, self._what = raw, what
+        self._names: dict[int, str] = {}
+        if raw.isascii():
+            offset = 0
+            for part in raw.split(b"\0")[:-1]:
+                self._names[offset] = part.decode("ascii")
+                offset += len(part) + 1
 
     def get(self, offset: int) -> str:
-        name = self._cache.get(offset)
+        name = self._names.get(offset)
         if name is None:
             if offset >= len(self._raw):
                 raise ElfError(f"a name at offset {offset:#x} lies past the end of {self._what} "
@@ -110,7 +120,7 @@ class _StringTable:
                 name = self._raw[offset:end].decode("utf-8")
             except UnicodeDecodeError:
                 raise ElfError(f"a name in {self._what} at offset {offset:#x} is not UTF-8") from None
-            self._cache[offset] = name
+            self._names[offset] = name
         return name
 
 
@@ -264,24 +274,23 @@ class _Reader:
         sh = self.shdrs[self.symtab]
         raw = self._table(self.symtab, _SYM_SIZE, "the symbol table")
         strings = self._string_table(sh["sh_link"], "the symbol-name table")
-        symbols, by_index = [], [("", 0)]
-        for index, (name_off, info, _other, shndx, value, size) in enumerate(struct.iter_unpack("<IBBHQQ", raw)):
-            if index == 0:
-                continue
+        symbols, by_index, names, nsections = [], [("", 0)], self.names, len(self.shdrs)
+        entries = struct.iter_unpack("<IBBHQQ", raw)
+        next(entries, None)  # the null symbol
+        for index, (name_off, info, _other, shndx, value, size) in enumerate(entries, 1):
             kind = _SYM_KINDS.get(info & 0xF, "other")
             name = strings.get(name_off)
             section = None
             if _SHN_UNDEF < shndx < _SHN_LORESERVE:
-                if shndx >= len(self.shdrs):
+                if shndx >= nsections:
                     raise ElfError(f"symbol {index} ({name!r}) is defined in section {shndx}, which does not exist")
-                section = self.names[shndx]
+                section = names[shndx]
                 if kind == "section":
                     name, value = name or section, self.shdrs[shndx]["sh_addr"]
             elif shndx == _SHN_XINDEX:
                 raise ElfError(f"symbol {index} ({name!r}) uses an extended section index, which is not supported")
-            symbols.append(Symbol(name=name, value=value, size=size, kind=kind,
-                                  binding=_SYM_BINDINGS.get(info >> 4, "local"), section=section))
-            by_index.append((name, value if shndx != _SHN_UNDEF else 0))
+            symbols.append(Symbol(name, value, size, kind, _SYM_BINDINGS.get(info >> 4, "local"), section))
+            by_index.append((name, value if shndx else 0))
         return tuple(symbols), by_index
 
     def _table(self, index: int, entsize: int, what: str) -> bytes:
@@ -320,7 +329,8 @@ class _Reader:
     def _rela_table(self, index: int, section: str, lo: int, size: int,
                     symbols: list[tuple[str, int]]) -> list[Relocation]:
         raw = self._table(index, _RELA_SIZE, "a relocation table")
-        hi, nsyms, out = lo + size, len(symbols), []
+        hi, nsyms, out, known = lo + size, len(symbols), [], RISCV_RELOC_NAMES
+        append = out.append  # the hot loop of reading a large image: keep it lean
         for offset, info, addend in struct.iter_unpack("<QQq", raw):
             sym, rtype = info >> 32, info & 0xFFFFFFFF
             if sym >= nsyms:
@@ -330,8 +340,8 @@ class _Reader:
                 raise ElfError(f"a relocation in {self.names[index]} patches {offset:#x}, outside {section} "
                                f"[{lo:#x}, {hi:#x})")
             name, value = symbols[sym]
-            out.append(Relocation(offset=offset, type=rtype, type_name=reloc_type_name(rtype), symbol=name,
-                                  symbol_value=value, addend=addend, section=section))
+            append(Relocation(offset, rtype, known.get(rtype) or reloc_type_name(rtype), name, value, addend,
+                              section))
         return out
 
     # -- manifest ------------------------------------------------------------------------------------------
