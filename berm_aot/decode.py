@@ -434,13 +434,16 @@ def decode(data: bytes | memoryview, offset: int, addr: int) -> Instruction:
     """
     if offset < 0:
         raise ValueError(f"negative offset {offset}")
-    avail = len(data) - offset
-    if avail < 2:
-        raw = data[offset] if avail == 1 else 0
-        return _make(addr, _illegal(2 if raw & 3 != 3 else 4, raw, "truncated"))
-    low = data[offset] | data[offset + 1] << 8
-    if low & 3 != 3:
-        return _make(addr, _fields(low))
-    if avail < 4:
-        return _make(addr, _illegal(4, low, "truncated"))
-    return _make(addr, _fields(low | data[offset + 2] << 16 | data[offset + 3] << 24))
+    try:
+        raw = data[offset] | data[offset + 1] << 8
+        if raw & 3 == 3:
+            raw |= data[offset + 2] << 16 | data[offset + 3] << 24
+    except IndexError:
+        return _truncated(data, offset, addr)
+    fields = _CACHE.get(raw)
+    return _make(addr, fields if fields is not None else _fields(raw))
+
+
+def _truncated(data: bytes | memoryview, offset: int, addr: int) -> Instruction:
+    raw = int.from_bytes(data[offset:offset + 3], "little")
+    return _make(addr, _illegal(4 if raw & 3 == 3 else 2, raw, "truncated"))

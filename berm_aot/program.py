@@ -82,22 +82,22 @@ class _CodeMap:
         while work:
             addr = work.pop()
             sec = self.section_of(addr)
-            while sec is not None and addr not in code:
-                insn = code[addr] = sec.decode_at(addr)
+            if sec is None:
+                continue
+            base, end, data = sec.section.addr, sec.section.end, sec.data
+            while base <= addr < end and addr not in code:
+                insn = code[addr] = decode(data, addr - base, addr)
                 op = insn.op
                 if op in _NO_FALL_THROUGH or (op == "jalr" and insn.rd == 0):
                     break
                 if op == "jal":
                     if insn.rd == 0:
-                        addr += insn.imm
-                        sec = self.section_of(addr)
-                        continue
+                        work.append(addr + insn.imm)
+                        break
                     work.append(addr + insn.imm)
                 elif op in _BRANCHES:
                     work.append(addr + insn.imm)
                 addr += insn.size
-                if addr >= sec.section.end:
-                    sec = None
         return code
 
 

@@ -201,7 +201,7 @@ def test_code_is_read_only():
 
 @pytest.fixture(scope="module", params=["-O0", "-O2"])
 def dispatch(request):
-    return Program.from_image(read_elf(guest_elf(DISPATCH_SOURCE, opt=request.param, keep=("berm_tool_run",))))
+    return Program.from_image(read_elf(guest_elf(DISPATCH_SOURCE, opt=request.param, keep=("berm_tool_dispatch",))))
 
 
 def test_real_guest_functions_and_targets(dispatch):
