@@ -68,7 +68,7 @@ static int days_in_month(int y, int m) {
 
 /* YYYY-MM-DD[T ]HH:MM[:SS[.fff…]][Z|±HH:MM]; without a zone the time is local (the clock's current offset). */
 static bool parse_iso(const char *s, size_t n, int64_t offset_seconds, int64_t *out) {
-    int y, mo, d, h, mi, sec = 0;
+    int y, mo, d, h, mi, sec = 0, millis = 0;
     if (n < 16 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != ' ') || !number(s, 4, &y) ||
         !number(s + 5, 2, &mo) || !number(s + 8, 2, &d) || !parse_hhmm(s + 11, 5, &h, &mi))
         return false;
@@ -77,9 +77,9 @@ static bool parse_iso(const char *s, size_t n, int64_t offset_seconds, int64_t *
     if (i < n && s[i] == ':') {
         if (i + 3 > n || !number(s + i + 1, 2, &sec) || sec > 59) return false;
         i += 3;
-        if (i < n && s[i] == '.') {
+        if (i < n && s[i] == '.') {  /* a fraction: milliseconds kept, finer digits dropped */
             size_t start = ++i;
-            while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+            for (int scale = 100; i < n && s[i] >= '0' && s[i] <= '9'; i++, scale /= 10) millis += (s[i] - '0') * scale;
             if (i == start) return false;
         }
     }
@@ -95,7 +95,7 @@ static bool parse_iso(const char *s, size_t n, int64_t offset_seconds, int64_t *
     }
     if (i != n) return false;
     int64_t local_seconds = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec;
-    *out = (local_seconds - zone) * 1000;
+    *out = (local_seconds - zone) * 1000 + millis;
     return true;
 }
 

@@ -35,6 +35,8 @@ extern "C" {
  * --gc-sections: nothing in the image calls them. They return like a tool (result or berm_fail). */
 #define BERM_ON_WAKE __attribute__((used, retain)) berm_result_t on_wake(void)
 #define BERM_ON_NOTIFY __attribute__((used, retain)) berm_result_t on_notify(void)
+berm_result_t on_wake(void);
+berm_result_t on_notify(void);
 
 #define BERM_MINUTE_MS 60000LL
 #define BERM_DAY_MS 86400000LL

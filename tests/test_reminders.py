@@ -1,0 +1,203 @@
+"""The reminders harness and the SDK's recurring wrapper, built natively (berm_sdk.native) and driven through the
+real queue, due-set, kv store and schedule capability; the guest build runs in test_queue_harness.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from berm_abi.frames import encode_frame
+from berm_host.capabilities import clock, kv
+from berm_host.queue import Invocation, Queue, Trigger, schedule_capabilities
+from berm_host.traps import ToolFailure
+from berm_sdk.native import NativeHarness, build_native_library
+
+from .queue_helpers import wait_for
+
+REMINDERS = Path(__file__).resolve().parent.parent / "harnesses" / "reminders"
+
+# Test-only entry points into the same library: the wake export as a tool, and the SDK's time arithmetic.
+HELPERS = r"""
+#include "berm.h"
+#include "berm_recurring.h"
+
+BERM_TOOL(wake) { return on_wake(); }
+
+BERM_TOOL(next_local) {  /* "after offset hour minute" -> next UTC ms */
+    berm_str a = berm_args();
+    long long after = 0, offset = 0, hour = 0, minute = 0, *v[4] = {&after, &offset, &hour, &minute};
+    const char *p = a.ptr;
+    for (int i = 0; i < 4; i++) {
+        int neg = *p == '-';
+        if (neg) p++;
+        while (*p >= '0' && *p <= '9') *v[i] = *v[i] * 10 + (*p++ - '0');
+        if (neg) *v[i] = -*v[i];
+        while (*p == ' ') p++;
+    }
+    char *out = berm_aprintf("%lld", (long long)berm_next_local_time(after, offset, (int)hour, (int)minute));
+    return berm_ok_str(out);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("reminders-native")
+    (d / "helpers.c").write_text(HELPERS)
+    return build_native_library([REMINDERS / "reminders.c", d / "helpers.c"], d / "reminders.so")
+
+
+class NativeTarget:
+    """The native build of a harness as a queue target (one worker: the native library is single-threaded)."""
+
+    exports = frozenset({"on_wake"})
+
+    def __init__(self, harness: NativeHarness):
+        self.harness = harness
+        self.tools = frozenset({"add", "list", "cancel", "outbox"})
+
+    def invoke(self, inv: Invocation, deadline: float) -> str:
+        tool = "wake" if inv.trigger is Trigger.WAKE else inv.tool
+        return self.harness.call(tool, inv.args).decode("utf-8")
+
+
+class FixedClock:
+    """berm.clock.now standing in for a host at a chosen instant and UTC offset."""
+
+    def __init__(self, utc_ms: int, offset: int):
+        self.utc_ms, self.offset = utc_ms, offset
+
+    def __call__(self, request: bytes) -> bytes:
+        return encode_frame([self.utc_ms, self.offset])
+
+
+@pytest.fixture
+def setup(library, tmp_path):
+    def make(clock_fn=None):
+        q = Queue(tmp_path / "due.db", workers=1)
+        caps = {c.name: c.fn for c in schedule_capabilities(q, "reminders")}
+        caps |= kv.capabilities(kv.KvStore(tmp_path / "kv.sqlite3"), "reminders")
+        caps |= {"berm.clock.now": clock_fn} if clock_fn else clock.capabilities()
+        harness = NativeHarness(library, caps)
+        q.add("reminders", NativeTarget(harness))
+        made.append(q)
+        return q, harness
+
+    made: list[Queue] = []
+    yield make
+    for q in made:
+        q.stop()
+
+
+def call(q: Queue, tool: str, args: dict | None = None):
+    return json.loads(q.call("reminders", tool, json.dumps(args or {})).result(10))
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.mark.parametrize("after, offset, hm, expected", [
+    ("2026-03-10T06:00:00+00:00", 0, (8, 0), "2026-03-10T08:00:00+00:00"),
+    ("2026-03-10T09:00:00+00:00", 0, (8, 0), "2026-03-11T08:00:00+00:00"),
+    ("2026-03-10T08:00:00+00:00", 0, (8, 0), "2026-03-11T08:00:00+00:00"),  # strictly after
+    ("2026-03-10T06:00:00+00:00", 3600, (8, 0), "2026-03-10T07:00:00+00:00"),  # 08:00 at UTC+1
+    ("2026-03-10T23:30:00+00:00", -5 * 3600, (20, 15), "2026-03-11T01:15:00+00:00"),  # 20:15 at UTC-5
+    ("1969-12-31T22:00:00+00:00", 0, (23, 0), "1969-12-31T23:00:00+00:00"),  # before the epoch
+])
+def test_next_local_time(library, after, offset, hm, expected):
+    ms = lambda iso: int(dt.datetime.fromisoformat(iso).timestamp() * 1000)
+    got = NativeHarness(library).call("next_local", f"{ms(after)} {offset} {hm[0]} {hm[1]}")
+    assert int(got) == ms(expected)
+
+
+def test_add_list_cancel(setup):
+    q, _ = setup()
+    one = call(q, "add", {"text": "dentist", "at": "2030-01-02T08:30:00Z"})
+    assert one == {"id": "r1", "text": "dentist", "when": 1893573000000}
+    daily = call(q, "add", {"text": "stand up", "daily": "09:15"})
+    assert daily["id"] == "r2" and daily["daily"] == "09:15" and daily["when"] > now_ms()
+    assert [e.id for e in q.list()] == ["r2", "r1"]  # both armed in the host's due-set
+    listed = call(q, "list")
+    assert [r["id"] for r in listed] == ["r2", "r1"] and listed[1]["text"] == "dentist"
+    assert call(q, "cancel", {"id": "r1"}) == {"cancelled": "r1"}
+    assert [e.id for e in q.list()] == ["r2"]
+    with pytest.raises(ToolFailure, match="no reminder with id r1"):
+        q.call("reminders", "cancel", json.dumps({"id": "r1"})).result(10)
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"at": "08:00"}, "`text` must be a string"),
+    ({"text": "x"}, "exactly one of `at` or `daily`"),
+    ({"text": "x", "at": "08:00", "daily": "08:00"}, "exactly one"),
+    ({"text": "x", "daily": "25:00"}, "`daily` must be HH:MM"),
+    ({"text": "x", "at": "2026-02-30T08:00"}, "`at` must be an ISO-8601"),
+    ({"text": "x", "at": "tomorrow"}, "`at` must be an ISO-8601"),
+])
+def test_add_refuses_bad_arguments(setup, args, message):
+    q, _ = setup()
+    with pytest.raises(ToolFailure, match=message):
+        q.call("reminders", "add", json.dumps(args)).result(10)
+    assert q.list() == []
+
+
+def test_local_and_offset_instants(setup):
+    q, _ = setup(FixedClock(1_700_000_000_000, 3600))  # the host is at UTC+1
+    local = call(q, "add", {"text": "a", "at": "2030-01-02T09:30"})  # no zone: local time
+    zoned = call(q, "add", {"text": "b", "at": "2030-01-02T09:30:00.250-02:00"})
+    assert local["when"] == 1893573000000  # 08:30Z
+    assert zoned["when"] == 1893573000000 + 3 * 3600_000 + 250
+
+
+def test_one_shot_fires_through_the_queue_into_the_outbox(setup):
+    q, harness = setup()
+    q.start()
+    due = now_ms() + 300
+    iso = dt.datetime.fromtimestamp(due / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
+    call(q, "add", {"text": "tea is ready", "at": iso})
+    wait_for(lambda: q.stats()["harnesses"]["reminders"]["invocations"] >= 2 and not q.list())
+    (entry,) = call(q, "outbox")
+    assert entry["text"] == "tea is ready" and entry["scheduled_at"] == due and entry["now"] >= due
+    assert any(b"reminder r1: tea is ready" in line for line in harness.logs)
+    assert call(q, "list") == []  # a one-shot is gone once delivered
+
+
+def test_daily_rearms_before_delivering_with_the_offset_of_the_moment(setup):
+    march_29 = int(dt.datetime(2026, 3, 29, 6, 0, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    clock_fn = FixedClock(march_29, 3600)  # 07:00 at UTC+1, the morning clocks go forward
+    q, harness = setup(clock_fn)
+    r = call(q, "add", {"text": "water plants", "daily": "08:00"})
+    assert r["when"] == march_29 + 3600_000  # 08:00 at UTC+1 = 07:00Z
+    # the wake arrives; by now the host's offset is UTC+2, so the re-arm resolves 08:00 local with it
+    clock_fn.utc_ms, clock_fn.offset = r["when"], 7200
+    wake = {"id": "r1", "payload": "", "scheduled_at": r["when"], "now": r["when"] + 5}
+    assert harness.call("wake", json.dumps(wake)) == b"delivered"
+    (armed,) = q.list()
+    assert armed.id == "r1" and armed.when_ms == march_29 + 24 * 3600_000  # 08:00 at UTC+2 = 06:00Z next day
+    (out,) = call(q, "outbox")
+    assert out["scheduled_at"] == r["when"]
+
+
+def test_a_missed_daily_occurrence_is_delivered_late_once_and_rearmed_ahead(setup):
+    q, harness = setup()
+    call(q, "add", {"text": "vitamins", "daily": "07:00"})
+    past = now_ms() - 3 * 86400_000  # the daemon was down for three days
+    wake = {"id": "r1", "payload": "", "scheduled_at": past, "now": now_ms()}
+    harness.call("wake", json.dumps(wake))
+    (armed,) = q.list()
+    assert now_ms() < armed.when_ms <= now_ms() + 86400_000
+    assert len(call(q, "outbox")) == 1
+    assert any(b"(delivered late)" in line for line in harness.logs)
+
+
+def test_a_cancelled_reminder_wakes_to_nothing(setup):
+    q, harness = setup()
+    wake = {"id": "r7", "payload": "", "scheduled_at": 1, "now": 2}
+    assert harness.call("wake", json.dumps(wake)) == b"gone"
+    assert call(q, "outbox") == []
+    with pytest.raises(ToolFailure, match="not \\{id, payload, scheduled_at, now\\}"):
+        harness.call("wake", json.dumps({"id": 1}))
