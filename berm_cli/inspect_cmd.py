@@ -1,0 +1,81 @@
+"""``berm inspect ELF [--json] [--disassemble]``: what a harness claims and what its image holds, without running
+any of it (ABI.md §4: learning what a harness claims must never mean running it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+
+from berm_aot.elf import read_elf_file
+from berm_aot.image import ElfImage
+from berm_aot.manifest import Manifest, load_manifest, tool_exports
+
+HELP = "show a harness's manifest, exported tools, requests and image layout (nothing is executed)"
+
+_EF_RISCV_RVC = 0x1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("elf", help="the harness image (an RV64 ELF)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the manifest JSON with an added \"image\" object of the facts below")
+
+
+def run(args: argparse.Namespace) -> int:
+    image = read_elf_file(args.elf)
+    manifest = load_manifest(image)
+    facts = image_facts(image)
+    if args.json:
+        print(json.dumps({**manifest.raw, "image": facts}, indent=2, sort_keys=True))
+    else:
+        print(render_text(args.elf, manifest, facts))
+    return 0
+
+
+def _perms(readable: bool, writable: bool, executable: bool) -> str:
+    return ("r" if readable else "-") + ("w" if writable else "-") + ("x" if executable else "-")
+
+
+def image_facts(image: ElfImage) -> dict:
+    """The JSON-ready facts of an image: digest, layout, sections, relocation counts and tool exports."""
+    return {
+        "sha256": image.sha256,
+        "file_size": image.size,
+        "entry": image.entry,
+        "flags": image.flags,
+        "rvc": bool(image.flags & _EF_RISCV_RVC),
+        "segments": [{"vaddr": s.vaddr, "memsz": s.memsz, "filesz": len(s.data),
+                      "perms": _perms(s.readable, s.writable, s.executable)} for s in image.segments],
+        "sections": [{"name": s.name, "addr": s.addr, "size": s.size, "alloc": s.alloc,
+                      "perms": _perms(s.alloc, s.writable, s.executable)} for s in image.sections],
+        "relocations": dict(sorted(Counter(r.type_name for r in image.relocations).items())),
+        "exports": dict(sorted(tool_exports(image).items())),
+    }
+
+
+def render_text(path: str, manifest: Manifest, facts: dict) -> str:
+    out = [f"{path}: {facts['file_size']} bytes, sha256 {facts['sha256']}",
+           f"entry {facts['entry']:#x}, e_flags {facts['flags']:#x} ({'RVC, ' if facts['rvc'] else ''}soft-float)",
+           f"ABI version {manifest.abi_version}", "", "tools:"]
+    exports = facts["exports"]
+    for tool in manifest.tools:
+        out.append(f"  {tool.name} @ {exports[tool.name]:#x}: {tool.description}")
+        out.append(f"    parameters: {json.dumps(tool.parameters, sort_keys=True)}")
+    undeclared = sorted(set(exports) - {t.name for t in manifest.tools})
+    for name in undeclared:
+        out.append(f"  {name} @ {exports[name]:#x}: exported, not declared in the manifest")
+    out += ["", "usage:"] + [f"  {line}" for line in (manifest.usage or "(none)").splitlines()]
+    out += ["", "requests (documentation, not grants):"]
+    out += [f"  {key}: {', '.join(values) or '(empty)'}" for key, values in manifest.requests.items()] or ["  none"]
+    out += ["", "segments:"]
+    out += [f"  {s['vaddr']:#010x}  memsz {s['memsz']:#x}  filesz {s['filesz']:#x}  {s['perms']}"
+            for s in facts["segments"]]
+    out += ["", "sections:"]
+    width = max((len(s["name"]) for s in facts["sections"]), default=0)
+    out += [f"  {s['name']:<{width}}  {s['addr']:#010x}  {s['size']:>8}  {s['perms'] if s['alloc'] else ''}"
+            for s in facts["sections"]]
+    out += ["", "relocations:"]
+    out += [f"  {name:<22} {count}" for name, count in facts["relocations"].items()]
+    return "\n".join(out)
+

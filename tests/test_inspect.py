@@ -1,0 +1,77 @@
+"""``berm inspect``: the manifest, exports, requests and image facts of a harness, as text and as JSON."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from berm_aot.elf import read_elf
+from berm_cli.main import main
+from tests.elf_samples import dispatch_elf, harness_elf, manifest_json
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    data = harness_elf(manifest_json(["read", "write"], capabilities=["fs"], hosts=["api.example.com"]),
+                       ["read", "write", "extra"])
+    path = tmp_path_factory.mktemp("inspect") / "h.elf"
+    path.write_bytes(data)
+    return path, data
+
+
+def _exports(data):
+    return {s.name[len("berm_tool_"):]: s.value for s in read_elf(data).symbols if s.name.startswith("berm_tool_")}
+
+
+def test_text(harness, capsys):
+    path, data = harness
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    exports = _exports(data)
+    assert hashlib.sha256(data).hexdigest() in out and f"{len(data)} bytes" in out
+    assert "ABI version 0" in out
+    assert f"read @ {exports['read']:#x}: the read tool" in out
+    assert f"extra @ {exports['extra']:#x}: exported, not declared" in out
+    assert '"properties": {"x": {"type": "string"}}' in out
+    assert "Call the tools." in out
+    assert "capabilities: fs" in out and "hosts: api.example.com" in out
+    text = [s for s in read_elf(data).sections if s.name == ".text"][0]
+    assert ".text" in out and f"{text.addr:#010x}" in out and "r-x" in out
+    assert "R_RISCV_PCREL_HI20" in out
+
+
+def test_json(harness, capsys):
+    path, data = harness
+    assert main(["inspect", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["abi_version"] == 0 and [t["name"] for t in doc["tools"]] == ["read", "write"]
+    assert doc["capabilities"] == ["fs"] and doc["usage"] == "Call the tools."
+    img = doc["image"]
+    assert img["sha256"] == hashlib.sha256(data).hexdigest() and img["file_size"] == len(data)
+    assert img["exports"] == _exports(data)
+    image = read_elf(data)
+    assert [(s["vaddr"], s["memsz"]) for s in img["segments"]] == [(s.vaddr, s.memsz) for s in image.segments]
+    assert any(s["perms"] == "r-x" for s in img["segments"])
+    counts = {}
+    for r in image.relocations:
+        counts[r.type_name] = counts.get(r.type_name, 0) + 1
+    assert img["relocations"] == counts
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"not an elf at all", "not an ELF file"),
+    (None, "no .berm.abi section"),
+])
+def test_bad_images_exit_2(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.elf"
+    path.write_bytes(dispatch_elf() if content is None else content)
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("berm inspect: ") and message in err
+
+
+def test_missing_file_exits_2(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "nope.elf")]) == 2
+    assert "cannot read" in capsys.readouterr().err
