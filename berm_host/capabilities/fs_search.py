@@ -75,6 +75,13 @@ def _ancestor_ignores(root: Root, rel: str) -> Ignore:
     return ignore
 
 
+def _is_link(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool) -> Iterator[Entry]:
     """Every non-directory entry under directory ``base`` (sorted per directory), pruning ``.git`` and, with
     ``gitignore``, what the .gitignore files in force exclude."""
@@ -87,13 +94,14 @@ def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool) -> Itera
             ignore = None
             if gitignore:
                 ignore = ignores.pop(sub_dir).extended(_ignore_file(dfd), "" if rel_dir == "." else rel_dir)
-            dirnames.sort()
-            dirnames[:] = [d for d in dirnames
-                           if d != ".git" and not (ignore and ignore.ignored(_join(rel_dir, d), True, deadline))]
+            # os.fwalk lists a symlink to a directory among the directories (and never enters it): it is a leaf.
+            links = [d for d in dirnames if _is_link(dfd, d)]
+            dirnames[:] = sorted(d for d in dirnames if d not in links and d != ".git"
+                                 and not (ignore and ignore.ignored(_join(rel_dir, d), True, deadline)))
             if ignore is not None:
                 for d in dirnames:
                     ignores[_join(sub_dir, d)] = ignore
-            for name in sorted(filenames):
+            for name in sorted(filenames + links):
                 rel = _join(rel_dir, name)
                 if ignore and ignore.ignored(rel, False, deadline):
                     continue

@@ -1,0 +1,98 @@
+"""berm.fs.read / berm.fs.write doing their job: reads, atomic writes, parents on request, nothing lost."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from berm_abi.frames import encode_frame
+from berm_host.capabilities import fs
+from berm_host.capabilities.paths import Root, RootError
+from berm_host.linker import CapabilityError
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = tmp_path / "root"
+    r.mkdir()
+    return r
+
+
+@pytest.fixture
+def caps(root):
+    return fs.capabilities(Root(root))
+
+
+def test_read_returns_the_raw_bytes(root, caps):
+    (root / "bin").write_bytes(bytes(range(256)))
+    assert caps["berm.fs.read"](encode_frame(["bin"])) == bytes(range(256))
+    (root / "empty").write_bytes(b"")
+    assert caps["berm.fs.read"](encode_frame(["empty"])) == b""
+
+
+def test_read_of_a_missing_file_names_it(caps):
+    with pytest.raises(CapabilityError, match="berm.fs.read: nope/x: no such file"):
+        caps["berm.fs.read"](encode_frame(["nope/x"]))
+
+
+def test_write_creates_and_replaces(root, caps):
+    write = caps["berm.fs.write"]
+    assert write(encode_frame(["a.txt", b"one"])) == b""
+    assert (root / "a.txt").read_bytes() == b"one"
+    write(encode_frame(["a.txt", b"two, longer"]))
+    assert (root / "a.txt").read_bytes() == b"two, longer"
+    write(encode_frame(["a.txt", b""]))
+    assert (root / "a.txt").read_bytes() == b""
+
+
+def test_write_keeps_the_permission_bits_of_the_file_it_replaces(root, caps):
+    (root / "script.sh").write_bytes(b"old")
+    os.chmod(root / "script.sh", 0o751)
+    caps["berm.fs.write"](encode_frame(["script.sh", b"new"]))
+    assert stat.S_IMODE(os.stat(root / "script.sh").st_mode) == 0o751
+
+
+def test_write_does_not_create_parents_unless_asked(root, caps):
+    write = caps["berm.fs.write"]
+    with pytest.raises(CapabilityError, match="no such file or directory"):
+        write(encode_frame(["d1/d2/f", b"x"]))
+    assert not (root / "d1").exists()
+    write(encode_frame(["d1/d2/f", b"x", "parents", "1"]))
+    assert (root / "d1" / "d2" / "f").read_bytes() == b"x"
+
+
+def test_a_failed_write_loses_nothing_and_leaves_no_temporary_file(root, caps, monkeypatch):
+    (root / "keep").write_bytes(b"precious")
+
+    def disk_error(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", disk_error)  # the disk fails after the new content was written
+    with pytest.raises(CapabilityError, match="Input/output error"):
+        caps["berm.fs.write"](encode_frame(["keep", b"replacement"]))
+    assert (root / "keep").read_bytes() == b"precious"
+    assert [p.name for p in root.iterdir()] == ["keep"]
+
+
+def test_write_through_a_file_component_is_an_error(root, caps):
+    (root / "file").write_bytes(b"")
+    with pytest.raises(CapabilityError, match="not a directory"):
+        caps["berm.fs.write"](encode_frame(["file/child", b"x"]))
+
+
+def test_root_must_be_a_directory(tmp_path):
+    with pytest.raises(RootError):
+        Root(tmp_path / "missing")
+    (tmp_path / "f").write_bytes(b"")
+    with pytest.raises(RootError):
+        Root(tmp_path / "f")
+
+
+def test_a_root_given_through_a_symlink_is_the_same_root(tmp_path, root):
+    (tmp_path / "alias").symlink_to(root)
+    (root / "f").write_bytes(b"ok")
+    read = fs.capabilities(Root(tmp_path / "alias"))["berm.fs.read"]
+    assert read(encode_frame([str(tmp_path / "alias" / "f")])) == b"ok"
+    assert read(encode_frame([str(root / "f")])) == b"ok"

@@ -1,0 +1,187 @@
+"""berm.fs.glob and berm.fs.grep: matching, ordering, caps, .gitignore, binary files, confinement, timeouts."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from berm_abi.frames import encode_frame
+from berm_host.capabilities import fs_search
+from berm_host.capabilities._request import Deadline
+from berm_host.capabilities.patterns import Glob, glob_source, literal_prefix
+from berm_host.capabilities.paths import Root
+from berm_host.linker import CapabilityError
+
+
+def _tree(root, files: dict[str, bytes | str]) -> None:
+    for i, (rel, data) in enumerate(files.items()):
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data.encode() if isinstance(data, str) else data)
+        os.utime(p, ns=(1_000_000_000 * (i + 1), 1_000_000_000 * (i + 1)))  # later entries are newer
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = tmp_path / "root"
+    r.mkdir()
+    _tree(r, {
+        "README.md": "# TODO write me\n",
+        "src/main.c": "int main(void) {\n    return 0; // TODO\n}\n",
+        "src/util/str.c": "/* nothing to do */\n",
+        "src/util/str.h": "#pragma once\n",
+        "build/out.c": "// TODO generated\n",
+        "logo.png": b"\x89PNG\0\0TODO",
+        "notes/todo.txt": "TODO one\nTODO two\nnothing\nTODO three\n",
+    })
+    (r / ".gitignore").write_text("build/\n*.log\n")
+    (r / "debug.log").write_text("TODO in a log\n")
+    return r
+
+
+@pytest.fixture
+def caps(root):
+    return fs_search.capabilities(Root(root), timeout=10)
+
+
+def glob(caps, pattern: str, path: str = "") -> list[str]:
+    out = caps["berm.fs.glob"](encode_frame([pattern, path])).decode()
+    return out.split("\n") if out else []
+
+
+def grep(caps, pattern: str, path: str = "", include: str = "", mode: str = "files") -> list[str]:
+    out = caps["berm.fs.grep"](encode_frame([pattern, path, include, mode])).decode()
+    return out.split("\n") if out else []
+
+
+def test_glob_lists_root_relative_paths_newest_first(caps):
+    assert glob(caps, "**/*.c") == ["build/out.c", "src/util/str.c", "src/main.c"]
+    assert glob(caps, "src/**/*.[ch]") == ["src/util/str.h", "src/util/str.c", "src/main.c"]
+    assert glob(caps, "*.c", "src") == ["src/main.c"]
+    assert glob(caps, "*.{md,txt}") == ["README.md"]
+    assert glob(caps, "**/*.{md,txt}") == ["notes/todo.txt", "README.md"]
+    assert glob(caps, "**/nothing-*") == []
+
+
+def test_glob_star_stays_inside_one_component(caps):
+    assert glob(caps, "src/*.c") == ["src/main.c"]
+    assert glob(caps, "s?c/util/str.?") == ["src/util/str.h", "src/util/str.c"]
+
+
+def test_glob_output_is_capped_and_says_so(root):
+    for i in range(12):
+        (root / "many" / f"f{i:02}").parent.mkdir(exist_ok=True)
+        (root / "many" / f"f{i:02}").write_bytes(b"")
+    out = fs_search.glob(Root(root), "many/*", "", Deadline(10), cap=5).decode().split("\n")
+    assert len(out) == 6
+    assert out[-1] == "[truncated: 12 matches, showing the newest 5]"
+
+
+def test_glob_does_not_leave_the_root(root, tmp_path, caps):
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.c").write_text("x")
+    (root / "door").symlink_to(tmp_path / "outside")
+    assert "door/secret.c" not in glob(caps, "**/*.c")
+    with pytest.raises(CapabilityError, match="leaves the root"):
+        glob(caps, "../outside/*.c")
+    with pytest.raises(CapabilityError, match="leaves the root"):
+        glob(caps, "*.c", "src/../..")
+    with pytest.raises(CapabilityError, match="points outside the root"):
+        glob(caps, "*.c", "door")
+
+
+def test_glob_lists_symlinks_as_names_without_entering_them(root, caps):
+    (root / "src" / "alias").symlink_to("util")
+    assert glob(caps, "src/alias") == ["src/alias"]
+    assert glob(caps, "src/**/str.c") == ["src/util/str.c"]
+    assert glob(caps, "*.c", "src/alias") == ["src/util/str.c"]  # a base named through a link inside is followed
+
+
+def test_grep_modes(caps):
+    assert grep(caps, "TODO") == ["notes/todo.txt", "src/main.c", "README.md"]
+    assert grep(caps, "TODO", mode="count") == ["README.md:1", "notes/todo.txt:3", "src/main.c:1"]
+    assert grep(caps, "TODO (one|three)", mode="content") == ["notes/todo.txt:1:TODO one", "notes/todo.txt:4:TODO three"]
+    assert grep(caps, r"^\s+return", mode="content") == ["src/main.c:2:    return 0; // TODO"]
+
+
+def test_grep_honours_gitignore_and_skips_binary_files(caps):
+    hits = grep(caps, "TODO")
+    assert "build/out.c" not in hits and "debug.log" not in hits
+    assert "logo.png" not in hits
+
+
+def test_grep_gitignore_negation_and_nested_files(root, caps):
+    (root / "src" / ".gitignore").write_text("*.c\n!main.c\n")
+    (root / ".gitignore").write_text("*.log\n/notes\n")
+    assert grep(caps, "TODO|nothing") == ["build/out.c", "src/main.c", "README.md"]
+
+
+def test_grep_include_and_path(caps):
+    assert grep(caps, "TODO", include="*.c") == ["src/main.c"]
+    assert grep(caps, "to do", path="src") == ["src/util/str.c"]
+    assert grep(caps, "TODO", path="notes/todo.txt", mode="count") == ["notes/todo.txt:3"]
+    assert grep(caps, "TODO", include="src/*.c") == ["src/main.c"]
+
+
+def test_grep_content_is_capped_and_long_lines_cut(root):
+    (root / "long.txt").write_text(("x" * 2000 + "\n") * 30)
+    out = fs_search.grep(Root(root), "x", "long.txt", "", "content", Deadline(10), cap=10).decode().split("\n")
+    assert len(out) == 11
+    assert out[0] == "long.txt:1:" + "x" * fs_search.LINE_CAP + "…"
+    assert out[-1] == "[truncated: 30 matching lines, showing 10]"
+
+
+def test_grep_does_not_follow_symlinks_out(root, tmp_path, caps):
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("TODO secret\n")
+    (root / "file-door").symlink_to(tmp_path / "outside" / "secret.txt")
+    (root / "dir-door").symlink_to(tmp_path / "outside")
+    assert not any("door" in h for h in grep(caps, "secret"))
+    with pytest.raises(CapabilityError, match="points outside the root"):
+        grep(caps, "secret", path="file-door")
+
+
+def test_grep_refuses_bad_regex_and_mode(caps):
+    with pytest.raises(CapabilityError, match="bad regex"):
+        grep(caps, "(unclosed")
+    with pytest.raises(CapabilityError, match="mode must be one of"):
+        grep(caps, "x", mode="everything")
+
+
+def test_a_catastrophic_regex_times_out_instead_of_hanging(root):
+    (root / "evil.txt").write_text("x" * 4000 + "\n")
+    caps = fs_search.capabilities(Root(root), timeout=0.3)
+    with pytest.raises(CapabilityError, match="berm.fs.grep: timed out"):
+        caps["berm.fs.grep"](encode_frame([r"(x+x+)+y", "evil.txt", "", "files"]))
+
+
+def test_a_pathological_glob_times_out_instead_of_hanging(root):
+    (root / ("a" * 250)).write_bytes(b"")
+    caps = fs_search.capabilities(Root(root), timeout=0.3)
+    with pytest.raises(CapabilityError, match="berm.fs.glob: timed out"):
+        caps["berm.fs.glob"](encode_frame(["*a" * 200 + "b", ""]))
+
+
+def test_malformed_search_requests(caps):
+    with pytest.raises(CapabilityError, match="malformed request"):
+        caps["berm.fs.grep"](encode_frame(["x", "", ""]))
+    with pytest.raises(CapabilityError, match="malformed request"):
+        caps["berm.fs.glob"](encode_frame(["*"])[:-1])
+    with pytest.raises(CapabilityError, match="not valid UTF-8"):
+        caps["berm.fs.glob"](encode_frame([b"\xff*", ""]))
+    with pytest.raises(CapabilityError, match="NUL"):
+        caps["berm.fs.glob"](encode_frame(["a\0*", ""]))
+
+
+def test_glob_translation():
+    assert literal_prefix("src/a/**/*.c") == ("src/a", "**/*.c")
+    assert literal_prefix("*.c") == ("", "*.c")
+    d = Deadline(5)
+    assert Glob("**").match("a/b/c", d)
+    assert Glob("a/**/b").match("a/b", d) and Glob("a/**/b").match("a/x/y/b", d)
+    assert not Glob("a/*/b").match("a/x/y/b", d)
+    assert Glob("[!a]*").match("b", d) and not Glob("[!a]*").match("a", d)
+    assert Glob(r"\*").match("*", d) and not Glob(r"\*").match("x", d)
+    assert Glob("*.c", basename_if_no_slash=True).match("deep/down/x.c", d)
+    assert glob_source("[unclosed") == r"\[unclosed"
