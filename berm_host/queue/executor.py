@@ -108,10 +108,11 @@ class Executor:
                 self._cond.notify()
         return job.future
 
-    def free_slots(self) -> int:
-        """Workers neither busy nor spoken for by queued work: the budget of a scheduler drain."""
+    def free_slots(self, ahead: int = 0) -> int:
+        """Workers neither busy nor spoken for by queued work, plus ``ahead`` more queued places: the budget of a
+        scheduler drain (queueing a little ahead keeps workers from idling between drains)."""
         with self._cond:
-            return max(0, self.workers - self._busy - self._queued)
+            return max(0, self.workers + ahead - self._busy - self._queued)
 
     def add_listener(self, fn: Callable[[Invocation], None]) -> None:
         """Call ``fn(invocation)`` on the worker thread after every invocation finishes (whatever its outcome)."""

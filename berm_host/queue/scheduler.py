@@ -10,8 +10,8 @@ Rules (RFC 0205, "Scheduling"):
   arrive once each and the harness decides what lateness means;
 - one in-flight wake per (harness, id): an entry that comes due while its key is running is *deferred* until
   that invocation ends, never run alongside it;
-- a drain starts at most as many wakes as the executor has free workers; the rest *spill* to the next drain,
-  which is logged and counted;
+- a drain starts at most as many wakes as the executor has free workers (plus one queued ahead per worker); the
+  rest *spill* to the next drain, logged once per episode and counted per drain;
 - a delivered occurrence is deleted when its invocation ends, whatever the outcome (a trap costs that occurrence
   only); deleting by generation keeps a re-arm the wake itself wrote under the same id. After a crash mid-wake
   the occurrence is delivered again: at-least-once across crashes, exactly once otherwise.
@@ -51,7 +51,7 @@ class SchedulerStats:
     deferred: int = 0  # occurrences that came due while the previous wake of their key still ran
     spill_events: int = 0  # drains that could not start everything due
     spilled: int = 0  # due entries left for a later drain, summed over spill events
-    backlog: int = 0  # due entries waiting for a worker right now
+    backlog: int = 0  # due entries waiting for a worker right now (approximate; 0 when none)
     dropped: int = 0  # due entries the executor refused (chain depth): consumed, logged
 
 
@@ -125,7 +125,7 @@ class Scheduler:
     def _drain(self) -> float | None:
         """Start what is due within the budget; return how long to sleep (None: until poked)."""
         now = now_ms()
-        budget = self._executor.free_slots()
+        budget = self._executor.free_slots(ahead=self._executor.workers)
         rows = self._dueset.due(now, budget + len(self._inflight) + 1)
         ready = [e for e in rows if e.key not in self._inflight]
         for e in ready:
@@ -140,13 +140,18 @@ class Scheduler:
         if ready:
             self._count(drains=1)
         if len(ready) > budget:
-            backlog = self._dueset.count(due_at=now) - budget - sum(1 for e in rows if e.key in self._inflight)
+            if self._stats.backlog:  # the episode goes on: no count per drain (it scans the due range)
+                backlog = max(0, self._stats.backlog - budget)
+            else:  # approximately: in-flight keys re-armed into the future by their own wake count as due
+                backlog = max(0, self._dueset.count(due_at=now) - len(self._inflight))
+                log.warning("backpressure: %d due wakes wait for a worker (%d workers); they spill to later drains",
+                            backlog, self._executor.workers)
             self._count(spill_events=1, spilled=backlog)
-            self._stats = replace(self._stats, backlog=backlog)
-            log.warning("backpressure: %d due wakes wait for a worker (%d workers, %d started this drain)",
-                        backlog, self._executor.workers, min(budget, len(ready)))
+            self._stats = replace(self._stats, backlog=max(backlog, 1))
             return None
-        self._stats = replace(self._stats, backlog=0)
+        if self._stats.backlog:
+            log.warning("backpressure cleared: the due wakes all have a worker")
+            self._stats = replace(self._stats, backlog=0)
         head = next((e for e in self._dueset.earliest(len(self._inflight) + 1) if e.key not in self._inflight), None)
         if head is None:
             return None
