@@ -9,6 +9,7 @@ reachable. Errors name the file, and the line when known.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -18,18 +19,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import platformdirs
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from berm_abi.errors import BermError
 from berm_aot.elf import read_elf
 from berm_aot.manifest import TOOL_PREFIX, load_manifest
+from berm_aot.program import Program
 
 from .entry import ENTRY_NAME, entry_source
 from .errors import BuildError
 from .harness_toml import TOML_NAME, HarnessSpec, load_harness_toml
-from .header import write_calls_header
-from .toolchain import compile_object, guest_toolchain, link
+from .header import calls_header, write_calls_header
+from .toolchain import GUEST_CFLAGS, compile_object, guest_toolchain, link
 
 #: harnesses/sdk: berm.h, the SDK's C sources, the linker script and the build profile.
 SDK_DIR = Path(__file__).resolve().parent.parent / "harnesses" / "sdk"
@@ -101,6 +104,7 @@ def check_tools_defined(spec: HarnessSpec, objects: dict[Path, Path]) -> None:
 
 def _compile_all(sources: list[Path], work: Path, profile: Profile, include: tuple[Path, ...]) -> dict[Path, Path]:
     tc = guest_toolchain()
+    work.mkdir(exist_ok=True)
     jobs = {src: work / f"{i:03d}-{src.stem}.o" for i, src in enumerate(sources)}
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
         futures = [pool.submit(compile_object, src, obj, opt=profile.opt, include=include, flags=profile.cflags,
@@ -110,10 +114,36 @@ def _compile_all(sources: list[Path], work: Path, profile: Profile, include: tup
     return jobs
 
 
+def _sdk_cache_root() -> Path:
+    return Path(os.environ.get("BERM_SDK_CACHE") or platformdirs.user_cache_dir("berm")) / "sdk-objects"
+
+
+def _sdk_objects(work: Path, profile: Profile) -> list[Path]:
+    """The SDK compiled with ``profile``, from the cache when the same sources, header, flags and toolchain
+    were compiled before. The SDK is most of every build, and it never depends on the harness."""
+    tc = guest_toolchain()
+    sources = sdk_sources()
+    digest = hashlib.sha256()
+    for part in [*tc.cc, *GUEST_CFLAGS, profile.opt, *profile.cflags, calls_header()]:
+        digest.update(part.encode() + b"\0")
+    for path in [SDK_DIR / "berm.h", *sources]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    cached = _sdk_cache_root() / digest.hexdigest()[:32]
+    if not cached.is_dir():
+        fresh = _compile_all(sources, work / "sdk", profile, (SDK_DIR, work))
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cached.parent))
+        for obj in fresh.values():
+            shutil.copyfile(obj, staging / obj.name)
+        try:
+            os.replace(staging, cached)  # atomic: a directory in the cache is always complete
+        except OSError:  # another build got there first
+            shutil.rmtree(staging, ignore_errors=True)
+    return sorted(cached.glob("*.o"))
+
+
 def verify_image(path: Path, spec: HarnessSpec) -> None:
     """Read the built image as the host will; a BuildError says which check failed."""
-    from berm_aot.program import Program  # the decoder's program model; imported late, it is the heavy part
-
     try:
         image = read_elf(path.read_bytes())
         manifest = load_manifest(image)
@@ -142,9 +172,12 @@ def build_harness(directory: Path, out: Path | None = None) -> Path:
         write_calls_header(work)
         entry = work / ENTRY_NAME
         entry.write_text(entry_source(spec))
-        objects = _compile_all([*sdk_sources(), *sources, entry], work, profile, (SDK_DIR, work, directory))
-        check_tools_defined(spec, {src: objects[src] for src in sources})
-        linked = link(list(objects.values()), work / "harness.elf", linker_script=profile.linker_script)
+        include = (SDK_DIR, work, directory)
+        own = _compile_all(sources, work / "own", profile, include)
+        check_tools_defined(spec, own)  # before compiling the SDK: a missing tool is the commonest mistake
+        generated = _compile_all([entry], work / "entry", profile, include)
+        objects = [*own.values(), *generated.values(), *_sdk_objects(work, profile)]
+        linked = link(objects, work / "harness.elf", linker_script=profile.linker_script)
         verify_image(linked, spec)
         out.parent.mkdir(parents=True, exist_ok=True)
         staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")

@@ -1,0 +1,21 @@
+"""``berm build DIR [-o OUT.elf]``: build a harness directory into a checked harness ELF."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from berm_sdk.build import build_harness
+
+HELP = "Build a harness directory (harness.toml + C sources) into a harness ELF."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", type=Path, help="the harness directory (holds harness.toml)")
+    parser.add_argument("-o", "--output", type=Path, default=None, help="the ELF to write (default ./{name}.elf)")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = build_harness(args.directory, args.output)
+    print(out)
+    return 0

@@ -1,0 +1,89 @@
+"""`berm build`: a harness directory → a checked ELF; refusals name the file and line."""
+
+from __future__ import annotations
+
+import pytest
+
+from berm_aot.elf import read_elf
+from berm_aot.manifest import load_manifest
+from berm_cli.main import main
+from berm_sdk.build import build_harness
+from berm_sdk.errors import BuildError
+from berm_sdk.harness_toml import load_harness_toml
+from berm_sdk.toolchain import ToolchainError
+
+TOML = 'name = "tiny"\nusage = "u"\n\n[[tools]]\nname = "hello"\ndescription = "Says hello."\n'
+HELLO = '#include "berm.h"\n\nBERM_TOOL(hello) { return berm_ok_str("hello"); }\n'
+
+
+def harness(tmp_path, toml: str = TOML, **sources: str):
+    d = tmp_path / "h"
+    (d / "src").mkdir(parents=True)
+    (d / "harness.toml").write_text(toml)
+    for name, text in sources.items():
+        (d / ("src" if name.startswith("src_") else ".") / f"{name.removeprefix('src_')}.c").write_text(text)
+    return d
+
+
+def test_cli_builds_a_checked_image(tmp_path, capsys):
+    d = harness(tmp_path, TOML + '\n[[tools]]\nname = "two"\ndescription = "2"\n',
+                tiny=HELLO, src_two='#include "berm.h"\nBERM_TOOL(two) { return berm_ok("2", 1); }\n')
+    out = tmp_path / "out" / "tiny.elf"
+    assert main(["build", str(d), "-o", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    image = read_elf(out.read_bytes())
+    assert [t.name for t in load_manifest(image).tools] == ["hello", "two"]
+    assert image.manifest_bytes == load_harness_toml(d / "harness.toml").manifest_bytes()
+    assert any(r.type_name == "R_RISCV_PCREL_HI20" and r.symbol == "berm_tool_two" for r in image.relocations)
+    loads = sorted(image.segments, key=lambda s: s.vaddr)
+    assert loads[0].vaddr >= 0x10000 and loads[0].executable and not loads[0].writable
+    assert [s.writable for s in loads] == sorted(s.writable for s in loads)  # read-only below writable
+
+
+def test_default_output_is_name_dot_elf_in_the_working_directory(tmp_path, monkeypatch):
+    d = harness(tmp_path, tiny=HELLO)
+    monkeypatch.chdir(tmp_path)
+    assert build_harness(d) == tmp_path / "tiny.elf"
+    assert (tmp_path / "tiny.elf").exists()
+
+
+def test_a_declared_tool_without_a_function_is_refused(tmp_path, capsys):
+    d = harness(tmp_path, TOML + '\n[[tools]]\nname = "missing"\ndescription = "m"\n', tiny=HELLO)
+    assert main(["build", str(d), "-o", str(tmp_path / "x.elf")]) == 2
+    err = capsys.readouterr().err
+    assert f"{d / 'harness.toml'}:9: tool 'missing' is declared but no source defines berm_tool_missing" in err
+    assert not (tmp_path / "x.elf").exists()
+
+
+def test_a_tool_function_not_declared_is_refused(tmp_path):
+    d = harness(tmp_path, tiny=HELLO + "\n\nBERM_TOOL(extra) { return berm_ok_str(\"\"); }\n")
+    with pytest.raises(BuildError, match=rf"{d / 'tiny.c'}:6: berm_tool_extra is defined but .* declares no tool"):
+        build_harness(d, tmp_path / "x.elf")
+
+
+def test_compiler_errors_name_the_file_and_line(tmp_path):
+    d = harness(tmp_path, tiny=HELLO + "\nint broken(void) { return undefined_thing; }\n")
+    with pytest.raises(ToolchainError, match=rf"{d / 'tiny.c'}:5:\d+: error: use of undeclared identifier"):
+        build_harness(d, tmp_path / "x.elf")
+
+
+def test_toml_errors_name_the_file_and_line(tmp_path):
+    d = harness(tmp_path, 'name = "tiny"\n\n[[tools]\n', tiny=HELLO)
+    with pytest.raises(BuildError, match=r"harness.toml: .*at line 3"):
+        build_harness(d, tmp_path / "x.elf")
+
+
+def test_an_image_with_csr_instructions_fails_its_own_check(tmp_path):
+    source = HELLO.replace('return berm_ok_str("hello");',
+                           'unsigned long c; __asm__ volatile("csrr %0, cycle" : "=r"(c)); return berm_ok("", c & 0);')
+    d = harness(tmp_path, tiny=source)
+    with pytest.raises(BuildError, match=r"fails its own check: .*csr"):
+        build_harness(d, tmp_path / "x.elf")
+
+
+def test_not_a_directory_and_no_sources(tmp_path):
+    with pytest.raises(BuildError, match="not a directory"):
+        build_harness(tmp_path / "nope")
+    d = harness(tmp_path)
+    with pytest.raises(BuildError, match="no C sources"):
+        build_harness(d)

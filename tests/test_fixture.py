@@ -1,0 +1,89 @@
+"""The fixture harness's four tools, built by `berm build`, run on the reference interpreter and natively."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from berm_aot.elf import read_elf
+from berm_aot.manifest import load_manifest
+from berm_aot.program import Program
+from berm_host.backend import RunRequest
+from berm_host.interp import InterpBackend
+from berm_host.traps import ToolFailure
+from berm_sdk.build import build_harness
+from berm_sdk.native import NativeHarness, build_native_library
+
+FIXTURE = Path(__file__).resolve().parent.parent / "harnesses" / "fixture"
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    return read_elf(build_harness(FIXTURE, tmp_path_factory.mktemp("fixture") / "fixture.elf").read_bytes())
+
+
+class Interp:
+    """Calls a tool the way the host does (ABI.md §3): a failure beats the result, which must be UTF-8."""
+
+    def __init__(self, image):
+        self.program = Program.from_image(image)
+        self.backend = InterpBackend(self.program)
+
+    def call(self, tool: str, args: bytes = b"") -> bytes:
+        result = self.backend.run(RunRequest(entry=self.program.symbol(f"berm_tool_{tool}"), args=args,
+                                             read_result=True))
+        assert result.trap is None, str(result.trap)
+        if result.failure is not None:
+            raise ToolFailure(tool, result.failure.decode("utf-8", "replace"))
+        assert result.result is not None
+        result.result.decode("utf-8")
+        return result.result
+
+
+@pytest.fixture(scope="module", params=["interp", "native"])
+def engine(request, image, tmp_path_factory):
+    if request.param == "interp":
+        return Interp(image)
+    out = tmp_path_factory.mktemp("fixture-native") / "fixture.so"
+    return NativeHarness(build_native_library(sorted(FIXTURE.glob("*.c")), out))
+
+
+def test_manifest_lists_the_four_tools(image):
+    manifest = load_manifest(image)
+    assert [t.name for t in manifest.tools] == ["echo", "chatty", "probe", "boom"]
+    assert manifest.usage.startswith("A conformance fixture")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (b'{"a":[1,"x"]}', b'{"echo":{"a":[1,"x"]}}'),
+    (b"", b'{"echo":null}'),
+    ("\"\u00e9\U0001F600\"".encode(), "{\"echo\":\"\u00e9\U0001F600\"}".encode()),
+])
+def test_echo(engine, args, expected):
+    assert engine.call("echo", args) == expected
+
+
+def test_echo_of_large_arguments(engine):
+    args = b'"' + b"x" * 200_000 + b'"'
+    assert engine.call("echo", args) == b'{"echo":' + args + b"}"
+
+
+def test_chatty_returns_the_argument_length(engine):
+    assert engine.call("chatty", b"12345") == b"5"
+    assert engine.call("chatty") == b"0"
+
+
+def test_probe_allocates_and_returns_from_the_heap(engine):
+    assert engine.call("probe") == b"[7,7]"
+
+
+def test_boom_fails_as_requested(engine):
+    with pytest.raises(ToolFailure, match="^boom, as requested$"):
+        engine.call("boom")
+
+
+def test_probe_result_lies_in_the_heap(image):
+    interp = Interp(image)
+    result = interp.backend.run(RunRequest(entry=interp.program.symbol("berm_tool_probe"), read_result=True))
+    assert result.a0 >= max(seg.end for seg in image.segments) and result.a1 == 5
