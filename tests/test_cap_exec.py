@@ -1,0 +1,119 @@
+"""berm.exec.run: cwd inside the root, /dev/null stdin, explicit environment, caps, and no hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from berm_abi.frames import encode_frame
+from berm_host.capabilities import exec as exec_cap
+from berm_host.capabilities.paths import Root
+from berm_host.linker import CapabilityError
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = tmp_path / "root"
+    (r / "sub").mkdir(parents=True)
+    return r
+
+
+def run(root, command: str, cwd: str = "", *pairs: str, env=None, timeout: float = 20.0) -> dict:
+    fn = exec_cap.capabilities(Root(root), env=env or {}, timeout=timeout)["berm.exec.run"]
+    reply = fn(encode_frame([command, cwd, *pairs]))
+    assert list(json.loads(reply)) == ["exit_code", "stderr", "stdout"]  # keys sorted, as ABI.md §1 says
+    return json.loads(reply)
+
+
+def test_output_exit_code_and_cwd(root):
+    r = run(root, "pwd; echo oops >&2; exit 7", "sub")
+    assert r == {"exit_code": 7, "stderr": "oops\n", "stdout": f"{root.resolve()}/sub\n"}
+    assert run(root, "pwd")["stdout"] == f"{root.resolve()}\n"
+
+
+def test_reply_bytes(root):
+    fn = exec_cap.capabilities(Root(root))["berm.exec.run"]
+    assert fn(encode_frame(["printf 'a\"b'", ""])) == b'{"exit_code":0,"stderr":"","stdout":"a\\"b"}'
+
+
+def test_cwd_outside_the_root_is_refused(root, tmp_path):
+    (root / "door").symlink_to(tmp_path)
+    for cwd, words in [("..", "leaves the root"), ("/", "outside the root"), ("door", "points outside the root"),
+                       ("missing", "no such file")]:
+        with pytest.raises(CapabilityError, match=words):
+            run(root, "true", cwd)
+
+
+def test_stdin_is_dev_null(root):
+    r = run(root, "cat; echo done")
+    assert r["stdout"] == "done\n"
+
+
+def test_environment_is_minimal_plus_declared_plus_call(root, monkeypatch):
+    monkeypatch.setenv("BERM_TEST_HOST_SECRET", "hunter2")
+    r = run(root, "env", "", "CALL", "c", "BOTH", "from-call", env={"DECLARED": "d", "BOTH": "from-declaration"})
+    env = dict(line.split("=", 1) for line in r["stdout"].splitlines())
+    assert "BERM_TEST_HOST_SECRET" not in env
+    assert env["DECLARED"] == "d" and env["CALL"] == "c" and env["BOTH"] == "from-call"
+    assert set(env) - {"PWD", "SHLVL", "_", "OLDPWD"} == {"PATH", "HOME", "LANG", "DECLARED", "CALL", "BOTH"}
+
+
+def test_bad_environment_names_are_refused(root):
+    with pytest.raises(CapabilityError, match="bad environment variable"):
+        run(root, "true", "", "A=B", "x")
+    with pytest.raises(CapabilityError, match="bad environment variable"):
+        exec_cap.capabilities(Root(root), env={"": "x"})
+
+
+def test_odd_pair_count_is_an_error(root):
+    with pytest.raises(CapabilityError, match="key with no value"):
+        run(root, "true", "", "LONELY")
+
+
+def test_nul_in_command_is_refused(root):
+    with pytest.raises(CapabilityError, match="NUL"):
+        run(root, "echo a\0rm -rf /")
+
+
+def test_background_child_holding_the_pipes_does_not_hang_and_is_killed(root):
+    r = run(root, "sleep 1000 & echo $!", timeout=60)
+    assert r["exit_code"] == 0 and "[killed" not in r["stderr"]  # ended with the command, not by the timeout
+    pid = int(r["stdout"])
+    for _ in range(200):  # the group was SIGKILLed; wait for init to reap the orphan
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ", 1)[1].startswith("Z"):
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the background child survived its command")
+
+
+def test_a_hundred_megabytes_of_output_is_capped(root):
+    r = run(root, "yes | head -c 100000000; echo tail >&2")
+    assert r["exit_code"] == 0
+    kept, marker = r["stdout"].rsplit("\n", 1)
+    assert len(kept) == exec_cap.OUTPUT_CAP and kept.startswith("y\ny\n") and set(kept) == {"y", "\n"}
+    assert marker == f"[truncated: 100000000 bytes in all, kept the first {exec_cap.OUTPUT_CAP}]"
+    assert r["stderr"] == "tail\n"
+
+
+def test_timeout_kills_the_whole_group(root):
+    r = run(root, "sleep 1000 & sleep 1000; echo never", timeout=0.5)
+    assert r["exit_code"] == -1
+    assert r["stdout"] == ""
+    assert r["stderr"] == "[killed: the command ran past its 0.5 s timeout]"
+
+
+def test_killed_by_a_signal_reports_minus_one(root):
+    assert run(root, "kill -9 $$")["exit_code"] == -1
+
+
+def test_invalid_utf8_output_is_replaced(root):
+    assert run(root, "printf '\\377ok'")["stdout"] == "\ufffdok"
