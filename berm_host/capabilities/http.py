@@ -1,17 +1,18 @@
 """``berm.http.fetch``: one HTTP(S) request to a host the declaration lists, through ``http.client``.
 
 The host check is a comparison the guest cannot influence: the URL's host, lower-cased and without one trailing
-dot, must equal an entry (normalised the same way), or end in ``.suffix`` for an entry ``*.suffix`` (subdomains
-only, never the bare suffix). Only http and https; no credentials in the URL; the guest may not set ``Host``,
-``Content-Length`` or ``Transfer-Encoding`` (a forged Host would reach other virtual hosts behind an allowed
-address). Redirects are returned as they are, never followed. A timer shuts the socket down when the call's
-time is up, so neither a slow server nor a trickle of bytes outlasts the timeout (name resolution itself is
-bounded only by the resolver). Bodies over ``BODY_CAP`` are refused.
+dot, must equal an entry (normalised the same way) or, when it is a name and not an address, end in ``.suffix``
+for an entry ``*.suffix`` (subdomains only, never the bare suffix). Only http and https; no credentials in the
+URL; the guest may not set ``Host``, ``Content-Length`` or ``Transfer-Encoding`` (a forged Host would reach other
+virtual hosts behind an allowed address). Redirects are returned as they are, never followed. A timer shuts the
+socket down when the call's time is up, so neither a slow server nor a trickle of bytes outlasts the timeout
+(name resolution itself is bounded only by the resolver). Bodies over ``BODY_CAP`` are refused.
 """
 
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import re
 import socket
 import ssl
@@ -59,7 +60,13 @@ class HostList:
 
     def allows(self, host: str) -> bool:
         host = normalize_host(host)
-        return host in self.exact or any(host.endswith(s) and len(host) > len(s) for s in self.suffixes)
+        if host in self.exact:
+            return True
+        try:
+            ipaddress.ip_address(host)
+            return False  # an address is matched exactly, never as a "subdomain" of a wildcard
+        except ValueError:
+            return any(host.endswith(s) and len(host) > len(s) for s in self.suffixes)
 
 
 def _target(url: str, hosts: HostList) -> tuple[str, str, int | None, str]:

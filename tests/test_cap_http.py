@@ -1,0 +1,197 @@
+"""berm.http.fetch against a real HTTP server on 127.0.0.1, started by the test: allowlist, redirects returned
+not followed, slow and trickling servers bounded by the timeout, body cap."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from berm_abi.frames import decode_frame, encode_frame
+from berm_host.capabilities import http
+from berm_host.capabilities.http import HostList, HostListError
+from berm_host.linker import CapabilityError
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _reply(self, status: int, body: bytes = b"", headers: dict | None = None):
+        self.server.seen.append((self.command, self.path, dict(self.headers)))
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/redirect":
+            self._reply(302, headers={"Location": "http://unlisted.example/stolen"})
+        elif self.path == "/slow":
+            self.server.release.wait(10)
+            self._reply(200, b"late")
+        elif self.path == "/trickle":
+            self.server.seen.append(("GET", "/trickle", {}))
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            for _ in range(1000):
+                if self.server.release.wait(0.05):
+                    return
+                self.wfile.write(b"x")
+                self.wfile.flush()
+        elif self.path == "/big":
+            self._reply(200, b"b" * (http.BODY_CAP + 1))
+        else:
+            self._reply(200, b"hello " + self.path.encode(), {"X-Test": "yes"})
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self._reply(201, b"got " + body + b" " + self.headers.get("X-Token", "").encode())
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    srv.handle_error = lambda request, address: None  # clients hanging up on /big and /trickle are expected
+    srv.seen = []
+    srv.release = threading.Event()
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv
+    srv.release.set()
+    srv.shutdown()
+    srv.server_close()
+
+
+def fetch(hosts, url, method="GET", body=b"", *headers, timeout=10.0):
+    fn = http.capabilities(HostList(hosts), timeout=timeout)["berm.http.fetch"]
+    status, head, data = decode_frame(fn(encode_frame([method, url, body, *headers])))
+    return int(status), head.decode(), data
+
+
+def test_get_from_an_allowed_host(server):
+    port = server.server_address[1]
+    status, head, data = fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/path?q=1")
+    assert status == 200 and data == b"hello /path?q=1"
+    assert "X-Test: yes\n" in head and head.endswith("\n")
+
+
+def test_post_with_body_and_headers(server):
+    port = server.server_address[1]
+    status, _, data = fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "POST", b"payload", "X-Token", "t0k")
+    assert status == 201 and data == b"got payload t0k"
+
+
+def test_an_unlisted_host_is_refused_before_any_connection(server):
+    port = server.server_address[1]
+    before = len(server.seen)
+    for hosts in (["example.com"], ["127.0.0.2"], ["*.0.0.1"]):
+        with pytest.raises(CapabilityError, match="not in this harness's hosts"):
+            fetch(hosts, f"http://127.0.0.1:{port}/")
+    assert len(server.seen) == before
+
+
+def test_host_differing_only_by_case_or_a_trailing_dot_is_the_same_host(server):
+    port = server.server_address[1]
+    assert fetch(["localhost"], f"http://LocalHost:{port}/case")[2] == b"hello /case"
+    assert fetch(["localhost"], f"http://localhost.:{port}/dot")[2] == b"hello /dot"
+    assert fetch(["LOCALHOST."], f"http://localhost:{port}/entry")[2] == b"hello /entry"
+
+
+def test_lookalike_hosts_are_refused(server):
+    port = server.server_address[1]
+    for url in [f"http://localhost.evil:{port}/", f"http://localhost..:{port}/", f"http://evil.localhost:{port}/",
+                f"http://127.0.0.1:{port}/", f"http://xlocalhost:{port}/", f"http://localhost@127.0.0.1:{port}/"]:
+        with pytest.raises(CapabilityError):
+            fetch(["localhost"], url)
+
+
+def test_wildcard_entries_match_subdomains_only():
+    hosts = HostList(["*.example.org", "api.example.com"])
+    assert hosts.allows("a.example.org") and hosts.allows("A.B.Example.Org.")
+    assert not hosts.allows("example.org")
+    assert not hosts.allows("badexample.org")
+    assert not hosts.allows("example.org.evil.com")
+    assert hosts.allows("API.example.com") and not hosts.allows("x.api.example.com")
+    for bad in ["", "a b", "*", "*.", "a*.example.org", "ex*ample.org", "http://x"]:
+        with pytest.raises(HostListError):
+            HostList([bad])
+
+
+def test_a_redirect_to_an_unlisted_host_is_returned_not_followed(server):
+    port = server.server_address[1]
+    before = len(server.seen)
+    status, head, data = fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/redirect")
+    assert status == 302
+    assert "Location: http://unlisted.example/stolen\n" in head
+    assert len(server.seen) == before + 1
+
+
+def test_a_slow_server_times_out(server):
+    port = server.server_address[1]
+    with pytest.raises(CapabilityError, match="timed out"):
+        fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/slow", timeout=0.3)
+
+
+def test_a_trickling_server_cannot_outlast_the_timeout(server):
+    port = server.server_address[1]
+    with pytest.raises(CapabilityError, match="timed out"):
+        fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/trickle", timeout=0.4)
+
+
+def test_body_over_the_cap_is_refused(server):
+    port = server.server_address[1]
+    with pytest.raises(CapabilityError, match="larger than the 16 MiB cap"):
+        fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/big")
+
+
+@pytest.mark.parametrize("url, words", [
+    ("file:///etc/passwd", "only http and https"),
+    ("ftp://127.0.0.1/", "only http and https"),
+    ("gopher://127.0.0.1/", "only http and https"),
+    ("http://user:pw@127.0.0.1/", "credentials"),
+    ("http:///nohost", "no host"),
+    ("http://127.0.0.1:99999/", "bad URL"),
+    ("http://127.0.0.1/\r\nX: y", "control characters"),
+    ("http://127.0.0.1\\@evil.com/", "backslash"),
+])
+def test_bad_urls_are_refused(url, words):
+    with pytest.raises(CapabilityError, match=words):
+        fetch(["127.0.0.1"], url)
+
+
+def test_host_and_framing_headers_cannot_be_forged(server):
+    port = server.server_address[1]
+    for name in ("Host", "content-length", "Transfer-Encoding"):
+        with pytest.raises(CapabilityError, match="set by the host"):
+            fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET", b"", name, "evil")
+    with pytest.raises(CapabilityError, match="bad header"):
+        fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET", b"", "X-A", "v\r\nHost: evil")
+    with pytest.raises(CapabilityError, match="bad method"):
+        fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET /x HTTP/1.1\r\n")
+
+
+def test_malformed_requests():
+    fn = http.capabilities(HostList(["127.0.0.1"]))["berm.http.fetch"]
+    with pytest.raises(CapabilityError, match="malformed request"):
+        fn(encode_frame(["GET", "http://127.0.0.1/"]))
+    with pytest.raises(CapabilityError, match="key with no value"):
+        fn(encode_frame(["GET", "http://127.0.0.1/", b"", "X-Lonely"]))
+    with pytest.raises(CapabilityError, match="not valid UTF-8"):
+        fn(encode_frame(["GET", b"http://\xff/", b""]))
+
+
+def test_connection_refused_is_an_error_not_a_crash():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(CapabilityError, match="berm.http.fetch: ConnectionRefusedError"):
+        fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/")
