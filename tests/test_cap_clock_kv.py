@@ -1,0 +1,117 @@
+"""berm.clock.now and berm.kv.*: values, namespacing, persistence, caps and malformed requests."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from berm_abi.frames import decode_frame, encode_frame
+from berm_host.capabilities import clock, kv
+from berm_host.linker import CapabilityError
+
+
+def test_clock_now_is_utc_millis_and_the_local_offset():
+    before = time.time_ns() // 1_000_000
+    millis, offset = decode_frame(clock.capabilities()["berm.clock.now"](b""))
+    after = time.time_ns() // 1_000_000
+    assert before <= int(millis) <= after
+    assert int(offset) == time.localtime(int(millis) // 1000).tm_gmtoff
+
+
+def test_clock_now_takes_no_fields():
+    with pytest.raises(CapabilityError, match="malformed request"):
+        clock.capabilities()["berm.clock.now"](encode_frame(["x"]))
+
+
+@pytest.fixture
+def store(tmp_path):
+    return kv.KvStore(tmp_path / "kv.sqlite3")
+
+
+def _kv(store, ns):
+    caps = kv.capabilities(store, ns)
+    return {name.rsplit(".", 1)[1]: (lambda fn: lambda *f: fn(encode_frame(list(f))))(fn) for name, fn in caps.items()}
+
+
+def test_set_get_delete_list(store):
+    a = _kv(store, "a")
+    assert a["set"]("k1", b"\0binary\xff") == b""
+    a["set"]("k2", "two")
+    a["set"]("other", "x")
+    assert a["get"]("k1") == b"\0binary\xff"
+    assert decode_frame(a["list"]("k")) == [b"k1", b"k2"]
+    assert decode_frame(a["list"]("")) == [b"k1", b"k2", b"other"]
+    a["set"]("k1", "replaced")
+    assert a["get"]("k1") == b"replaced"
+    assert a["delete"]("k1") == b""
+    assert a["delete"]("k1") == b""  # deleting what is not there is fine
+    with pytest.raises(CapabilityError, match="berm.kv.get: no value for key"):
+        a["get"]("k1")
+
+
+def test_namespaces_do_not_see_each_other(store):
+    a, b = _kv(store, "a"), _kv(store, "b")
+    a["set"]("shared-name", "from a")
+    b["set"]("shared-name", "from b")
+    assert a["get"]("shared-name") == b"from a"
+    assert b["get"]("shared-name") == b"from b"
+    b["delete"]("shared-name")
+    assert a["get"]("shared-name") == b"from a"
+    assert decode_frame(b["list"]("")) == []
+
+
+def test_values_outlive_the_store_object(tmp_path):
+    path = tmp_path / "kv.sqlite3"
+    _kv(kv.KvStore(path), "h")["set"]("persist", "yes")
+    assert _kv(kv.KvStore(path), "h")["get"]("persist") == b"yes"
+
+
+def test_size_caps_refuse_and_change_nothing(store, monkeypatch):
+    a = _kv(store, "a")
+    a["set"]("k", "old")
+    with pytest.raises(CapabilityError, match="value must be at most"):
+        a["set"]("k", b"v" * (kv.VALUE_CAP + 1))
+    with pytest.raises(CapabilityError, match="key must be 1 to"):
+        a["set"](b"k" * (kv.KEY_CAP + 1), "v")
+    with pytest.raises(CapabilityError, match="key must be 1 to"):
+        a["set"]("", "v")
+    assert a["get"]("k") == b"old"
+    monkeypatch.setattr(kv, "NAMESPACE_KEYS_CAP", 2)
+    a["set"]("k2", "v")
+    a["set"]("k2", "replacing does not count as a new key")
+    with pytest.raises(CapabilityError, match="already holds 2 keys"):
+        a["set"]("k3", "v")
+    _kv(store, "b")["set"]("k3", "another namespace has its own budget")
+    monkeypatch.setattr(kv, "NAMESPACE_BYTES_CAP", 100)
+    with pytest.raises(CapabilityError, match="would exceed 100 bytes"):
+        a["set"]("k", b"x" * 90)
+    assert a["get"]("k") == b"old"
+
+
+def test_list_prefix_is_a_byte_prefix(store):
+    a = _kv(store, "a")
+    for key in [b"a%", b"a_", b"ab", b"a\xff", b"b"]:
+        a["set"](key, "v")
+    assert decode_frame(a["list"]("a%")) == [b"a%"]  # no LIKE wildcards
+    assert decode_frame(a["list"](b"a")) == [b"a%", b"a_", b"ab", b"a\xff"]
+
+
+def test_malformed_kv_requests(store):
+    caps = kv.capabilities(store, "a")
+    with pytest.raises(CapabilityError, match="malformed request"):
+        caps["berm.kv.set"](encode_frame(["only-key"]))
+    with pytest.raises(CapabilityError, match="malformed request"):
+        caps["berm.kv.get"](b"\x05\x00\x00\x00ab")
+
+
+def test_data_dir_override_and_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("BERM_DATA_DIR", str(tmp_path / "env"))
+    assert kv.data_dir() == (tmp_path / "env").resolve()
+    assert kv.data_dir(tmp_path / "arg") == (tmp_path / "arg").resolve()
+
+
+def test_an_unusable_data_dir_is_a_clear_error(tmp_path):
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(kv.KvStoreError, match="cannot open the key-value store"):
+        kv.KvStore(tmp_path / "file" / "kv.sqlite3")
