@@ -1,0 +1,139 @@
+"""Declarations ([[harnesses]] TOML, ABI.md §8): parsing, clear errors naming entry and key, image files and
+their pinned digests."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from berm_host import declaration as decl_mod
+from berm_host.declaration import (Declaration, DeclarationError, ImageDigestMismatch, ImageNotFound,
+                                   harnesses_dir, load_declarations, parse_declarations, parse_memory)
+
+EXAMPLE = """
+model = "something the agent owns"
+
+[[harnesses]]
+name = "os"
+source = "builtin"
+capabilities = ["fs", "exec"]
+root = "/home/me/project"
+timeout = 30
+memory = "16M"
+env = { GIT_PAGER = "cat" }
+
+[[harnesses]]
+name = "search"
+source = "github:crabtalk/search@v0.1.0"
+sha256 = "9F2A000000000000000000000000000000000000000000000000000000000000"
+capabilities = ["http", "clock"]
+hosts = ["bing.com", "*.wikipedia.org"]
+"""
+
+
+def test_parse_the_documented_shape():
+    os_, search = parse_declarations(EXAMPLE)
+    assert os_ == Declaration(name="os", source="builtin", capabilities=("fs", "exec"), root="/home/me/project",
+                              timeout=30.0, memory=16 << 20, env=(("GIT_PAGER", "cat"),))
+    assert search.sha256 == "9f2a" + "0" * 60
+    assert search.hosts == ("bing.com", "*.wikipedia.org")
+    assert search.root is None and search.timeout is None and search.memory is None
+
+
+def test_no_harnesses_is_an_empty_list():
+    assert parse_declarations("model = 'x'\n") == []
+
+
+def _error(toml: str) -> str:
+    with pytest.raises(DeclarationError) as info:
+        parse_declarations(toml, "agent.toml")
+    return str(info.value)
+
+
+def test_unknown_key_names_the_entry_and_the_key():
+    msg = _error('[[harnesses]]\nname = "os"\ncapabilitys = ["fs"]\n')
+    assert 'agent.toml: harnesses[0] \'os\'' in msg and "unknown key 'capabilitys'" in msg
+
+
+@pytest.mark.parametrize("line, words", [
+    ('capabilities = "fs"', "capabilities must be a list of strings"),
+    ("capabilities = [1]", "capabilities must be a list of strings"),
+    ('capabilities = ["fs", "fs"]', "capabilities lists the same entry twice"),
+    ("root = 3", "root must be a string"),
+    ('root = "relative/dir"', "root must be an absolute path"),
+    ('hosts = "a.com"', "hosts must be a list of strings"),
+    ('hosts = ["bad host"]', "hosts: bad host entry"),
+    ("sha256 = 12", "sha256 must be a string"),
+    ('sha256 = "abc"', "sha256 must be 64 hex digits"),
+    ('timeout = "30"', "timeout must be a number"),
+    ("timeout = 0", "timeout must be a number"),
+    ("timeout = true", "timeout must be a number"),
+    ('memory = "lots"', 'memory must be a size like "64M"'),
+    ('memory = "3M"', "power of two"),
+    ("memory = 1024", "power of two"),
+    ("source = []", "source must be a string"),
+    ('env = "A=1"', "env must be a table"),
+    ("env = { A = 1 }", "env.A must be a string"),
+])
+def test_wrong_types_and_values_name_the_entry_and_key(line, words):
+    msg = _error(f'[[harnesses]]\nname = "h"\n{line}\n')
+    assert "harnesses[0] 'h'" in msg and words in msg
+
+
+@pytest.mark.parametrize("toml, words", [
+    ('[[harnesses]]\nsource = "builtin"\n', "name is required"),
+    ('[[harnesses]]\nname = "../escape"\n', "name '../escape' must be"),
+    ('[[harnesses]]\nname = ""\n', "must be 1-64"),
+    ('[[harnesses]]\nname = 5\n', "name must be a string"),
+    ('harnesses = "os"\n', "harnesses must be an array of tables"),
+    ('harnesses = [1]\n', "harnesses[0]: must be a table"),
+    ('[[harnesses]]\nname = "a"\n[[harnesses]]\nname = "a"\n', "harness 'a' is declared twice"),
+    ("[[harnesses]\n", "not valid TOML"),
+])
+def test_structural_errors(toml, words):
+    assert words in _error(toml)
+
+
+def test_memory_sizes():
+    assert parse_memory("64M") == 64 << 20
+    assert parse_memory("64MiB") == 64 << 20
+    assert parse_memory("1G") == 1 << 30
+    assert parse_memory("4G") == 4 << 30
+    assert parse_memory("64k") == 64 << 10
+    assert parse_memory(65536) == 65536
+    for bad in ("8G", "32K", "", "64 M M", True, 1.5):
+        with pytest.raises(DeclarationError):
+            parse_memory(bad)
+
+
+def test_harnesses_dir_argument_environment_and_default(tmp_path, monkeypatch):
+    monkeypatch.delenv("BERM_HARNESSES_DIR", raising=False)
+    monkeypatch.setattr(decl_mod.platformdirs, "user_config_dir", lambda app: str(tmp_path / "config" / app))
+    assert harnesses_dir() == tmp_path / "config" / "berm" / "harnesses"
+    monkeypatch.setenv("BERM_HARNESSES_DIR", str(tmp_path / "env"))
+    assert harnesses_dir() == tmp_path / "env"
+    assert harnesses_dir(tmp_path / "arg") == tmp_path / "arg"
+    assert Declaration(name="os").image_path() == tmp_path / "env" / "os.elf"
+
+
+def test_image_loads_and_a_pinned_digest_is_verified(tmp_path):
+    (tmp_path / "os.elf").write_bytes(b"\x7fELF pretend")
+    digest = hashlib.sha256(b"\x7fELF pretend").hexdigest()
+    assert Declaration(name="os").load_image(tmp_path) == b"\x7fELF pretend"
+    assert Declaration(name="os", sha256=digest).load_image(tmp_path) == b"\x7fELF pretend"
+    with pytest.raises(ImageDigestMismatch, match=f"its sha256 is {digest}, the declaration pins 0000"):
+        Declaration(name="os", sha256="0" * 64).load_image(tmp_path)
+    with pytest.raises(ImageNotFound, match="no image at"):
+        Declaration(name="missing").load_image(tmp_path)
+
+
+def test_load_declarations_from_a_file(tmp_path):
+    path = tmp_path / "agent.toml"
+    path.write_text(EXAMPLE)
+    assert [d.name for d in load_declarations(path)] == ["os", "search"]
+    with pytest.raises(DeclarationError, match="cannot read"):
+        load_declarations(tmp_path / "missing.toml")
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(DeclarationError, match="cannot read"):
+        load_declarations(path)
