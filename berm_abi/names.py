@@ -56,16 +56,25 @@ CORE_CALLS: tuple[HostCall, ...] = (
 #: Each takes a request frame (a0=ptr, a1=len) and returns the staged reply length, ERROR_BIT on failure.
 CAPABILITY_CALLS: tuple[HostCall, ...] = (
     HostCall("berm.fs.read", "FS_READ", "[path] -> raw file bytes"),
-    HostCall("berm.fs.write", "FS_WRITE", "[path, content] -> empty"),
-    HostCall("berm.fs.glob", "FS_GLOB", "[pattern, path] -> newline-separated root-relative paths, newest first"),
-    HostCall("berm.fs.grep", "FS_GREP", "[pattern, path, include, mode] -> matches as text"),
-    HostCall("berm.exec.run", "EXEC_RUN", "[command, cwd, k1, v1, ...] -> JSON {exit_code, stderr, stdout}"),
+    HostCall("berm.fs.write", "FS_WRITE",
+             "[path, content, optional pair (parents, 1)] -> empty; atomic; missing parent directories are an "
+             "error unless parents=1"),
+    HostCall("berm.fs.glob", "FS_GLOB",
+             "[pattern, path] -> newline-separated root-relative paths of files under path matching pattern, "
+             "newest first; at most 1000, then a last line starting '[truncated'"),
+    HostCall("berm.fs.grep", "FS_GREP",
+             "[pattern, path, include, mode] -> one result per line: mode files (or empty) = matching root-relative "
+             "paths, newest first; content = 'path:line:text'; count = 'path:N'. At most 1000 lines, then a "
+             "last line starting '[truncated'. Binary and .gitignored files skipped"),
+    HostCall("berm.exec.run", "EXEC_RUN",
+             "[command, cwd, k1, v1, ...] -> JSON {exit_code, stderr, stdout} (keys sorted; exit_code -1 when "
+             "killed by a signal or the timeout; each stream capped at 1 MiB, then a last line starting '[truncated')"),
     HostCall("berm.http.fetch", "HTTP_FETCH", "[method, url, body, h1, v1, ...] -> framed [status, headers, body]"),
     HostCall("berm.clock.now", "CLOCK_NOW", "[] -> framed [utc_millis, local_offset_seconds]"),
-    HostCall("berm.kv.get", "KV_GET", "[key] -> value"),
+    HostCall("berm.kv.get", "KV_GET", "[key] -> value; a missing key is an error reply ('no value for key ...')"),
     HostCall("berm.kv.set", "KV_SET", "[key, value] -> empty"),
     HostCall("berm.kv.delete", "KV_DELETE", "[key] -> empty"),
-    HostCall("berm.kv.list", "KV_LIST", "[prefix] -> framed keys"),
+    HostCall("berm.kv.list", "KV_LIST", "[prefix] -> framed keys with that byte prefix, sorted, at most 10000"),
     HostCall("berm.schedule.at", "SCHEDULE_AT", "[when_utc_millis, id, payload] -> empty"),
     HostCall("berm.schedule.cancel", "SCHEDULE_CANCEL", "[id] -> empty"),
     HostCall("berm.call", "CALL", "[harness, tool, args] -> the other harness's result"),
