@@ -22,8 +22,6 @@ from berm_host.linker import Linker  # noqa: E402
 
 BERM_ENGINES = ("aot", "interp") if importlib.util.find_spec("berm_host.engine") else ()
 ENGINES = (*BERM_ENGINES, "unicorn", "wasmtime")
-#: The interpreter is plain Python: one unit of work per kernel is plenty.
-SMALL_N = {"interp": 1}
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +63,7 @@ def test_checksums_depend_on_the_work(native):
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_kernel_matches_native(engine, kernel, native, runners):
-    n = SMALL_N.get(engine, 3)
-    assert runners(engine).call(kernel, n) == native.call(kernel, n)
+    assert runners(engine).call(kernel, 3) == native.call(kernel, 3)
 
 
 @pytest.mark.parametrize("engine", BERM_ENGINES)

@@ -37,30 +37,32 @@ RATIO_COLUMNS = ("aot", "wasmtime", "unicorn", "interp")
 
 @dataclass(frozen=True)
 class Plan:
-    """How much work each measurement does. ``n`` is per kernel for the fast runners; unicorn runs n/16 and the
-    interpreter a fixed small n."""
+    """How much work each measurement does: ``n`` per kernel and the boundary loop counts are for the fast runners;
+    the slow ones do ``1 / SLOW[kind]`` of it (at least one unit)."""
 
     n: dict[str, int]
     repeats: int
-    interp_n: int
     invoke_calls: int
     hostcall_n: int
     capability_n: int
     loads: int
     big_functions: int
-    interp_scale: int = 1000  # the interpreter's loops run n / interp_scale
 
     def kernel_n(self, kind: str, kernel: str) -> int:
-        if kind == "interp":
-            return self.interp_n
-        if kind == "unicorn":
-            return max(1, self.n[kernel] // 16)
-        return self.n[kernel]
+        return scaled(self.n[kernel], kind)
 
 
-FULL = Plan(n={"sha256": 8000, "crc32": 8000, "sort": 2000, "fib": 15000, "tokenize": 6000}, repeats=7, interp_n=2,
+#: Work divisors for the slow runners.
+SLOW = {"unicorn": 16, "interp": 400}
+
+
+def scaled(n: int, kind: str) -> int:
+    return max(1, n // SLOW.get(kind, 1))
+
+
+FULL = Plan(n={"sha256": 8000, "crc32": 8000, "sort": 2000, "fib": 15000, "tokenize": 6000}, repeats=7,
             invoke_calls=20000, hostcall_n=2_000_000, capability_n=100_000, loads=200, big_functions=360)
-QUICK = Plan(n={"sha256": 800, "crc32": 800, "sort": 200, "fib": 1500, "tokenize": 600}, repeats=3, interp_n=1,
+QUICK = Plan(n={"sha256": 800, "crc32": 800, "sort": 200, "fib": 1500, "tokenize": 600}, repeats=3,
              invoke_calls=2000, hostcall_n=200_000, capability_n=10_000, loads=20, big_functions=60)
 
 
@@ -96,10 +98,8 @@ def measure_kernels(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
     rows = []
     for kernel in KERNELS:
         times: dict[str, tuple[list[float], list[float]]] = {kind: ([], []) for kind in runners}
-        for rep in range(plan.repeats):
+        for _ in range(plan.repeats):
             for kind, runner in runners.items():
-                if kind == "interp" and rep >= 2:
-                    continue  # slow; two samples are plenty at its scale
                 n = plan.kernel_n(kind, kernel)
                 times[kind][0].append(bb.timed(lambda: runner.call(kernel, n)))
                 times[kind][1].append(bb.timed(lambda: runner.call(kernel, 0)))
@@ -131,7 +131,6 @@ def geomean_row(kernel_rows: list[Row]) -> Row:
 def measure_boundary(runners: dict, plan: Plan) -> list[Row]:
     boundary = build_boundary_guest().read_bytes()
     berm = {kind: BermRunner(kind, boundary) for kind in ("aot", "interp") if kind in runners}
-    small = {"aot": 1, "interp": plan.interp_scale}
     invoke = Row("one invocation from Python (256-byte args pulled, small result), p50", "≤ 2 µs", 2e-6,
                  note="native: cffi ABI-mode call floor; wasmtime: new Store + instantiate + call")
     hostcall = Row("one core host call (berm.args.len) inside the guest", "≤ 5 ns", 5e-9)
@@ -144,10 +143,9 @@ def measure_boundary(runners: dict, plan: Plan) -> list[Row]:
     if "wasmtime" in runners:
         invoke.cells["wasmtime"] = bb.wasmtime_instantiate_call(runners["wasmtime"], plan.invoke_calls // 10)
     for kind, runner in berm.items():
-        scale = small[kind]
-        invoke.cells[kind] = bb.invoke_p50(kind, boundary, plan.invoke_calls // scale)
-        hostcall.cells[kind] = bb.hostcall_seconds(runner, plan.hostcall_n // scale, plan.repeats)
-        capability.cells[kind] = bb.capability_seconds(runner, plan.capability_n // scale, plan.repeats)
+        invoke.cells[kind] = bb.invoke_p50(kind, boundary, scaled(plan.invoke_calls, kind))
+        hostcall.cells[kind] = bb.hostcall_seconds(runner, scaled(plan.hostcall_n, kind), plan.repeats)
+        capability.cells[kind] = bb.capability_seconds(runner, scaled(plan.capability_n, kind), plan.repeats)
     if "aot" in berm:
         load.cells["aot"] = bb.cached_load_p50(boundary, plan.loads)
         compile_row.cells["aot"] = bb.cold_compile_seconds(big.read_bytes())
@@ -206,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [*kernel_rows, geomean_row(kernel_rows), *measure_boundary(runners, plan)]
     print("\n" + render(rows, columns))
     print(f"\nKernel work per unit: sha256 = one 256-byte message, crc32 = 1 KiB, sort = 256 words filled and sorted, "
-          f"fib = fib(14..15), tokenize = a 2 KiB scan. n per run: {plan.n} (unicorn n/16, interpreter n = "
-          f"{plan.interp_n}); medians of {plan.repeats} interleaved repeats.")
+          f"fib = fib(14..15), tokenize = a 2 KiB scan. n per run: {plan.n} (unicorn n/{SLOW['unicorn']}, interpreter "
+          f"n/{SLOW['interp']}); medians of {plan.repeats} interleaved repeats.")
     for line in wrong:
         print(f"CHECKSUM MISMATCH: {line}")
     return 1 if wrong else 0
