@@ -77,10 +77,7 @@ BERM_TOOL(log) {
     return berm_ok_str("");
 }
 
-static berm_result_t reply_result(berm_reply r) {
-    if (r.error) return berm_fail(r.error);
-    return berm_ok(r.data, r.len);
-}
+static berm_result_t reply_result(berm_reply r) { return berm_reply_result(&r, 0); }
 
 BERM_TOOL(fs_read) { return reply_result(berm_fs_read(berm_args())); }
 

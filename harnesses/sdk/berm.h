@@ -63,6 +63,11 @@ typedef struct {
 berm_str berm_cstr(const char *s);
 bool berm_str_eq(berm_str a, const char *s);
 
+/** A key and its value: environment variables, HTTP headers. */
+typedef struct {
+    berm_str key, value;
+} berm_pair;
+
 /** What a tool returns: (ptr, len) in a0/a1. */
 typedef struct {
     uint64_t ptr, len;
@@ -109,6 +114,7 @@ void berm_buf_put(berm_buf *b, const void *data, size_t len);
 void berm_buf_puts(berm_buf *b, const char *s);
 void berm_buf_putc(berm_buf *b, char c);
 void berm_buf_printf(berm_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void berm_buf_vprintf(berm_buf *b, const char *fmt, va_list ap);
 void berm_buf_free(berm_buf *b);
 /** The buffer as the tool's result, or a tool failure naming the overflow. */
 berm_result_t berm_buf_finish(berm_buf *b);
@@ -197,6 +203,32 @@ void berm_json_write_int(berm_buf *b, int64_t value);
 /** Write a parsed value back as compact JSON. */
 void berm_json_write(berm_buf *b, const berm_json *value);
 
+/** True when the bytes are valid UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF). */
+bool berm_utf8_valid(const char *s, size_t len);
+
+/* ---------------------------------------------------------------- tool arguments */
+
+/** A tool's JSON arguments, checked field by field. The first problem is kept in `error` as
+ *  "invalid arguments: …", a message a model can act on; later checks then do nothing. */
+typedef struct {
+    berm_json *object; /* NULL when the arguments are not a JSON object */
+    char *error;
+} berm_tool_args;
+
+/** Record a problem of the tool's own ("invalid arguments: " is prepended) unless one is already kept. */
+void berm_args_problem(berm_tool_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** Parse berm_args() as a JSON object (empty arguments count as {}) whose keys are all in `known`,
+ *  a NULL-terminated list. */
+berm_tool_args berm_tool_args_parse(const char *const *known);
+/** Each getter leaves *out untouched when the field is absent and not required. */
+void berm_arg_string(berm_tool_args *a, const char *key, bool required, berm_str *out);
+void berm_arg_int(berm_tool_args *a, const char *key, bool required, int64_t min, int64_t max, int64_t *out);
+/** An object whose values are all strings (e.g. an environment), as pairs in heap memory. */
+void berm_arg_string_map(berm_tool_args *a, const char *key, bool required, berm_pair **pairs, size_t *count);
+/** A string that must be one of `choices` (NULL-terminated). */
+void berm_arg_choice(berm_tool_args *a, const char *key, bool required, const char *const *choices,
+                     berm_str *out);
+
 /* ---------------------------------------------------------------- capabilities (errors are values) */
 
 /** A capability's reply: `data` (NUL-terminated, heap) or `error` (heap message). */
@@ -207,6 +239,9 @@ typedef struct {
 } berm_reply;
 
 void berm_reply_free(berm_reply *reply);
+/** The reply as the tool's result: a failure carrying reply->error, or saying that the reply is larger than
+ *  `limit` bytes (0: BERM_OUTPUT_LIMIT). */
+berm_result_t berm_reply_result(const berm_reply *reply, size_t limit);
 
 /** Encode `fields` as a frame (ABI.md §2), call capability `number`, pull the staged reply or error. */
 berm_reply berm_capability(uint64_t number, const berm_str *fields, size_t count);
@@ -221,10 +256,6 @@ berm_frame_reader berm_frame_reader_init(const char *data, size_t len);
 bool berm_frame_next(berm_frame_reader *r, berm_str *field);
 /** A decimal integer field (optional leading '-'); false when it is not one or overflows. */
 bool berm_parse_int(berm_str text, int64_t *out);
-
-typedef struct {
-    berm_str key, value;
-} berm_pair;
 
 berm_reply berm_fs_read(berm_str path);
 berm_reply berm_fs_write(berm_str path, berm_str content);

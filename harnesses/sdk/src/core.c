@@ -132,15 +132,19 @@ void berm_buf_puts(berm_buf *b, const char *s) { berm_buf_put(b, s, strlen(s)); 
 
 void berm_buf_putc(berm_buf *b, char c) { berm_buf_put(b, &c, 1); }
 
-void berm_buf_printf(berm_buf *b, const char *fmt, ...) {
+void berm_buf_vprintf(berm_buf *b, const char *fmt, va_list ap) {
     char stack[256];
     size_t len;
-    va_list ap;
-    va_start(ap, fmt);
     char *text = vformat(stack, sizeof stack, fmt, ap, &len);
-    va_end(ap);
     berm_buf_put(b, text, len);
     if (text != stack) free(text);
+}
+
+void berm_buf_printf(berm_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    berm_buf_vprintf(b, fmt, ap);
+    va_end(ap);
 }
 
 void berm_buf_free(berm_buf *b) {
@@ -148,8 +152,18 @@ void berm_buf_free(berm_buf *b) {
     *b = (berm_buf){.limit = b->limit};
 }
 
+static berm_result_t fail_overflow(size_t limit) {
+    return berm_failf("output exceeds the %zu-byte output buffer", limit);
+}
+
+berm_result_t berm_reply_result(const berm_reply *reply, size_t limit) {
+    if (reply->error) return berm_fail(reply->error);
+    if (reply->len > (limit ? limit : BERM_OUTPUT_LIMIT)) return fail_overflow(limit ? limit : BERM_OUTPUT_LIMIT);
+    return berm_ok(reply->data, reply->len);
+}
+
 berm_result_t berm_buf_finish(berm_buf *b) {
-    if (b->overflow) return berm_failf("output exceeds the %zu-byte output buffer", b->limit);
+    if (b->overflow) return fail_overflow(b->limit);
     if (b->oom) return berm_fail("out of memory while building the output");
     return berm_ok(b->data ? b->data : "", b->len);
 }

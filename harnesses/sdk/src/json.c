@@ -28,6 +28,20 @@ static size_t utf8_sequence(const unsigned char *s, size_t n) {
     return len;
 }
 
+bool berm_utf8_valid(const char *s, size_t len) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        if (p[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t seq = utf8_sequence(p + i, len - i);
+        if (!seq) return false;
+        i += seq;
+    }
+    return true;
+}
+
 static size_t utf8_encode(uint32_t cp, char *out) {
     if (cp < 0x80) {
         out[0] = (char)cp;

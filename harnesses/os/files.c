@@ -1,0 +1,102 @@
+/* read, write, edit: files under the declared root, through berm.fs.read and berm.fs.write. */
+#include "os.h"
+
+void os_arg_nonempty(berm_tool_args *a, const char *key, berm_str *out) {
+    berm_arg_string(a, key, true, out);
+    if (!a->error && out->len == 0) berm_args_problem(a, "'%s' must not be empty", key);
+}
+
+static int64_t count_lines(const char *data, size_t len) {
+    int64_t n = 0;
+    for (const char *p = data, *end = data + len; (p = memchr(p, '\n', (size_t)(end - p))); p++) n++;
+    return n + (len && data[len - 1] != '\n');
+}
+
+BERM_TOOL(read) {
+    static const char *const known[] = {"path", "offset", "limit", NULL};
+    berm_tool_args a = berm_tool_args_parse(known);
+    berm_str path = {0};
+    int64_t offset = 1, limit = 2000;
+    os_arg_nonempty(&a, "path", &path);
+    berm_arg_int(&a, "offset", false, 0, INT64_MAX, &offset);
+    berm_arg_int(&a, "limit", false, 1, INT64_MAX, &limit);
+    if (a.error) return berm_fail(a.error);
+    berm_reply file = berm_fs_read(path);
+    if (file.error) return berm_fail(file.error);
+    if (!berm_utf8_valid(file.data, file.len)) return berm_failf("%.*s is not valid UTF-8", (int)path.len, path.ptr);
+
+    int64_t total = count_lines(file.data, file.len);
+    int64_t first = offset ? offset : 1;
+    if (first > total && !(total == 0 && first == 1))
+        return berm_ok_str(berm_aprintf("--- %lld total lines (offset %lld is past end of file) ---",
+                                        (long long)total, (long long)offset));
+    int64_t last = limit > total - first ? total : first + limit - 1;
+
+    berm_buf out;
+    berm_buf_init(&out, OS_OUTPUT_LIMIT);
+    const char *line = file.data, *end = file.data + file.len;
+    for (int64_t n = 1; n <= last && berm_buf_ok(&out); n++) {
+        const char *nl = memchr(line, '\n', (size_t)(end - line));
+        const char *stop = nl ? nl : end;
+        if (n >= first) {
+            size_t len = (size_t)(stop - line);
+            if (len && line[len - 1] == '\r') len--;
+            berm_buf_printf(&out, "%lld\t", (long long)n);
+            berm_buf_put(&out, line, len);
+            berm_buf_putc(&out, '\n');
+        }
+        line = stop + 1;
+    }
+    if (first == 1 && last == total) berm_buf_printf(&out, "\n--- %lld total lines ---", (long long)total);
+    else
+        berm_buf_printf(&out, "\n--- %lld total lines (showing lines %lld-%lld) ---", (long long)total,
+                        (long long)first, (long long)last);
+    return berm_buf_finish(&out);
+}
+
+BERM_TOOL(write) {
+    static const char *const known[] = {"path", "content", NULL};
+    berm_tool_args a = berm_tool_args_parse(known);
+    berm_str path = {0}, content = {0};
+    os_arg_nonempty(&a, "path", &path);
+    berm_arg_string(&a, "content", true, &content);
+    if (a.error) return berm_fail(a.error);
+    berm_reply done = berm_fs_write(path, content);
+    if (done.error) return berm_fail(done.error);
+    return berm_ok_str(berm_aprintf("wrote %zu bytes to %.*s", content.len, (int)path.len, path.ptr));
+}
+
+BERM_TOOL(edit) {
+    static const char *const known[] = {"path", "old_string", "new_string", NULL};
+    berm_tool_args a = berm_tool_args_parse(known);
+    berm_str path = {0}, old = {0}, new = {0};
+    os_arg_nonempty(&a, "path", &path);
+    berm_arg_string(&a, "old_string", true, &old);
+    berm_arg_string(&a, "new_string", true, &new);
+    if (a.error) return berm_fail(a.error);
+    if (old.len == 0) return berm_fail("old_string must not be empty");
+    if (old.len == new.len && memcmp(old.ptr, new.ptr, old.len) == 0)
+        return berm_fail("old_string and new_string are identical");
+
+    berm_reply file = berm_fs_read(path);
+    if (file.error) return berm_fail(file.error);
+    const char *end = file.data + file.len, *hit = NULL;
+    size_t count = 0;
+    for (const char *p = file.data; (p = berm_memmem(p, (size_t)(end - p), old.ptr, old.len)); p += old.len) {
+        if (!count) hit = p;
+        count++;
+    }
+    if (count == 0) return berm_fail("old_string not found");
+    if (count > 1) return berm_failf("old_string is not unique, found %zu occurrences", count);
+
+    size_t before = (size_t)(hit - file.data), after = file.len - before - old.len;
+    char *edited = malloc(before + new.len + after + 1);
+    if (!edited) return berm_failf("out of memory editing a %zu-byte file", file.len);
+    memcpy(edited, file.data, before);
+    memcpy(edited + before, new.ptr, new.len);
+    memcpy(edited + before + new.len, hit + old.len, after);
+    berm_reply_free(&file);
+    berm_reply done = berm_fs_write(path, (berm_str){edited, before + new.len + after});
+    if (done.error) return berm_fail(done.error);
+    return berm_ok_str("ok");
+}

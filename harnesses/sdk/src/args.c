@@ -1,0 +1,132 @@
+/* Tool arguments as a checked JSON object: every problem becomes "invalid arguments: …", never a trap. */
+#include "berm.h"
+
+void berm_args_problem(berm_tool_args *a, const char *fmt, ...) {
+    if (a->error) return;
+    berm_buf b;
+    berm_buf_init(&b, 0);
+    berm_buf_puts(&b, "invalid arguments: ");
+    va_list ap;
+    va_start(ap, fmt);
+    berm_buf_vprintf(&b, fmt, ap);
+    va_end(ap);
+    if (!berm_buf_ok(&b)) berm_panic("out of memory describing invalid arguments");
+    a->error = b.data;
+}
+
+
+/* "a, b, c" built in `b` (freed by the caller). */
+static const char *joined(berm_buf *b, const char *const *names) {
+    berm_buf_init(b, 0);
+    for (const char *const *n = names; *n; n++) berm_buf_printf(b, "%s%s", n == names ? "" : ", ", *n);
+    return b->data ? b->data : "";
+}
+
+berm_tool_args berm_tool_args_parse(const char *const *known) {
+    berm_tool_args a = {0};
+    berm_str raw = berm_args();
+    if (!raw.ptr) {
+        berm_args_problem(&a, "out of memory reading %zu bytes of arguments", berm_args_len());
+        return a;
+    }
+    const char *empty = "{}";
+    berm_json_parsed p = raw.len ? berm_json_parse(raw.ptr, raw.len) : berm_json_parse(empty, 2);
+    free((void *)raw.ptr);
+    if (p.error) {
+        berm_args_problem(&a, "not JSON: %s", p.error);
+        free(p.error);
+        return a;
+    }
+    if (p.value->type != BERM_JSON_OBJECT) {
+        berm_args_problem(&a, "expected a JSON object, not %s", berm_json_type_name(p.value->type));
+        berm_json_free(p.value);
+        return a;
+    }
+    a.object = p.value;
+    for (size_t i = 0; i < a.object->count && !a.error; i++) {
+        const berm_json_member *m = &a.object->members[i];
+        bool ok = false;
+        for (const char *const *k = known; *k && !ok; k++) ok = m->key_len == strlen(*k) && memcmp(m->key, *k, m->key_len) == 0;
+        if (ok) continue;
+        berm_buf names;
+        berm_args_problem(&a, "unknown field '%.*s' (expected: %s)", (int)(m->key_len > 64 ? 64 : m->key_len), m->key,
+                joined(&names, known));
+        berm_buf_free(&names);
+    }
+    return a;
+}
+
+/* The field, or NULL when absent (a problem when required) or when an earlier problem stopped the checks. */
+static const berm_json *field(berm_tool_args *a, const char *key, bool required) {
+    if (a->error || !a->object) return NULL;
+    const berm_json *v = berm_json_get(a->object, key);
+    if (!v && required) berm_args_problem(a, "missing required field '%s'", key);
+    return v;
+}
+
+static bool expect(berm_tool_args *a, const berm_json *v, const char *key, berm_json_type type, const char *what) {
+    if (v->type == type) return true;
+    berm_args_problem(a, "'%s' must be %s, not %s", key, what, berm_json_type_name(v->type));
+    return false;
+}
+
+void berm_arg_string(berm_tool_args *a, const char *key, bool required, berm_str *out) {
+    const berm_json *v = field(a, key, required);
+    if (v && expect(a, v, key, BERM_JSON_STRING, "a string")) *out = (berm_str){v->str, v->len};
+}
+
+void berm_arg_int(berm_tool_args *a, const char *key, bool required, int64_t min, int64_t max, int64_t *out) {
+    const berm_json *v = field(a, key, required);
+    if (!v) return;
+    if (v->type == BERM_JSON_NUMBER) {
+        berm_args_problem(a, "'%s' must be an integer between %lld and %lld, not %.40s", key, (long long)min, (long long)max,
+                v->str);
+        return;
+    }
+    if (!expect(a, v, key, BERM_JSON_INT, "an integer")) return;
+    if (v->integer < min || v->integer > max) {
+        berm_args_problem(a, "'%s' must be between %lld and %lld, not %lld", key, (long long)min, (long long)max,
+                (long long)v->integer);
+        return;
+    }
+    *out = v->integer;
+}
+
+void berm_arg_string_map(berm_tool_args *a, const char *key, bool required, berm_pair **pairs, size_t *count) {
+    const berm_json *v = field(a, key, required);
+    if (!v || !expect(a, v, key, BERM_JSON_OBJECT, "an object of strings")) return;
+    berm_pair *out = malloc((v->count ? v->count : 1) * sizeof *out);
+    if (!out) {
+        berm_args_problem(a, "out of memory for %zu entries of '%s'", v->count, key);
+        return;
+    }
+    for (size_t i = 0; i < v->count; i++) {
+        const berm_json_member *m = &v->members[i];
+        if (m->value.type != BERM_JSON_STRING) {
+            berm_args_problem(a, "'%s.%.*s' must be a string, not %s", key, (int)(m->key_len > 64 ? 64 : m->key_len), m->key,
+                    berm_json_type_name(m->value.type));
+            free(out);
+            return;
+        }
+        out[i] = (berm_pair){{m->key, m->key_len}, {m->value.str, m->value.len}};
+    }
+    *pairs = out;
+    *count = v->count;
+}
+
+void berm_arg_choice(berm_tool_args *a, const char *key, bool required, const char *const *choices,
+                     berm_str *out) {
+    berm_str value = {0};
+    berm_arg_string(a, key, required, &value);
+    if (a->error || !value.ptr) return;
+    for (const char *const *c = choices; *c; c++) {
+        if (berm_str_eq(value, *c)) {
+            *out = value;
+            return;
+        }
+    }
+    berm_buf names;
+    berm_args_problem(a, "'%s' must be one of %s, not '%.*s'", key, joined(&names, choices),
+            (int)(value.len > 40 ? 40 : value.len), value.ptr);
+    berm_buf_free(&names);
+}
