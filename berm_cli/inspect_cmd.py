@@ -4,12 +4,15 @@ any of it (ABI.md §4: learning what a harness claims must never mean running it
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 from collections import Counter
 
+from berm_aot.disasm import disassemble
 from berm_aot.elf import read_elf_file
 from berm_aot.image import ElfImage
 from berm_aot.manifest import Manifest, load_manifest, tool_exports
+from berm_aot.program import Program
 
 HELP = "show a harness's manifest, exported tools, requests and image layout (nothing is executed)"
 
@@ -20,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("elf", help="the harness image (an RV64 ELF)")
     parser.add_argument("--json", action="store_true",
                         help="print the manifest JSON with an added \"image\" object of the facts below")
+    parser.add_argument("--disassemble", action="store_true",
+                        help="also print every function's reachable instructions")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**manifest.raw, "image": facts}, indent=2, sort_keys=True))
     else:
         print(render_text(args.elf, manifest, facts))
+    if args.disassemble:
+        print(render_disassembly(image))
     return 0
 
 
@@ -77,5 +84,26 @@ def render_text(path: str, manifest: Manifest, facts: dict) -> str:
             for s in facts["sections"]]
     out += ["", "relocations:"]
     out += [f"  {name:<22} {count}" for name, count in facts["relocations"].items()]
+    return "\n".join(out)
+
+
+def render_disassembly(image: ElfImage) -> str:
+    """Every function's reachable instructions; bytes the recursive descent never reached are summarised."""
+    program = Program.from_image(image)
+    code = sorted(program.code)
+    first = bisect.bisect_left
+    out = []
+    for fn in program.functions:
+        out += ["", f"{fn.name} <{fn.start:#x}>:"]
+        pc = fn.start
+        for addr in code[first(code, fn.start):first(code, fn.end)]:
+            if addr > pc:
+                out.append(f"  {pc:8x}:  ({addr - pc} bytes not reached as code)")
+            insn = program.code[addr]
+            raw = f"{insn.raw:04x}" if insn.size == 2 else f"{insn.raw:08x}"
+            out.append(f"  {addr:8x}:  {raw:<8}  {disassemble(insn)}")
+            pc = insn.next_pc
+        if pc < fn.end:
+            out.append(f"  {pc:8x}:  ({fn.end - pc} bytes not reached as code)")
     return "\n".join(out)
 

@@ -75,3 +75,15 @@ def test_bad_images_exit_2(tmp_path, capsys, content, message):
 def test_missing_file_exits_2(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "nope.elf")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_disassemble(harness, capsys):
+    path, data = harness
+    assert main(["inspect", str(path), "--disassemble"]) == 0
+    out = capsys.readouterr().out
+    exports = _exports(data)
+    for name, addr in exports.items():
+        assert f"berm_tool_{name} <{addr:#x}>:" in out
+    lines = out[out.index(f"berm_tool_read <{exports['read']:#x}>:"):].splitlines()
+    assert lines[1].strip().startswith(f"{exports['read']:x}:") and any(line.endswith("  ret") for line in lines)
+    assert "auipc" in out
