@@ -107,7 +107,8 @@ class Daemon:
             self.queue.stop()
             raise
         self.queue.start()
-        self._thread = threading.Thread(target=self._server.serve_forever, name="berm-control", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="berm-control", daemon=True)
         self._thread.start()
         log.info("serving %d harnesses on %s", len(self.queue.harnesses()), self.config.socket)
 
@@ -117,6 +118,7 @@ class Daemon:
     def stop(self) -> None:
         if self._stopped.is_set():
             return
+        self.queue.scheduler.stop()  # first: no wake starts while the socket winds down
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -1,0 +1,292 @@
+"""The queue with real guests (the reference interpreter engine): wakes entering on_wake, the SDK's recurring
+wrapper, traps costing one occurrence, the deadline, the chain-depth limit, and the reminders harness served by
+the daemon across a restart and a SIGKILL loop."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, RemoteError
+from berm_host.declaration import Declaration
+from berm_host.grants import linker_for
+from berm_host.queue import Queue, ScheduleError, schedule_capabilities
+from berm_host.queue.harness import HarnessTarget
+from berm_host.traps import Trap, TrapKind
+from berm_sdk.build import build_harness
+
+from .queue_helpers import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# on_wake does what its payload says: "rearm-then-trap" re-arms 100 ms ahead (with payload "after-trap") and then
+# traps; "chain" re-schedules itself at once (a tight chain); "spin" never returns; anything else is logged.
+WAKER_C = r"""
+#include "berm.h"
+#include "berm_recurring.h"
+
+BERM_TOOL(spin) { for (volatile int i = 0;; i++) {} }
+
+BERM_ON_WAKE {
+    berm_wake wake = berm_wake_args();
+    if (wake.error) return berm_fail(wake.error);
+    berm_clock clock = berm_clock_now();
+    if (berm_str_eq(wake.payload, "rearm-then-trap")) {  /* re-arm first, as the SDK's wrapper does */
+        berm_reply armed = berm_schedule_at(clock.utc_millis + 100, wake.id, BERM_STR("after-trap"));
+        if (armed.error) return berm_fail(armed.error);
+        berm_panic("the body traps");
+    }
+    if (berm_str_eq(wake.payload, "chain")) {
+        berm_reply again = berm_schedule_at(clock.utc_millis, wake.id, wake.payload);
+        if (again.error) berm_logf("chain stopped: %s", again.error);
+        return berm_ok_str("ok");
+    }
+    if (berm_str_eq(wake.payload, "spin")) for (volatile int i = 0;; i++) {}
+    berm_logf("woke %.*s with %.*s at %lld for %lld", (int)wake.id.len, wake.id.ptr, (int)wake.payload.len,
+              wake.payload.ptr, (long long)wake.now, (long long)wake.scheduled_at);
+    return berm_ok_str("ok");
+}
+"""
+
+WAKER_TOML = """
+name = "waker"
+usage = "Test harness for timed wakes."
+[[tools]]
+name = "spin"
+description = "Never returns."
+"""
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("images")
+    src = d / "waker-src"
+    src.mkdir()
+    (src / "waker.c").write_text(WAKER_C)
+    (src / "harness.toml").write_text(WAKER_TOML)
+    build_harness(src, d / "waker.elf")
+    build_harness(ROOT / "harnesses" / "reminders", d / "reminders.elf")
+    build_harness(ROOT / "harnesses" / "fixture", d / "fixture.elf")
+    return d
+
+
+class Logs:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, line: bytes) -> None:
+        with self.lock:
+            self.lines.append(line.decode("utf-8", "replace"))
+
+    def matching(self, text: str) -> list[str]:
+        with self.lock:
+            return [line for line in self.lines if text in line]
+
+
+@pytest.fixture
+def waker(images, tmp_path):
+    q = Queue(tmp_path / "due.db", workers=2, timeout=2.0)
+    decl = Declaration(name="waker", capabilities=("clock", "schedule"))
+    linker = linker_for(decl, extra={"schedule": lambda d: {c.name: c.fn for c in schedule_capabilities(q, d.name)}})
+    logs = Logs()
+    q.add("waker", HarnessTarget.load(decl, images / "waker.elf", linker, engine="interp", log=logs))
+    q.start()
+    yield q, logs
+    q.stop()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def test_a_wake_enters_on_wake_with_its_times(waker):
+    q, logs = waker
+    when = now_ms() + 200
+    q.schedule("waker", "hello", when, "plain")
+    wait_for(lambda: logs.matching("woke hello"))
+    (line,) = logs.matching("woke hello")
+    delivered, scheduled = (int(x) for x in line.split(" at ")[1].split(" for "))
+    assert "with plain" in line
+    assert scheduled == when and when <= delivered < when + 500
+    wait_for(lambda: q.stats()["pending"] == 0)
+
+
+def test_a_trap_costs_one_occurrence_not_the_schedule(waker):
+    q, logs = waker
+    q.schedule("waker", "r", now_ms(), "rearm-then-trap")
+    wait_for(lambda: logs.matching("woke r with after-trap") and q.stats()["pending"] == 0)
+    wait_for(lambda: q.stats()["harnesses"]["waker"]["invocations"] == 2)
+    h = q.stats()["harnesses"]["waker"]
+    assert h["traps"] == 1 and h["ok"] == 1
+    assert logs.matching("the body traps")
+
+
+def test_the_chain_depth_limit_stops_a_tight_chain(waker):
+    q, logs = waker
+    q.schedule("waker", "loop", now_ms(), "chain")
+    wait_for(lambda: logs.matching("chain stopped") and q.stats()["pending"] == 0)
+    wait_for(lambda: q.stats()["harnesses"]["waker"]["invocations"] >= 9)
+    (stopped,) = logs.matching("chain stopped")
+    assert "chain depth 9 exceeds the limit of 8" in stopped
+    h = q.stats()["harnesses"]["waker"]
+    assert h["invocations"] == 9 and h["refused"] == 1
+
+
+def test_the_deadline_interrupts_a_spinning_wake_and_the_queue_goes_on(waker):
+    q, logs = waker
+    q.schedule("waker", "s", now_ms(), "spin")
+    wait_for(lambda: q.stats()["harnesses"].get("waker", {}).get("traps") == 1)
+    with pytest.raises(Trap) as trap:
+        q.call("waker", "spin").result(10)
+    assert trap.value.kind is TrapKind.INTERRUPTED
+    q.schedule("waker", "after", now_ms(), "plain")
+    wait_for(lambda: logs.matching("woke after"))
+
+
+def test_a_harness_without_on_wake_cannot_be_scheduled(images, tmp_path):
+    q = Queue(tmp_path / "due.db")
+    try:
+        q.add("fixture", HarnessTarget.load(Declaration(name="fixture"), images / "fixture.elf",
+                                            linker_for(Declaration(name="fixture")), engine="interp"))
+        with pytest.raises(ScheduleError, match="does not export on_wake"):
+            q.schedule("fixture", "x", now_ms())
+        assert q.call("fixture", "echo", "[1]").result(10) == '{"echo":[1]}'
+    finally:
+        q.stop()
+
+
+# --- the daemon, with the reminders harness ------------------------------------------------------------------
+
+DECLARATIONS = """
+[[harnesses]]
+name = "reminders"
+capabilities = ["clock", "kv", "schedule"]
+
+[[harnesses]]
+name = "waker"
+capabilities = ["clock", "schedule"]
+"""
+
+
+def _config(images: Path, tmp_path: Path) -> DaemonConfig:
+    decl = tmp_path / "agent.toml"
+    decl.write_text(DECLARATIONS)
+    return DaemonConfig(declarations=decl, socket=tmp_path / "berm.sock", state_dir=tmp_path / "state",
+                        harnesses_dir=images, engine="interp", workers=2)
+
+
+def test_reminders_through_the_daemon_and_across_a_restart(images, tmp_path):
+    config = _config(images, tmp_path)
+    daemon = Daemon(config)
+    daemon.start()
+    client = DaemonClient(config.socket)
+    try:
+        soon = json.loads(client.call("reminders", "add", json.dumps({"text": "kettle", "at": "00:00"})))
+        far = json.loads(client.call("reminders", "add", json.dumps({"text": "dentist",
+                                                                        "at": "2030-01-02T08:30:00Z"})))
+        entries = client.request({"op": "schedule.list", "harness": "reminders"})["entries"]
+        assert {e["id"] for e in entries} == {soon["id"], far["id"]}
+        with pytest.raises(RemoteError, match="`at` must be an ISO-8601") as err:
+            client.call("reminders", "add", json.dumps({"text": "x", "at": "soon"}))
+        assert err.value.kind == "failure"
+        # make the first one due while the daemon is down: it must arrive after the restart, late, once
+        due = now_ms() + 300
+        client.request({"op": "schedule.add", "harness": "reminders", "id": soon["id"], "when_ms": due})
+    finally:
+        daemon.stop()
+    time.sleep(max(0.0, (due + 300 - now_ms()) / 1000))
+    daemon = Daemon(config)
+    daemon.start()
+    try:
+        wait_for(lambda: json.loads(client.call("reminders", "outbox")))
+        (delivered,) = json.loads(client.call("reminders", "outbox"))
+        assert delivered["text"] == "kettle" and delivered["scheduled_at"] == due
+        assert delivered["now"] - due >= 300
+        remaining = client.request({"op": "schedule.list"})["entries"]
+        assert [e["id"] for e in remaining] == [far["id"]]
+        assert [r["text"] for r in json.loads(client.call("reminders", "list"))] == ["dentist"]
+    finally:
+        daemon.stop()
+
+
+_ADDER = """
+import sys, time
+from berm_host.daemon import DaemonClient, DaemonError
+client = DaemonClient(sys.argv[1])
+i = int(sys.argv[2])
+while True:
+    try:
+        client.request({"op": "schedule.add", "harness": "waker", "id": f"k{i}", "when_ms": 4102444800000 + i})
+    except DaemonError:
+        break
+    print(i, flush=True)  # acknowledged by the daemon: committed
+    i += 1
+"""
+
+
+def test_sigkill_while_scheduling_loses_no_acknowledged_schedule(images, tmp_path):
+    config = _config(images, tmp_path)
+    acked: set[int] = set()
+    for round_ in range(3):
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "berm_cli.main", "serve", str(config.declarations), "--socket",
+             str(config.socket), "--state-dir", str(config.state_dir), "--harnesses-dir", str(images),
+             "--engine", "interp"], stderr=subprocess.PIPE, text=True)
+        try:
+            assert "listening on" in daemon.stderr.readline()
+            adder = subprocess.Popen([sys.executable, "-c", _ADDER, str(config.socket), str(len(acked) + 1000 * round_)],
+                                     stdout=subprocess.PIPE, text=True)
+            for n, line in enumerate(adder.stdout):
+                acked.add(int(line))
+                if n >= 20 + 7 * round_:
+                    break
+            daemon.send_signal(signal.SIGKILL)
+            daemon.wait(10)
+            acked |= {int(line) for line in adder.stdout}
+            adder.wait(10)
+        finally:
+            for p in (daemon,):
+                if p.poll() is None:
+                    p.kill()
+        db = config.state_dir / "due.sqlite3"
+        with sqlite3.connect(db) as con:
+            assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            present = {int(i[1:]) for (i,) in con.execute("SELECT id FROM due WHERE harness='waker'")}
+        assert acked <= present
+
+
+def test_sigterm_finishes_or_interrupts_in_flight_work(images, tmp_path):
+    config = _config(images, tmp_path)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "berm_cli.main", "serve", str(config.declarations), "--socket", str(config.socket),
+         "--state-dir", str(config.state_dir), "--harnesses-dir", str(images), "--engine", "interp",
+         "--timeout", "1"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert "listening on" in daemon.stderr.readline()
+        replies: list = []
+
+        def spin():
+            try:
+                DaemonClient(config.socket).call("waker", "spin")
+            except RemoteError as exc:
+                replies.append(exc)
+
+        caller = threading.Thread(target=spin)
+        caller.start()
+        wait_for(lambda: DaemonClient(config.socket).request({"op": "stats"})["stats"]["executor"]["busy"] == 1)
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 0
+        caller.join(10)
+        assert replies and replies[0].kind == "trap" and "interrupted" in str(replies[0])
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
