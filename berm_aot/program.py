@@ -27,8 +27,10 @@ from berm_aot.errors import DecodeError
 from berm_aot.image import ElfImage, Section, Symbol
 from berm_aot.isa import Instruction
 
-#: Relocation types whose ``S + A`` names a legal indirect target by itself (ABI.md §6).
-TARGET_RELOCATIONS = frozenset({"R_RISCV_64", "R_RISCV_32", "R_RISCV_PCREL_HI20", "R_RISCV_CALL", "R_RISCV_CALL_PLT"})
+#: Relocation types whose ``S + A`` names a legal indirect target by itself (ABI.md §6; an unrelaxed ``call`` is an
+#: ``auipc``/``jalr`` pair carrying ``R_RISCV_CALL``/``R_RISCV_CALL_PLT``).
+TARGET_RELOCATIONS = frozenset({"R_RISCV_64", "R_RISCV_32", "R_RISCV_PCREL_HI20", "R_RISCV_CALL",
+                                "R_RISCV_CALL_PLT"})
 
 _BRANCHES = frozenset({"beq", "bne", "blt", "bge", "bltu", "bgeu"})
 # Operations after which execution never falls through to the next instruction.

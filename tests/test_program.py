@@ -143,7 +143,8 @@ def test_unsupported_never_reached_is_fine():
 def test_legal_indirect_targets_from_relocations():
     items = [Label("f"), *la(A0, "g"), Op("jalr", rd=0, rs1=A0),
              Label("g"), Op("addi", rd=A0, imm=1), RET,
-             Label("case1"), RET, Label("case2"), RET, Label("case3"), RET, Label("case4"), RET, Label("h"), RET]
+             Label("case1"), RET, Label("case2"), RET, Label("case3"), RET, Label("case4"), RET, Label("h"), RET,
+             Label("callee"), RET, Label("callee_plt"), RET]
     relocations = [
         lambda at: reloc(at["f"], "R_RISCV_PCREL_HI20", at["g"], ".text"),
         lambda at: reloc(DATA, "R_RISCV_64", at["case1"]),
@@ -153,10 +154,12 @@ def test_legal_indirect_targets_from_relocations():
         lambda at: reloc(DATA + 16, "R_RISCV_ADD32", at["case4"]),  # no SUB32 partner: names nothing
         lambda at: reloc(DATA + 24, "R_RISCV_64", DATA + 8),  # a data pointer: not code
         lambda at: reloc(DATA + 32, "R_RISCV_JAL", at["h"]),  # a direct-jump relocation names no indirect target
+        lambda at: reloc(at["f"], "R_RISCV_CALL", at["callee"], ".text"),  # an unrelaxed auipc/jalr call
+        lambda at: reloc(at["f"], "R_RISCV_CALL_PLT", at["callee_plt"], ".text"),
     ]
     img, at = image(items, symbols=[sym("f", TEXT)], relocations=relocations, data=bytes(40))
     p = Program.from_image(img)
-    assert p.indirect_targets == {at["g"], at["case1"], at["case2"], at["case3"]}
+    assert p.indirect_targets == {at[k] for k in ("g", "case1", "case2", "case3", "callee", "callee_plt")}
     # Legal targets are descent roots; case4 and h are reached by nothing.
     assert {at["g"], at["case1"], at["case2"], at["case3"]} <= set(p.code)
     assert at["case4"] not in p.code and at["h"] not in p.code
