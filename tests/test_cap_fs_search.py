@@ -163,6 +163,15 @@ def test_a_pathological_glob_times_out_instead_of_hanging(root):
         caps["berm.fs.glob"](encode_frame(["*a" * 200 + "b", ""]))
 
 
+def test_bad_glob_patterns_are_errors(caps, root):
+    with pytest.raises(CapabilityError, match="bad glob pattern"):
+        glob(caps, "[z-a]")
+    with pytest.raises(CapabilityError, match="bad glob pattern"):
+        grep(caps, "x", include="[z-a]")
+    (root / ".gitignore").write_text("[z-a]\nbuild/\n")  # git skips a pattern it cannot use, and so do we
+    assert "build/out.c" not in grep(caps, "TODO")
+
+
 def test_malformed_search_requests(caps):
     with pytest.raises(CapabilityError, match="malformed request"):
         caps["berm.fs.grep"](encode_frame(["x", "", ""]))

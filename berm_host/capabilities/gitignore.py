@@ -39,10 +39,12 @@ def parse(text: str, base: str) -> list[Rule]:
         line = line.rstrip("/")
         if not line or len(line) > MAX_PATTERN:
             continue
-        anchored = "/" in line
         source = glob_source(line.lstrip("/"))
-        rules.append(Rule(base, regex.compile(source if anchored else "(?:.*/)?" + source, regex.DOTALL),
-                          negate, dir_only))
+        try:
+            rx = regex.compile(source if "/" in line else "(?:.*/)?" + source, regex.DOTALL)
+        except (regex.error, ValueError, OverflowError, RecursionError):
+            continue  # git ignores a pattern it cannot use; so do we
+        rules.append(Rule(base, rx, negate, dir_only))
     return rules
 
 

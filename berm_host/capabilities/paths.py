@@ -81,7 +81,7 @@ class Root:
 
     def _inside(self, absolute: str) -> list[str] | None:
         for prefix in self._prefixes:
-            if absolute == prefix or absolute.startswith(prefix + "/") or prefix == "":
+            if absolute == prefix or absolute.startswith(prefix + "/"):
                 return absolute[len(prefix):].split("/")
         return None
 

@@ -105,7 +105,10 @@ class Glob:
             raise CapabilityError("glob pattern contains a NUL byte")
         self.pattern = pattern
         self.basename = basename_if_no_slash and "/" not in pattern
-        self._rx = regex.compile(glob_source(pattern), regex.DOTALL)
+        try:
+            self._rx = regex.compile(glob_source(pattern), regex.DOTALL)
+        except (regex.error, ValueError, OverflowError, RecursionError) as exc:  # e.g. a range like [z-a]
+            raise CapabilityError(f"bad glob pattern {pattern[:80]!r}: {exc}") from None
 
     def match(self, path: str, deadline: Deadline) -> bool:
         if self.basename:
