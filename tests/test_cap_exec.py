@@ -117,3 +117,16 @@ def test_killed_by_a_signal_reports_minus_one(root):
 
 def test_invalid_utf8_output_is_replaced(root):
     assert run(root, "printf '\\377ok'")["stdout"] == "\ufffdok"
+
+
+def test_huge_command_is_an_error_not_a_crash(root):
+    with pytest.raises(CapabilityError, match="berm.exec.run: Argument list too long"):
+        run(root, "echo " + "x" * 300_000)
+
+
+def test_invalid_utf8_in_command_or_cwd_is_refused(root):
+    fn = exec_cap.capabilities(Root(root))["berm.exec.run"]
+    with pytest.raises(CapabilityError, match="command is not valid UTF-8"):
+        fn(encode_frame([b"echo \xff", ""]))
+    with pytest.raises(CapabilityError, match="cwd is not valid UTF-8"):
+        fn(encode_frame(["true", b"\xc3"]))
