@@ -392,7 +392,8 @@ def _fields(raw: int) -> Fields:
 # slots through their descriptors builds the identical object about twice as fast, which is most of the cost of
 # decoding a large text section. The field order is checked against isa.py so that a change there fails loudly.
 _SLOTS = ("addr", "size", "raw", "op", "rd", "rs1", "rs2", "imm", "aq", "rl", "cname", "note")
-assert tuple(f.name for f in _dataclass_fields(Instruction)) == _SLOTS, "berm_aot.isa.Instruction changed shape"
+if tuple(f.name for f in _dataclass_fields(Instruction)) != _SLOTS:
+    raise ImportError("berm_aot.isa.Instruction changed shape: update berm_aot.decode._SLOTS and _make")
 (_s_addr, _s_size, _s_raw, _s_op, _s_rd, _s_rs1, _s_rs2, _s_imm, _s_aq, _s_rl, _s_cname, _s_note) = (
     getattr(Instruction, name).__set__ for name in _SLOTS)
 _new = object.__new__
