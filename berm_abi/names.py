@@ -61,11 +61,11 @@ CAPABILITY_CALLS: tuple[HostCall, ...] = (
              "error unless parents=1"),
     HostCall("berm.fs.glob", "FS_GLOB",
              "[pattern, path] -> newline-separated root-relative paths of files under path matching pattern, "
-             "newest first; at most 1000, then a last line starting '[truncated'"),
+             "newest first; at most 1000, then a last line starting '[truncated' (also when the time budget ran out)"),
     HostCall("berm.fs.grep", "FS_GREP",
              "[pattern, path, include, mode] -> one result per line: mode files (or empty) = matching root-relative "
              "paths, newest first; content = 'path:line:text'; count = 'path:N'. At most 1000 lines, then a "
-             "last line starting '[truncated'. Binary and .gitignored files skipped"),
+             "last line starting '[truncated' (also when the time budget ran out). Binary and .gitignored files skipped"),
     HostCall("berm.exec.run", "EXEC_RUN",
              "[command, cwd, k1, v1, ...] -> JSON {exit_code, stderr, stdout} (keys sorted; exit_code -1 when "
              "killed by a signal or the timeout; each stream capped at 1 MiB, then a last line starting '[truncated')"),

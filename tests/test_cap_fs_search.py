@@ -129,7 +129,19 @@ def test_grep_content_is_capped_and_long_lines_cut(root):
     out = fs_search.grep(Root(root), "x", "long.txt", "", "content", Deadline(10), cap=10).decode().split("\n")
     assert len(out) == 11
     assert out[0] == "long.txt:1:" + "x" * fs_search.LINE_CAP + "…"
-    assert out[-1] == "[truncated: 30 matching lines, showing 10]"
+    assert out[-1] == "[truncated: more than 10 matching lines]"
+
+
+def test_grep_files_and_count_are_capped(root):
+    for i in range(7):
+        (root / "many" / f"f{i}").parent.mkdir(exist_ok=True)
+        (root / "many" / f"f{i}").write_text("needle\n")
+        os.utime(root / "many" / f"f{i}", ns=(10**18 + i, 10**18 + i))
+    r = Root(root)
+    files = fs_search.grep(r, "needle", "many", "", "files", Deadline(10), cap=3).decode().split("\n")
+    assert files == ["many/f6", "many/f5", "many/f4", "[truncated: 7 matching files, showing the newest 3]"]
+    counts = fs_search.grep(r, "needle", "many", "", "count", Deadline(10), cap=3).decode().split("\n")
+    assert counts == ["many/f0:1", "many/f1:1", "many/f2:1", "[truncated: more than 3 matching files]"]
 
 
 def test_grep_does_not_follow_symlinks_out(root, tmp_path, caps):
@@ -152,15 +164,22 @@ def test_grep_refuses_bad_regex_and_mode(caps):
 def test_a_catastrophic_regex_times_out_instead_of_hanging(root):
     (root / "evil.txt").write_text("x" * 4000 + "\n")
     caps = fs_search.capabilities(Root(root), timeout=0.3)
-    with pytest.raises(CapabilityError, match="berm.fs.grep: timed out"):
-        caps["berm.fs.grep"](encode_frame([r"(x+x+)+y", "evil.txt", "", "files"]))
+    out = caps["berm.fs.grep"](encode_frame([r"(x+x+)+y", "evil.txt", "", "files"]))
+    assert out == b"[truncated: timed out after 0.3 s, the results so far]"
 
 
 def test_a_pathological_glob_times_out_instead_of_hanging(root):
     (root / ("a" * 250)).write_bytes(b"")
     caps = fs_search.capabilities(Root(root), timeout=0.3)
-    with pytest.raises(CapabilityError, match="berm.fs.glob: timed out"):
-        caps["berm.fs.glob"](encode_frame(["*a" * 200 + "b", ""]))
+    out = caps["berm.fs.glob"](encode_frame(["*a" * 200 + "b", ""]))
+    assert out == b"[truncated: timed out after 0.3 s, the results so far]"
+
+
+def test_a_search_past_its_time_returns_what_it_found(root):
+    (root / "found.txt").write_text("needle\n")
+    (root / "zz-slow.txt").write_text("x" * 4000 + "\n")
+    out = fs_search.grep(Root(root), r"needle|(x+x+)+y", "", "*.txt", "content", Deadline(0.3)).decode()
+    assert out.split("\n") == ["found.txt:1:needle", "[truncated: timed out after 0.3 s, the results so far]"]
 
 
 def test_bad_glob_patterns_are_errors(caps, root):

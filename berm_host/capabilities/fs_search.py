@@ -3,7 +3,7 @@
 Both walk with directory descriptors (``os.fwalk`` without following symlinks: a directory swapped for a symlink
 mid-walk is skipped, never entered), skip ``.git``, honour a per-call time budget and cap what they return. Output
 is text, one root-relative path (or match) per line; when a cap cut it short the last line says so, starting with
-``[truncated``. Grep skips binary files (a NUL byte in the first 8 KiB), files over the read cap and symlinks, and
+``[truncated`` (a cap, or the time budget: what was found so far is returned). Grep skips binary files (a NUL byte in the first 8 KiB), files over the read cap and symlinks, and
 honours ``.gitignore`` files from the root down.
 """
 
@@ -112,42 +112,48 @@ def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool) -> Itera
                 yield Entry(rel, _join(sub_dir, name), dfd, name, st)
 
 
-def _render(lines: list[str], total: int, what: str) -> bytes:
-    if total > len(lines):
-        lines = lines + [f"[truncated: {what}]"]
+def _render(lines: list[str], note: str | None) -> bytes:
+    if note:
+        lines = lines + [f"[truncated: {note}]"]
     return "\n".join(lines).encode("utf-8", "surrogateescape")
 
 
+def _timed_out(deadline: Deadline) -> str:
+    return f"timed out after {deadline.seconds:g} s, the results so far"
+
+
 def glob(root: Root, pattern: str, base: str, deadline: Deadline, cap: int = RESULT_CAP) -> bytes:
-    """Files under ``base`` whose base-relative path matches ``pattern``, as root-relative paths, newest first."""
+    """Files under ``base`` whose base-relative path matches ``pattern``, as root-relative paths, newest first.
+    Past the time budget, the newest of those found so far, marked."""
     if not pattern:
         raise CapabilityError("empty glob pattern")
     if pattern.startswith("/"):
         pattern = "/".join(root.components(pattern)).lstrip("/")
     prefix, rest = literal_prefix(pattern)
     matcher = Glob(rest)
-    newest: list[tuple[int, str]] = []  # a min-heap of (mtime, negated order key) holding the newest `cap`
+    newest: list[tuple[int, str]] = []  # a min-heap of (mtime, path): the newest `cap` matches so far
     total = 0
-    for e in walk(root, _join(base or ".", prefix) or ".", deadline, gitignore=False):
-        if matcher.match(e.sub, deadline):
-            total += 1
-            item = (e.st.st_mtime_ns, e.rel)
-            if len(newest) < cap:
-                heapq.heappush(newest, item)
-            else:
-                heapq.heappushpop(newest, item)
-    ordered = [rel for _, rel in sorted(newest, key=lambda t: (-t[0], t[1]))]
-    return _render(ordered, total, f"{total} matches, showing the newest {cap}")
+    note = None
+    try:
+        for e in walk(root, _join(base or ".", prefix) or ".", deadline, gitignore=False):
+            if matcher.match(e.sub, deadline):
+                total += 1
+                (heapq.heappush if len(newest) < cap else heapq.heappushpop)(newest, (e.st.st_mtime_ns, e.rel))
+    except TimeoutError:
+        note = _timed_out(deadline)
+    if note is None and total > cap:
+        note = f"{total} matches, showing the newest {cap}"
+    return _render([rel for _, rel in sorted(newest, key=lambda t: (-t[0], t[1]))], note)
 
 
-def _scan(data: bytes, rel: str, rx: regex.Pattern, mode: str, room: int, deadline: Deadline) -> tuple[int, list[str]]:
-    """Count the lines of ``data`` matching ``rx`` (stopping at the first in ``files`` mode); in ``content``
-    mode also render up to ``room`` of them as ``path:line:text``."""
+def _scan(data: bytes, rel: str, rx: regex.Pattern, mode: str, limit: int, deadline: Deadline) -> tuple[int, list[str]]:
+    """Count the lines of ``data`` matching ``rx``, up to ``limit``; in ``content`` mode also render them as
+    ``path:line:text``."""
     body = data.decode("utf-8", "replace")
     count, shown = 0, []
     pos = last = 0
     lineno = 1
-    while pos <= len(body):
+    while pos <= len(body) and count < limit:
         m = rx.search(body, pos, timeout=deadline.check())
         if m is None:
             break
@@ -157,9 +163,7 @@ def _scan(data: bytes, rel: str, rx: regex.Pattern, mode: str, room: int, deadli
         lineno += body.count("\n", last, start)
         last = start
         count += 1
-        if mode == "files":
-            break
-        if mode == "content" and len(shown) < room:
+        if mode == "content":
             line = body[start:end]
             shown.append(f"{rel}:{lineno}:{line[:LINE_CAP] + '…' if len(line) > LINE_CAP else line}")
         pos = end + 1
@@ -189,6 +193,8 @@ def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Dead
 
 def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline: Deadline,
          cap: int = RESULT_CAP) -> bytes:
+    """Search the files under ``base`` (or the file ``base``) for ``pattern`` (see the module docstring).
+    Past the cap or the time budget, what was found so far, marked."""
     mode = mode or "files"
     if mode not in MODES:
         raise CapabilityError(f"mode must be one of {', '.join(MODES)}, not {mode[:40]!r}")
@@ -199,28 +205,31 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
     except (regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise CapabilityError(f"bad regex: {exc}") from None
     matcher = Glob(include, basename_if_no_slash=True) if include else None
-    lines: list[str] = []
-    hits: list[tuple[int, str]] = []
-    total = 0
-    for entry, data in _files_to_search(root, base, matcher, deadline):
-        if len(data) > READ_CAP or b"\0" in data[:BINARY_PROBE]:
-            continue
-        count, shown = _scan(data, entry.rel, rx, mode, cap - len(lines), deadline)
-        if not count:
-            continue
-        if mode == "content":
-            total += count
-            lines += shown
-        else:
-            total += 1
-            if mode == "files":
+    lines: list[str] = []  # content and count modes: up to cap + 1, the extra one saying there is more
+    hits: list[tuple[int, str]] = []  # files mode: every matching file, sorted newest first at the end
+    note = None
+    try:
+        for entry, data in _files_to_search(root, base, matcher, deadline):
+            if len(lines) > cap:
+                break
+            if len(data) > READ_CAP or b"\0" in data[:BINARY_PROBE]:
+                continue
+            limit = cap + 1 - len(lines) if mode == "content" else 1 if mode == "files" else len(data) + 1
+            count, shown = _scan(data, entry.rel, rx, mode, limit, deadline)
+            if count and mode == "files":
                 hits.append((entry.st.st_mtime_ns, entry.rel))
-            elif len(lines) < cap:
-                lines.append(f"{entry.rel}:{count}")
+            elif count:
+                lines += shown if mode == "content" else [f"{entry.rel}:{count}"]
+    except TimeoutError:
+        note = _timed_out(deadline)
     if mode == "files":
         hits.sort(key=lambda t: (-t[0], t[1]))
-        lines = [rel for _, rel in hits[:cap]]
-    return _render(lines, total, f"{total} {'matching lines' if mode == 'content' else 'files'}, showing {cap}")
+        lines = [rel for _, rel in hits[:cap + 1]]
+    if len(lines) > cap:
+        note = note or (f"{len(hits)} matching files, showing the newest {cap}" if mode == "files"
+                        else f"more than {cap} matching {'lines' if mode == 'content' else 'files'}")
+        lines = lines[:cap]
+    return _render(lines, note)
 
 
 def capabilities(root: Root, *, timeout: float = SEARCH_TIMEOUT) -> dict[str, CapabilityFn]:
