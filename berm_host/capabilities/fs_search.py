@@ -2,9 +2,9 @@
 
 Both walk with directory descriptors (``os.fwalk`` without following symlinks: a directory swapped for a symlink
 mid-walk is skipped, never entered), skip ``.git``, honour a per-call time budget and cap what they return. Output
-is text, one root-relative path (or match) per line; when a cap cut it short the last line says so, starting with
-``[truncated`` (a cap, or the time budget: what was found so far is returned). Grep skips binary files (a NUL byte in the first 8 KiB), files over the read cap and symlinks, and
-honours ``.gitignore`` files from the root down.
+is text, one root-relative path (or match) per line; when a cap or the time budget cut it short, what was found so
+far is returned and a last line starting with ``[truncated`` says why. Grep skips binary files (a NUL byte in the
+first 8 KiB), files over the read cap and symlinks, and honours ``.gitignore`` files from the root down.
 """
 
 from __future__ import annotations
