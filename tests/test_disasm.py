@@ -7,6 +7,7 @@ import random
 import re
 import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +188,12 @@ def test_real_guests_print_as_llvm_objdump_prints_them(name, opt):
     mismatches = [(hex(a), disassemble(i), theirs.get(a)) for a, i in sorted(program.code.items())
                   if disassemble(i) != theirs.get(a)]
     assert not mismatches
+
+
+def test_rust_harness_prints_as_llvm_objdump_prints_it():
+    """The committed rustc-built harness: what a third-party toolchain emits."""
+    elf = (Path(__file__).resolve().parent.parent / "harnesses" / "rust-probe" / "rust-probe.elf").read_bytes()
+    program = Program.from_image(read_elf(elf))
+    theirs = objdump(elf)
+    assert len(program.code) > 1000
+    assert [(hex(a), disassemble(i)) for a, i in sorted(program.code.items()) if disassemble(i) != theirs.get(a)] == []
