@@ -1,0 +1,237 @@
+//! rust-probe: a `no_std` Rust harness for Berm (shared/ABI.md, version 0).
+//!
+//! It exists to put in front of the host what rustc and LLVM emit for real third-party harnesses: formatting
+//! through `core::fmt` (function pointers materialised with `auipc`/`addi`), a `match` over many arms (a jump
+//! table of `R_RISCV_64` words in `.rodata`), trait objects (vtables, also `R_RISCV_64`), a global allocator over
+//! the guest heap, and host-call numbers loaded as 64-bit constants. Every tool's result is fixed by its input,
+//! so tests can check the exact text on every engine.
+
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::alloc::{GlobalAlloc, Layout};
+use core::fmt::Write;
+use core::hint::black_box;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+// ------------------------------------------------------------------------------------------- host calls
+
+/// FNV-1a 64 over the name's bytes (ABI.md §1): numbers are derived from names, never typed by hand.
+const fn fnv1a64(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < bytes.len() {
+        h ^= bytes[i] as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
+const LOG: u64 = fnv1a64("berm.log");
+const ARGS_LEN: u64 = fnv1a64("berm.args.len");
+const ARGS_READ: u64 = fnv1a64("berm.args.read");
+const FAIL: u64 = fnv1a64("berm.fail");
+const HEAP_START: u64 = fnv1a64("berm.heap.start");
+const HEAP_SIZE: u64 = fnv1a64("berm.heap.size");
+
+fn host_call(number: u64, arg0: u64, arg1: u64) -> u64 {
+    let result: u64;
+    // SAFETY: ecall hands control to the host, which reads a7/a0/a1 and writes only a0 (ABI.md §1).
+    unsafe {
+        core::arch::asm!("ecall", inlateout("a0") arg0 => result, in("a1") arg1, in("a7") number,
+                         options(nostack));
+    }
+    result
+}
+
+fn args() -> Vec<u8> {
+    let len = host_call(ARGS_LEN, 0, 0) as usize;
+    let mut buf = vec![0u8; len];
+    host_call(ARGS_READ, buf.as_mut_ptr() as u64, len as u64);
+    buf
+}
+
+fn log(text: &str) {
+    host_call(LOG, text.as_ptr() as u64, text.len() as u64);
+}
+
+/// What a tool returns in a0/a1 (ABI.md §3).
+#[repr(C)]
+pub struct Pair {
+    ptr: u64,
+    len: u64,
+}
+
+fn ok(text: String) -> Pair {
+    let text = text.leak(); // memory is fresh for every invocation: nothing outlives the call anyway
+    Pair { ptr: text.as_ptr() as u64, len: text.len() as u64 }
+}
+
+fn fail(text: &str) -> Pair {
+    host_call(FAIL, text.as_ptr() as u64, text.len() as u64);
+    Pair { ptr: 0, len: 0 }
+}
+
+// ------------------------------------------------------------------------------------------- the heap
+
+/// A bump allocator over [berm.heap.start, +berm.heap.size), asked for the bounds on first use (ABI.md §5).
+struct Bump {
+    next: AtomicUsize,
+    end: AtomicUsize,
+}
+
+unsafe impl GlobalAlloc for Bump {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if self.end.load(Ordering::Relaxed) == 0 {
+            let start = host_call(HEAP_START, 0, 0) as usize;
+            self.next.store(start, Ordering::Relaxed);
+            self.end.store(start + host_call(HEAP_SIZE, 0, 0) as usize, Ordering::Relaxed);
+        }
+        let start = (self.next.load(Ordering::Relaxed) + layout.align() - 1) & !(layout.align() - 1);
+        match start.checked_add(layout.size()) {
+            Some(end) if end <= self.end.load(Ordering::Relaxed) => {
+                self.next.store(end, Ordering::Relaxed);
+                start as *mut u8
+            }
+            _ => core::ptr::null_mut(),
+        }
+    }
+
+    unsafe fn dealloc(&self, _ptr: *mut u8, _layout: Layout) {}
+}
+
+#[global_allocator]
+static HEAP: Bump = Bump { next: AtomicUsize::new(0), end: AtomicUsize::new(0) };
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    let mut text = String::new();
+    let _ = write!(text, "rust-probe panicked: {}", info.message());
+    host_call(FAIL, text.as_ptr() as u64, text.len() as u64);
+    // SAFETY: ebreak traps; the host ends the invocation there.
+    unsafe { core::arch::asm!("ebreak", options(noreturn)) }
+}
+
+// ------------------------------------------------------------------------------------------- tools
+
+/// core::fmt with several arguments of different types and format specs.
+#[no_mangle]
+pub extern "C" fn berm_tool_format() -> Pair {
+    let input = args();
+    let text = String::from_utf8_lossy(&input);
+    let n = black_box(input.len() as u64);
+    let mut out = String::new();
+    let _ = write!(out, "args={:?} len={} hex={:#x} pad=[{:>6}] neg={} list={:?}",
+                   text, n, n * 255 + 4096, "ab", -(n as i64) - 7, [n, n + 1, n * 2]);
+    log(&out);
+    ok(out)
+}
+
+/// One step of a checksum whose arms each do different work, so LLVM emits a jump table (not a lookup table).
+#[inline(never)]
+fn step(acc: u64, byte: u8) -> u64 {
+    match black_box(byte % 12) {
+        0 => acc.wrapping_mul(31).wrapping_add(7),
+        1 => acc ^ 0x5555,
+        2 => acc.rotate_left(5),
+        3 => acc.wrapping_sub(byte as u64 * 3),
+        4 => acc / 3 + 11,
+        5 => acc.wrapping_add(acc >> 7),
+        6 => !acc & 0xffff_ffff,
+        7 => acc.wrapping_mul(acc | 1) >> 3,
+        8 => acc.count_ones() as u64 * 1000 + acc % 1000,
+        9 => acc.swap_bytes() >> 32,
+        10 => acc.wrapping_shl(byte as u32 % 13) ^ 0x77,
+        _ => acc.wrapping_add(0x1234_5678),
+    }
+}
+
+/// Runs `step` over the argument bytes (or over 0..48 when there are none) and prints the result.
+#[no_mangle]
+pub extern "C" fn berm_tool_classify() -> Pair {
+    let mut input = args();
+    if input.is_empty() {
+        input = (0u8..48).collect();
+    }
+    let acc = input.iter().fold(1u64, |acc, &b| step(acc, b));
+    ok(format!("classify({} bytes) = {}", input.len(), acc))
+}
+
+trait Shape {
+    fn area(&self) -> u64;
+    fn name(&self) -> &'static str;
+}
+
+struct Square(u64);
+struct Rect(u64, u64);
+struct Triangle(u64, u64);
+
+impl Shape for Square {
+    fn area(&self) -> u64 { self.0 * self.0 }
+    fn name(&self) -> &'static str { "square" }
+}
+
+impl Shape for Rect {
+    fn area(&self) -> u64 { self.0 * self.1 }
+    fn name(&self) -> &'static str { "rect" }
+}
+
+impl Shape for Triangle {
+    fn area(&self) -> u64 { self.0 * self.1 / 2 }
+    fn name(&self) -> &'static str { "triangle" }
+}
+
+#[inline(never)]
+fn describe(shapes: &[&dyn Shape]) -> String {
+    let mut out = String::new();
+    let mut total = 0;
+    for shape in shapes {
+        let _ = write!(out, "{}:{} ", shape.name(), shape.area());
+        total += shape.area();
+    }
+    let _ = write!(out, "total:{}", total);
+    out
+}
+
+/// Calls through `&dyn Shape` vtables.
+#[no_mangle]
+pub extern "C" fn berm_tool_shapes() -> Pair {
+    let (sq, re, tr) = (Square(4), Rect(3, 5), Triangle(6, 7));
+    let shapes: [&dyn Shape; 3] = black_box([&sq, &re, &tr]);
+    ok(describe(&shapes))
+}
+
+/// Fails on purpose when given "fail", and panics (a trap) when given "panic".
+#[no_mangle]
+pub extern "C" fn berm_tool_check() -> Pair {
+    match args().as_slice() {
+        b"fail" => fail("check failed, as requested"),
+        b"panic" => panic!("asked to panic"),
+        other => ok(format!("checked {} bytes", other.len())),
+    }
+}
+
+// ------------------------------------------------------------------------------------------- manifest, _start
+
+#[used]
+#[link_section = ".berm.abi"]
+static MANIFEST: [u8; include_bytes!("manifest.json").len()] = *include_bytes!("manifest.json");
+
+/// Never run by the host (ABI.md §3): it takes the address of the manifest and of every export, so the linker
+/// keeps them through --gc-sections.
+#[no_mangle]
+pub extern "C" fn _start() -> ! {
+    black_box(&MANIFEST);
+    let exports: [extern "C" fn() -> Pair; 4] =
+        [berm_tool_format, berm_tool_classify, berm_tool_shapes, berm_tool_check];
+    black_box(exports);
+    loop {}
+}

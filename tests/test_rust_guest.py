@@ -1,0 +1,121 @@
+"""The committed Rust harness (harnesses/rust-probe, rebuilt by its build.sh): what rustc and LLVM emit for a
+third-party harness reads, analyses and runs, with the same text on every engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from berm_aot.cache import CodeCache
+from berm_aot.elf import read_elf_file
+from berm_aot.manifest import load_manifest
+from berm_aot.program import Program
+from berm_host.aot.backend import AotBackend
+from berm_host.backend import RunRequest
+from berm_host.interp.backend import InterpBackend
+from berm_host.traps import TrapKind
+
+ELF = Path(__file__).resolve().parent.parent / "harnesses" / "rust-probe" / "rust-probe.elf"
+M64 = (1 << 64) - 1
+
+
+@pytest.fixture(scope="module")
+def image():
+    return read_elf_file(ELF)
+
+
+@pytest.fixture(scope="module")
+def program(image):
+    return Program.from_image(image)
+
+
+@pytest.fixture(scope="module", params=["interp", "aot"])
+def backend(request, program):
+    if request.param == "interp":
+        return InterpBackend(program)
+    return AotBackend(program, cache=CodeCache())  # the product's cache: compiled once, then reused
+
+
+def test_manifest_and_exports(image):
+    manifest = load_manifest(image)
+    assert [t.name for t in manifest.tools] == ["format", "classify", "shapes", "check"]
+    assert manifest.usage.startswith("rust-probe exercises")
+
+
+def test_rustc_code_shapes(image, program):
+    """Jump tables and vtables are R_RISCV_64 words; the exports are named by PCREL_HI20 from _start."""
+    kinds = {r.type_name for r in image.relocations}
+    assert {"R_RISCV_64", "R_RISCV_PCREL_HI20"} <= kinds
+    (step,) = [f for f in program.functions if f.name.endswith("4step")]
+    arms = [t for t in program.indirect_targets if step.start < t < step.end]
+    assert len(arms) >= 10  # the 12-arm match compiles to a jump table of local targets
+    tools = {program.symbol(f"berm_tool_{t}") for t in ("format", "classify", "shapes", "check")}
+    assert tools <= program.function_starts and tools <= program.indirect_targets
+
+
+def _step(acc: int, byte: int) -> int:
+    """A Python model of rust-probe's ``step`` (u64 wrapping arithmetic)."""
+    arm = byte % 12
+    if arm == 0:
+        return (acc * 31 + 7) & M64
+    if arm == 1:
+        return acc ^ 0x5555
+    if arm == 2:
+        return ((acc << 5) | (acc >> 59)) & M64
+    if arm == 3:
+        return (acc - byte * 3) & M64
+    if arm == 4:
+        return acc // 3 + 11
+    if arm == 5:
+        return (acc + (acc >> 7)) & M64
+    if arm == 6:
+        return ~acc & 0xFFFF_FFFF
+    if arm == 7:
+        return ((acc * (acc | 1)) & M64) >> 3
+    if arm == 8:
+        return bin(acc).count("1") * 1000 + acc % 1000
+    if arm == 9:
+        return int.from_bytes(acc.to_bytes(8, "little"), "big") >> 32
+    if arm == 10:
+        return ((acc << (byte % 13)) & M64) ^ 0x77
+    return (acc + 0x1234_5678) & M64
+
+
+def _classify(data: bytes) -> str:
+    data = data or bytes(range(48))
+    acc = 1
+    for b in data:
+        acc = _step(acc, b)
+    return f"classify({len(data)} bytes) = {acc}"
+
+
+def _run(backend, program, tool: str, args: bytes = b""):
+    logs = []
+    result = backend.run(RunRequest(entry=program.symbol(f"berm_tool_{tool}"), args=args, read_result=True,
+                                    log=logs.append))
+    return result, logs
+
+
+@pytest.mark.parametrize("tool, args, expected", [
+    ("format", b"", 'args="" len=0 hex=0x1000 pad=[    ab] neg=-7 list=[0, 1, 0]'),
+    ("format", b"hi", 'args="hi" len=2 hex=0x11fe pad=[    ab] neg=-9 list=[2, 3, 4]'),
+    ("classify", b"", _classify(b"")),
+    ("classify", bytes(range(256)), _classify(bytes(range(256)))),
+    ("shapes", b"", "square:16 rect:15 triangle:21 total:52"),
+    ("check", b"abc", "checked 3 bytes"),
+], ids=["format", "format-args", "classify", "classify-256", "shapes", "check"])
+def test_tools_return_the_expected_text(backend, program, tool, args, expected):
+    result, logs = _run(backend, program, tool, args)
+    assert result.trap is None and result.failure is None
+    assert result.result.decode() == expected
+    if tool == "format":
+        assert logs == [expected.encode()]
+
+
+def test_failure_and_panic(backend, program):
+    result, _ = _run(backend, program, "check", b"fail")
+    assert result.trap is None and result.failure == b"check failed, as requested"
+    result, _ = _run(backend, program, "check", b"panic")
+    assert result.trap is not None and result.trap.kind is TrapKind.BREAKPOINT
+    assert result.failure == b"rust-probe panicked: asked to panic"
