@@ -8,43 +8,28 @@ import pytest
 
 from berm_aot.elf import read_elf
 from berm_aot.manifest import load_manifest
-from berm_aot.program import Program
-from berm_host.backend import RunRequest
-from berm_host.interp import InterpBackend
 from berm_host.traps import ToolFailure
 from berm_sdk.build import build_harness
 from berm_sdk.native import NativeHarness, build_native_library
+from tests.sdk_engines import Interp
 
 FIXTURE = Path(__file__).resolve().parent.parent / "harnesses" / "fixture"
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory):
-    return read_elf(build_harness(FIXTURE, tmp_path_factory.mktemp("fixture") / "fixture.elf").read_bytes())
+def elf(tmp_path_factory):
+    return build_harness(FIXTURE, tmp_path_factory.mktemp("fixture") / "fixture.elf").read_bytes()
 
 
-class Interp:
-    """Calls a tool the way the host does (ABI.md §3): a failure beats the result, which must be UTF-8."""
-
-    def __init__(self, image):
-        self.program = Program.from_image(image)
-        self.backend = InterpBackend(self.program)
-
-    def call(self, tool: str, args: bytes = b"") -> bytes:
-        result = self.backend.run(RunRequest(entry=self.program.symbol(f"berm_tool_{tool}"), args=args,
-                                             read_result=True))
-        assert result.trap is None, str(result.trap)
-        if result.failure is not None:
-            raise ToolFailure(tool, result.failure.decode("utf-8", "replace"))
-        assert result.result is not None
-        result.result.decode("utf-8")
-        return result.result
+@pytest.fixture(scope="module")
+def image(elf):
+    return read_elf(elf)
 
 
 @pytest.fixture(scope="module", params=["interp", "native"])
-def engine(request, image, tmp_path_factory):
+def engine(request, elf, tmp_path_factory):
     if request.param == "interp":
-        return Interp(image)
+        return Interp(elf)
     out = tmp_path_factory.mktemp("fixture-native") / "fixture.so"
     return NativeHarness(build_native_library(sorted(FIXTURE.glob("*.c")), out))
 
@@ -83,7 +68,6 @@ def test_boom_fails_as_requested(engine):
         engine.call("boom")
 
 
-def test_probe_result_lies_in_the_heap(image):
-    interp = Interp(image)
-    result = interp.backend.run(RunRequest(entry=interp.program.symbol("berm_tool_probe"), read_result=True))
+def test_probe_result_lies_in_the_heap(elf, image):
+    result = Interp(elf).run("probe")
     assert result.a0 >= max(seg.end for seg in image.segments) and result.a1 == 5

@@ -29,8 +29,13 @@ static size_t utf8_sequence(const unsigned char *s, size_t n) {
 }
 
 bool berm_utf8_valid(const char *s, size_t len) {
+    typedef uint64_t __attribute__((may_alias, aligned(1))) word;
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
+        if (len - i >= 8 && !(*(const word *)(p + i) & 0x8080808080808080ull)) { /* 8 ASCII bytes at once */
+            i += 8;
+            continue;
+        }
         if (p[i] < 0x80) {
             i++;
             continue;

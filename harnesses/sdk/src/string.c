@@ -1,16 +1,17 @@
 /* mem* and str*: clang emits calls to memcpy/memset/memmove/memcmp on its own, so a guest must have them.
- * Copies move 8-byte words when source and destination share their alignment. */
+ * Copies and scans move 8-byte words: misaligned plain loads and stores are allowed in guest memory (and cost
+ * nothing extra once translated), so no alignment dance is needed. */
 #include "berm.h"
 
-typedef uint64_t __attribute__((may_alias)) word;
+typedef uint64_t __attribute__((may_alias, aligned(1))) word;
+
+#define ONES 0x0101010101010101ull
+#define HIGHS 0x8080808080808080ull
 
 void *memcpy(void *dst, const void *src, size_t n) {
     unsigned char *d = dst;
     const unsigned char *s = src;
-    if ((((uintptr_t)d ^ (uintptr_t)s) & 7) == 0) {
-        for (; n && ((uintptr_t)d & 7); n--) *d++ = *s++;
-        for (; n >= 8; n -= 8, d += 8, s += 8) *(word *)d = *(const word *)s;
-    }
+    for (; n >= 8; n -= 8, d += 8, s += 8) *(word *)d = *(const word *)s;
     for (; n; n--) *d++ = *s++;
     return dst;
 }
@@ -22,13 +23,10 @@ void *memmove(void *dst, const void *src, size_t n) {
     if (d < s || d >= s + n) return memcpy(dst, src, n);
     d += n;
     s += n;
-    if ((((uintptr_t)d ^ (uintptr_t)s) & 7) == 0) {
-        for (; n && ((uintptr_t)d & 7); n--) *--d = *--s;
-        for (; n >= 8; n -= 8) {
-            d -= 8;
-            s -= 8;
-            *(word *)d = *(const word *)s;
-        }
+    for (; n >= 8; n -= 8) {
+        d -= 8;
+        s -= 8;
+        *(word *)d = *(const word *)s;
     }
     for (; n; n--) *--d = *--s;
     return dst;
@@ -36,8 +34,7 @@ void *memmove(void *dst, const void *src, size_t n) {
 
 void *memset(void *dst, int c, size_t n) {
     unsigned char *d = dst;
-    uint64_t pattern = (unsigned char)c * 0x0101010101010101ull;
-    for (; n && ((uintptr_t)d & 7); n--) *d++ = (unsigned char)c;
+    uint64_t pattern = (unsigned char)c * ONES;
     for (; n >= 8; n -= 8, d += 8) *(word *)d = pattern;
     for (; n; n--) *d++ = (unsigned char)c;
     return dst;
@@ -52,6 +49,11 @@ int memcmp(const void *a, const void *b, size_t n) {
 
 void *memchr(const void *s, int c, size_t n) {
     const unsigned char *p = s;
+    uint64_t pattern = (unsigned char)c * ONES;
+    for (; n >= 8; n -= 8, p += 8) { /* stop at the first word holding a byte equal to c */
+        uint64_t w = *(const word *)p ^ pattern;
+        if ((w - ONES) & ~w & HIGHS) break;
+    }
     for (; n; n--, p++)
         if (*p == (unsigned char)c) return (void *)p;
     return NULL;

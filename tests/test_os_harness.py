@@ -1,0 +1,253 @@
+"""The OS harness end to end in a temporary root: the interpreter with the real capabilities, and the native
+build of the same C with the same capabilities (the fast path for the large-file cases)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from berm_host.declaration import Declaration
+from berm_host.grants import linker_for
+from berm_host.traps import Trap, ToolFailure, TrapKind
+from berm_sdk.build import build_harness
+from berm_sdk.harness_toml import load_harness_toml
+from berm_sdk.native import NativeHarness, build_native_library
+from tests.sdk_engines import Interp
+
+OS_DIR = Path(__file__).resolve().parent.parent / "harnesses" / "os"
+TOOLS = ["read", "write", "edit", "bash", "glob", "grep"]
+
+
+@pytest.fixture(scope="module")
+def elf(tmp_path_factory):
+    return build_harness(OS_DIR, tmp_path_factory.mktemp("os") / "os.elf").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def native_lib(tmp_path_factory):
+    return build_native_library(sorted(OS_DIR.glob("*.c")), tmp_path_factory.mktemp("os-native") / "os.so",
+                                include=(OS_DIR,))
+
+
+def linker(root: Path, grants=("fs", "exec"), env=()):
+    return linker_for(Declaration(name="os", capabilities=tuple(grants), root=str(root), env=tuple(env)))
+
+
+class Tools:
+    """call(tool, **arguments) on one engine, over a root."""
+
+    def __init__(self, engine, root: Path):
+        self.engine, self.root = engine, root
+
+    def __call__(self, tool: str, **arguments) -> str:
+        return self.engine.call(tool, json.dumps(arguments)).decode("utf-8")
+
+    def fails(self, tool: str, **arguments) -> str:
+        with pytest.raises(ToolFailure) as info:
+            self(tool, **arguments)
+        return info.value.message
+
+
+def native_engine(native_lib, link):
+    return NativeHarness(native_lib, {c.name: c.fn for c in link})
+
+
+@pytest.fixture(params=["interp", "native"])
+def os_tools(request, elf, native_lib, tmp_path):
+    link = linker(tmp_path)
+    engine = Interp(elf, link) if request.param == "interp" else native_engine(native_lib, link)
+    return Tools(engine, tmp_path)
+
+
+# ---------------------------------------------------------------- read
+
+
+@pytest.mark.parametrize("content, args, expected", [
+    ("a\nb\nc\n", {}, "1\ta\n2\tb\n3\tc\n\n--- 3 total lines ---"),
+    ("a\nb\nc", {}, "1\ta\n2\tb\n3\tc\n\n--- 3 total lines ---"),
+    ("a\r\nb\r\n", {}, "1\ta\n2\tb\n\n--- 2 total lines ---"),
+    ("", {}, "\n--- 0 total lines ---"),
+    ("\n", {}, "1\t\n\n--- 1 total lines ---"),
+    ("a\nb\nc\n", {"offset": 0}, "1\ta\n2\tb\n3\tc\n\n--- 3 total lines ---"),
+    ("a\nb\nc\n", {"offset": 2, "limit": 1}, "2\tb\n\n--- 3 total lines (showing lines 2-2) ---"),
+    ("a\nb\nc\n", {"offset": 3}, "3\tc\n\n--- 3 total lines (showing lines 3-3) ---"),
+    ("a\nb\nc\n", {"limit": 2}, "1\ta\n2\tb\n\n--- 3 total lines (showing lines 1-2) ---"),
+    ("a\nb\nc\n", {"limit": 3}, "1\ta\n2\tb\n3\tc\n\n--- 3 total lines ---"),
+    ("a\nb\nc\n", {"offset": 4}, "--- 3 total lines (offset 4 is past end of file) ---"),
+    ("", {"offset": 2}, "--- 0 total lines (offset 2 is past end of file) ---"),
+    ("a\nb\nc\n", {"offset": 2, "limit": 9223372036854775807}, "2\tb\n3\tc\n\n--- 3 total lines (showing lines 2-3) ---"),
+    ("caf\u00e9\n\U0001F600 \u4e2d\n", {}, "1\tcaf\u00e9\n2\t\U0001F600 \u4e2d\n\n--- 2 total lines ---"),
+])
+def test_read_windows(os_tools, content, args, expected):
+    (os_tools.root / "f.txt").write_bytes(content.encode())
+    assert os_tools("read", path="f.txt", **args) == expected
+
+
+def test_read_default_limit_is_2000_lines(os_tools):
+    (os_tools.root / "big.txt").write_text("".join(f"{i}\n" for i in range(2500)))
+    out = os_tools("read", path="big.txt")
+    assert out.endswith("2000\t1999\n\n--- 2500 total lines (showing lines 1-2000) ---")
+
+
+def test_read_failures(os_tools):
+    (os_tools.root / "bin").write_bytes(b"ok\n\xff\xfe\n")
+    assert os_tools.fails("read", path="bin") == "bin is not valid UTF-8"
+    assert "missing.txt" in os_tools.fails("read", path="missing.txt")
+    assert os_tools.fails("read", path="x", limit=0) == "invalid arguments: 'limit' must be between 1 and 9223372036854775807, not 0"
+
+
+def test_read_output_larger_than_the_buffer_fails_saying_so(native_lib, tmp_path):
+    # Native only: a 300 KB file costs the Python interpreter seconds, and the C is the same.
+    tools = Tools(native_engine(native_lib, linker(tmp_path)), tmp_path)
+    (tmp_path / "wide.txt").write_text(("x" * 1000 + "\n") * 300)
+    assert tools.fails("read", path="wide.txt") == "output exceeds the 262144-byte output buffer"
+    assert tools("read", path="wide.txt", limit=200).endswith("(showing lines 1-200) ---")
+
+
+# ---------------------------------------------------------------- write and edit
+
+
+def test_write_then_read_back(os_tools):
+    assert os_tools("write", path="new.txt", content="h\u00e9llo\n") == "wrote 7 bytes to new.txt"
+    assert (os_tools.root / "new.txt").read_text() == "h\u00e9llo\n"
+    assert "nodir" in os_tools.fails("write", path="nodir/x.txt", content="")
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("", "x", "old_string must not be empty"),
+    ("same", "same", "old_string and new_string are identical"),
+    ("absent", "x", "old_string not found"),
+    ("aa", "b", "old_string is not unique, found 2 occurrences"),  # "aaaa" holds two, not three
+])
+def test_edit_failures(os_tools, old, new, message):
+    (os_tools.root / "e.txt").write_text("aaaa same\n")
+    assert os_tools.fails("edit", path="e.txt", old_string=old, new_string=new) == message
+    assert (os_tools.root / "e.txt").read_text() == "aaaa same\n"
+
+
+def test_edit_checks_arguments_before_the_file(os_tools):
+    assert os_tools.fails("edit", path="missing", old_string="", new_string="x") == "old_string must not be empty"
+    assert "missing" in os_tools.fails("edit", path="missing", old_string="a", new_string="x")
+
+
+def test_edit_replaces_the_one_occurrence(os_tools):
+    (os_tools.root / "e.txt").write_text("alpha beta\ngamma\n")
+    assert os_tools("edit", path="e.txt", old_string="beta", new_string="\u03b2\u03b5\u03c4\u03b1") == "ok"
+    assert (os_tools.root / "e.txt").read_text() == "alpha \u03b2\u03b5\u03c4\u03b1\ngamma\n"
+
+
+def test_edit_a_10_mb_file(native_lib, tmp_path):
+    tools = Tools(native_engine(native_lib, linker(tmp_path)), tmp_path)
+    body = b"0123456789abcdef" * (10 * 2**20 // 16)
+    (tmp_path / "big").write_bytes(body[:5_000_000] + b"NEEDLE" + body[5_000_000:])
+    assert tools("edit", path="big", old_string="NEEDLE", new_string="pin") == "ok"
+    assert (tmp_path / "big").read_bytes() == body[:5_000_000] + b"pin" + body[5_000_000:]
+
+
+# ---------------------------------------------------------------- bash, glob, grep
+
+
+def test_bash_with_cwd_and_env(os_tools):
+    (os_tools.root / "sub").mkdir()
+    out = json.loads(os_tools("bash", command='echo "$GREETING"; pwd; echo oops >&2; exit 3', cwd="sub",
+                              env={"GREETING": "hi there"}))
+    assert out == {"exit_code": 3, "stderr": "oops\n", "stdout": f"hi there\n{os_tools.root / 'sub'}\n"}
+    assert json.loads(os_tools("bash", command="pwd"))["stdout"] == f"{os_tools.root}\n"
+
+
+def test_glob_newest_first(os_tools):
+    (os_tools.root / "d").mkdir()
+    for i, name in enumerate(["old.py", "d/mid.py", "new.py", "skip.txt"]):
+        (os_tools.root / name).write_text("")
+        os.utime(os_tools.root / name, (1_000_000 + i, 1_000_000 + i))
+    assert os_tools("glob", pattern="**/*.py") == "new.py\nd/mid.py\nold.py"
+    assert os_tools("glob", pattern="*.py", path="d") == "d/mid.py"
+    assert os_tools("glob", pattern="*.none") == "no matches"
+
+
+def test_grep_modes(os_tools):
+    (os_tools.root / "a.py").write_text("x = 1\ny = 2\nx += 1\n")
+    (os_tools.root / "b.txt").write_text("x\n")
+    assert set(os_tools("grep", pattern="x").split("\n")) == {"a.py", "b.txt"}
+    assert os_tools("grep", pattern="^x", include="*.py", mode="content") == "a.py:1:x = 1\na.py:3:x += 1"
+    assert os_tools("grep", pattern="x", path="a.py", mode="count") == "a.py:2"
+    assert os_tools("grep", pattern="zzz") == "no matches"
+    assert os_tools.fails("grep", pattern="x", mode="lines") == \
+        "invalid arguments: 'mode' must be one of files, content, count, not 'lines'"
+
+
+# ---------------------------------------------------------------- arguments and grants
+
+
+@pytest.mark.parametrize("tool, args, message", [
+    ("read", b"[1]", "invalid arguments: expected a JSON object, not array"),
+    ("read", b"{", "invalid arguments: not JSON: unterminated object at byte 1"),
+    ("read", b"", "invalid arguments: missing required field 'path'"),
+    ("read", b'{"path":"a","limit":"5"}', "invalid arguments: 'limit' must be an integer, not string"),
+    ("read", b'{"path":"a","offset":-1}', "invalid arguments: 'offset' must be between 0 and 9223372036854775807, not -1"),
+    ("read", b'{"path":"a","offset":1e99}', "invalid arguments: 'offset' must be an integer between 0 and 9223372036854775807, not 1e99"),
+    ("read", b'{"path":"a","offset":99999999999999999999}', "invalid arguments: 'offset' must be an integer between 0 and 9223372036854775807, not 99999999999999999999"),
+    ("read", b'{"path":""}', "invalid arguments: 'path' must not be empty"),
+    ("read", b'{"path":"a","colour":1}', "invalid arguments: unknown field 'colour' (expected: path, offset, limit)"),
+    ("write", b'{"path":"a"}', "invalid arguments: missing required field 'content'"),
+    ("edit", b'{"path":"a","old_string":null,"new_string":""}', "invalid arguments: 'old_string' must be a string, not null"),
+    ("bash", b'{"command":"ls","env":{"A":1}}', "invalid arguments: 'env.A' must be a string, not integer"),
+    ("bash", b'{"command":"ls","env":["A"]}', "invalid arguments: 'env' must be an object of strings, not array"),
+    ("glob", b'{"pattern":true}', "invalid arguments: 'pattern' must be a string, not boolean"),
+])
+def test_invalid_arguments_are_tool_failures(os_tools, tool, args, message):
+    with pytest.raises(ToolFailure) as info:
+        os_tools.engine.call(tool, args)
+    assert info.value.message == message
+
+
+@pytest.mark.parametrize("grants, tool, args, missing", [
+    (("exec",), "read", {"path": "a"}, "berm.fs.read"),
+    (("exec",), "grep", {"pattern": "a"}, "berm.fs.grep"),
+    (("fs",), "bash", {"command": "true"}, "berm.exec.run"),
+])
+def test_each_capability_is_absent_without_its_grant(elf, tmp_path, grants, tool, args, missing):
+    with pytest.raises(Trap) as info:
+        Interp(elf, linker(tmp_path, grants)).call(tool, json.dumps(args))
+    assert info.value.kind is TrapKind.UNKNOWN_HOST_CALL
+    assert f"{missing}, not granted to this harness" in str(info.value)
+
+
+# ---------------------------------------------------------------- fuzzing the arguments
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=10,
+)
+field_names = st.sampled_from(["path", "offset", "limit", "content", "old_string", "new_string", "command", "cwd",
+                               "env", "pattern", "include", "mode", "x"])
+tool_like = st.dictionaries(field_names, json_values, max_size=4)
+
+
+@pytest.fixture(scope="module")
+def fuzz_interp(elf, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fuzz-root")
+    (root / "a").write_text("a\nb\n")
+    # Commands find nothing on this PATH: only bash builtins run.
+    return Interp(elf, linker(root, env=[("PATH", "/nonexistent")]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(TOOLS), st.one_of(json_values.map(json.dumps), tool_like.map(json.dumps)).map(str.encode)
+       | st.binary(max_size=40))
+def test_any_arguments_end_in_a_result_or_a_tool_failure(fuzz_interp, tool, args):
+    result = fuzz_interp.run(tool, args)
+    assert result.trap is None, f"{tool}({args!r}) trapped: {result.trap}"
+    if result.failure is None:
+        assert result.result is not None
+        result.result.decode("utf-8")
+
+
+def test_every_tool_of_the_manifest_is_fuzzed():
+    assert [t.name for t in load_harness_toml(OS_DIR / "harness.toml").tools] == TOOLS
