@@ -87,3 +87,17 @@ def test_not_a_directory_and_no_sources(tmp_path):
     d = harness(tmp_path)
     with pytest.raises(BuildError, match="no C sources"):
         build_harness(d)
+
+
+def test_bundled_harnesses_build_once_and_are_reused(tmp_path, monkeypatch):
+    from berm_sdk import bundled
+    from berm_sdk.bundled import bundled_image, bundled_names
+
+    monkeypatch.setattr(bundled, "_cache_dir", lambda: tmp_path)  # a fresh image cache; the SDK objects stay
+    assert {"fixture", "os"} <= set(bundled_names()) and "sdk" not in bundled_names()
+    first = bundled_image("fixture")
+    stamp = first.stat().st_mtime_ns
+    assert bundled_image("fixture") == first and first.stat().st_mtime_ns == stamp
+    assert [t.name for t in load_manifest(read_elf(first.read_bytes())).tools] == ["echo", "chatty", "probe", "boom"]
+    with pytest.raises(BuildError, match="no bundled harness 'nope' \\(bundled: .*fixture"):
+        bundled_image("nope")
