@@ -10,7 +10,8 @@ Where Berm and LLVM differ on purpose:
   print ``unimp``;
 - an unsupported one prints ``<unsupported: what>`` (e.g. ``<unsupported: csrrw (Zicsr)>``) where LLVM prints
   the instruction;
-- a ``fence`` with reserved field values (which LLVM 14 refuses to decode) prints as the fence it executes as.
+- a ``fence`` with reserved field values (which LLVM 14 refuses to decode) prints as the fence it executes as,
+  and an empty predecessor or successor set prints as ``0`` (LLVM 14: ``unknown``).
 """
 
 from __future__ import annotations

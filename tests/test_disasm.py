@@ -100,6 +100,8 @@ def test_clear_text_for_what_llvm_would_print_differently():
     assert disassemble(decode(bytes.fromhex("ffffffff"), 0, 0)) == "<illegal: instruction longer than 32 bits>"
     assert disassemble(decode((0x34011173).to_bytes(4, "little"), 0, 0)) == "<unsupported: csrrw (Zicsr)>"
     assert disassemble(decode(b"\x13", 0, 0)) == "<illegal: truncated>"
+    assert disassemble(decode((0x0010000F).to_bytes(4, "little"), 0, 0)) == "fence 0, w"
+    assert disassemble(decode((0xF315878F).to_bytes(4, "little"), 0, 0)) == "fence rw, w"  # fm, rd, rs1 ignored
 
 
 # ---------------------------------------------------------------------------------------------------------------
