@@ -44,35 +44,45 @@ berm_result_t berm_fail_n(const char *message, size_t len) {
 
 berm_result_t berm_fail(const char *message) { return berm_fail_n(message, strlen(message)); }
 
-/* Formats into a stack buffer first; a message longer than that is built on the heap. */
-static char *vformat(char *stack, size_t cap, const char *fmt, va_list ap, size_t *len) {
+/* Formats into a stack buffer (the heap when the text is longer) and hands the text to `sink`; `complete` is
+ * false when there was no memory for a long text and `text` is its truncated start. */
+typedef void (*text_sink)(void *ctx, const char *text, size_t len, bool complete);
+
+static void format_into(text_sink sink, void *ctx, const char *fmt, va_list ap) {
+    char stack[256];
     va_list again;
     va_copy(again, ap);
-    int n = vsnprintf(stack, cap, fmt, ap);
-    char *out = stack;
-    if (n >= 0 && (size_t)n >= cap) {
-        char *heap = malloc((size_t)n + 1);
-        if (heap) {
-            vsnprintf(heap, (size_t)n + 1, fmt, again);
-            out = heap;
-        } else {
-            n = (int)cap - 1;
-        }
-    }
+    int n = vsnprintf(stack, sizeof stack, fmt, ap);
+    size_t len = n < 0 ? 0 : (size_t)n;
+    char *heap = len >= sizeof stack ? malloc(len + 1) : NULL;
+    if (heap) vsnprintf(heap, len + 1, fmt, again);
     va_end(again);
-    *len = n < 0 ? 0 : (size_t)n;
-    return out;
+    if (heap) sink(ctx, heap, len, true);
+    else sink(ctx, stack, len < sizeof stack ? len : sizeof stack - 1, len < sizeof stack);
+    free(heap);
+}
+
+static void fail_sink(void *ctx, const char *text, size_t len, bool complete) {
+    (void)ctx, (void)complete; /* a truncated message beats none */
+    berm_fail_n(text, len);
+}
+
+static void log_sink(void *ctx, const char *text, size_t len, bool complete) {
+    (void)ctx, (void)complete;
+    berm_log(text, len);
+}
+
+static void buf_sink(void *ctx, const char *text, size_t len, bool complete) {
+    berm_buf *b = ctx;
+    if (complete) berm_buf_put(b, text, len);
+    else b->oom = true; /* never a silently partial output */
 }
 
 berm_result_t berm_failf(const char *fmt, ...) {
-    char stack[256];
-    size_t len;
     va_list ap;
     va_start(ap, fmt);
-    char *text = vformat(stack, sizeof stack, fmt, ap, &len);
+    format_into(fail_sink, NULL, fmt, ap);
     va_end(ap);
-    berm_fail_n(text, len);
-    if (text != stack) free(text);
     return (berm_result_t){0, 0};
 }
 
@@ -81,14 +91,10 @@ void berm_log(const char *text, size_t len) {
 }
 
 void berm_logf(const char *fmt, ...) {
-    char stack[256];
-    size_t len;
     va_list ap;
     va_start(ap, fmt);
-    char *text = vformat(stack, sizeof stack, fmt, ap, &len);
+    format_into(log_sink, NULL, fmt, ap);
     va_end(ap);
-    berm_log(text, len);
-    if (text != stack) free(text);
 }
 
 /* ---------------------------------------------------------------- berm_buf */
@@ -132,13 +138,7 @@ void berm_buf_puts(berm_buf *b, const char *s) { berm_buf_put(b, s, strlen(s)); 
 
 void berm_buf_putc(berm_buf *b, char c) { berm_buf_put(b, &c, 1); }
 
-void berm_buf_vprintf(berm_buf *b, const char *fmt, va_list ap) {
-    char stack[256];
-    size_t len;
-    char *text = vformat(stack, sizeof stack, fmt, ap, &len);
-    berm_buf_put(b, text, len);
-    if (text != stack) free(text);
-}
+void berm_buf_vprintf(berm_buf *b, const char *fmt, va_list ap) { format_into(buf_sink, b, fmt, ap); }
 
 void berm_buf_printf(berm_buf *b, const char *fmt, ...) {
     va_list ap;
