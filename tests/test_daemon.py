@@ -30,6 +30,7 @@ def test_socket_is_private_and_speaks_json_lines(empty_daemon):
     assert client.request({"op": "harnesses"}) == {"harnesses": []}
     stats = client.request({"op": "stats"})["stats"]
     assert stats["pending"] == 0 and stats["executor"]["workers"] == 4
+    assert stats["scheduler"]["wakeups"] == 0  # an idle daemon's scheduler has never woken
     with socket.socket(socket.AF_UNIX) as s:  # several requests on one connection, and garbage in between
         s.connect(str(path))
         s.sendall(b'{"op": "harnesses"}\nnot json\n[1]\n{"op": "nope"}\n')

@@ -94,7 +94,7 @@ class Logs:
 
 @pytest.fixture
 def waker(images, tmp_path):
-    q = Queue(tmp_path / "due.db", workers=2, timeout=2.0)
+    q = Queue(tmp_path / "due.db", workers=2, timeout=1.0)
     decl = Declaration(name="waker", capabilities=("clock", "schedule"))
     linker = linker_for(decl, extra={"schedule": lambda d: {c.name: c.fn for c in schedule_capabilities(q, d.name)}})
     logs = Logs()

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .dueset import DueSet, Entry
-from .errors import ScheduleError, UnknownHarness
+from .errors import QueueError, ScheduleError, UnknownHarness
 from .executor import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT, DEFAULT_WORKERS, Executor
 from .invocation import Context, Invocation, Trigger
 from .scheduler import Scheduler
@@ -58,7 +58,7 @@ class Queue:
         """Queue a tool invocation; the future resolves to its result text (or raises Trap/ToolFailure/…)."""
         target = self.target(harness)
         if tool not in target.tools:
-            raise UnknownHarness(f"harness {harness!r} has no tool {tool!r} (tools: {sorted(target.tools)})")
+            raise QueueError(f"harness {harness!r} has no tool {tool!r} (tools: {sorted(target.tools)})")
         data = args.encode("utf-8") if isinstance(args, str) else bytes(args)
         return self.executor.submit(Invocation(Trigger.CALL, harness, data, tool=tool, context=context))
 
