@@ -15,9 +15,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from berm_sdk.header import HEADER_NAME, calls_header
 from berm_sdk.toolchain import ToolchainError, build_program, guest_toolchain
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+SDK_DIR = Path(__file__).resolve().parent.parent / "harnesses" / "sdk"
 #: Every kernel, by name: the C symbol is ``kernel_<name>`` in ``tools/kernels/<name>.c``.
 KERNELS = ("sha256", "crc32", "sort", "fib", "tokenize")
 OPT = "-O2"
@@ -39,10 +41,10 @@ def cache_dir() -> Path:
 
 
 def _cached(kind: str, sources: list[Path], recipe: tuple[str, ...], suffix: str,
-            build: Callable[[Path], None]) -> Path:
-    """The cached product of ``build(out)``; rebuilt when any source, the header or the recipe changes."""
+            build: Callable[[Path], None], headers: tuple[Path, ...] = (KERNEL_DIR / "kernel.h",)) -> Path:
+    """The cached product of ``build(out)``; rebuilt when any source, header or the recipe changes."""
     h = hashlib.sha256("\0".join((kind, *recipe)).encode())
-    for src in [*sources, KERNEL_DIR / "kernel.h"]:
+    for src in [*sources, *headers]:
         h.update(src.name.encode() + b"\0" + src.read_bytes())
     out = cache_dir() / f"{kind}-{h.hexdigest()[:20]}{suffix}"
     if not out.exists():
@@ -76,14 +78,30 @@ def build_guest() -> Path:
 
 
 def build_boundary_guest() -> Path:
-    """The guest ELF of ``tools/kernels/boundary.c``: a one-tool harness plus host-call loops."""
-    return _guest("boundary", [KERNEL_DIR / "boundary.c"], ())
+    """The guest ELF of ``tools/kernels/boundary.c``: a one-tool harness plus host-call loops, built against the
+    SDK header (harnesses/sdk/berm.h) and a freshly generated berm_calls.h."""
+    calls = _calls_header()
+    return _guest("boundary", [KERNEL_DIR / "boundary.c"], (), include=(SDK_DIR, calls.parent),
+                  headers=(SDK_DIR / "berm.h", calls))
 
 
-def _guest(kind: str, sources: list[Path], keep: tuple[str, ...]) -> Path:
+def _calls_header() -> Path:
+    """berm_calls.h in the cache, rewritten atomically when berm_abi's names change (several test workers may
+    be compiling against it at once)."""
+    path, text = cache_dir() / HEADER_NAME, calls_header()
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_name(f"{HEADER_NAME}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path
+
+
+def _guest(kind: str, sources: list[Path], keep: tuple[str, ...], include: tuple[Path, ...] = (),
+           headers: tuple[Path, ...] = (KERNEL_DIR / "kernel.h",)) -> Path:
     recipe = (OPT, *guest_toolchain().cc[1:], *keep)
+    include = (KERNEL_DIR, *include)
     return _cached(kind, sources, recipe, ".elf",
-                   lambda out: build_program(sources, out, opt=OPT, include=(KERNEL_DIR,), keep=keep))
+                   lambda out: build_program(sources, out, opt=OPT, include=include, keep=keep), headers)
 
 
 def build_wasm() -> Path:
