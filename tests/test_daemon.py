@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from berm_cli.schedule import WhenError, parse_when
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
 
 
@@ -81,3 +82,17 @@ def test_berm_serve_stops_cleanly_on_sigterm(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("+30s", 1_000_030_000), ("+5m", 1_000_300_000), ("+2h", 1_007_200_000), ("+1d", 1_086_400_000),
+    ("+250ms", 1_000_000_250), ("1234", 1234), ("2030-01-02T08:30:00Z", 1893573000000),
+    ("2030-01-02T08:30:00+01:00", 1893569400000),
+])
+def test_schedule_instants(text, expected):
+    assert parse_when(text, now_ms=1_000_000_000) == expected
+
+
+def test_schedule_instant_errors_are_clear():
+    with pytest.raises(WhenError, match="cannot read 'tomorrow'"):
+        parse_when("tomorrow")

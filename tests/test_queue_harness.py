@@ -54,6 +54,13 @@ BERM_ON_WAKE {
               wake.payload.ptr, (long long)wake.now, (long long)wake.scheduled_at);
     return berm_ok_str("ok");
 }
+
+BERM_ON_NOTIFY {
+    berm_notify event = berm_notify_args();
+    if (event.error) return berm_fail(event.error);
+    berm_logf("event on %.*s: %.*s", (int)event.topic.len, event.topic.ptr, (int)event.event.len, event.event.ptr);
+    return berm_ok_str("seen");
+}
 """
 
 WAKER_TOML = """
@@ -150,6 +157,15 @@ def test_the_deadline_interrupts_a_spinning_wake_and_the_queue_goes_on(waker):
     assert trap.value.kind is TrapKind.INTERRUPTED
     q.schedule("waker", "after", now_ms(), "plain")
     wait_for(lambda: logs.matching("woke after"))
+
+
+def test_a_published_event_enters_on_notify_of_each_subscriber(waker):
+    q, logs = waker
+    q.subscribe("agent:x:done", "waker", once=True)
+    (delivery,) = q.publish("agent:x:done", '{"turns": 3}')
+    assert delivery.result(10) == "seen"
+    assert logs.matching('event on agent:x:done: {"turns": 3}')
+    assert q.publish("agent:x:done", "again") == []  # a once subscription is consumed
 
 
 def test_a_harness_without_on_wake_cannot_be_scheduled(images, tmp_path):
@@ -290,3 +306,25 @@ def test_sigterm_finishes_or_interrupts_in_flight_work(images, tmp_path):
     finally:
         if daemon.poll() is None:
             daemon.kill()
+
+
+def test_berm_schedule_add_list_cancel_against_a_running_daemon(images, tmp_path, capsys):
+    from berm_cli.main import main
+
+    config = _config(images, tmp_path)
+    daemon = Daemon(config)
+    daemon.start()
+    try:
+        sock = ["schedule", "--socket", str(config.socket)]
+        assert main([*sock, "add", "waker", "nightly", "+1h", "--payload", "p"]) == 0
+        assert "scheduled waker[nightly] at" in capsys.readouterr().out
+        assert main([*sock, "list", "--json"]) == 0
+        (listed,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert listed["id"] == "nightly" and listed["payload"] == "p" and listed["when_ms"] > now_ms() + 3500_000
+        assert main([*sock, "cancel", "waker", "nightly"]) == 0
+        assert main([*sock, "cancel", "waker", "nightly"]) == 1
+        assert main([*sock, "add", "fixture-less", "x", "+1s"]) == 2
+        assert "no harness named 'fixture-less'" in capsys.readouterr().err
+        assert daemon.queue.list() == []
+    finally:
+        daemon.stop()

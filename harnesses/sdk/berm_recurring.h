@@ -1,4 +1,5 @@
-/* berm_recurring.h — timed wakes for C harnesses: the on_wake export, its arguments, and the recurring wrapper.
+/* berm_recurring.h — timed wakes and events for C harnesses: the on_wake and on_notify exports, their arguments,
+ * and the recurring wrapper.
  *
  * The host schedules one-shots only: "wake harness H at instant T with payload P" (RFC 0205, Scheduling).
  * Recurrence is a harness re-arming itself when it wakes, and this wrapper does it in the one safe order:
@@ -52,6 +53,16 @@ typedef struct {
 
 berm_wake berm_wake_args(void);
 void berm_wake_free(berm_wake *wake);
+
+/** The arguments of one event (``on_notify``): the topic it was published on and the event text. */
+typedef struct {
+    berm_str topic, event;
+    berm_json *doc;
+    char *error;
+} berm_notify;
+
+berm_notify berm_notify_args(void);
+void berm_notify_free(berm_notify *notify);
 
 /** The first UTC instant strictly after `after_utc_ms` at which local time (UTC + offset) reads hour:minute. */
 int64_t berm_next_local_time(int64_t after_utc_ms, int64_t offset_seconds, int hour, int minute);

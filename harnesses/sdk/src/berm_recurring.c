@@ -1,20 +1,35 @@
-/* Timed wakes: the on_wake arguments and the re-arm-before-body wrapper (berm_recurring.h). */
+/* Timed wakes and events: the on_wake / on_notify arguments and the re-arm-before-body wrapper
+ * (berm_recurring.h). */
 #include "berm_recurring.h"
 
-berm_wake berm_wake_args(void) {
-    berm_wake wake = {0};
+/* The invocation's arguments as a JSON object; NULL and *error set when they are not one. */
+static berm_json *args_object(char **error) {
     berm_str args = berm_args();
     berm_json_parsed parsed = berm_json_parse(args.ptr ? args.ptr : "", args.len);
     free((void *)args.ptr);
-    if (parsed.error) {
-        wake.error = parsed.error;
-        return wake;
+    *error = parsed.error;
+    if (parsed.value && parsed.value->type != BERM_JSON_OBJECT) {
+        berm_json_free(parsed.value);
+        *error = strdup("the arguments are not a JSON object");
+        return NULL;
     }
-    wake.doc = parsed.value;
-    const berm_json *id = berm_json_get(wake.doc, "id"), *payload = berm_json_get(wake.doc, "payload");
-    const berm_json *due = berm_json_get(wake.doc, "scheduled_at"), *now = berm_json_get(wake.doc, "now");
-    if (!id || id->type != BERM_JSON_STRING || !payload || payload->type != BERM_JSON_STRING || !due ||
-        due->type != BERM_JSON_INT || !now || now->type != BERM_JSON_INT) {
+    return parsed.value;
+}
+
+static const berm_json *typed(const berm_json *doc, const char *key, berm_json_type type) {
+    const berm_json *v = berm_json_get(doc, key);
+    return v && v->type == type ? v : NULL;
+}
+
+berm_wake berm_wake_args(void) {
+    berm_wake wake = {0};
+    wake.doc = args_object(&wake.error);
+    if (!wake.doc) return wake;
+    const berm_json *id = typed(wake.doc, "id", BERM_JSON_STRING);
+    const berm_json *payload = typed(wake.doc, "payload", BERM_JSON_STRING);
+    const berm_json *due = typed(wake.doc, "scheduled_at", BERM_JSON_INT);
+    const berm_json *now = typed(wake.doc, "now", BERM_JSON_INT);
+    if (!id || !payload || !due || !now) {
         berm_wake_free(&wake);
         wake.error = strdup("the wake's arguments are not {id, payload, scheduled_at, now}");
         return wake;
@@ -24,6 +39,28 @@ berm_wake berm_wake_args(void) {
     wake.scheduled_at = due->integer;
     wake.now = now->integer;
     return wake;
+}
+
+berm_notify berm_notify_args(void) {
+    berm_notify notify = {0};
+    notify.doc = args_object(&notify.error);
+    if (!notify.doc) return notify;
+    const berm_json *topic = typed(notify.doc, "topic", BERM_JSON_STRING);
+    const berm_json *event = typed(notify.doc, "event", BERM_JSON_STRING);
+    if (!topic || !event) {
+        berm_notify_free(&notify);
+        notify.error = strdup("the event's arguments are not {topic, event}");
+        return notify;
+    }
+    notify.topic = (berm_str){topic->str, topic->len};
+    notify.event = (berm_str){event->str, event->len};
+    return notify;
+}
+
+void berm_notify_free(berm_notify *notify) {
+    berm_json_free(notify->doc);
+    free(notify->error);
+    *notify = (berm_notify){0};
 }
 
 void berm_wake_free(berm_wake *wake) {
