@@ -238,7 +238,7 @@ class _Reader:
         return [table.get(sh["sh_name"]) if i else "" for i, sh in enumerate(self.shdrs)]
 
     def _sections(self, segments: tuple[Segment, ...]) -> tuple[Section, ...]:
-        out = []
+        out, loaded = [], []
         for i, sh in enumerate(self.shdrs):
             if i == 0:
                 continue
@@ -247,7 +247,13 @@ class _Reader:
                           executable=bool(flags & _SHF_EXECINSTR), writable=bool(flags & _SHF_WRITE))
             if sec.alloc and sec.size and not flags & _SHF_TLS:
                 self._check_loaded(sec, segments)
+                loaded.append(sec)
             out.append(sec)
+        loaded.sort(key=lambda s: s.addr)
+        for a, b in zip(loaded, loaded[1:]):
+            if b.addr < a.end:
+                raise ElfError(f"sections {a.name} [{a.addr:#x}, {a.end:#x}) and {b.name} [{b.addr:#x}, {b.end:#x}) "
+                               "overlap")
         return tuple(out)
 
     @staticmethod

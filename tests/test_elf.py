@@ -170,6 +170,7 @@ def _overlap(data):
     (lambda d: _patch_section(d, ".symtab", "sh_link", 1), "not a string table"),
     (lambda d: _patch_section(d, ".symtab", "sh_type", 1), "no symbol table"),
     (lambda d: _patch_section(d, ".text", "sh_addr", 0x10), "not inside any loadable segment"),
+    (lambda d: _patch_section(d, ".bss", "sh_size", 0x20000), "section .bss .* is not inside any loadable segment"),
     (lambda d: _patch_section(_patch_section(d, ".rela.text", "sh_type", 1), ".rela.rodata", "sh_type", 1),
      "link it with --emit-relocs"),
     (lambda d: _patch_section(d, ".rela.text", "sh_info", 500), "which does not exist"),
@@ -180,6 +181,13 @@ def _overlap(data):
 def test_table_refusals(dispatch, mutate, message):
     with pytest.raises(ElfError, match=message):
         read_elf(mutate(dispatch))
+
+
+def test_overlapping_sections():
+    data = harness_elf(manifest_json(["a"]), ["a"])
+    manifest_at = field(data, shdr_offsets(data)[".berm.abi"], SHDR_FIELDS, "sh_addr")
+    with pytest.raises(ElfError, match=r"sections .berm.abi .* and .rodata .* overlap"):
+        read_elf(_patch_section(data, ".rodata", "sh_addr", manifest_at + 8))
 
 
 def test_relocation_naming_a_missing_symbol(dispatch):
