@@ -171,3 +171,16 @@ def test_notify_reaches_subscribed_harnesses(make_queue):
         f.result(5)
     assert [json.loads(c["args"])["event"] for c in a.calls] == ["{}", "second"]
     assert [json.loads(c["args"]) for c in b.calls] == [{"topic": "agent:x:done", "event": "{}"}]
+
+
+def test_wakes_of_a_harness_that_is_not_loaded_stay_pending_and_block_nobody(tmp_path, make_queue):
+    ds = DueSet(tmp_path / "due.db")
+    ds.put("gone", "old", now_ms() - 5000, "kept")  # its harness was dropped from the declarations
+    ds.close()
+    t = RecordingTarget()
+    q = make_queue({"h": t})
+    q.schedule("h", "x", now_ms())
+    wait_for(lambda: t.wakes())
+    time.sleep(0.1)
+    assert [(e.harness, e.id, e.payload) for e in q.list()] == [("gone", "old", "kept")]
+    assert q.scheduler.stats().fired == 1

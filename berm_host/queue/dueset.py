@@ -13,8 +13,10 @@ wrote under the same id. Opening the file only reads it; no guest runs to rebuil
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from .errors import QueueError, ScheduleError
 MAX_ID = 256  # bytes of UTF-8
 MAX_PAYLOAD = 64 << 10  # bytes of UTF-8
 DEFAULT_PER_HARNESS = 100_000
+#: Restricts a read to the named harnesses; None reads them all.
+Harnesses = Collection[str] | None
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS due (
@@ -142,19 +146,23 @@ class DueSet:
             return self._select("ORDER BY when_ms, harness, id", ())
         return self._select("WHERE harness=? ORDER BY when_ms, id", (harness,))
 
-    def earliest(self, n: int) -> list[Entry]:
-        """The ``n`` earliest entries."""
-        return self._select("ORDER BY when_ms, harness, id LIMIT ?", (n,))
+    def earliest(self, n: int, *, only: Harnesses = None) -> list[Entry]:
+        """The ``n`` earliest entries (of the harnesses in ``only``, when given)."""
+        where, params = _only(only)
+        return self._select(f"WHERE {where} ORDER BY when_ms, harness, id LIMIT ?", (*params, n))
 
-    def due(self, now_ms: int, n: int) -> list[Entry]:
-        """Up to ``n`` entries due at ``now_ms``, earliest first."""
-        return self._select("WHERE when_ms <= ? ORDER BY when_ms, harness, id LIMIT ?", (now_ms, n))
+    def due(self, now_ms: int, n: int, *, only: Harnesses = None) -> list[Entry]:
+        """Up to ``n`` entries due at ``now_ms``, earliest first (of the harnesses in ``only``, when given)."""
+        where, params = _only(only)
+        return self._select(f"WHERE when_ms <= ? AND {where} ORDER BY when_ms, harness, id LIMIT ?",
+                            (now_ms, *params, n))
 
-    def count(self, *, due_at: int | None = None) -> int:
+    def count(self, *, due_at: int | None = None, only: Harnesses = None) -> int:
+        where, params = _only(only)
+        if due_at is not None:
+            where, params = f"when_ms <= ? AND {where}", (due_at, *params)
         with self._lock:
-            if due_at is None:
-                return self._db.execute("SELECT count(*) FROM due").fetchone()[0]
-            return self._db.execute("SELECT count(*) FROM due WHERE when_ms <= ?", (due_at,)).fetchone()[0]
+            return self._db.execute(f"SELECT count(*) FROM due WHERE {where}", params).fetchone()[0]
 
     def _select(self, tail: str, params: tuple) -> list[Entry]:
         with self._lock:
@@ -189,6 +197,14 @@ class _Transaction:
         if isinstance(exc, sqlite3.Error):
             raise QueueError(f"writing the due-set {self._path} failed: {exc}") from None
         return False
+
+
+def _only(harnesses: Harnesses) -> tuple[str, tuple]:
+    """A WHERE term keeping the rows of ``harnesses`` (all rows when None)."""
+    if harnesses is None:
+        return "1", ()
+    # the unary + keeps the planner on the time index (walk in time order, test membership per row)
+    return "+harness IN (SELECT value FROM json_each(?))", (json.dumps(sorted(harnesses)),)
 
 
 def _check_text(value: str, what: str, limit: int, *, allow_empty: bool = True) -> None:

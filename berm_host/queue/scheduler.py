@@ -66,7 +66,15 @@ class Scheduler:
         self._stats = SchedulerStats()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._harnesses: frozenset[str] = frozenset()
         executor.add_listener(self._on_finished)
+
+    def deliver_to(self, harnesses: frozenset[str]) -> None:
+        """Wake only these harnesses (the loaded ones). Entries of others stay in the due-set untouched — a
+        harness dropped from the declarations for a while keeps its schedules for when it returns."""
+        with self._cond:
+            self._harnesses = frozenset(harnesses)
+            self._cond.notify()
 
     def start(self) -> None:
         if self._thread is None:
@@ -126,7 +134,8 @@ class Scheduler:
         """Start what is due within the budget; return how long to sleep (None: until poked)."""
         now = now_ms()
         budget = self._executor.free_slots(ahead=self._executor.workers)
-        rows = self._dueset.due(now, budget + len(self._inflight) + 1)
+        only = self._harnesses
+        rows = self._dueset.due(now, budget + len(self._inflight) + 1, only=only)
         ready = [e for e in rows if e.key not in self._inflight]
         for e in ready:
             ended = self._ended.get(e.key)
@@ -143,7 +152,7 @@ class Scheduler:
             if self._stats.backlog:  # the episode goes on: no count per drain (it scans the due range)
                 backlog = max(0, self._stats.backlog - budget)
             else:  # approximately: in-flight keys re-armed into the future by their own wake count as due
-                backlog = max(0, self._dueset.count(due_at=now) - len(self._inflight))
+                backlog = max(0, self._dueset.count(due_at=now, only=only) - len(self._inflight))
                 log.warning("backpressure: %d due wakes wait for a worker (%d workers); they spill to later drains",
                             backlog, self._executor.workers)
             self._count(spill_events=1, spilled=backlog)
@@ -152,7 +161,8 @@ class Scheduler:
         if self._stats.backlog:
             log.warning("backpressure cleared: the due wakes all have a worker")
             self._stats = replace(self._stats, backlog=0)
-        head = next((e for e in self._dueset.earliest(len(self._inflight) + 1) if e.key not in self._inflight), None)
+        head = next((e for e in self._dueset.earliest(len(self._inflight) + 1, only=only)
+                     if e.key not in self._inflight), None)
         if head is None:
             return None
         return max(0.0, (head.when_ms - now_ms()) / 1000)

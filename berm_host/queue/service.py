@@ -39,6 +39,7 @@ class Queue:
     def add(self, name: str, target: Target) -> None:
         """Register a loaded harness under ``name`` (before ``start``, or at least before its work arrives)."""
         self._targets[name] = target
+        self.scheduler.deliver_to(frozenset(self._targets))
 
     def target(self, name: str) -> Target:
         try:
