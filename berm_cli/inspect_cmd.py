@@ -21,10 +21,11 @@ _EF_RISCV_RVC = 0x1
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("elf", help="the harness image (an RV64 ELF)")
-    parser.add_argument("--json", action="store_true",
-                        help="print the manifest JSON with an added \"image\" object of the facts below")
-    parser.add_argument("--disassemble", action="store_true",
-                        help="also print every function's reachable instructions")
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true",
+                      help="print the manifest JSON with an added \"image\" object of the facts below")
+    form.add_argument("--disassemble", action="store_true",
+                      help="also print every function's reachable instructions")
 
 
 def run(args: argparse.Namespace) -> int:
