@@ -4,6 +4,8 @@
  *   reminder/<id>                  {"id","text","when"} or {"id","text","daily":"HH:MM"}
  *   next_id                        decimal counter for ids r1, r2, ...
  *   outbox/<scheduled_at:020>/<id> {"id","text","scheduled_at","now"}: what was delivered (the embedder reads it)
+ * berm.kv has no compare-and-set, so two `add` calls running at the same moment could pick the same id: a host
+ * that calls this harness concurrently should limit it to one invocation at a time.
  * Each pending reminder has one wake in the host's due-set under the same id. A daily one re-arms itself before
  * delivering (berm_recurring_daily), at the next local HH:MM from berm.clock.now's offset at that moment. */
 #include "berm.h"
