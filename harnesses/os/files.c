@@ -41,7 +41,8 @@ BERM_TOOL(read) {
         if (n >= first) {
             size_t len = (size_t)(stop - line);
             if (len && line[len - 1] == '\r') len--;
-            berm_buf_printf(&out, "%lld\t", (long long)n);
+            berm_buf_putu(&out, (uint64_t)n);
+            berm_buf_putc(&out, '\t');
             berm_buf_put(&out, line, len);
             berm_buf_putc(&out, '\n');
         }

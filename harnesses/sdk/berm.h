@@ -81,7 +81,7 @@ typedef struct {
 size_t berm_args_len(void);
 /** Copies min(len, cap) argument bytes into buf; returns the full length. */
 size_t berm_args_read(void *buf, size_t cap);
-/** The whole argument blob in heap memory (NUL-terminated); {NULL, 0} when there is none or no memory. */
+/** The whole argument blob in heap memory (NUL-terminated); ptr is NULL only when memory ran out. */
 berm_str berm_args(void);
 
 /** Return `len` bytes at `data` as the tool's result (they must stay valid: heap or static memory). */
@@ -113,6 +113,8 @@ bool berm_buf_ok(const berm_buf *b);
 void berm_buf_put(berm_buf *b, const void *data, size_t len);
 void berm_buf_puts(berm_buf *b, const char *s);
 void berm_buf_putc(berm_buf *b, char c);
+/** An unsigned integer in decimal: the fast path for numbering lines (no format string). */
+void berm_buf_putu(berm_buf *b, uint64_t value);
 void berm_buf_printf(berm_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void berm_buf_vprintf(berm_buf *b, const char *fmt, va_list ap);
 void berm_buf_free(berm_buf *b);

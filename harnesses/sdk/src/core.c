@@ -138,6 +138,16 @@ void berm_buf_puts(berm_buf *b, const char *s) { berm_buf_put(b, s, strlen(s)); 
 
 void berm_buf_putc(berm_buf *b, char c) { berm_buf_put(b, &c, 1); }
 
+void berm_buf_putu(berm_buf *b, uint64_t value) {
+    char digits[20];
+    size_t i = sizeof digits;
+    do {
+        digits[--i] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value);
+    berm_buf_put(b, digits + i, sizeof digits - i);
+}
+
 void berm_buf_vprintf(berm_buf *b, const char *fmt, va_list ap) { format_into(buf_sink, b, fmt, ap); }
 
 void berm_buf_printf(berm_buf *b, const char *fmt, ...) {

@@ -1,0 +1,117 @@
+"""Benchmark the OS harness: image size, cold compile, cached load, and p50 of `read` (a 1000-line file) and
+`edit` through the translated code, next to the same operations done directly in Python.
+
+    python tools/bench_os.py [--runs 200]
+
+Prints a table. The cold compile uses a fresh code cache in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from berm_aot.cache import CodeCache  # noqa: E402
+from berm_aot.elf import read_elf  # noqa: E402
+from berm_aot.program import Program  # noqa: E402
+from berm_host.aot.backend import AotBackend  # noqa: E402
+from berm_host.backend import RunRequest  # noqa: E402
+from berm_host.declaration import Declaration  # noqa: E402
+from berm_host.grants import linker_for  # noqa: E402
+from berm_sdk.bundled import bundled_image  # noqa: E402
+
+
+def p50(fn, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def python_read(path: Path, offset: int = 1, limit: int = 2000) -> str:
+    lines = path.read_text().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    shown = lines[offset - 1:offset - 1 + limit]
+    body = "".join(f"{offset + i}\t{line.removesuffix(chr(13))}\n" for i, line in enumerate(shown))
+    return body + f"\n--- {len(lines)} total lines ---"
+
+
+def python_edit(path: Path, old: str, new: str) -> str:
+    text = path.read_text()
+    if text.count(old) != 1:
+        raise ValueError("not unique")
+    path.write_text(text.replace(old, new))
+    return "ok"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    runs = parser.parse_args().runs
+
+    elf = bundled_image("os")
+    image = read_elf(elf.read_bytes())
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = CodeCache(Path(tmp) / "code")
+        t = time.perf_counter()
+        AotBackend(Program.from_image(image), cache=cache)
+        cold = time.perf_counter() - t
+        t = time.perf_counter()
+        program = Program.from_image(read_elf(elf.read_bytes()))
+        backend = AotBackend(program, cache=cache)
+        load = time.perf_counter() - t
+
+        root = Path(tmp) / "root"
+        root.mkdir()
+        data = root / "data.txt"
+        data.write_text("".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(1000)))
+        linker = linker_for(Declaration(name="os", capabilities=("fs",), root=str(root)))
+
+        def call(tool: str, args: dict) -> bytes:
+            result = backend.run(RunRequest(entry=program.symbol(f"berm_tool_{tool}"), args=json.dumps(args).encode(),
+                                            linker=linker, read_result=True))
+            assert result.trap is None and result.failure is None, (result.trap, result.failure)
+            return result.result
+
+        assert call("read", {"path": "data.txt"}).decode() == python_read(data)
+        data.write_text(data.read_text().replace("line 500: the", "line 500: A"))
+        marker = ["A"]  # each edit swaps the marker, so old_string is always present exactly once
+
+        def swap() -> tuple[str, str]:
+            old, new = marker[0], "B" if marker[0] == "A" else "A"
+            marker[0] = new
+            return f"line 500: {old}", f"line 500: {new}"
+
+        def guest_edit():
+            old, new = swap()
+            assert call("edit", {"path": "data.txt", "old_string": old, "new_string": new}) == b"ok"
+
+        def python_edit_once():
+            python_edit(data, *swap())
+
+        rows = [
+            ("image size", f"{elf.stat().st_size / 1024:.1f} KiB", ""),
+            ("cold compile (translate + cc)", f"{cold:.2f} s", ""),
+            ("cached load (read ELF, program, dlopen)", f"{load * 1000:.1f} ms", ""),
+            ("read, 1000-line file, p50", f"{p50(lambda: call('read', {'path': 'data.txt'}), runs) * 1e6:.0f} µs",
+             f"{p50(lambda: python_read(data), runs) * 1e6:.0f} µs"),
+            ("edit, 1000-line file, p50", f"{p50(guest_edit, runs) * 1e6:.0f} µs",
+             f"{p50(python_edit_once, runs) * 1e6:.0f} µs"),
+        ]
+    print(f"{'figure':<42} {'berm (aot)':>14} {'python':>10}")
+    for name, ours, theirs in rows:
+        print(f"{name:<42} {ours:>14} {theirs:>10}")
+
+
+if __name__ == "__main__":
+    main()
