@@ -1,0 +1,82 @@
+"""``ecall``: the core host calls (ABI.md §1), served here, and capabilities, served through the Linker.
+
+Buffers a core call reads must be readable guest memory and buffers it writes writable; otherwise the call traps
+as "host call failed" naming the call and the buffer, before anything is written. A zero-length buffer is never
+checked (nothing is read or written).
+"""
+
+from __future__ import annotations
+
+from berm_abi.names import ERROR_BIT, core_number
+from berm_host.linker import CapabilityError, unknown_call_detail
+from berm_host.traps import TrapKind
+
+from .trap import GuestTrap
+
+LOG = core_number("berm.log")
+ARGS_LEN = core_number("berm.args.len")
+ARGS_READ = core_number("berm.args.read")
+FAIL = core_number("berm.fail")
+RESULT_READ = core_number("berm.result.read")
+HEAP_START = core_number("berm.heap.start")
+HEAP_SIZE = core_number("berm.heap.size")
+
+
+def _buffer_error(call: str, ptr: int, n: int, access: str) -> GuestTrap:
+    return GuestTrap(TrapKind.HOST_CALL_FAILED, ptr,
+                     f"{call}: the buffer at {ptr:#x} ({n} bytes) is not {access} guest memory")
+
+
+def _read(st, call: str, ptr: int, n: int) -> bytes:
+    if n == 0:
+        return b""
+    if not st.mem.layout.readable(ptr, n):
+        raise _buffer_error(call, ptr, n, "readable")
+    return st.mem.buf[ptr:ptr + n]
+
+
+def _write(st, call: str, ptr: int, data: bytes) -> None:
+    if not data:
+        return
+    if not st.mem.layout.writable(ptr, len(data)):
+        raise _buffer_error(call, ptr, len(data), "writable")
+    st.mem.buf[ptr:ptr + len(data)] = data
+
+
+def host_call(st, number: int, a0: int, a1: int) -> int:
+    """Serve call ``number`` with arguments ``a0``, ``a1``; the value for ``a0`` (a GuestTrap on failure)."""
+    if number == ARGS_LEN:
+        return len(st.args)
+    if number == ARGS_READ:
+        _write(st, "berm.args.read", a0, st.args[:a1])
+        return len(st.args)
+    if number == RESULT_READ:
+        _write(st, "berm.result.read", a0, st.staged[:a1])
+        return len(st.staged)
+    if number == LOG:
+        line = _read(st, "berm.log", a0, a1)
+        if st.log is not None:
+            st.log(line)
+        return 0
+    if number == FAIL:
+        st.failure = _read(st, "berm.fail", a0, a1)
+        return 0
+    if number == HEAP_START:
+        return st.mem.layout.heap_start
+    if number == HEAP_SIZE:
+        return st.mem.layout.heap_size
+    cap = st.linker.lookup(number)
+    if cap is None:
+        raise GuestTrap(TrapKind.UNKNOWN_HOST_CALL, number, unknown_call_detail(number))
+    request = _read(st, cap.name, a0, a1)
+    try:
+        reply = cap.fn(request)
+        if not isinstance(reply, (bytes, bytearray, memoryview)):
+            raise TypeError(f"returned {type(reply).__name__}, not bytes")
+        st.staged = bytes(reply)
+        return len(st.staged)
+    except CapabilityError as exc:
+        st.staged = str(exc).encode("utf-8", "replace")
+        return len(st.staged) | ERROR_BIT
+    except Exception as exc:  # a capability bug must never escape into (or out of) guest code
+        raise GuestTrap(TrapKind.HOST_CALL_FAILED, number, f"{cap.name}: {type(exc).__name__}: {exc}") from None

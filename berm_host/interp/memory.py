@@ -1,0 +1,53 @@
+"""Guest memory of one invocation: an anonymous private mapping of the whole guest size.
+
+The mapping is made with ``mmap`` so that 64 MiB (or 4 GiB) of guest memory costs nothing until touched: the
+kernel hands out zero pages lazily, and releasing the mapping at the end of the run frees everything. That gives
+"fresh memory per invocation" for the price of copying the ELF's segment bytes.
+
+Bounds are ``berm_host.layout.Layout``'s: nothing here decides what is readable or writable on its own.
+"""
+
+from __future__ import annotations
+
+import mmap
+
+from berm_aot.image import ElfImage
+from berm_host.layout import Layout
+
+from .trap import MemoryFault
+
+
+class GuestMemory:
+    """``layout.size`` bytes, initialised from ``image``'s segments; every access checked against ``layout``."""
+
+    __slots__ = ("layout", "buf")
+
+    def __init__(self, image: ElfImage, layout: Layout):
+        self.layout = layout
+        self.buf = mmap.mmap(-1, layout.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        for seg in image.segments:
+            if seg.data:
+                self.buf[seg.vaddr:seg.vaddr + len(seg.data)] = seg.data
+
+    def close(self) -> None:
+        self.buf.close()
+
+    def read(self, addr: int, n: int) -> bytes:
+        """``n`` readable bytes at ``addr``, or a MemoryFault ``load n bytes``."""
+        if not self.layout.readable(addr, n):
+            raise MemoryFault(addr, f"load {n} bytes")
+        return self.buf[addr:addr + n]
+
+    def write(self, addr: int, data: bytes) -> None:
+        """Store ``data`` at ``addr``, or a MemoryFault ``store n bytes`` (nothing written)."""
+        if not self.layout.writable(addr, len(data)):
+            raise MemoryFault(addr, f"store {len(data)} bytes")
+        self.buf[addr:addr + len(data)] = data
+
+    def copy_out(self, addr: int, n: int) -> bytes:
+        """A copy of ``[addr, addr+n)`` for snapshots: bytes outside guest memory read as zero, never a fault."""
+        out = bytearray(n)
+        lo, hi = max(addr, 0), min(addr + n, self.layout.size)
+        if lo < hi:
+            out[lo - addr:hi - addr] = self.buf[lo:hi]
+        return bytes(out)

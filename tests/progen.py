@@ -1,0 +1,346 @@
+"""Random but valid RV64IMAC programs for differential tests, built directly as ``ElfImage`` objects.
+
+Two layers:
+
+- ``build_image(functions, rodata=…, data=…, table=…)`` lays assembled functions (lists of ``rvenc.Op`` and
+  ``rvenc.Label``) into a text segment at ``TEXT``, a read-only segment at ``RODATA`` (``table`` = function names
+  whose addresses fill its first words, each an ``R_RISCV_64`` relocation, like a vtable) and a writable segment at
+  ``DATA``, with FUNC symbols and PCREL_HI20 relocations for every ``la``. Tests use it for hand-written programs.
+- ``programs()``: a hypothesis strategy of ``GenProgram`` — random straight-line ALU (every op, M and w-forms),
+  loads/stores into the data, read-only and stack regions, aligned AMOs/lr/sc, forward branches, bounded loops,
+  compressed forms, direct and table-driven indirect calls, and (optionally) one access at an edge of the memory
+  layout that may fault. The entry function ends with ``ret`` to 0.
+
+Register conventions of generated code: ``ra``, ``sp`` behave as the ABI says; ``gp`` points at ``DATA + 2048``
+and ``tp`` at ``RODATA`` (set by the entry function and never written again); function ``fi`` counts its loops in
+``x(31-i)`` (so a call inside a loop leaves the caller's counter alone); every other register (x5..x27) is random
+data, seeded by ``li`` at entry. Functions keep ``ra`` in their frame
+(``0(sp)``, frame ``FRAME`` bytes); random stack accesses use offsets ``8 … FRAME-8`` of the current frame.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from berm_aot.image import ElfImage, Relocation, Section, Segment, Symbol
+from tests import rvenc
+from tests.rvenc import Label, Op, la, li
+
+TEXT = 0x10000
+RODATA = 0x30000
+DATA = 0x31000
+DATA_SIZE = 4096
+RODATA_SIZE = 1024
+FRAME = 256
+GP_BIAS = 2048  # gp = DATA + 2048, so 12-bit offsets reach the whole data page
+MEMORY_SIZE = 1 << 20  # the generated programs' guest memory size (small: cheap for every engine)
+
+RA, SP, GP, TP = 1, 2, 3, 4
+MAX_FUNCTIONS = 4
+COUNTERS = tuple(31 - i for i in range(MAX_FUNCTIONS))  # loop counter of each function
+FREE = tuple(range(5, 32 - MAX_FUNCTIONS))  # random destinations/sources
+CREGS = tuple(r for r in FREE if 8 <= r <= 15)  # usable in the 3-bit register fields of compressed forms
+
+R_RISCV_64 = 2
+R_RISCV_PCREL_HI20 = 23
+
+
+# --- images -----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    items: list
+
+
+def build_image(functions: list[Function], *, rodata: bytes = b"", data: bytes = b"", table: tuple[str, ...] = (),
+                entry: str | None = None) -> ElfImage:
+    """An ``ElfImage`` holding ``functions`` (laid out in order from ``TEXT``), ``rodata`` at ``RODATA`` after the
+    function-pointer ``table``, and ``data`` at ``DATA`` (both segments are at least one byte)."""
+    items: list = []
+    for f in functions:
+        items += [Label(f.name), *f.items]
+    asm = rvenc.assemble(items, TEXT)
+    ends = [asm.labels[f.name] for f in functions[1:]] + [TEXT + len(asm.code)]
+    ro = bytearray(b"".join(asm.labels[name].to_bytes(8, "little") for name in table) + rodata) or bytearray(8)
+    rw = bytes(data) or bytes(8)
+    segments = (
+        Segment(TEXT, len(asm.code), asm.code, readable=True, writable=False, executable=True),
+        Segment(RODATA, len(ro), bytes(ro), readable=True, writable=False, executable=False),
+        Segment(DATA, len(rw), rw, readable=True, writable=True, executable=False),
+    )
+    sections = (
+        Section(".text", TEXT, len(asm.code), alloc=True, executable=True, writable=False),
+        Section(".rodata", RODATA, len(ro), alloc=True, executable=False, writable=False),
+        Section(".data", DATA, len(rw), alloc=True, executable=False, writable=True),
+    )
+    symbols = tuple(Symbol(f.name, asm.labels[f.name], end - asm.labels[f.name], "func", "global", ".text")
+                    for f, end in zip(functions, ends))
+    symbols += (Symbol("rodata", RODATA, len(ro), "object", "local", ".rodata"),
+                Symbol("data", DATA, len(rw), "object", "local", ".data"))
+    relocs = tuple(Relocation(RODATA + 8 * i, R_RISCV_64, "R_RISCV_64", name, asm.labels[name], 0, ".rodata")
+                   for i, name in enumerate(table))
+    relocs += tuple(Relocation(site, R_RISCV_PCREL_HI20, "R_RISCV_PCREL_HI20", name, asm.labels[name], 0, ".text")
+                    for site, name in asm.pcrel_sites)
+    # Engines may key caches by the file bytes: make ``raw`` a faithful serialisation of everything above.
+    raw = repr((segments, sections, symbols, relocs)).encode()
+    return ElfImage(sha256=hashlib.sha256(raw).hexdigest(), size=len(raw),
+                    entry=asm.labels[entry or functions[0].name], flags=0x1, segments=segments, sections=sections,
+                    symbols=symbols, relocations=relocs, manifest_bytes=None, raw=raw)
+
+
+class GenProgram:
+    """A generated program: its image, entry address and a listing (also its repr, for failing examples)."""
+
+    def __init__(self, image: ElfImage, entry: int, listing: str):
+        self.image = image
+        self.entry = entry
+        self.listing = listing
+
+    def __repr__(self) -> str:
+        return f"GenProgram(\n{self.listing}\n)"
+
+    #: guest memory ranges worth comparing after a run: the data page and the top of the stack
+    @property
+    def snapshot(self) -> tuple[tuple[int, int], ...]:
+        return ((DATA, DATA_SIZE), (MEMORY_SIZE - 8 * FRAME, 8 * FRAME))
+
+
+# --- random instructions ----------------------------------------------------------------------------------------
+
+_W_SHIFTS = ("slliw", "srliw", "sraiw")
+_INTERESTING = st.sampled_from([0, 1, 2, 31, 32, 63, 64, (1 << 31) - 1, 1 << 31, (1 << 32) - 1, 1 << 32,
+                                (1 << 63) - 1, 1 << 63, (1 << 64) - 1, (1 << 64) - 2, 0x8000_0000_0000_0001])
+VALUES = st.one_of(_INTERESTING, st.integers(0, (1 << 64) - 1), st.integers(0, 4096))
+_dst = st.sampled_from((0, *FREE))
+_src = st.sampled_from((0, *FREE))
+_cdst = st.sampled_from(CREGS)
+
+
+@st.composite
+def alu_op(draw) -> list[Op]:
+    """One ALU instruction, register or immediate form, 32-bit or compressed."""
+    kind = draw(st.sampled_from(["rr", "ri", "shift", "upper", "compressed"]))
+    rd, rs1, rs2 = draw(_dst), draw(_src), draw(_src)
+    if kind == "rr":
+        return [Op(draw(st.sampled_from(rvenc.ALU_RR_OPS)), rd=rd, rs1=rs1, rs2=rs2)]
+    if kind == "ri":
+        imm = draw(st.one_of(st.integers(-2048, 2047), st.sampled_from([-2048, -1, 0, 1, 2047])))
+        return [Op(draw(st.sampled_from(rvenc.ALU_RI_OPS)), rd=rd, rs1=rs1, imm=imm)]
+    if kind == "shift":
+        name = draw(st.sampled_from(rvenc.SHIFT_IMM_OPS))
+        return [Op(name, rd=rd, rs1=rs1, imm=draw(st.integers(0, 31 if name in _W_SHIFTS else 63)))]
+    if kind == "upper":
+        return [Op(draw(st.sampled_from(["lui", "auipc"])), rd=rd, imm=draw(st.integers(-(1 << 19), (1 << 19) - 1)) << 12)]
+    return draw(compressed_alu_op())
+
+
+@st.composite
+def compressed_alu_op(draw) -> list[Op]:
+    name = draw(st.sampled_from(["c.addi", "c.addiw", "c.li", "c.lui", "c.slli", "c.srli", "c.srai", "c.andi",
+                                 "c.mv", "c.add", "c.sub", "c.xor", "c.or", "c.and", "c.subw", "c.addw",
+                                 "c.addi4spn", "c.nop"]))
+    big = st.sampled_from(FREE)
+    if name in ("c.addi", "c.addiw", "c.li"):
+        return [Op(name, rd=draw(big), imm=draw(st.integers(-32, 31)))]
+    if name == "c.lui":
+        return [Op(name, rd=draw(big), imm=draw(st.sampled_from([-32, -1, 1, 31]) | st.integers(1, 31)) << 12)]
+    if name == "c.slli":
+        return [Op(name, rd=draw(big), imm=draw(st.integers(1, 63)))]
+    if name in ("c.srli", "c.srai"):
+        return [Op(name, rd=draw(_cdst), imm=draw(st.integers(1, 63)))]
+    if name == "c.andi":
+        return [Op(name, rd=draw(_cdst), imm=draw(st.integers(-32, 31)))]
+    if name in ("c.mv", "c.add"):
+        return [Op(name, rd=draw(big), rs2=draw(big))]
+    if name == "c.addi4spn":
+        return [Op(name, rd=draw(_cdst), imm=4 * draw(st.integers(1, 255)))]
+    if name == "c.nop":
+        return [Op(name)]
+    return [Op(name, rd=draw(_cdst), rs2=draw(_cdst))]
+
+
+_LOAD_SIZE = {"lb": 1, "lbu": 1, "lh": 2, "lhu": 2, "lw": 4, "lwu": 4, "ld": 8}
+_STORE_SIZE = {"sb": 1, "sh": 2, "sw": 4, "sd": 8}
+
+
+@st.composite
+def memory_op(draw) -> list[Op]:
+    """A load or store inside the data page (gp), a load from the read-only page (tp), or a stack-frame access."""
+    where = draw(st.sampled_from(["data", "data", "rodata", "stack", "compressed"]))
+    is_load = draw(st.booleans()) or where == "rodata"
+    name = draw(st.sampled_from(rvenc.LOAD_OPS if is_load else rvenc.STORE_OPS))
+    size = (_LOAD_SIZE if is_load else _STORE_SIZE)[name]
+    reg = draw(_dst if is_load else _src)
+    if where == "data":
+        base, imm = GP, draw(st.integers(-GP_BIAS, GP_BIAS - size))
+    elif where == "rodata":
+        base, imm = TP, draw(st.integers(0, RODATA_SIZE - size))
+    elif where == "stack":
+        base, imm = SP, draw(st.integers(8, FRAME - size))
+    else:
+        return draw(compressed_memory_op())
+    return [Op(name, rd=reg, rs1=base, imm=imm) if is_load else Op(name, rs1=base, rs2=reg, imm=imm)]
+
+
+@st.composite
+def compressed_memory_op(draw) -> list[Op]:
+    name = draw(st.sampled_from(["c.lw", "c.ld", "c.sw", "c.sd", "c.lwsp", "c.ldsp", "c.swsp", "c.sdsp"]))
+    size = 8 if name in ("c.ld", "c.sd", "c.ldsp", "c.sdsp") else 4
+    if name.endswith("sp"):
+        imm = size * draw(st.integers(8 // size, (FRAME - size) // size))
+        if name in ("c.lwsp", "c.ldsp"):
+            return [Op(name, rd=draw(st.sampled_from(FREE)), rs1=SP, imm=imm)]
+        return [Op(name, rs1=SP, rs2=draw(_src), imm=imm)]
+    ptr = draw(_cdst)
+    imm = size * draw(st.integers(0, (124 if size == 4 else 248) // size))
+    setup = Op("addi", rd=ptr, rs1=GP, imm=draw(st.integers(-GP_BIAS // 8, (GP_BIAS - 256) // 8)) * 8)
+    if name in ("c.lw", "c.ld"):
+        return [setup, Op(name, rd=draw(_cdst), rs1=ptr, imm=imm)]
+    return [setup, Op(name, rs1=ptr, rs2=draw(_cdst), imm=imm)]
+
+
+@st.composite
+def atomic_op(draw) -> list[Op]:
+    """An aligned lr/sc/AMO on the data page, through a freshly set pointer register."""
+    name = draw(st.sampled_from(rvenc.AMO_OPS))
+    size = 4 if name.endswith(".w") else 8
+    ptr = draw(st.sampled_from(FREE))
+    off = size * draw(st.integers(-GP_BIAS // size, GP_BIAS // size - 1))
+    rd = draw(_dst)
+    rs2 = 0 if name.startswith("lr") else draw(_src)
+    ops = [Op("addi", rd=ptr, rs1=GP, imm=off)]
+    if name.startswith("sc"):  # real harts (and unicorn) need the reservation; Berm's single hart never fails sc
+        ops.append(Op(f"lr.{name[-1]}", rd=draw(st.sampled_from([r for r in FREE if r != ptr])), rs1=ptr))
+    return ops + [Op(name, rd=rd, rs1=ptr, rs2=rs2, aq=draw(st.booleans()), rl=draw(st.booleans()))]
+
+
+def simple_op() -> st.SearchStrategy[list[Op]]:
+    return st.one_of(alu_op(), alu_op(), memory_op(), atomic_op(), st.sampled_from([[Op("fence")], [Op("fence.i")]]))
+
+
+class _Labels:
+    """Fresh label names within one generated program."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, stem: str) -> str:
+        self.n += 1
+        return f".{stem}{self.n}"
+
+
+@st.composite
+def forward_branch(draw, labels: _Labels) -> list:
+    """A conditional (or unconditional) jump over a few simple instructions."""
+    skipped = [op for _ in range(draw(st.integers(0, 4))) for op in draw(simple_op())]
+    target = labels("skip")
+    kind = draw(st.sampled_from(["branch", "branch", "cbranch", "jump"]))
+    if kind == "branch":
+        jump = Op(draw(st.sampled_from(rvenc.BRANCH_OPS)), rs1=draw(_src), rs2=draw(_src), target=target)
+    elif kind == "cbranch":
+        jump = Op(draw(st.sampled_from(["c.beqz", "c.bnez"])), rs1=draw(_cdst), target=target)
+    else:
+        jump = Op(draw(st.sampled_from(["jal", "c.j"])), target=target)
+    return [jump, *skipped, Label(target)]
+
+
+@st.composite
+def call(draw, callees: tuple[int, ...]) -> list[Op]:
+    """A direct ``jal ra`` or an indirect call through the read-only function table (ld + jalr/c.jalr)."""
+    k = draw(st.sampled_from(callees))
+    how = draw(st.sampled_from(["jal", "jalr", "c.jalr", "la"]))
+    if how == "jal":
+        return [Op("jal", rd=RA, target=f"f{k}")]
+    ptr = draw(st.sampled_from(CREGS if how == "c.jalr" else FREE))
+    if how == "la":
+        return [*la(ptr, f"f{k}"), Op("jalr", rd=RA, rs1=ptr)]
+    load = Op("ld", rd=ptr, rs1=TP, imm=8 * (k - 1))
+    return [load, Op("c.jalr", rs1=ptr) if how == "c.jalr" else Op("jalr", rd=RA, rs1=ptr)]
+
+
+@st.composite
+def block(draw, labels: _Labels, callees: tuple[int, ...], counter: int, in_loop: bool) -> list:
+    choices = ["simple"] * 6 + ["branch"] * 2 + (["call"] if callees else []) + ([] if in_loop else ["loop"])
+    kind = draw(st.sampled_from(choices))
+    if kind == "simple":
+        return draw(simple_op())
+    if kind == "branch":
+        return draw(forward_branch(labels))
+    if kind == "call":
+        return draw(call(callees))
+    head = labels("loop")
+    body = [x for _ in range(draw(st.integers(1, 5))) for x in draw(block(labels, callees, counter, True))]
+    return [*li(counter, draw(st.integers(1, 4))), Label(head), *body, Op("addi", rd=counter, rs1=counter, imm=-1),
+            Op("bne", rs1=counter, rs2=0, target=head)]
+
+
+_EDGES = {
+    "null": lambda: 0,
+    "below image": lambda: TEXT - 8,
+    "text": lambda: TEXT,
+    "rodata": lambda: RODATA + 8,
+    "end of data": lambda: DATA + DATA_SIZE - 4,
+    "guard": lambda: guard_lo() - 4,
+    "inside guard": lambda: guard_lo() + 16,
+    "stack base": lambda: guard_lo() + 4096 - 4,
+    "end of memory": lambda: MEMORY_SIZE - 4,
+    "past the end": lambda: MEMORY_SIZE,
+    "wrap": lambda: (1 << 64) - 4,
+}
+
+
+def guard_lo() -> int:
+    """Where the guard page starts in ``MEMORY_SIZE`` bytes (ABI.md §5: the stack is the top quarter below 4 MiB)."""
+    return MEMORY_SIZE - min(1 << 20, MEMORY_SIZE // 4) - 4096
+
+
+@st.composite
+def edge_probe(draw) -> list[Op]:
+    """A load or store at an edge of the memory layout: it faults, or straddles, or just fits."""
+    addr = (_EDGES[draw(st.sampled_from(sorted(_EDGES)))]() + draw(st.integers(-8, 8))) & rvenc.MASK64
+    ptr = draw(st.sampled_from(FREE))
+    if draw(st.booleans()):
+        name = draw(st.sampled_from(rvenc.LOAD_OPS))
+        return [*li(ptr, addr), Op(name, rd=draw(_dst), rs1=ptr)]
+    return [*li(ptr, addr), Op(draw(st.sampled_from(rvenc.STORE_OPS)), rs1=ptr, rs2=draw(_src))]
+
+
+def _prologue() -> list[Op]:
+    return [Op("addi", rd=SP, rs1=SP, imm=-FRAME), Op("sd", rs1=SP, rs2=RA)]
+
+
+def _epilogue(compressed: bool) -> list[Op]:
+    ret = Op("c.jr", rs1=RA) if compressed else Op("jalr", rs1=RA)
+    return [Op("ld", rd=RA, rs1=SP), Op("addi", rd=SP, rs1=SP, imm=FRAME), ret]
+
+
+@st.composite
+def programs(draw, *, faults: bool = True, max_blocks: int = 12) -> GenProgram:
+    """A random program: ``f0`` (the entry) and helpers ``f1…fN``; ``fi`` calls only ``fj`` with ``j > i``."""
+    labels = _Labels()
+    n_funcs = draw(st.integers(1, MAX_FUNCTIONS))
+    functions = []
+    for i in range(n_funcs):
+        callees = tuple(range(i + 1, n_funcs)) if i else tuple(range(1, n_funcs))
+        body = []
+        if i == 0:
+            body += li(GP, DATA + GP_BIAS) + li(TP, RODATA)
+            for r in draw(st.lists(st.sampled_from(FREE), unique=True, max_size=len(FREE))):
+                body += li(r, draw(VALUES))
+        for _ in range(draw(st.integers(1, max_blocks))):
+            body += draw(block(labels, callees, COUNTERS[i], False))
+        if i == 0 and faults and draw(st.integers(0, 3)) == 0:
+            body += draw(edge_probe())
+        functions.append(Function(f"f{i}", _prologue() + body + _epilogue(draw(st.booleans()))))
+    table = tuple(f"f{k}" for k in range(1, n_funcs))
+    fill = random.Random(draw(st.integers(0, 1 << 32)))  # page contents: a seed, not 5 KiB of hypothesis data
+    rodata = fill.randbytes(RODATA_SIZE - 8 * len(table))
+    data = fill.randbytes(DATA_SIZE)
+    image = build_image(functions, rodata=rodata, data=data, table=table)
+    listing = "\n".join(f"{f.name}:\n" + "\n".join(f"    {x}" for x in f.items) for f in functions)
+    return GenProgram(image=image, entry=image.entry, listing=listing)
