@@ -103,14 +103,19 @@ def _tools(value) -> tuple[ToolSpec, ...]:
 
 
 def _requests(doc: dict) -> dict:
+    """The request keys, at the top level or inside a ``"requests"`` object (as ``berm build`` writes them)."""
+    nested = doc.get("requests", {})
+    if not isinstance(nested, dict):
+        raise ManifestJsonError(f"the manifest's requests must be an object, not {_json_type(nested)}")
     out = {}
-    for key in REQUEST_KEYS:
-        if key not in doc:
-            continue
-        value = doc[key]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ManifestJsonError(f"the manifest's {key} must be an array of strings")
-        out[key] = list(value)
+    for source in (doc, nested):
+        for key in REQUEST_KEYS:
+            if key not in source:
+                continue
+            value = source[key]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ManifestJsonError(f"the manifest's {key} must be an array of strings")
+            out[key] = list(value)
     return out
 
 

@@ -25,7 +25,7 @@ from elftools.elf.elffile import ELFFile
 
 from berm_abi.errors import BermError
 from berm_aot.elf import read_elf
-from berm_aot.manifest import TOOL_PREFIX, load_manifest
+from berm_aot.manifest import TOOL_PREFIX, load_manifest, tool_exports
 from berm_aot.program import Program
 
 from .entry import ENTRY_NAME, entry_source
@@ -154,6 +154,9 @@ def verify_image(path: Path, spec: HarnessSpec) -> None:
         raise BuildError(f"{path}: the built image fails its own check: {exc}") from None
     if [t.name for t in manifest.tools] != [t.name for t in spec.tools]:
         raise BuildError(f"{path}: the built manifest does not list the tools of {spec.path}")
+    extra = sorted(set(tool_exports(image)) - {t.name for t in spec.tools})
+    if extra:  # e.g. a library function whose name starts with berm_tool_
+        raise BuildError(f"{path}: exports {TOOL_PREFIX}{extra[0]}, which {spec.path} does not declare")
 
 
 def build_harness(directory: Path, out: Path | None = None) -> Path:

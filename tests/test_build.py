@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from berm_aot.elf import read_elf
-from berm_aot.manifest import load_manifest
+from berm_aot.manifest import load_manifest, tool_exports
 from berm_cli.main import main
 from berm_sdk.build import build_harness
 from berm_sdk.errors import BuildError
@@ -33,6 +33,7 @@ def test_cli_builds_a_checked_image(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == str(out)
     image = read_elf(out.read_bytes())
     assert [t.name for t in load_manifest(image).tools] == ["hello", "two"]
+    assert set(tool_exports(image)) == {"hello", "two"}  # nothing else looks like a tool
     assert image.manifest_bytes == load_harness_toml(d / "harness.toml").manifest_bytes()
     assert any(r.type_name == "R_RISCV_PCREL_HI20" and r.symbol == "berm_tool_two" for r in image.relocations)
     loads = sorted(image.segments, key=lambda s: s.vaddr)

@@ -9,7 +9,7 @@ static berm_result_t search_result(berm_reply *found) {
 
 BERM_TOOL(bash) {
     static const char *const known[] = {"command", "cwd", "env", NULL};
-    berm_tool_args a = berm_tool_args_parse(known);
+    berm_arg_set a = berm_args_object(known);
     berm_str command = {0}, cwd = BERM_STR("");
     berm_pair *env = NULL;
     size_t env_count = 0;
@@ -23,7 +23,7 @@ BERM_TOOL(bash) {
 
 BERM_TOOL(glob) {
     static const char *const known[] = {"pattern", "path", NULL};
-    berm_tool_args a = berm_tool_args_parse(known);
+    berm_arg_set a = berm_args_object(known);
     berm_str pattern = {0}, path = BERM_STR("");
     os_arg_nonempty(&a, "pattern", &pattern);
     berm_arg_string(&a, "path", false, &path);
@@ -35,7 +35,7 @@ BERM_TOOL(glob) {
 BERM_TOOL(grep) {
     static const char *const known[] = {"pattern", "path", "include", "mode", NULL};
     static const char *const modes[] = {"files", "content", "count", NULL};
-    berm_tool_args a = berm_tool_args_parse(known);
+    berm_arg_set a = berm_args_object(known);
     berm_str pattern = {0}, path = BERM_STR(""), include = BERM_STR(""), mode = BERM_STR("files");
     os_arg_nonempty(&a, "pattern", &pattern);
     berm_arg_string(&a, "path", false, &path);

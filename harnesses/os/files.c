@@ -1,7 +1,7 @@
 /* read, write, edit: files under the declared root, through berm.fs.read and berm.fs.write. */
 #include "os.h"
 
-void os_arg_nonempty(berm_tool_args *a, const char *key, berm_str *out) {
+void os_arg_nonempty(berm_arg_set *a, const char *key, berm_str *out) {
     berm_arg_string(a, key, true, out);
     if (!a->error && out->len == 0) berm_args_problem(a, "'%s' must not be empty", key);
 }
@@ -14,7 +14,7 @@ static int64_t count_lines(const char *data, size_t len) {
 
 BERM_TOOL(read) {
     static const char *const known[] = {"path", "offset", "limit", NULL};
-    berm_tool_args a = berm_tool_args_parse(known);
+    berm_arg_set a = berm_args_object(known);
     berm_str path = {0};
     int64_t offset = 1, limit = 2000;
     os_arg_nonempty(&a, "path", &path);
@@ -57,7 +57,7 @@ BERM_TOOL(read) {
 
 BERM_TOOL(write) {
     static const char *const known[] = {"path", "content", NULL};
-    berm_tool_args a = berm_tool_args_parse(known);
+    berm_arg_set a = berm_args_object(known);
     berm_str path = {0}, content = {0};
     os_arg_nonempty(&a, "path", &path);
     berm_arg_string(&a, "content", true, &content);
@@ -69,7 +69,7 @@ BERM_TOOL(write) {
 
 BERM_TOOL(edit) {
     static const char *const known[] = {"path", "old_string", "new_string", NULL};
-    berm_tool_args a = berm_tool_args_parse(known);
+    berm_arg_set a = berm_args_object(known);
     berm_str path = {0}, old = {0}, new = {0};
     os_arg_nonempty(&a, "path", &path);
     berm_arg_string(&a, "old_string", true, &old);

@@ -8,6 +8,6 @@
 #define OS_OUTPUT_LIMIT (256u << 10)
 
 /** A required string argument that must not be empty (paths, patterns, commands). */
-void os_arg_nonempty(berm_tool_args *a, const char *key, berm_str *out);
+void os_arg_nonempty(berm_arg_set *a, const char *key, berm_str *out);
 
 #endif

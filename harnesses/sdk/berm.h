@@ -215,20 +215,20 @@ bool berm_utf8_valid(const char *s, size_t len);
 typedef struct {
     berm_json *object; /* NULL when the arguments are not a JSON object */
     char *error;
-} berm_tool_args;
+} berm_arg_set;
 
 /** Record a problem of the tool's own ("invalid arguments: " is prepended) unless one is already kept. */
-void berm_args_problem(berm_tool_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void berm_args_problem(berm_arg_set *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /** Parse berm_args() as a JSON object (empty arguments count as {}) whose keys are all in `known`,
  *  a NULL-terminated list. */
-berm_tool_args berm_tool_args_parse(const char *const *known);
+berm_arg_set berm_args_object(const char *const *known);
 /** Each getter leaves *out untouched when the field is absent and not required. */
-void berm_arg_string(berm_tool_args *a, const char *key, bool required, berm_str *out);
-void berm_arg_int(berm_tool_args *a, const char *key, bool required, int64_t min, int64_t max, int64_t *out);
+void berm_arg_string(berm_arg_set *a, const char *key, bool required, berm_str *out);
+void berm_arg_int(berm_arg_set *a, const char *key, bool required, int64_t min, int64_t max, int64_t *out);
 /** An object whose values are all strings (e.g. an environment), as pairs in heap memory. */
-void berm_arg_string_map(berm_tool_args *a, const char *key, bool required, berm_pair **pairs, size_t *count);
+void berm_arg_string_map(berm_arg_set *a, const char *key, bool required, berm_pair **pairs, size_t *count);
 /** A string that must be one of `choices` (NULL-terminated). */
-void berm_arg_choice(berm_tool_args *a, const char *key, bool required, const char *const *choices,
+void berm_arg_choice(berm_arg_set *a, const char *key, bool required, const char *const *choices,
                      berm_str *out);
 
 /* ---------------------------------------------------------------- capabilities (errors are values) */

@@ -1,7 +1,7 @@
 /* Tool arguments as a checked JSON object: every problem becomes "invalid arguments: …", never a trap. */
 #include "berm.h"
 
-void berm_args_problem(berm_tool_args *a, const char *fmt, ...) {
+void berm_args_problem(berm_arg_set *a, const char *fmt, ...) {
     if (a->error) return;
     berm_buf b;
     berm_buf_init(&b, 0);
@@ -22,8 +22,8 @@ static const char *joined(berm_buf *b, const char *const *names) {
     return b->data ? b->data : "";
 }
 
-berm_tool_args berm_tool_args_parse(const char *const *known) {
-    berm_tool_args a = {0};
+berm_arg_set berm_args_object(const char *const *known) {
+    berm_arg_set a = {0};
     berm_str raw = berm_args();
     if (!raw.ptr) {
         berm_args_problem(&a, "out of memory reading %zu bytes of arguments", berm_args_len());
@@ -57,25 +57,25 @@ berm_tool_args berm_tool_args_parse(const char *const *known) {
 }
 
 /* The field, or NULL when absent (a problem when required) or when an earlier problem stopped the checks. */
-static const berm_json *field(berm_tool_args *a, const char *key, bool required) {
+static const berm_json *field(berm_arg_set *a, const char *key, bool required) {
     if (a->error || !a->object) return NULL;
     const berm_json *v = berm_json_get(a->object, key);
     if (!v && required) berm_args_problem(a, "missing required field '%s'", key);
     return v;
 }
 
-static bool expect(berm_tool_args *a, const berm_json *v, const char *key, berm_json_type type, const char *what) {
+static bool expect(berm_arg_set *a, const berm_json *v, const char *key, berm_json_type type, const char *what) {
     if (v->type == type) return true;
     berm_args_problem(a, "'%s' must be %s, not %s", key, what, berm_json_type_name(v->type));
     return false;
 }
 
-void berm_arg_string(berm_tool_args *a, const char *key, bool required, berm_str *out) {
+void berm_arg_string(berm_arg_set *a, const char *key, bool required, berm_str *out) {
     const berm_json *v = field(a, key, required);
     if (v && expect(a, v, key, BERM_JSON_STRING, "a string")) *out = (berm_str){v->str, v->len};
 }
 
-void berm_arg_int(berm_tool_args *a, const char *key, bool required, int64_t min, int64_t max, int64_t *out) {
+void berm_arg_int(berm_arg_set *a, const char *key, bool required, int64_t min, int64_t max, int64_t *out) {
     const berm_json *v = field(a, key, required);
     if (!v) return;
     if (v->type == BERM_JSON_NUMBER) {
@@ -92,7 +92,7 @@ void berm_arg_int(berm_tool_args *a, const char *key, bool required, int64_t min
     *out = v->integer;
 }
 
-void berm_arg_string_map(berm_tool_args *a, const char *key, bool required, berm_pair **pairs, size_t *count) {
+void berm_arg_string_map(berm_arg_set *a, const char *key, bool required, berm_pair **pairs, size_t *count) {
     const berm_json *v = field(a, key, required);
     if (!v || !expect(a, v, key, BERM_JSON_OBJECT, "an object of strings")) return;
     berm_pair *out = malloc((v->count ? v->count : 1) * sizeof *out);
@@ -114,7 +114,7 @@ void berm_arg_string_map(berm_tool_args *a, const char *key, bool required, berm
     *count = v->count;
 }
 
-void berm_arg_choice(berm_tool_args *a, const char *key, bool required, const char *const *choices,
+void berm_arg_choice(berm_arg_set *a, const char *key, bool required, const char *const *choices,
                      berm_str *out) {
     berm_str value = {0};
     berm_arg_string(a, key, required, &value);
