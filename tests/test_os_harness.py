@@ -209,6 +209,9 @@ def test_invalid_arguments_are_tool_failures(os_tools, tool, args, message):
 @pytest.mark.parametrize("grants, tool, args, missing", [
     (("exec",), "read", {"path": "a"}, "berm.fs.read"),
     (("exec",), "grep", {"pattern": "a"}, "berm.fs.grep"),
+    (("exec",), "glob", {"pattern": "*"}, "berm.fs.glob"),
+    (("exec",), "write", {"path": "a", "content": ""}, "berm.fs.write"),
+    (("exec",), "edit", {"path": "a", "old_string": "x", "new_string": "y"}, "berm.fs.read"),
     (("fs",), "bash", {"command": "true"}, "berm.exec.run"),
 ])
 def test_each_capability_is_absent_without_its_grant(elf, tmp_path, grants, tool, args, missing):
