@@ -13,10 +13,10 @@ wrote under the same id. Opening the file only reads it; no guest runs to rebuil
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import threading
-from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +26,7 @@ MAX_ID = 256  # bytes of UTF-8
 MAX_PAYLOAD = 64 << 10  # bytes of UTF-8
 DEFAULT_PER_HARNESS = 100_000
 #: Restricts a read to the named harnesses; None reads them all.
-Harnesses = Collection[str] | None
+Harnesses = frozenset[str] | None
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS due (
@@ -199,6 +199,7 @@ class _Transaction:
         return False
 
 
+@functools.lru_cache(maxsize=8)  # the scheduler asks with the same set at every drain
 def _only(harnesses: Harnesses) -> tuple[str, tuple]:
     """A WHERE term keeping the rows of ``harnesses`` (all rows when None)."""
     if harnesses is None:

@@ -17,13 +17,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from berm_abi.errors import BermError
 from berm_host.traps import ToolFailure, Trap
 
 from .errors import ChainDepthError, QueueClosed
-from .invocation import Invocation, running
+from .invocation import Invocation, set_current
 
 log = logging.getLogger("berm.queue")
 
@@ -48,6 +48,26 @@ class HarnessStats:
     run_time: float = 0.0
     wait_time: float = 0.0
     max_wait: float = 0.0
+
+
+class _Counters:
+    """The mutable tally behind a HarnessStats snapshot (updated under the executor's lock)."""
+
+    __slots__ = tuple(HarnessStats.__dataclass_fields__)
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def finished(self, outcome: str, run: float, wait: float) -> None:
+        self.invocations += 1
+        setattr(self, outcome, getattr(self, outcome) + 1)
+        self.run_time += run
+        self.wait_time += wait
+        self.max_wait = max(self.max_wait, wait)
+
+    def snapshot(self) -> HarnessStats:
+        return HarnessStats(*(getattr(self, name) for name in self.__slots__))
 
 
 @dataclass
@@ -76,7 +96,7 @@ class Executor:
         self._queued = 0
         self._busy = 0
         self._closed = False
-        self._stats: dict[str, HarnessStats] = {}
+        self._stats: dict[str, _Counters] = {}
         self._listeners: list[Callable[[Invocation], None]] = []
         self._threads = [threading.Thread(target=self._work, name=f"berm-worker-{i}", daemon=True)
                          for i in range(workers)]
@@ -89,7 +109,7 @@ class Executor:
         """Raise ChainDepthError (and count the refusal) when ``depth`` is past the limit."""
         if depth > self.max_depth:
             with self._cond:
-                self._bump(harness, refused=1)
+                self._counters(harness).refused += 1
             log.warning("refused work for %s at chain depth %d (limit %d)", harness, depth, self.max_depth)
             raise ChainDepthError(harness, depth, self.max_depth)
 
@@ -122,18 +142,17 @@ class Executor:
 
     def stats(self) -> dict[str, HarnessStats]:
         with self._cond:
-            return dict(self._stats)
+            return {name: c.snapshot() for name, c in self._stats.items()}
 
     def load(self) -> dict[str, int]:
         with self._cond:
             return {"workers": self.workers, "busy": self._busy, "queued": self._queued}
 
-    def _bump(self, harness: str, **delta) -> None:
-        s = self._stats.get(harness, HarnessStats())
-        changes = {k: getattr(s, k) + v for k, v in delta.items() if k != "max_wait"}
-        if "max_wait" in delta:
-            changes["max_wait"] = max(s.max_wait, delta["max_wait"])
-        self._stats[harness] = replace(s, **changes)
+    def _counters(self, harness: str) -> _Counters:
+        c = self._stats.get(harness)
+        if c is None:
+            c = self._stats[harness] = _Counters()
+        return c
 
     # --- the workers ----------------------------------------------------------------------------------------
 
@@ -180,9 +199,9 @@ class Executor:
         started = time.monotonic()
         result: str | None = None
         error: BaseException | None = None
+        previous = set_current(inv)
         try:
-            with running(inv):
-                result = self._invoke(inv, started + self.timeout)
+            result = self._invoke(inv, started + self.timeout)
             outcome = "ok"
         except Trap as exc:
             outcome, error = "traps", exc
@@ -195,10 +214,11 @@ class Executor:
         except Exception as exc:  # a host bug: counted and logged with its traceback, never kills the worker
             outcome, error = "errors", exc
             log.exception("%s raised a host error", inv.label)
+        finally:
+            set_current(previous)
         wait = started - job.enqueued
         with self._cond:
-            self._bump(inv.harness, invocations=1, run_time=time.monotonic() - started, wait_time=wait,
-                       max_wait=wait, **{outcome: 1})
+            self._counters(inv.harness).finished(outcome, time.monotonic() - started, wait)
         if error is None:
             job.future.set_result(result)
         else:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 
@@ -67,12 +65,8 @@ def current_invocation() -> Invocation | None:
     return getattr(_local, "invocation", None)
 
 
-@contextmanager
-def running(inv: Invocation) -> Iterator[None]:
-    """Publish ``inv`` as this thread's current invocation for the duration of the block."""
-    previous = current_invocation()
+def set_current(inv: Invocation | None) -> Invocation | None:
+    """Publish ``inv`` as this thread's current invocation; returns the one it replaces (to restore after)."""
+    previous = getattr(_local, "invocation", None)
     _local.invocation = inv
-    try:
-        yield
-    finally:
-        _local.invocation = previous
+    return previous

@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .dueset import DueSet, Entry
 from .errors import QueueClosed, QueueError
@@ -63,7 +63,7 @@ class Scheduler:
         self._inflight: dict[tuple[str, str], Entry] = {}
         self._finished: list[Entry] = []
         self._ended: dict[tuple[str, str], int] = {}  # keys whose wake ended since the last drain: when
-        self._stats = SchedulerStats()
+        self._n = dict.fromkeys(SchedulerStats.__dataclass_fields__, 0)  # the counters behind stats()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._harnesses: frozenset[str] = frozenset()
@@ -101,7 +101,7 @@ class Scheduler:
 
     def stats(self) -> SchedulerStats:
         with self._cond:
-            return self._stats
+            return SchedulerStats(**self._n)
 
     def in_flight(self) -> list[Entry]:
         with self._cond:
@@ -120,8 +120,8 @@ class Scheduler:
                 self._count(wakeups=1)
 
     def _count(self, **delta: int) -> None:
-        s = self._stats
-        self._stats = replace(s, **{k: getattr(s, k) + v for k, v in delta.items()})
+        for k, v in delta.items():
+            self._n[k] += v
 
     def _flush(self) -> None:
         finished, self._finished = self._finished, []
@@ -149,18 +149,18 @@ class Scheduler:
         if ready:
             self._count(drains=1)
         if len(ready) > budget:
-            if self._stats.backlog:  # the episode goes on: no count per drain (it scans the due range)
-                backlog = max(0, self._stats.backlog - budget)
+            if self._n["backlog"]:  # the episode goes on: no count per drain (it scans the due range)
+                backlog = max(0, self._n["backlog"] - budget)
             else:  # approximately: in-flight keys re-armed into the future by their own wake count as due
                 backlog = max(0, self._dueset.count(due_at=now, only=only) - len(self._inflight))
                 log.warning("backpressure: %d due wakes wait for a worker (%d workers); they spill to later drains",
                             backlog, self._executor.workers)
             self._count(spill_events=1, spilled=backlog)
-            self._stats = replace(self._stats, backlog=max(backlog, 1))
+            self._n["backlog"] = max(backlog, 1)
             return None
-        if self._stats.backlog:
+        if self._n["backlog"]:
             log.warning("backpressure cleared: the due wakes all have a worker")
-            self._stats = replace(self._stats, backlog=0)
+            self._n["backlog"] = 0
         head = next((e for e in self._dueset.earliest(len(self._inflight) + 1, only=only)
                      if e.key not in self._inflight), None)
         if head is None:
@@ -191,5 +191,5 @@ class Scheduler:
                     self._finished.append(entry)
                     self._ended[entry.key] = now_ms()
                     self._cond.notify()
-            elif self._stats.backlog:
+            elif self._n["backlog"]:
                 self._cond.notify()
