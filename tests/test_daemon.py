@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from berm_abi.errors import BermError
 from berm_cli.schedule import WhenError, parse_when
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
 
@@ -96,3 +97,13 @@ def test_schedule_instants(text, expected):
 def test_schedule_instant_errors_are_clear():
     with pytest.raises(WhenError, match="cannot read 'tomorrow'"):
         parse_when("tomorrow")
+
+
+def test_a_declared_harness_without_an_image_stops_the_start_clearly(tmp_path):
+    decl = tmp_path / "agent.toml"
+    decl.write_text('[[harnesses]]\nname = "missing"\ncapabilities = ["clock"]\n')
+    config = DaemonConfig(declarations=decl, socket=tmp_path / "berm.sock", state_dir=tmp_path / "state",
+                          harnesses_dir=tmp_path / "images")
+    with pytest.raises(BermError, match="harness 'missing': no image at"):
+        Daemon(config).start()
+    assert not config.socket.exists()
