@@ -108,6 +108,7 @@ typedef struct {
     bool overflow, oom;
 } berm_buf;
 
+/** Start an empty buffer; `limit` 0 means BERM_OUTPUT_LIMIT. */
 void berm_buf_init(berm_buf *b, size_t limit);
 bool berm_buf_ok(const berm_buf *b);
 void berm_buf_put(berm_buf *b, const void *data, size_t len);
