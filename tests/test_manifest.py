@@ -38,6 +38,12 @@ def test_tool_exports_are_global_functions_by_name():
     assert exports["alpha"] == funcs["berm_tool_alpha"]
 
 
+def test_requests_may_sit_in_a_requests_object():
+    m = parse_manifest(json.dumps({"abi_version": 0, "tools": [],
+                                   "requests": {"capabilities": ["exec"], "hosts": ["h.example"]}}).encode())
+    assert m.requests == {"capabilities": ["exec"], "hosts": ["h.example"]}
+
+
 def test_a_trailing_nul_is_ignored_and_usage_defaults_to_empty():
     m = parse_manifest(json.dumps({"abi_version": 0, "tools": []}).encode() + b"\0\0")
     assert m.usage == "" and m.tools == () and m.requests == {}
@@ -97,6 +103,8 @@ def test_image_exporting_no_tools():
     ({"abi_version": 0, "tools": [], "usage": 5}, "usage must be a string"),
     ({"abi_version": 0, "tools": [], "capabilities": "fs"}, "capabilities must be an array of strings"),
     ({"abi_version": 0, "tools": [], "hosts": [1]}, "hosts must be an array of strings"),
+    ({"abi_version": 0, "tools": [], "requests": []}, "requests must be an object"),
+    ({"abi_version": 0, "tools": [], "requests": {"capabilities": [2]}}, "capabilities must be an array"),
 ])
 def test_schema_errors(doc, message):
     with pytest.raises(ManifestJsonError, match=message):
