@@ -1,0 +1,163 @@
+"""What the C emitter needs to know about a program beyond its instructions: per function, the instructions in
+order, the block labels, the registers it touches and writes, and interprocedural write summaries.
+
+The register protocol of the translated code (see berm_host/aot/berm_rt.h and berm_aot/emit) keeps one
+invariant: whenever a guest function starts or exits, ``ctx->regs`` holds the true value of every register. A
+function therefore loads only the registers it touches itself, stores the ones it writes itself before each call
+and at each exit, and after a call reloads the ones the callee may have written — ``writes_closure``, the fixpoint
+over direct calls and direct tail transfers. Dynamic transfers (indirect calls and jumps to function entries) are
+not in the summaries: they bump ``ctx->wild`` and every caller up the stack reloads all of its registers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from berm_aot.isa import Instruction
+from berm_aot.program import Function, Program
+
+BRANCHES = frozenset({"beq", "bne", "blt", "bge", "bltu", "bgeu"})
+LOADS = frozenset({"lb", "lh", "lw", "ld", "lbu", "lhu", "lwu"})
+STORES = frozenset({"sb", "sh", "sw", "sd"})
+_R_TYPE = frozenset("""add sub sll slt sltu xor srl sra or and addw subw sllw srlw sraw
+    mul mulh mulhsu mulhu div divu rem remu mulw divw divuw remw remuw""".split())
+_I_TYPE = frozenset("addi slti sltiu xori ori andi slli srli srai addiw slliw srliw sraiw".split()) | LOADS
+#: Registers an ``ecall`` served through the generic path reads: the number and a0..a5.
+ECALL_READS = frozenset({10, 11, 12, 13, 14, 15, 17})
+
+
+def is_atomic(op: str) -> bool:
+    return op.startswith(("lr.", "sc.", "amo"))
+
+
+def reads(insn: Instruction) -> frozenset[int]:
+    """Registers ``insn`` reads (x0 excluded)."""
+    op = insn.op
+    if op in _R_TYPE or op in STORES or op in BRANCHES or (is_atomic(op) and not op.startswith("lr.")):
+        regs = {insn.rs1, insn.rs2}
+    elif op in _I_TYPE or op == "jalr" or op.startswith("lr."):
+        regs = {insn.rs1}
+    elif op == "ecall":
+        regs = set(ECALL_READS)
+    else:
+        regs = set()
+    regs.discard(0)
+    return frozenset(regs)
+
+
+def writes(insn: Instruction) -> frozenset[int]:
+    """Registers ``insn`` writes (x0 excluded)."""
+    op = insn.op
+    if op == "ecall":
+        return frozenset({10})
+    if op in STORES or op in BRANCHES or op in ("fence", "fence.i", "ebreak", "illegal", "unsupported"):
+        return frozenset()
+    return frozenset({insn.rd}) - {0}
+
+
+@dataclass
+class FunctionInfo:
+    func: Function
+    insns: list[Instruction]
+    labels: set[int] = field(default_factory=set)  # addresses jumped to inside the function
+    local_targets: list[int] = field(default_factory=list)  # legal indirect targets strictly inside
+    touched: frozenset[int] = frozenset()  # registers read or written by its own instructions
+    written: frozenset[int] = frozenset()  # registers written by its own instructions
+    callees: set[int] = field(default_factory=set)  # direct call and direct tail targets (function starts)
+    writes_closure: frozenset[int] = frozenset()  # written by it or anything it reaches statically
+
+    @property
+    def start(self) -> int:
+        return self.func.start
+
+    @property
+    def end(self) -> int:
+        return self.func.end
+
+    def contains(self, addr: int) -> bool:
+        return self.func.start <= addr < self.func.end
+
+
+@dataclass
+class Analysis:
+    program: Program
+    functions: list[FunctionInfo]
+    entries: list[int]  # legal indirect targets that are function starts: reachable by indirect calls
+    by_start: dict[int, FunctionInfo]
+
+
+def analyse(program: Program) -> Analysis:
+    """Group instructions by function, find labels and summaries; pure, deterministic."""
+    code = program.code
+    starts = program.function_starts
+    addrs = sorted(code)
+    infos: list[FunctionInfo] = []
+    i = 0
+    for func in program.functions:
+        while i < len(addrs) and addrs[i] < func.start:
+            i += 1
+        j = i
+        while j < len(addrs) and addrs[j] < func.end:
+            j += 1
+        info = FunctionInfo(func, [code[a] for a in addrs[i:j]])
+        _scan(info, program, starts)
+        infos.append(info)
+        i = j
+    _close_writes(infos)
+    entries = sorted(t for t in program.indirect_targets if t in starts)
+    return Analysis(program, infos, entries, {f.start: f for f in infos})
+
+
+def _scan(info: FunctionInfo, program: Program, starts: frozenset[int]) -> None:
+    touched: set[int] = set()
+    written: set[int] = set()
+    for insn in info.insns:
+        touched |= reads(insn)
+        w = writes(insn)
+        touched |= w
+        written |= w
+        op = insn.op
+        if op in BRANCHES or op == "jal":
+            target = (insn.addr + insn.imm) & 0xFFFFFFFFFFFFFFFF
+            if op == "jal" and insn.rd:
+                if target in starts:
+                    info.callees.add(target)
+                if info.contains(insn.next_pc):
+                    info.labels.add(insn.next_pc)
+                elif insn.next_pc in starts:
+                    info.callees.add(insn.next_pc)
+            elif info.contains(target):
+                info.labels.add(target)
+            elif target in starts:
+                info.callees.add(target)
+        elif op == "jalr" and insn.rd and info.contains(insn.next_pc):
+            info.labels.add(insn.next_pc)
+    # falling off the end continues in the next function
+    if info.insns:
+        last = info.insns[-1]
+        if last.next_pc == info.end and info.end in starts:
+            info.callees.add(info.end)
+    info.local_targets = sorted(t for t in program.indirect_targets
+                                if info.start < t < info.end and t in program.code)
+    info.labels.update(info.local_targets)
+    info.touched = frozenset(touched)
+    info.written = frozenset(written)
+
+
+def _close_writes(infos: list[FunctionInfo]) -> None:
+    """writes_closure = own writes ∪ writes_closure of every static callee, to a fixpoint."""
+    by_start = {f.start: f for f in infos}
+    for f in infos:
+        f.writes_closure = f.written
+    changed = True
+    while changed:
+        changed = False
+        for f in infos:
+            acc = set(f.writes_closure)
+            for c in f.callees:
+                callee = by_start.get(c)
+                if callee is not None:
+                    acc |= callee.writes_closure
+            if len(acc) != len(f.writes_closure):
+                f.writes_closure = frozenset(acc)
+                changed = True

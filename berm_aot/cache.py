@@ -1,0 +1,117 @@
+"""The content-addressed code cache: one directory per key holding ``image.so`` and ``image.so.sha256``.
+
+- The key is a SHA-256 over everything that changes the object (``cache_key``); nothing else names an entry.
+- An entry appears atomically: it is built in a temporary directory beside it and renamed into place, so a
+  reader sees a whole entry or none. Builders of the same key in several processes serialise on a lock file
+  (``fcntl.flock``), so the second finds the first's entry instead of compiling again.
+- Before an object is used its SHA-256 is checked against the recorded one; a corrupt or truncated entry is moved
+  aside and rebuilt.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import platformdirs
+
+from berm_aot.errors import CompileError
+
+SO_NAME = "image.so"
+
+
+def default_cache_dir() -> Path:
+    """``$BERM_CACHE_DIR``, else the user cache directory (``platformdirs.user_cache_dir("berm")``)."""
+    env = os.environ.get("BERM_CACHE_DIR")
+    return Path(env) if env else Path(platformdirs.user_cache_dir("berm")) / "code"
+
+
+def cache_key(*parts: str | bytes) -> str:
+    """SHA-256 over ``parts``, each length-prefixed so no two part lists collide."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class CodeCache:
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root is not None else default_cache_dir()
+
+    def entry(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def lookup(self, key: str) -> Path | None:
+        """The verified object for ``key``, or None (absent, or corrupt: then it is moved aside)."""
+        d = self.entry(key)
+        so, digest = d / SO_NAME, d / (SO_NAME + ".sha256")
+        try:
+            recorded = digest.read_text().strip()
+            if recorded == _file_sha256(so):
+                return so
+        except OSError:
+            if not d.exists():
+                return None
+        self._discard(d)
+        return None
+
+    def get_or_build(self, key: str, build: Callable[[Path], None]) -> tuple[Path, bool]:
+        """``(object path, built)``: the cached object, or ``build(path)`` writes a new one (under the key's lock)."""
+        found = self.lookup(key)
+        if found is not None:
+            return found, False
+        d = self.entry(key)
+        try:
+            d.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CompileError(f"cannot create the code cache at {d.parent}: {exc}") from None
+        with self._locked(d.parent / f"{key}.lock"):
+            found = self.lookup(key)
+            if found is not None:
+                return found, False
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=d.parent))
+            try:
+                so = tmp / SO_NAME
+                build(so)
+                (tmp / (SO_NAME + ".sha256")).write_text(_file_sha256(so) + "\n")
+                os.replace(tmp, d)  # atomic; d cannot exist here (we hold the lock, lookup discarded a bad one)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return d / SO_NAME, True
+
+    @contextmanager
+    def _locked(self, path: Path):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise CompileError(f"cannot lock the code cache entry {path}: {exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _discard(self, d: Path) -> None:
+        """Move a bad entry out of the way (rename first: another process may be reading it)."""
+        trash = d.with_name(f".bad-{d.name}-{os.getpid()}-{id(d):x}")
+        try:
+            os.replace(d, trash)
+        except OSError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)

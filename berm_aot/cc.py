@@ -1,0 +1,96 @@
+"""Run the system C compiler on emitted translation units: one object per unit, compiled in parallel, linked
+into one shared object.
+
+Flags, chosen by measurement on the guest kernels (tools/bench.py) and the largest test guests:
+- ``-O2``: -O1 compiles ~35% faster but runs the kernels ~20% slower; -O3 adds compile time and no speed (the
+  translated code is branchy, vectorisation finds nothing).
+- ``-fno-plt -fvisibility=hidden``: calls between translated functions bind inside the object.
+- ``-fwrapv``: guest arithmetic wraps; the emitter already computes in unsigned types, this makes the odd signed
+  conversion defined too.
+- ``-w``: emitted code is machine-made; warnings are noise (labels and loads gcc drops anyway).
+Override with ``BERM_CC`` (the compiler command) and ``BERM_CFLAGS`` (replaces the optimisation flags); both are
+part of ``identity()`` and therefore of every cache key.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+
+from berm_aot.errors import CompileError
+
+DEFAULT_OPT_FLAGS = ("-O2",)
+BASE_FLAGS = ("-fPIC", "-fno-plt", "-fvisibility=hidden", "-fwrapv", "-fno-strict-aliasing", "-w", "-std=gnu11")
+COMPILE_TIMEOUT = 900
+
+
+def compiler() -> list[str]:
+    return shlex.split(os.environ.get("BERM_CC", "cc"))
+
+
+def opt_flags() -> tuple[str, ...]:
+    env = os.environ.get("BERM_CFLAGS")
+    return tuple(shlex.split(env)) if env is not None else DEFAULT_OPT_FLAGS
+
+
+@functools.lru_cache(maxsize=8)
+def _version(cmd: tuple[str, ...]) -> str:
+    try:
+        out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CompileError(f"the C compiler {' '.join(cmd)!r} cannot run: {exc}") from None
+    if out.returncode != 0 or not out.stdout:
+        raise CompileError(f"the C compiler {' '.join(cmd)!r} does not answer --version")
+    return out.stdout.splitlines()[0]
+
+
+def identity(opt: tuple[str, ...] | None = None) -> str:
+    """Everything about the compiler that changes its output: command, version line and flags."""
+    cmd = tuple(compiler())
+    flags = opt if opt is not None else opt_flags()
+    return "\0".join([" ".join(cmd), _version(cmd), " ".join(flags), " ".join(BASE_FLAGS)])
+
+
+def compile_shared(sources: list[str], out: Path, *, include_dirs: tuple[Path, ...] = (), jobs: int = 2,
+                   opt: tuple[str, ...] | None = None) -> None:
+    """Compile C ``sources`` (texts) into the shared object ``out``, ``jobs`` compilers at a time."""
+    cmd = compiler()
+    flags = [*(opt if opt is not None else opt_flags()), *BASE_FLAGS, *[f"-I{d}" for d in include_dirs]]
+    with tempfile.TemporaryDirectory(prefix="berm-cc-", dir=out.parent) as tmp:
+        work = Path(tmp)
+        pending = []
+        for i, text in enumerate(sources):
+            src = work / f"unit{i}.c"
+            src.write_text(text)
+            pending.append((src, work / f"unit{i}.o"))
+        running: list[tuple[subprocess.Popen, Path]] = []
+        objects = []
+        try:
+            while pending or running:
+                while pending and len(running) < max(1, jobs):
+                    src, obj = pending.pop(0)
+                    proc = subprocess.Popen([*cmd, *flags, "-c", str(src), "-o", str(obj)],
+                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                    running.append((proc, src))
+                    objects.append(obj)
+                proc, src = running.pop(0)
+                output, _ = proc.communicate(timeout=COMPILE_TIMEOUT)
+                if proc.returncode != 0:
+                    raise CompileError(f"cc failed on {src.name} (kept nowhere; emitted code is a translator "
+                                       f"bug):\n{output[-4000:]}")
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"cc took longer than {COMPILE_TIMEOUT} s") from None
+        except OSError as exc:
+            raise CompileError(f"cannot run the C compiler {cmd[0]!r}: {exc}") from None
+        finally:
+            for proc, _ in running:
+                proc.kill()
+                proc.wait()
+        link = subprocess.run([*cmd, "-shared", *BASE_FLAGS, "-o", str(out), *map(str, objects)],
+                              capture_output=True, text=True, timeout=COMPILE_TIMEOUT, check=False)
+        if link.returncode != 0:
+            raise CompileError(f"linking {out.name} failed:\n{link.stderr[-4000:]}")

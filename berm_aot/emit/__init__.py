@@ -1,0 +1,99 @@
+"""Emit C for a whole program: several translation units that compile in parallel into one shared object.
+
+Unit 0 holds the lookups (function start → C function; legal indirect entry → C function) and the export
+``<prefix>berm_enter``; every unit holds some of the guest functions (``berm_aot.emit.function``) and declares all
+of them. ``prefix`` namespaces every global symbol, so several programs can share one object (tests batch many
+random programs into one compile).
+"""
+
+from __future__ import annotations
+
+from berm_aot.analysis import Analysis, analyse
+from berm_aot.program import Program
+
+from .function import FunctionEmitter, fn_name
+from .insn import lit
+
+#: Bumped whenever the emitted code changes meaning or shape: part of the cache key.
+TRANSLATOR_VERSION = "1"
+
+#: Guest instructions per translation unit, and the most units: the split depends only on the program (so it
+#: needs no place in the cache key); how many compile at once is the compiler driver's business.
+_UNIT_INSNS = 3000
+MAX_UNITS = 8
+
+
+def _header(analysis: Analysis, prefix: str) -> list[str]:
+    p = prefix
+    lines = ['#include "berm_rt.h"', ""]
+    lines += [f"BERM_HIDDEN uint64_t {fn_name(p, f.start)}(berm_ctx *ctx, uint64_t ret);" for f in analysis.functions]
+    lines += [
+        f"BERM_HIDDEN berm_fn {p}entry_fn(uint64_t t);",
+        f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link);",
+        "",
+        "/* Run the tail-call chain a callee started until it returns to `link` or traps. */",
+        f"static inline uint64_t {p}finish(berm_ctx *ctx, uint64_t t, uint64_t link) {{",
+        "    while (BERM_UNLIKELY(t != link)) {",
+        "        if (t == BERM_TRAPPED) return t;",
+        f"        t = {p}dispatch(ctx, ctx->next, link);",
+        "    }",
+        "    return t;",
+        "}",
+        "",
+    ]
+    return lines
+
+
+def _lookups(analysis: Analysis, prefix: str) -> list[str]:
+    p = prefix
+    lines = [f"static berm_fn {p}start_fn(uint64_t t) {{", "    switch (t) {"]
+    lines += [f"    case {lit(f.start)}: return {fn_name(p, f.start)};" for f in analysis.functions]
+    lines += ["    default: return 0;", "    }", "}", ""]
+    lines += ["/* Legal indirect targets that are function starts (ABI §6). */",
+              f"BERM_HIDDEN berm_fn {p}entry_fn(uint64_t t) {{", "    switch (t) {"]
+    lines += [f"    case {lit(t)}: return {fn_name(p, t)};" for t in analysis.entries]
+    lines += ["    default: return 0;", "    }", "}", ""]
+    lines += [
+        f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link) {{",
+        f"    berm_fn f = {p}start_fn(t);",
+        "    if (BERM_UNLIKELY(!f)) {",
+        "        berm_set_trap(ctx, BERM_TRAP_ILLEGAL, t, t, 0);",
+        "        return BERM_TRAPPED;",
+        "    }",
+        "    return f(ctx, link);",
+        "}",
+        "",
+        f"BERM_EXPORT uint64_t {p}berm_enter(berm_ctx *ctx, uint64_t entry) {{",
+        "    ctx->depth = 1;",
+        f"    uint64_t t = {p}finish(ctx, {p}dispatch(ctx, entry, 0), 0);",
+        "    return t == BERM_TRAPPED ? BERM_TRAPPED : 0;",
+        "}",
+        "",
+    ]
+    return lines
+
+
+def emit_program(program: Program, *, prefix: str = "") -> list[str]:
+    """The C translation units of ``program`` (one per ~3000 guest instructions, at most ``MAX_UNITS``)."""
+    analysis = analyse(program)
+    total = sum(len(f.insns) for f in analysis.functions)
+    n = max(1, min(MAX_UNITS, -(-total // _UNIT_INSNS)))
+    share = -(-total // n)
+    header = _header(analysis, prefix)
+    bodies: list[list[str]] = [[] for _ in range(n)]
+    k, filled = 0, 0
+    for info in analysis.functions:
+        if filled >= share and k + 1 < n:
+            k, filled = k + 1, 0
+        bodies[k] += FunctionEmitter(analysis, info, prefix).emit()
+        bodies[k].append("")
+        filled += len(info.insns)
+    sources = []
+    for i, body in enumerate(bodies):
+        extra = _lookups(analysis, prefix) if i == 0 else []
+        sources.append("\n".join(header + body + extra) + "\n")
+    return sources
+
+
+#: The unit every shared object gets once: the runtime ABI it was built against (checked before it runs).
+ABI_UNIT = '#include "berm_rt.h"\nBERM_EXPORT const int berm_rt_abi = BERM_RT_ABI;\n'

@@ -1,0 +1,82 @@
+"""Constant registers within a basic block, so an ``ecall`` learns its number at translation time.
+
+Tracks ``lui``/``auipc``/``addi``/``addiw``/``ori``/``xori``/``andi``/``slli``/``add`` chains, and ``ld``/``lw``/
+``lwu`` from a read-only segment at a constant address (rustc loads call numbers from ``.rodata``; read-only
+segments never change, since stores to them trap).
+"""
+
+from __future__ import annotations
+
+from berm_aot.image import ElfImage
+from berm_aot.isa import Instruction
+
+MASK = (1 << 64) - 1
+
+
+def _sx32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return (v ^ 0x80000000) - 0x80000000 & MASK
+
+
+class Constants:
+    """Known register values at the current point of a block; ``reset()`` at every block start."""
+
+    def __init__(self, image: ElfImage):
+        self._image = image
+        self._known: dict[int, int] = {}
+
+    def reset(self) -> None:
+        self._known.clear()
+
+    def get(self, r: int) -> int | None:
+        return 0 if r == 0 else self._known.get(r)
+
+    def step(self, insn: Instruction) -> None:
+        """Account for ``insn`` having executed."""
+        op, rd = insn.op, insn.rd
+        value = self._value(insn)
+        if op in ("ecall",):
+            self._known.pop(10, None)
+        elif op in ("jal", "jalr"):
+            self._known.clear()  # a call: the callee may change anything
+        elif rd:
+            if value is None:
+                self._known.pop(rd, None)
+            else:
+                self._known[rd] = value & MASK
+
+    def _value(self, insn: Instruction) -> int | None:
+        op, imm = insn.op, insn.imm
+        a = self.get(insn.rs1)
+        if op == "lui":
+            return imm
+        if op == "auipc":
+            return insn.addr + imm
+        if a is None:
+            return None
+        if op == "addi":
+            return a + imm
+        if op == "addiw":
+            return _sx32(a + imm)
+        if op == "ori":
+            return a | (imm & MASK)
+        if op == "xori":
+            return a ^ (imm & MASK)
+        if op == "andi":
+            return a & (imm & MASK)
+        if op == "slli":
+            return a << (imm & 63)
+        if op == "add":
+            b = self.get(insn.rs2)
+            return None if b is None else a + b
+        if op in ("ld", "lw", "lwu"):
+            return self._rodata(op, (a + imm) & MASK)
+        return None
+
+    def _rodata(self, op: str, addr: int) -> int | None:
+        n = 8 if op == "ld" else 4
+        for seg in self._image.segments:
+            if not seg.writable and seg.vaddr <= addr and addr + n <= seg.vaddr + len(seg.data):
+                raw = int.from_bytes(seg.data[addr - seg.vaddr:addr - seg.vaddr + n], "little")
+                return _sx32(raw) if op == "lw" else raw
+        return None

@@ -1,0 +1,238 @@
+"""One guest function as one C function: ``uint64_t <p>f_<addr>(berm_ctx *ctx, uint64_t ret)``.
+
+Registers are C locals loaded at entry (those the function touches) and stored back at every exit (those it
+writes). Direct branches are gotos; a back-edge polls the interrupt flag. Control leaving the function returns
+the next pc to the caller's dispatch loop (``BERM_TAIL`` with ``ctx->next``), a return returns ``ret``, a trap
+returns ``BERM_TRAPPED``. See berm_aot/analysis.py for the register protocol at call sites.
+"""
+
+from __future__ import annotations
+
+from berm_abi.names import core_number
+from berm_aot.analysis import BRANCHES, Analysis, FunctionInfo
+from berm_aot.isa import Instruction
+try:
+    from berm_aot.disasm import disassemble
+except ImportError:  # the disassembler lands separately; until then, comment with the raw fields
+    def disassemble(insn: Instruction) -> str:
+        return f"{insn.op} rd={insn.rd} rs1={insn.rs1} rs2={insn.rs2} imm={insn.imm}"
+
+from .consts import Constants
+from .insn import BRANCH_CONDS, compute, dst, lit, reg
+
+#: Core calls answered by a field of ctx, with no call at all when the number is known at translation time.
+_INLINE_CALLS = {
+    core_number("berm.args.len"): "ctx->args_len",
+    core_number("berm.heap.start"): "ctx->heap_start",
+    core_number("berm.heap.size"): "ctx->heap_size",
+}
+#: Core calls that use only a0 and a1.
+_TWO_ARG_CALLS = frozenset(core_number(n) for n in ("berm.args.read", "berm.result.read", "berm.fail", "berm.log"))
+
+
+def fn_name(prefix: str, addr: int) -> str:
+    return f"{prefix}f_{addr:x}"
+
+
+class FunctionEmitter:
+    def __init__(self, analysis: Analysis, info: FunctionInfo, prefix: str):
+        self.a = analysis
+        self.f = info
+        self.p = prefix
+        self.program = analysis.program
+        self.starts = analysis.program.function_starts
+        self.by_start = analysis.by_start
+        self.consts = Constants(analysis.program.image)
+        self.out: list[str] = []
+        insns = info.insns
+        #: instructions emitted after one that does not fall through to them, and fall-through addresses that
+        #: are not emitted next: both need a label
+        self.labels = set(info.labels)
+        for k, insn in enumerate(insns):
+            if k + 1 == len(insns) or insns[k + 1].addr != insn.next_pc:
+                self.labels.add(insn.next_pc)
+                if k + 1 < len(insns):
+                    self.labels.add(insns[k + 1].addr)
+        self.follows = {insn.addr: k + 1 < len(insns) and insns[k + 1].addr == insn.next_pc
+                        for k, insn in enumerate(insns)}
+
+    # ---------------------------------------------------------------- helpers
+
+    def _store(self, regs) -> str:
+        return " ".join(f"ctx->regs[{r}] = x{r};" for r in sorted(regs))
+
+    def _load(self, regs) -> str:
+        return " ".join(f"x{r} = ctx->regs[{r}];" for r in sorted(regs))
+
+    def _leave_to(self, target: int) -> str:
+        """Continue at ``target``, a direct transfer: a goto inside the function, a tail transfer to another
+        function start, else the illegal-instruction trap there (no code)."""
+        if self.f.contains(target) and target in self.program.code:
+            return f"goto L_{target:x};"
+        if target in self.starts:
+            return f"{{ ctx->next = {lit(target)}; goto exit_tail; }}"
+        return f"BERM_TRAP(BERM_TRAP_ILLEGAL, {lit(target)}, {lit(target)}, 0);"
+
+    def _jump(self, insn: Instruction, target: int) -> str:
+        """A direct jump or taken branch from ``insn`` to ``target``; a back-edge polls first."""
+        go = self._leave_to(target)
+        if target <= insn.addr and go.startswith("goto"):
+            return f"{{ BERM_POLL({lit(insn.addr)}); {go} }}"
+        return go
+
+    # ---------------------------------------------------------------- the function
+
+    def emit(self) -> list[str]:
+        f = self.f
+        touched = sorted(f.touched)
+        out = self.out
+        out.append(f"/* {f.func.name} [{f.start:#x}, {f.end:#x}) */")
+        out.append(f"BERM_HIDDEN uint64_t {fn_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret) {{")
+        out.append("    BERM_LOCALS;")
+        out.append("    uint64_t zz = 0; (void)zz;")
+        if touched:
+            out.append("    uint64_t " + ", ".join(f"x{r} = ctx->regs[{r}]" for r in touched) + ";")
+        out.append(f"    BERM_ENTRY({lit(f.start)});")
+        if not f.insns or f.insns[0].addr != f.start:
+            out.append(f"    BERM_TRAP(BERM_TRAP_ILLEGAL, {lit(f.start)}, {lit(f.start)}, 0);")
+        prev_next = f.start
+        for insn in f.insns:
+            if insn.addr != prev_next:
+                # the previous instruction does not fall through to this one
+                out.append("    __builtin_unreachable();")
+            if insn.addr in self.labels:
+                out.append(f"L_{insn.addr:x}:;")
+                self.consts.reset()
+            out.append(f"    /* {insn.addr:x}: {disassemble(insn)} */")
+            falls = self._insn(insn)
+            self.consts.step(insn)
+            prev_next = insn.next_pc if falls else None
+            if falls and not self.follows[insn.addr]:
+                out.append("    " + self._leave_to(insn.next_pc))
+                prev_next = None
+        if prev_next is not None:
+            out.append("    " + self._leave_to(prev_next))
+        wb = self._store(f.written)
+        out.append(f"exit_ret: __attribute__((unused)); {wb} return ret;")
+        out.append(f"exit_tail: __attribute__((unused)); {wb} return BERM_TAIL;")
+        out.append(f"trap: __attribute__((unused)); {wb} return BERM_TRAPPED;")
+        out.append("}")
+        return out
+
+    # ---------------------------------------------------------------- one instruction
+
+    def _insn(self, insn: Instruction) -> bool:
+        """Emit ``insn``; True when it may fall through to ``insn.next_pc``."""
+        out, op, pc = self.out, insn.op, lit(insn.addr)
+        stmt = compute(insn)
+        if stmt is not None:
+            out.append("    " + stmt)
+            return True
+        if op in BRANCHES:
+            cond = BRANCH_CONDS[op].format(a=reg(insn.rs1), b=reg(insn.rs2))
+            out.append(f"    if ({cond}) {self._jump(insn, (insn.addr + insn.imm) & (2**64 - 1))}")
+            return True
+        if op == "jal":
+            target = (insn.addr + insn.imm) & (2**64 - 1)
+            if insn.rd == 0:
+                out.append("    " + self._jump(insn, target))
+                return False
+            self._direct_call(insn, target)
+            return False
+        if op == "jalr":
+            if insn.rd == 0:
+                self._indirect_jump(insn)
+            else:
+                self._indirect_call(insn)
+            return False
+        if op == "ecall":
+            self._ecall(insn)
+            return True
+        if op == "ebreak":
+            out.append(f"    BERM_TRAP(BERM_TRAP_BREAKPOINT, {pc}, 0, 0);")
+            return False
+        out.append(f"    BERM_TRAP(BERM_TRAP_ILLEGAL, {pc}, 0, 0);")  # illegal / unsupported encodings
+        return False
+
+    def _after_call(self, insn: Instruction, reload: set[int]) -> None:
+        """The tail of every call site: finish the callee's tail-call chain, reload what it may have written
+        (everything after a dynamic transfer), then trap or continue at the link address."""
+        mine = self.f.touched
+        out = self.out
+        out.append(f"        t_ = {self.p}finish(ctx, t_, {lit(insn.next_pc)});")
+        out.append("        ctx->depth--;")
+        if reload & mine:
+            out.append("        " + self._load(reload & mine))
+        if mine - reload:
+            out.append(f"        if (BERM_UNLIKELY(ctx->wild != w_)) {{ {self._load(mine - reload)} }}")
+        out.append("        if (BERM_UNLIKELY(t_ == BERM_TRAPPED)) goto trap;")
+        out.append("    }")
+        out.append("    " + self._leave_to(insn.next_pc))
+
+    def _call_prologue(self, insn: Instruction) -> None:
+        """Push a frame (or trap), write the link register, store what this function wrote so the callee sees
+        every register's true value."""
+        out = self.out
+        out.append(f"        BERM_PUSH({lit(insn.addr)});")
+        out.append(f"        {dst(insn.rd)} = {lit(insn.next_pc)};")
+        stores = self._store(self.f.written)
+        if stores:
+            out.append("        " + stores)
+        out.append("        uint64_t w_ = ctx->wild;")
+
+    def _direct_call(self, insn: Instruction, target: int) -> None:
+        out = self.out
+        out.append("    {")
+        if target not in self.starts or target not in self.by_start:
+            # a call to no code: the frame is pushed and the link written, then execution traps there
+            out.append(f"        BERM_PUSH({lit(insn.addr)});")
+            out.append(f"        {dst(insn.rd)} = {lit(insn.next_pc)};")
+            out.append(f"        BERM_TRAP(BERM_TRAP_ILLEGAL, {lit(target)}, {lit(target)}, 0);")
+            out.append("    }")
+            return
+        self._call_prologue(insn)
+        out.append(f"        uint64_t t_ = {fn_name(self.p, target)}(ctx, {lit(insn.next_pc)});")
+        self._after_call(insn, set(self.by_start[target].writes_closure))
+
+    def _target_expr(self, insn: Instruction) -> str:
+        return f"({reg(insn.rs1)} + {lit(insn.imm)}) & ~1ull"
+
+    def _indirect_call(self, insn: Instruction) -> None:
+        out = self.out
+        out.append("    {")
+        out.append(f"        uint64_t t_ = {self._target_expr(insn)};")
+        out.append(f"        berm_fn fn_ = {self.p}entry_fn(t_);")
+        out.append(f"        if (BERM_UNLIKELY(!fn_)) BERM_TRAP(BERM_TRAP_BAD_TARGET, {lit(insn.addr)}, t_, 0);")
+        self._call_prologue(insn)
+        out.append("        ctx->wild++;")
+        out.append(f"        t_ = fn_(ctx, {lit(insn.next_pc)});")
+        self._after_call(insn, set())
+
+    def _indirect_jump(self, insn: Instruction) -> None:
+        out = self.out
+        out.append("    {")
+        out.append(f"        uint64_t t_ = {self._target_expr(insn)};")
+        out.append("        if (BERM_LIKELY(t_ == ret)) goto exit_ret;")
+        if self.f.local_targets:
+            out.append(f"        BERM_POLL({lit(insn.addr)});")
+            out.append("        switch (t_) {")
+            for t in self.f.local_targets:
+                out.append(f"        case {lit(t)}: goto L_{t:x};")
+            out.append("        default: break;")
+            out.append("        }")
+        out.append(f"        if ({self.p}entry_fn(t_)) {{ ctx->next = t_; ctx->wild++; goto exit_tail; }}")
+        out.append(f"        BERM_TRAP(BERM_TRAP_BAD_TARGET, {lit(insn.addr)}, t_, 0);")
+        out.append("    }")
+
+    def _ecall(self, insn: Instruction) -> None:
+        number = self.consts.get(17)
+        pc = lit(insn.addr)
+        if number in _INLINE_CALLS:
+            self.out.append(f"    x10 = {_INLINE_CALLS[number]};")
+            return
+        if number in _TWO_ARG_CALLS:
+            args = f"{lit(number)}, x10, x11, 0, 0, 0, 0"
+        else:
+            args = "x17, x10, x11, x12, x13, x14, x15"
+        self.out.append(f"    {{ uint64_t r_ = ctx->ecall(ctx, {pc}, {args}); "
+                        "if (BERM_UNLIKELY(ctx->trap_kind)) goto trap; x10 = r_; }")

@@ -1,0 +1,102 @@
+"""C for the instructions that only compute: ALU, loads, stores and atomics. Control transfers and ``ecall`` live
+in ``berm_aot.emit.function``, which knows the function around them.
+
+Every statement refers to guest registers as C locals ``x1``…``x31`` (``x0`` reads as 0, writes go to the
+sink ``zz``) and to the macros of berm_host/aot/berm_rt.h. A fault jumps to the function's ``trap`` label
+before the instruction has any effect.
+"""
+
+from __future__ import annotations
+
+from berm_aot.isa import Instruction
+
+MASK = (1 << 64) - 1
+
+
+def lit(value: int) -> str:
+    """A C uint64_t literal."""
+    return f"{value & MASK:#x}ull"
+
+
+def reg(n: int) -> str:
+    return f"x{n}" if n else "0ull"
+
+
+def dst(n: int) -> str:
+    return f"x{n}" if n else "zz"
+
+
+_BIN = {
+    "add": "{a} + {b}", "sub": "{a} - {b}", "xor": "{a} ^ {b}", "or": "{a} | {b}", "and": "{a} & {b}",
+    "sll": "{a} << ({b} & 63)", "srl": "{a} >> ({b} & 63)", "sra": "(uint64_t)((int64_t){a} >> ({b} & 63))",
+    "slt": "(uint64_t)((int64_t){a} < (int64_t){b})", "sltu": "(uint64_t)({a} < {b})",
+    "addw": "berm_sx32({a} + {b})", "subw": "berm_sx32({a} - {b})",
+    "sllw": "berm_sx32((uint32_t){a} << ({b} & 31))", "srlw": "berm_sx32((uint32_t){a} >> ({b} & 31))",
+    "sraw": "(uint64_t)(int64_t)((int32_t){a} >> ({b} & 31))",
+    "mul": "{a} * {b}", "mulh": "berm_mulh({a}, {b})", "mulhsu": "berm_mulhsu({a}, {b})",
+    "mulhu": "berm_mulhu({a}, {b})", "div": "berm_div({a}, {b})", "divu": "berm_divu({a}, {b})",
+    "rem": "berm_rem({a}, {b})", "remu": "berm_remu({a}, {b})", "mulw": "berm_sx32({a} * {b})",
+    "divw": "berm_divw({a}, {b})", "divuw": "berm_divuw({a}, {b})", "remw": "berm_remw({a}, {b})",
+    "remuw": "berm_remuw({a}, {b})",
+}
+
+_IMM = {
+    "addi": "{a} + {i}", "xori": "{a} ^ {i}", "ori": "{a} | {i}", "andi": "{a} & {i}",
+    "slti": "(uint64_t)((int64_t){a} < (int64_t){i})", "sltiu": "(uint64_t)({a} < {i})",
+    "slli": "{a} << {s}", "srli": "{a} >> {s}", "srai": "(uint64_t)((int64_t){a} >> {s})",
+    "addiw": "berm_sx32({a} + {i})", "slliw": "berm_sx32((uint32_t){a} << {s})",
+    "srliw": "berm_sx32((uint32_t){a} >> {s})", "sraiw": "(uint64_t)(int64_t)((int32_t){a} >> {s})",
+}
+
+LOAD_TYPES = {"lb": "int8_t", "lh": "int16_t", "lw": "int32_t", "ld": "int64_t",
+              "lbu": "uint8_t", "lhu": "uint16_t", "lwu": "uint32_t"}
+STORE_TYPES = {"sb": "uint8_t", "sh": "uint16_t", "sw": "uint32_t", "sd": "uint64_t"}
+
+#: AMO ``new`` values over the old value ``o`` and the source ``s`` (both of the signed type S, unsigned U).
+_AMO = {
+    "amoswap": "s", "amoadd": "(S)((U)o + (U)s)", "amoxor": "(S)((U)o ^ (U)s)", "amoand": "(S)((U)o & (U)s)",
+    "amoor": "(S)((U)o | (U)s)", "amomin": "o < s ? o : s", "amomax": "o > s ? o : s",
+    "amominu": "(U)o < (U)s ? o : s", "amomaxu": "(U)o > (U)s ? o : s",
+}
+
+BRANCH_CONDS = {
+    "beq": "{a} == {b}", "bne": "{a} != {b}", "blt": "(int64_t){a} < (int64_t){b}",
+    "bge": "(int64_t){a} >= (int64_t){b}", "bltu": "{a} < {b}", "bgeu": "{a} >= {b}",
+}
+
+
+def compute(insn: Instruction) -> str | None:
+    """The C statement for a computing instruction, or None when ``insn`` is not one."""
+    op = insn.op
+    a, b = reg(insn.rs1), reg(insn.rs2)
+    if op in _BIN:
+        return f"{dst(insn.rd)} = {_BIN[op].format(a=a, b=b)};"
+    if op in _IMM:
+        return f"{dst(insn.rd)} = {_IMM[op].format(a=a, i=lit(insn.imm), s=insn.imm & 63)};"
+    if op == "lui":
+        return f"{dst(insn.rd)} = {lit(insn.imm)};"
+    if op == "auipc":
+        return f"{dst(insn.rd)} = {lit(insn.addr + insn.imm)};"
+    if op in LOAD_TYPES:
+        return f"BERM_LD({dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, {lit(insn.addr)});"
+    if op in STORE_TYPES:
+        return f"BERM_ST({STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b}, {lit(insn.addr)});"
+    if op in ("fence", "fence.i"):
+        return ";"
+    if "." in op:
+        return _atomic(insn)
+    return None
+
+
+def _atomic(insn: Instruction) -> str:
+    base, width = insn.op.split(".")
+    s_type, u_type = ("int32_t", "uint32_t") if width == "w" else ("int64_t", "uint64_t")
+    pc, a, b, d = lit(insn.addr), reg(insn.rs1), reg(insn.rs2), dst(insn.rd)
+    head = f"{{ BERM_ATOMIC_ADDR(a_, {s_type}, {a}, {0 if base == 'lr' else 1}, {pc}); "
+    if base == "lr":
+        return head + f"{s_type} o; memcpy(&o, M + a_, sizeof o); {d} = (uint64_t)(int64_t)o; }}"
+    if base == "sc":
+        return head + f"{s_type} s = ({s_type}){b}; memcpy(M + a_, &s, sizeof s); BERM_MARK(a_); {d} = 0; }}"
+    new = _AMO[base].replace("(S)", f"({s_type})").replace("(U)", f"({u_type})")
+    return (head + f"{s_type} s = ({s_type}){b}, o; memcpy(&o, M + a_, sizeof o); {s_type} n = {new}; "
+            f"memcpy(M + a_, &n, sizeof n); BERM_MARK(a_); {d} = (uint64_t)(int64_t)o; }}")

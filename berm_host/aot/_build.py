@@ -1,0 +1,77 @@
+"""cffi build script for the runtime core (API mode): ``berm_host.aot._core``.
+
+Run by ``pip install -e .`` through ``setup.py``'s ``cffi_modules``; ``python berm_host/aot/_build.py`` builds it
+in place by hand. The core-call numbers are derived from ``berm_abi.names`` here, never typed into C.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from cffi import FFI
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))  # setup.py runs this file outside the installed package
+
+from berm_abi.names import CORE_CALLS  # noqa: E402
+
+CDEF = """
+typedef struct berm_ctx {
+    volatile int32_t interrupt;
+    uint32_t depth;
+    int32_t trap_kind;
+    uint32_t trap_detail;
+    uint64_t trap_pc;
+    uint64_t trap_addr;
+    uint64_t regs[32];
+    uint8_t *mem;
+    ...;
+} berm_ctx;
+
+typedef struct berm_image berm_image;
+
+typedef struct berm_region {
+    berm_ctx ctx;
+    uint8_t *fail;
+    uint64_t fail_len;
+    int has_fail;
+    void *handle;
+    char trap_msg[200];
+    ...;
+} berm_region;
+
+berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
+                           uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull,
+                           uint64_t hull_len);
+void berm_image_free(berm_image *im);
+berm_region *berm_region_new(const berm_image *im, void *handle);
+void berm_region_free(berm_region *r);
+uint64_t berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
+                  const uint64_t *int_args, int n_int);
+int berm_stage(berm_region *r, const char *data, uint64_t len);
+int berm_readable(berm_region *r, uint64_t addr, uint64_t n);
+void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
+
+extern "Python+C" uint64_t berm_py_ecall(berm_region *r, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1);
+"""
+
+CALL_MACROS = [(f"BERM_CALL_{c.c_name}", f"{c.number:#x}ULL") for c in CORE_CALLS]
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source(
+    "berm_host.aot._core",
+    '#include "core.h"',
+    sources=[str(HERE / "core.c")],
+    include_dirs=[str(HERE)],
+    define_macros=CALL_MACROS,
+    extra_compile_args=["-O2", "-std=gnu11"],
+    libraries=["dl", "pthread"],
+)
+
+if __name__ == "__main__":
+    import shutil
+
+    built = Path(ffibuilder.compile(tmpdir=str(HERE.parent.parent / "build" / "cffi")))
+    shutil.copy2(built, HERE / built.name)

@@ -1,0 +1,105 @@
+"""``AotBackend``: translated code as a ``berm_host.backend.Backend``.
+
+An invocation takes a pooled guest memory region, registers it with the watchdog when it has a deadline, and
+makes one call into the core (``berm_run``, GIL released) that resets the region's dirty pages from the last
+invocation, zeroes the registers and runs the translated entry.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from berm_aot.cache import CodeCache
+from berm_aot.image import ElfImage
+from berm_aot.program import Program
+from berm_host.backend import RunRequest, RunResult
+from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
+from berm_host.traps import TrapInfo, TrapKind
+
+from .. import watchdog
+from .objects import ENTRY_SYMBOL, cached_object
+from .runtime import MemoryImage, Region, lib, load_code
+
+
+def image_hull(image: ElfImage, layout: Layout) -> bytes:
+    """The initial bytes of ``[image_lo, image_end)``: segment file bytes, zero elsewhere."""
+    hull = bytearray(layout.image_end - layout.image_lo)
+    for seg in image.segments:
+        off = seg.vaddr - layout.image_lo
+        hull[off:off + len(seg.data)] = seg.data[:seg.memsz]
+    return bytes(hull)
+
+
+class AotBackend:
+    """``program`` translated, compiled and loaded, with ``memory_size`` bytes of guest memory per invocation.
+
+    ``code`` names an already-built object and its entry symbol; without it the object comes from ``cache``
+    (compiled on a miss). ``compiled`` says whether this construction ran the C compiler.
+    """
+
+    def __init__(self, program: Program, memory_size: int = DEFAULT_MEMORY, *, cache: CodeCache | None = None,
+                 code: tuple[Path, str] | None = None, jobs: int = 2):
+        self.program = program
+        self.layout = layout_for(program.image, memory_size)
+        if code is None:
+            path, self.compiled = cached_object(program, cache or CodeCache(), jobs=jobs)
+            code = (path, ENTRY_SYMBOL)
+        else:
+            self.compiled = False
+        self.object_path = Path(code[0])
+        self._enter = load_code(str(code[0]), code[1])
+        self.memory = MemoryImage(self.layout, image_hull(program.image, self.layout))
+
+    # -- one invocation -----------------------------------------------------------------------------------------
+
+    def _run(self, region: Region, request: RunRequest) -> None:
+        if len(request.int_args) > 8:
+            raise ValueError(f"at most 8 integer arguments fit a0..a7, not {len(request.int_args)}")
+        for i, v in enumerate(request.int_args):
+            region.int_args[i] = v & 0xFFFFFFFFFFFFFFFF
+        region.linker = request.linker
+        region.log = request.log
+        region.detail = ""
+        region.ctx.interrupt = 0
+        args = bytes(request.args)
+        if request.deadline is None:
+            lib.berm_run(region.ptr, self._enter, request.entry, args, len(args), region.int_args,
+                         len(request.int_args))
+            return
+        watchdog.watch(region, request.deadline)
+        try:
+            lib.berm_run(region.ptr, self._enter, request.entry, args, len(args), region.int_args,
+                         len(request.int_args))
+        finally:
+            watchdog.unwatch(region)
+
+    def run(self, request: RunRequest) -> RunResult:
+        region = self.memory.acquire()
+        try:
+            self._run(region, request)
+            trap = self.trap_info(region)
+            regs = tuple(region.ctx.regs)
+            result = None
+            if request.read_result and trap is None and region.readable(regs[10], regs[11]):
+                result = region.read(regs[10], regs[11])
+            snapshot = tuple(region.copy_out(addr, n) for addr, n in request.snapshot)
+            return RunResult(regs=regs, pc=trap.pc if trap else 0, trap=trap, failure=region.failure(),
+                             result=result, snapshot=snapshot)
+        finally:
+            region.linker = region.log = None
+            self.memory.release(region)
+
+    def trap_info(self, region: Region) -> TrapInfo | None:
+        record = region.trap_record()
+        if record is None:
+            return None
+        kind, pc, addr, detail = record
+        if kind is TrapKind.ILLEGAL_INSTRUCTION:
+            detail = self._illegal_detail(pc)
+        return TrapInfo(kind, pc, addr, detail, self.program.symbolize(pc))
+
+    def _illegal_detail(self, pc: int) -> str:
+        """As the interpreter words it: the decoder's note, or that there is no code at ``pc``."""
+        if not self.program.in_code(pc):
+            return f"no code at {pc:#x}"
+        return self.program.instruction(pc).note or ""

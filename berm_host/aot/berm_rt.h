@@ -1,0 +1,227 @@
+/* The runtime interface between translated guest code (berm_aot.emit) and the runtime core (core.c).
+ *
+ * A translated image is a shared object that includes this header and nothing else: it reaches the core only
+ * through the function pointers in berm_ctx, so it has no link-time dependency. Change anything here and bump
+ * BERM_RT_ABI (it is part of every cache key).
+ *
+ * Conventions of the translated code (see berm_aot/emit):
+ *   - one C function per guest function, `uint64_t f(berm_ctx *ctx, uint64_t ret)`, returning the next pc:
+ *     `ret` for a normal return, BERM_TAIL with ctx->next = the target for a tail call, BERM_TRAPPED on a trap.
+ *     Real pcs are even, so the odd sentinels never collide with one.
+ *   - guest registers live in C locals; ctx->regs is the register file at function boundaries and after a trap.
+ *   - memory: guest address a is ctx->mem + a; every access is bounds-checked (fast window test, then the exact
+ *     check in the core), every store marks its page dirty so the core can restore only what changed.
+ */
+#ifndef BERM_RT_H
+#define BERM_RT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define BERM_RT_ABI 1
+
+#define BERM_TRAPPED 1u
+#define BERM_TAIL 3u
+
+#define BERM_PAGE_SHIFT 12
+#define BERM_COARSE_SHIFT 18 /* one coarse dirty byte per 64 pages */
+#define BERM_MAX_CALL_DEPTH 10000u
+
+enum berm_trap_kind {
+    BERM_TRAP_NONE = 0,
+    BERM_TRAP_MEMORY = 1,
+    BERM_TRAP_BAD_TARGET = 2,
+    BERM_TRAP_BREAKPOINT = 3,
+    BERM_TRAP_UNKNOWN_CALL = 4,
+    BERM_TRAP_CALL_FAILED = 5,
+    BERM_TRAP_ILLEGAL = 6,
+    BERM_TRAP_INTERRUPTED = 7,
+    BERM_TRAP_STACK = 8,
+};
+
+/* trap_detail for memory faults: (access << 8) | size in bytes. */
+enum berm_access { BERM_LOAD = 0, BERM_STORE = 1, BERM_MISALIGNED = 2 };
+/* trap_detail for stack traps. */
+enum berm_stack_why { BERM_STACK_DEPTH = 0, BERM_STACK_NATIVE = 1 };
+
+typedef struct berm_ctx berm_ctx;
+
+struct berm_ctx {
+    /* --- read by translated code on every function entry --- */
+    uint8_t *mem;     /* guest address a lives at mem + a */
+    uint8_t *dirty;   /* one byte per 4 KiB page */
+    uint8_t *coarse;  /* one byte per 256 KiB */
+    /* Fast windows: any access of at most 8 bytes at a with (a - lo) <= span is in bounds. Accesses outside
+     * them take the exact check (ctx->check), so the windows only need to be conservative. */
+    uint64_t load_lo, load_span;
+    uint64_t store_lo, store_span;
+    uint64_t stack_lo, stack_span;
+    uintptr_t native_limit; /* the lowest host stack address translated code may reach */
+    volatile int32_t interrupt;
+    uint32_t depth; /* shadow call stack frames */
+    uint64_t next;  /* tail call target when a function returns BERM_TAIL */
+    /* Bumped by every dynamic transfer (indirect call, indirect jump to a function entry): a caller that sees it
+     * change across a call reloads all of its registers, since the static write summaries did not cover it. */
+    uint64_t wild;
+
+    /* --- the trap, when trap_kind != 0 --- */
+    int32_t trap_kind;
+    uint32_t trap_detail;
+    uint64_t trap_pc;
+    uint64_t trap_addr;
+
+    uint64_t regs[32];
+
+    /* --- served inline --- */
+    uint64_t args_len;
+    uint64_t heap_start;
+    uint64_t heap_size;
+
+    /* --- the core's entry points --- */
+    /* Exact bounds check after the fast window missed: 1 when the access is allowed, else records the fault. */
+    int (*check)(berm_ctx *ctx, uint64_t addr, uint32_t size, int store, uint64_t pc);
+    /* Any ecall the translated code does not serve inline; sets trap_kind on a trap. */
+    uint64_t (*ecall)(berm_ctx *ctx, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1, uint64_t a2,
+                      uint64_t a3, uint64_t a4, uint64_t a5);
+};
+
+typedef uint64_t (*berm_fn)(berm_ctx *ctx, uint64_t ret);
+/* The one export of a translated image: run the guest function at `entry` (returns 0 or BERM_TRAPPED). */
+typedef uint64_t (*berm_enter_fn)(berm_ctx *ctx, uint64_t entry);
+
+#define BERM_HIDDEN __attribute__((visibility("hidden")))
+#define BERM_EXPORT __attribute__((visibility("default")))
+#define BERM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define BERM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+static inline __attribute__((always_inline)) void berm_set_trap(berm_ctx *ctx, int kind, uint64_t pc,
+                                                                 uint64_t addr, uint32_t detail) {
+    ctx->trap_kind = kind;
+    ctx->trap_pc = pc;
+    ctx->trap_addr = addr;
+    ctx->trap_detail = detail;
+}
+
+/* ---- arithmetic with RISC-V semantics ---- */
+static inline uint64_t berm_mulh(uint64_t a, uint64_t b) {
+    return (uint64_t)(((__int128)(int64_t)a * (__int128)(int64_t)b) >> 64);
+}
+static inline uint64_t berm_mulhsu(uint64_t a, uint64_t b) {
+    return (uint64_t)(((__int128)(int64_t)a * (__int128)(unsigned __int128)b) >> 64);
+}
+static inline uint64_t berm_mulhu(uint64_t a, uint64_t b) {
+    return (uint64_t)(((unsigned __int128)a * (unsigned __int128)b) >> 64);
+}
+static inline uint64_t berm_div(uint64_t a, uint64_t b) {
+    if (b == 0) return ~0ull;
+    if ((int64_t)a == INT64_MIN && (int64_t)b == -1) return a;
+    return (uint64_t)((int64_t)a / (int64_t)b);
+}
+static inline uint64_t berm_divu(uint64_t a, uint64_t b) { return b ? a / b : ~0ull; }
+static inline uint64_t berm_rem(uint64_t a, uint64_t b) {
+    if (b == 0) return a;
+    if ((int64_t)a == INT64_MIN && (int64_t)b == -1) return 0;
+    return (uint64_t)((int64_t)a % (int64_t)b);
+}
+static inline uint64_t berm_remu(uint64_t a, uint64_t b) { return b ? a % b : a; }
+static inline uint64_t berm_sx32(uint64_t v) { return (uint64_t)(int64_t)(int32_t)(uint32_t)v; }
+static inline uint64_t berm_divw(uint64_t a, uint64_t b) {
+    int32_t x = (int32_t)a, y = (int32_t)b;
+    if (y == 0) return ~0ull;
+    if (x == INT32_MIN && y == -1) return berm_sx32((uint32_t)x);
+    return berm_sx32((uint32_t)(x / y));
+}
+static inline uint64_t berm_divuw(uint64_t a, uint64_t b) {
+    uint32_t x = (uint32_t)a, y = (uint32_t)b;
+    return y ? berm_sx32(x / y) : ~0ull;
+}
+static inline uint64_t berm_remw(uint64_t a, uint64_t b) {
+    int32_t x = (int32_t)a, y = (int32_t)b;
+    if (y == 0) return berm_sx32((uint32_t)x);
+    if (x == INT32_MIN && y == -1) return 0;
+    return berm_sx32((uint32_t)(x % y));
+}
+static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
+    uint32_t x = (uint32_t)a, y = (uint32_t)b;
+    return berm_sx32(y ? x % y : x);
+}
+
+/* ---- the locals every translated function sets up (copies, so guest stores cannot alias them) ---- */
+#define BERM_LOCALS                                                                        \
+    uint8_t *const M = ctx->mem;                                                           \
+    uint8_t *const DIRTY = ctx->dirty;                                                     \
+    uint8_t *const COARSE = ctx->coarse;                                                   \
+    const uint64_t LLO = ctx->load_lo, LSPAN = ctx->load_span;                             \
+    const uint64_t SLO = ctx->store_lo, SSPAN = ctx->store_span;                           \
+    const uint64_t KLO = ctx->stack_lo, KSPAN = ctx->stack_span;                           \
+    (void)M; (void)DIRTY; (void)COARSE; (void)LLO; (void)LSPAN; (void)SLO; (void)SSPAN; (void)KLO; (void)KSPAN
+
+#define BERM_LOAD_FAST(a) ((uint64_t)((a) - LLO) <= LSPAN || (uint64_t)((a) - KLO) <= KSPAN)
+#define BERM_STORE_FAST(a) ((uint64_t)((a) - SLO) <= SSPAN || (uint64_t)((a) - KLO) <= KSPAN)
+
+/* A store of at most 8 bytes starting in page p can reach only the first 7 bytes of page p+1; the core restores
+ * those along with page p, so one mark per store is enough. */
+#define BERM_MARK(a)                                  \
+    do {                                              \
+        DIRTY[(a) >> BERM_PAGE_SHIFT] = 1;            \
+        COARSE[(a) >> BERM_COARSE_SHIFT] = 1;         \
+    } while (0)
+
+/* dst = *(T *)(M + a), sign- or zero-extended by T; traps to `trap` with pc on a fault. */
+#define BERM_LD(dst, T, addr, pc)                                                                   \
+    do {                                                                                            \
+        uint64_t a_ = (addr);                                                                       \
+        if (BERM_UNLIKELY(!BERM_LOAD_FAST(a_)) && !ctx->check(ctx, a_, sizeof(T), 0, (pc))) goto trap; \
+        T v_;                                                                                       \
+        memcpy(&v_, M + a_, sizeof v_);                                                             \
+        dst = (uint64_t)(int64_t)v_;                                                                \
+    } while (0)
+
+#define BERM_ST(T, addr, val, pc)                                                                   \
+    do {                                                                                            \
+        uint64_t a_ = (addr);                                                                       \
+        if (BERM_UNLIKELY(!BERM_STORE_FAST(a_)) && !ctx->check(ctx, a_, sizeof(T), 1, (pc))) goto trap; \
+        T v_ = (T)(val);                                                                            \
+        memcpy(M + a_, &v_, sizeof v_);                                                             \
+        BERM_MARK(a_);                                                                              \
+    } while (0)
+
+/* Atomics: naturally aligned, else a fault; then the load (lr) or store (everything else) bounds. */
+#define BERM_ATOMIC_ADDR(a_, T, addr, store, pc)                                                    \
+    uint64_t a_ = (addr);                                                                           \
+    if (BERM_UNLIKELY(a_ & (sizeof(T) - 1))) {                                                      \
+        berm_set_trap(ctx, BERM_TRAP_MEMORY, (pc), a_, (BERM_MISALIGNED << 8) | sizeof(T));          \
+        goto trap;                                                                                  \
+    }                                                                                               \
+    if (BERM_UNLIKELY(!((store) ? BERM_STORE_FAST(a_) : BERM_LOAD_FAST(a_))) &&                     \
+        !ctx->check(ctx, a_, sizeof(T), (store), (pc)))                                             \
+        goto trap
+
+#define BERM_TRAP(kind, pc, addr, detail)                 \
+    do {                                                  \
+        berm_set_trap(ctx, (kind), (pc), (addr), (detail)); \
+        goto trap;                                        \
+    } while (0)
+
+/* At function entry and on every back-edge: the watchdog's interrupt flag. */
+#define BERM_POLL(pc)                                                              \
+    do {                                                                           \
+        if (BERM_UNLIKELY(ctx->interrupt)) BERM_TRAP(BERM_TRAP_INTERRUPTED, (pc), 0, 0); \
+    } while (0)
+
+/* At function entry: the interrupt flag and the host thread's stack. */
+#define BERM_ENTRY(pc)                                                                             \
+    do {                                                                                           \
+        BERM_POLL(pc);                                                                             \
+        if (BERM_UNLIKELY((uintptr_t)__builtin_frame_address(0) < ctx->native_limit))             \
+            BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_NATIVE);                               \
+    } while (0)
+
+/* Before a call pushes a frame. */
+#define BERM_PUSH(pc)                                                                                   \
+    do {                                                                                                \
+        if (BERM_UNLIKELY(ctx->depth >= BERM_MAX_CALL_DEPTH)) BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_DEPTH); \
+        ctx->depth++;                                                                                   \
+    } while (0)
+
+#endif

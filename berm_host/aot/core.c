@@ -1,0 +1,335 @@
+/* The runtime core: guest memory regions, invocation entry, the core host calls, exact bounds checks, and
+ * loading translated images. Built by cffi (berm_host/aot/_build.py) into berm_host.aot._core.
+ *
+ * No signal handler anywhere: translated code checks every access itself, so nothing here expects a fault.
+ *
+ * Memory is reused, not re-mapped (a page fault costs ~1.3 us here): every store marks its page in a byte map
+ * (and a coarse map over 64 pages), and the next invocation on the region restores only those pages — from the
+ * pristine image for pages inside the image hull, zero elsewhere. Untouched .bss costs nothing.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "berm_rt.h"
+#include "core.h"
+
+#define PAGE ((uint64_t)1 << BERM_PAGE_SHIFT)
+#define PAGES_PER_COARSE ((uint64_t)1 << (BERM_COARSE_SHIFT - BERM_PAGE_SHIFT))
+
+struct berm_image {
+    uint64_t size, image_lo, writable_lo, image_end, heap_start, guard_lo, stack_lo;
+    uint64_t hull_lo;      /* image_lo rounded down to a page */
+    uint8_t *pristine;     /* [hull_lo, heap_start): the initial bytes, zero-filled */
+};
+
+/* ---------------------------------------------------------------- images */
+
+berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
+                           uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull,
+                           uint64_t hull_len) {
+    berm_image *im = calloc(1, sizeof *im);
+    if (!im) return NULL;
+    im->size = size;
+    im->image_lo = image_lo;
+    im->writable_lo = writable_lo;
+    im->image_end = image_end;
+    im->heap_start = heap_start;
+    im->guard_lo = guard_lo;
+    im->stack_lo = stack_lo;
+    im->hull_lo = image_lo & ~(PAGE - 1);
+    uint64_t n = heap_start - im->hull_lo;
+    if (hull_len > n) hull_len = n;
+    im->pristine = calloc(1, n ? n : 1);
+    if (!im->pristine) {
+        free(im);
+        return NULL;
+    }
+    memcpy(im->pristine + (image_lo - im->hull_lo), hull, hull_len);
+    return im;
+}
+
+void berm_image_free(berm_image *im) {
+    if (!im) return;
+    free(im->pristine);
+    free(im);
+}
+
+/* ---------------------------------------------------------------- exact bounds */
+
+static inline int range_ok(uint64_t a, uint64_t n, uint64_t lo, uint64_t hi) {
+    return a >= lo && a <= hi && n <= hi - a;
+}
+
+static inline int readable(const berm_image *im, uint64_t a, uint64_t n) {
+    return range_ok(a, n, im->image_lo, im->guard_lo) || range_ok(a, n, im->stack_lo, im->size);
+}
+
+static inline int writable(const berm_image *im, uint64_t a, uint64_t n) {
+    return range_ok(a, n, im->writable_lo, im->guard_lo) || range_ok(a, n, im->stack_lo, im->size);
+}
+
+static int core_check(berm_ctx *c, uint64_t a, uint32_t n, int store, uint64_t pc) {
+    berm_region *r = (berm_region *)c;
+    if (store ? writable(r->image, a, n) : readable(r->image, a, n)) return 1;
+    berm_set_trap(c, BERM_TRAP_MEMORY, pc, a, ((uint32_t)(store ? BERM_STORE : BERM_LOAD) << 8) | n);
+    return 0;
+}
+
+int berm_readable(berm_region *r, uint64_t addr, uint64_t n) {
+    return n == 0 || readable(r->image, addr, n);
+}
+
+/* ---------------------------------------------------------------- dirty pages */
+
+static void mark_range(berm_region *r, uint64_t a, uint64_t n) {
+    if (!n) return;
+    for (uint64_t p = a >> BERM_PAGE_SHIFT; p <= (a + n - 1) >> BERM_PAGE_SHIFT; p++) {
+        r->ctx.dirty[p] = 1;
+        r->ctx.coarse[p / PAGES_PER_COARSE] = 1;
+    }
+}
+
+/* Restore [a, a+n) (inside one page) to its initial contents. */
+static void restore(berm_region *r, uint64_t a, uint64_t n) {
+    const berm_image *im = r->image;
+    if (a >= im->hull_lo && a < im->heap_start)
+        memcpy(r->ctx.mem + a, im->pristine + (a - im->hull_lo), n);
+    else
+        memset(r->ctx.mem + a, 0, n);
+}
+
+static void reset_memory(berm_region *r) {
+    uint8_t *coarse = r->ctx.coarse, *dirty = r->ctx.dirty;
+    for (uint64_t c = 0; c < r->ncoarse; c += 8) {
+        uint64_t word;
+        memcpy(&word, coarse + c, 8); /* the coarse map is padded to a multiple of 8 */
+        if (!word) continue;
+        for (uint64_t cc = c; cc < c + 8; cc++) {
+            if (!coarse[cc]) continue;
+            coarse[cc] = 0;
+            uint64_t p0 = cc * PAGES_PER_COARSE, p1 = p0 + PAGES_PER_COARSE;
+            if (p1 > r->npages) p1 = r->npages;
+            for (uint64_t p = p0; p < p1; p++) {
+                if (!dirty[p]) continue;
+                dirty[p] = 0;
+                restore(r, p << BERM_PAGE_SHIFT, PAGE);
+                /* a store of up to 8 bytes at the end of page p spills into the start of page p+1 */
+                if (p + 1 < r->npages) restore(r, (p + 1) << BERM_PAGE_SHIFT, 8);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- host calls */
+
+static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, uint64_t a1, uint64_t a2,
+                           uint64_t a3, uint64_t a4, uint64_t a5);
+
+static void buffer_trap(berm_region *r, uint64_t pc, const char *call, uint64_t ptr, uint64_t n,
+                        const char *access) {
+    berm_set_trap(&r->ctx, BERM_TRAP_CALL_FAILED, pc, ptr, 0);
+    snprintf(r->trap_msg, sizeof r->trap_msg, "%s: the buffer at %#llx (%llu bytes) is not %s guest memory",
+             call, (unsigned long long)ptr, (unsigned long long)n, access);
+}
+
+/* Copy min(len, cap) bytes of src into guest memory at ptr; returns len, or sets the trap. */
+static uint64_t copy_out(berm_region *r, uint64_t pc, const char *call, uint64_t ptr, uint64_t cap,
+                         const uint8_t *src, uint64_t len) {
+    uint64_t n = len < cap ? len : cap;
+    if (n) {
+        if (!writable(r->image, ptr, n)) {
+            buffer_trap(r, pc, call, ptr, n, "writable");
+            return 0;
+        }
+        memcpy(r->ctx.mem + ptr, src, n);
+        mark_range(r, ptr, n);
+    }
+    return len;
+}
+
+static int grow(uint8_t **buf, uint64_t *cap, uint64_t need) {
+    if (need <= *cap) return 1;
+    uint64_t want = need < 256 ? 256 : need;
+    uint8_t *p = realloc(*buf, want);
+    if (!p) return 0;
+    *buf = p;
+    *cap = want;
+    return 1;
+}
+
+int berm_stage(berm_region *r, const char *data, uint64_t len) {
+    if (!grow(&r->staged, &r->staged_cap, len)) return 0;
+    memcpy(r->staged, data, len);
+    r->staged_len = len;
+    return 1;
+}
+
+static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, uint64_t a1, uint64_t a2,
+                           uint64_t a3, uint64_t a4, uint64_t a5) {
+    (void)a2, (void)a3, (void)a4, (void)a5;
+    berm_region *r = (berm_region *)c;
+    switch (n) {
+    case BERM_CALL_ARGS_LEN:
+        return c->args_len;
+    case BERM_CALL_ARGS_READ:
+        return copy_out(r, pc, "berm.args.read", a0, a1, (const uint8_t *)r->args, c->args_len);
+    case BERM_CALL_RESULT_READ:
+        return copy_out(r, pc, "berm.result.read", a0, a1, r->staged, r->staged_len);
+    case BERM_CALL_HEAP_START:
+        return c->heap_start;
+    case BERM_CALL_HEAP_SIZE:
+        return c->heap_size;
+    case BERM_CALL_FAIL:
+        if (a1 && !readable(r->image, a0, a1)) {
+            buffer_trap(r, pc, "berm.fail", a0, a1, "readable");
+            return 0;
+        }
+        if (!grow(&r->fail, &r->fail_cap, a1)) {
+            berm_set_trap(c, BERM_TRAP_CALL_FAILED, pc, a0, 0);
+            snprintf(r->trap_msg, sizeof r->trap_msg, "berm.fail: out of host memory for %llu bytes",
+                     (unsigned long long)a1);
+            return 0;
+        }
+        if (a1) memcpy(r->fail, c->mem + a0, a1);
+        r->fail_len = a1;
+        r->has_fail = 1;
+        return 0;
+    default: /* berm.log and capabilities: Python */
+        return berm_py_ecall(r, pc, n, a0, a1);
+    }
+}
+
+/* ---------------------------------------------------------------- regions */
+
+berm_region *berm_region_new(const berm_image *im, void *handle) {
+    berm_region *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->image = im;
+    r->handle = handle;
+    r->size = im->size;
+    r->npages = im->size >> BERM_PAGE_SHIFT;
+    r->ncoarse = ((im->size >> BERM_COARSE_SHIFT) + 1 + 7) & ~(uint64_t)7;
+    r->ctx.dirty = calloc(1, r->npages);
+    r->ctx.coarse = calloc(1, r->ncoarse);
+    void *mem = mmap(NULL, im->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (!r->ctx.dirty || !r->ctx.coarse || mem == MAP_FAILED) {
+        if (mem != MAP_FAILED) munmap(mem, im->size);
+        free(r->ctx.dirty);
+        free(r->ctx.coarse);
+        free(r);
+        return NULL;
+    }
+    r->ctx.mem = mem;
+    /* copy in the non-zero pages of the image; zero pages (.bss) stay untouched */
+    for (uint64_t a = im->hull_lo; a < im->heap_start; a += PAGE) {
+        const uint8_t *src = im->pristine + (a - im->hull_lo);
+        for (uint64_t i = 0; i < PAGE; i++) {
+            if (src[i]) {
+                memcpy(r->ctx.mem + a, src, PAGE);
+                break;
+            }
+        }
+    }
+    berm_ctx *c = &r->ctx;
+    /* fast windows (see berm_rt.h); a window too small for an 8-byte access falls back to the stack's */
+    c->stack_lo = im->stack_lo;
+    c->stack_span = im->size - im->stack_lo - 8;
+    c->load_lo = im->guard_lo - im->image_lo >= 8 ? im->image_lo : c->stack_lo;
+    c->load_span = im->guard_lo - im->image_lo >= 8 ? im->guard_lo - im->image_lo - 8 : c->stack_span;
+    c->store_lo = im->guard_lo - im->writable_lo >= 8 ? im->writable_lo : c->stack_lo;
+    c->store_span = im->guard_lo - im->writable_lo >= 8 ? im->guard_lo - im->writable_lo - 8 : c->stack_span;
+    c->heap_start = im->heap_start;
+    c->heap_size = im->guard_lo - im->heap_start;
+    c->check = core_check;
+    c->ecall = core_ecall;
+    return r;
+}
+
+void berm_region_free(berm_region *r) {
+    if (!r) return;
+    munmap(r->ctx.mem, r->size); /* never r->image: it may be freed first at interpreter exit */
+    free(r->ctx.dirty);
+    free(r->ctx.coarse);
+    free(r->staged);
+    free(r->fail);
+    free(r);
+}
+
+/* ---------------------------------------------------------------- the host thread's stack */
+
+/* The lowest stack address guest code may reach on this thread: the stack's bottom plus a wide margin for the
+ * core, Python callbacks and the frame that notices. Computed once per thread. */
+static __thread uintptr_t thread_limit;
+
+static uintptr_t native_limit(void) {
+    if (thread_limit) return thread_limit;
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    uintptr_t limit = here > ((uintptr_t)1 << 20) ? here - ((uintptr_t)1 << 20) : 0; /* fallback: 1 MiB */
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void *lo;
+        size_t size;
+        if (pthread_attr_getstack(&attr, &lo, &size) == 0 && (uintptr_t)lo < here) {
+            uintptr_t avail = here - (uintptr_t)lo;
+            uintptr_t margin = avail / 4;
+            if (margin > ((uintptr_t)1 << 20)) margin = (uintptr_t)1 << 20;
+            if (margin < ((uintptr_t)64 << 10)) margin = (uintptr_t)64 << 10;
+            limit = (uintptr_t)lo + margin;
+            /* an "unlimited" main-thread stack is not all mapped: never go deeper than 256 MiB */
+            if (avail > ((uintptr_t)256 << 20)) limit = here - ((uintptr_t)256 << 20);
+        }
+        pthread_attr_destroy(&attr);
+    }
+    thread_limit = limit;
+    return limit;
+}
+
+/* ---------------------------------------------------------------- invocation */
+
+uint64_t berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
+                  const uint64_t *int_args, int n_int) {
+    berm_ctx *c = &r->ctx;
+    if (r->used) reset_memory(r);
+    r->used = 1;
+    memset(c->regs, 0, sizeof c->regs);
+    c->regs[2] = r->image->size - 16;
+    for (int i = 0; i < n_int && i < 8; i++) c->regs[10 + i] = int_args[i];
+    r->args = args;
+    c->args_len = args_len;
+    r->staged_len = 0;
+    r->has_fail = 0;
+    r->fail_len = 0;
+    r->trap_msg[0] = 0;
+    c->trap_kind = BERM_TRAP_NONE;
+    c->trap_pc = c->trap_addr = 0;
+    c->trap_detail = 0;
+    c->depth = 0;
+    c->native_limit = native_limit();
+    return ((berm_enter_fn)enter)(c, entry);
+}
+
+/* ---------------------------------------------------------------- translated images */
+
+void *berm_load(const char *path, const char *symbol, char *err, size_t errlen) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(err, errlen, "%s", dlerror());
+        return NULL;
+    }
+    const int *abi = dlsym(h, "berm_rt_abi");
+    void *enter = dlsym(h, symbol);
+    if (!abi || !enter) {
+        snprintf(err, errlen, "%s is not a translated image (no berm_rt_abi or %s)", path, symbol);
+        return NULL;
+    }
+    if (*abi != BERM_RT_ABI) {
+        snprintf(err, errlen, "%s was built for runtime ABI %d, this runtime is %d", path, *abi, BERM_RT_ABI);
+        return NULL;
+    }
+    return enter;
+}

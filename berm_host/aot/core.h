@@ -1,0 +1,43 @@
+/* The runtime core's interface to Python (cffi reads the declarations in _build.py; core.c implements them). */
+#ifndef BERM_CORE_H
+#define BERM_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "berm_rt.h"
+
+typedef struct berm_image berm_image;
+
+/* One reusable guest memory region and the state of the invocation running in it. */
+typedef struct berm_region {
+    berm_ctx ctx; /* first: translated code sees only this part */
+    const berm_image *image;
+    const char *args; /* the invocation's argument blob (owned by Python for the duration of the call) */
+    uint8_t *staged;     /* the last capability reply, for berm.result.read */
+    uint64_t staged_len, staged_cap;
+    uint8_t *fail; /* the last berm.fail text */
+    uint64_t fail_len, fail_cap;
+    int has_fail;
+    int used; /* memory may be dirty: reset before the next invocation */
+    void *handle; /* the Python object serving callbacks for this region */
+    uint64_t size, npages, ncoarse;
+    char trap_msg[200]; /* detail of a host-call-failed trap raised by the core */
+} berm_region;
+
+berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
+                           uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull,
+                           uint64_t hull_len);
+void berm_image_free(berm_image *im);
+berm_region *berm_region_new(const berm_image *im, void *handle);
+void berm_region_free(berm_region *r);
+uint64_t berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
+                  const uint64_t *int_args, int n_int);
+int berm_stage(berm_region *r, const char *data, uint64_t len);
+int berm_readable(berm_region *r, uint64_t addr, uint64_t n);
+void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
+
+/* Defined by cffi (extern "Python+C"): berm.log and every capability. */
+uint64_t berm_py_ecall(berm_region *r, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1);
+
+#endif

@@ -1,0 +1,56 @@
+"""Translated code as shared objects: emit C for a program, compile it, and keep it in the code cache.
+
+The cache key covers every input of the object: the ELF bytes (their SHA-256), the translator version and the
+source of every module that shapes the emitted code (decoder, program model, analysis, emitter: editing one
+invalidates the cache without anyone remembering to bump a number), the compiler's identity and flags, the
+runtime header the code is compiled against, and the symbol prefix. Memory layout is runtime data (berm_ctx),
+never baked into the code.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+import berm_aot
+from berm_aot import cc
+from berm_aot.cache import CodeCache, cache_key
+from berm_aot.emit import ABI_UNIT, TRANSLATOR_VERSION, emit_program
+from berm_aot.program import Program
+
+RUNTIME_DIR = Path(__file__).resolve().parent
+HEADER = RUNTIME_DIR / "berm_rt.h"
+ENTRY_SYMBOL = "berm_enter"
+
+
+_TRANSLATOR_SOURCES = ("isa.py", "decode.py", "program.py", "analysis.py", "emit/__init__.py", "emit/consts.py",
+                       "emit/function.py", "emit/insn.py")
+
+
+@functools.lru_cache(maxsize=1)
+def translator_digest() -> str:
+    """SHA-256 over the translator version, its source files and the runtime header."""
+    h = hashlib.sha256(TRANSLATOR_VERSION.encode())
+    root = Path(berm_aot.__file__).resolve().parent
+    for name in _TRANSLATOR_SOURCES:
+        h.update((root / name).read_bytes())
+    h.update(HEADER.read_bytes())
+    return h.hexdigest()
+
+
+def object_key(program: Program, prefix: str = "") -> str:
+    return cache_key("berm-aot", program.image.sha256, translator_digest(), cc.identity(), prefix)
+
+
+def compile_programs(programs: list[tuple[Program, str]], out: Path, *, jobs: int = 2) -> None:
+    """Emit every (program, prefix) and compile them all into the one shared object ``out``."""
+    sources = [ABI_UNIT]
+    for program, prefix in programs:
+        sources += emit_program(program, prefix=prefix)
+    cc.compile_shared(sources, out, include_dirs=(RUNTIME_DIR,), jobs=jobs)
+
+
+def cached_object(program: Program, cache: CodeCache, *, jobs: int = 2) -> tuple[Path, bool]:
+    """``(path, compiled)``: the program's object from the cache, compiling it on a miss."""
+    return cache.get_or_build(object_key(program), lambda out: compile_programs([(program, "")], out, jobs=jobs))

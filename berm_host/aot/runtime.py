@@ -1,0 +1,180 @@
+"""The Python side of the runtime core: guest memory images and pooled regions, the host-call callback, and
+turning the core's trap record into a ``TrapInfo``.
+
+A ``MemoryImage`` is one image's layout and pristine bytes inside the core; its ``Region``s are reusable guest
+memories (mmap'ed once, reset page by page between invocations by the core). A region belongs to one invocation
+at a time; the pool hands them out (``list.pop``/``append`` are atomic under the GIL).
+"""
+
+from __future__ import annotations
+
+from berm_abi.names import ERROR_BIT, core_number
+from berm_host.backend import LogSink
+from berm_host.layout import MAX_CALL_DEPTH, Layout
+from berm_host.linker import CapabilityError, Linker, unknown_call_detail
+from berm_host.traps import HostError, TrapKind
+
+try:
+    from ._core import ffi, lib
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError("the Berm runtime core is not built: run `pip install -e .` "
+                      f"(or `python berm_host/aot/_build.py`): {exc}") from None
+
+#: The core's trap kinds (berm_rt.h), by number.
+KINDS = {
+    1: TrapKind.MEMORY_FAULT, 2: TrapKind.BAD_INDIRECT_TARGET, 3: TrapKind.BREAKPOINT,
+    4: TrapKind.UNKNOWN_HOST_CALL, 5: TrapKind.HOST_CALL_FAILED, 6: TrapKind.ILLEGAL_INSTRUCTION,
+    7: TrapKind.INTERRUPTED, 8: TrapKind.STACK_EXHAUSTED,
+}
+_CODES = {kind: code for code, kind in KINDS.items()}
+_ACCESS = {0: "load {n} bytes", 1: "store {n} bytes", 2: "misaligned {n}-byte atomic"}
+_STACK = {0: f"more than {MAX_CALL_DEPTH} nested calls", 1: "the host thread's stack is exhausted"}
+POOL_LIMIT = 16
+LOG = core_number("berm.log")
+
+
+class MemoryImage:
+    """An image's memory layout and initial bytes, owned by the core; the factory of its regions."""
+
+    def __init__(self, layout: Layout, hull: bytes):
+        self.layout = layout
+        self._keep = hull
+        ptr = lib.berm_image_new(layout.size, layout.image_lo, layout.writable_lo, layout.image_end,
+                                 layout.heap_start, layout.guard_lo, layout.stack_lo, hull, len(hull))
+        if ptr == ffi.NULL:
+            raise HostError("out of host memory for the image")
+        self.ptr = ffi.gc(ptr, lib.berm_image_free)
+        self._pool: list[Region] = []
+
+    def acquire(self) -> Region:
+        try:
+            return self._pool.pop()
+        except IndexError:
+            return Region(self)
+
+    def release(self, region: Region) -> None:
+        if len(self._pool) < POOL_LIMIT:
+            self._pool.append(region)
+
+
+class Region:
+    """One guest memory and the per-invocation state the host-call callback needs."""
+
+    __slots__ = ("image", "ptr", "ctx", "handle", "int_args", "linker", "log", "detail", "__weakref__")
+
+    def __init__(self, image: MemoryImage):
+        self.image = image  # keeps the core's berm_image alive as long as the region
+        self.handle = ffi.new_handle(self)
+        ptr = lib.berm_region_new(image.ptr, self.handle)
+        if ptr == ffi.NULL:
+            raise HostError(f"cannot map {image.layout.size} bytes of guest memory")
+        self.ptr = ffi.gc(ptr, lib.berm_region_free)
+        self.ctx = self.ptr.ctx
+        self.int_args = ffi.new("uint64_t[8]")
+        self.linker: Linker | None = None
+        self.log: LogSink | None = None
+        self.detail = ""  # detail of a trap raised from Python
+
+    # -- reading guest memory after a run -----------------------------------------------------------------------
+
+    def readable(self, addr: int, n: int) -> bool:
+        return bool(lib.berm_readable(self.ptr, addr, n))
+
+    def read(self, addr: int, n: int) -> bytes:
+        return ffi.buffer(self.ctx.mem + addr, n)[:]
+
+    def copy_out(self, addr: int, n: int) -> bytes:
+        """``[addr, addr+n)`` with bytes outside guest memory as zero (never a fault)."""
+        out = bytearray(n)
+        lo, hi = max(addr, 0), min(addr + n, self.image.layout.size)
+        if lo < hi:
+            out[lo - addr:hi - addr] = ffi.buffer(self.ctx.mem + lo, hi - lo)
+        return bytes(out)
+
+    # -- the trap record ----------------------------------------------------------------------------------------
+
+    def trap(self, kind: TrapKind, pc: int, addr: int, detail: str) -> int:
+        """Record a trap raised on the Python side of a host call; returns the (ignored) a0."""
+        ctx = self.ctx
+        ctx.trap_kind = _CODES[kind]
+        ctx.trap_pc = pc
+        ctx.trap_addr = addr
+        self.detail = detail
+        return 0
+
+    def trap_record(self) -> tuple[TrapKind, int, int, str] | None:
+        """The trap of the last run as (kind, pc, addr, detail), None after a normal return."""
+        ctx = self.ctx
+        code = ctx.trap_kind
+        if not code:
+            return None
+        kind = KINDS[code]
+        d = ctx.trap_detail
+        if kind is TrapKind.MEMORY_FAULT:
+            detail = _ACCESS[d >> 8].format(n=d & 0xFF)
+        elif kind is TrapKind.STACK_EXHAUSTED:
+            detail = _STACK[d]
+        elif kind is TrapKind.INTERRUPTED:
+            detail = "deadline passed"
+        else:
+            msg = ffi.string(self.ptr.trap_msg)
+            detail = msg.decode() if msg else self.detail
+        return kind, ctx.trap_pc, ctx.trap_addr, detail
+
+    def failure(self) -> bytes | None:
+        p = self.ptr
+        return ffi.buffer(p.fail, p.fail_len)[:] if p.has_fail else None
+
+    # -- host calls served in Python ----------------------------------------------------------------------------
+
+    def host_call(self, pc: int, number: int, a0: int, a1: int) -> int:
+        if number == LOG:
+            if not self.readable(a0, a1):
+                return self._buffer_trap(pc, "berm.log", a0, a1)
+            if self.log is not None:
+                line = self.read(a0, a1)
+                try:
+                    self.log(line)
+                except Exception as exc:  # noqa: BLE001 - a broken sink must not escape into guest code
+                    return self.trap(TrapKind.HOST_CALL_FAILED, pc, number, f"berm.log: {type(exc).__name__}: {exc}")
+            return 0
+        cap = self.linker.lookup(number) if self.linker is not None else None
+        if cap is None:
+            return self.trap(TrapKind.UNKNOWN_HOST_CALL, pc, number, unknown_call_detail(number))
+        if not self.readable(a0, a1):
+            return self._buffer_trap(pc, cap.name, a0, a1)
+        request = self.read(a0, a1) if a1 else b""
+        try:
+            reply = cap.fn(request)
+            if not isinstance(reply, (bytes, bytearray, memoryview)):
+                raise TypeError(f"returned {type(reply).__name__}, not bytes")
+            reply, flag = bytes(reply), 0
+        except CapabilityError as exc:
+            reply, flag = str(exc).encode("utf-8", "replace"), ERROR_BIT
+        except Exception as exc:  # noqa: BLE001 - a capability bug is a trap, never an escape
+            return self.trap(TrapKind.HOST_CALL_FAILED, pc, number, f"{cap.name}: {type(exc).__name__}: {exc}")
+        if not lib.berm_stage(self.ptr, reply, len(reply)):
+            return self.trap(TrapKind.HOST_CALL_FAILED, pc, number, f"{cap.name}: out of host memory")
+        return len(reply) | flag
+
+    def _buffer_trap(self, pc: int, call: str, ptr: int, n: int) -> int:
+        return self.trap(TrapKind.HOST_CALL_FAILED, pc, ptr,
+                         f"{call}: the buffer at {ptr:#x} ({n} bytes) is not readable guest memory")
+
+
+@ffi.def_extern()
+def berm_py_ecall(r, pc, number, a0, a1):
+    region: Region = ffi.from_handle(r.handle)
+    try:
+        return region.host_call(pc, number, a0, a1)
+    except BaseException as exc:  # noqa: BLE001 - nothing may unwind through guest code
+        return region.trap(TrapKind.HOST_CALL_FAILED, pc, number, f"{type(exc).__name__}: {exc}")
+
+
+def load_code(path: str, symbol: str) -> object:
+    """dlopen a translated image and return its ``symbol`` entry point (a ``void *`` for ``berm_run``)."""
+    err = ffi.new("char[512]")
+    enter = lib.berm_load(path.encode(), symbol.encode(), err, 512)
+    if enter == ffi.NULL:
+        raise HostError(f"cannot load translated code: {ffi.string(err).decode(errors='replace')}")
+    return enter

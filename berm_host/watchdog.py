@@ -1,0 +1,62 @@
+"""One watchdog thread for every invocation with a deadline: it sets the invocation's interrupt flag once the
+deadline has passed, and translated code traps ("guest was interrupted") at its next function entry or
+back-edge.
+
+Registering is a dict store (no lock, no wake-up): the thread polls the registered invocations every
+``POLL_INTERVAL`` seconds while any exist and sleeps on an event otherwise, so it costs nothing when idle and
+little per invocation. A deadline is honoured within ``POLL_INTERVAL``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+POLL_INTERVAL = 0.01
+
+
+class Interruptible:
+    """What the watchdog needs of an invocation: a ``ctx`` whose ``interrupt`` field it may set."""
+
+    ctx: object
+
+
+_active: dict[Interruptible, float] = {}
+_wake = threading.Event()
+_start_lock = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def watch(target: Interruptible, deadline: float) -> None:
+    """Interrupt ``target`` once ``time.monotonic()`` passes ``deadline`` (until ``unwatch``)."""
+    _active[target] = deadline
+    if _thread is None:
+        _start()
+    if not _wake.is_set():
+        _wake.set()
+
+
+def unwatch(target: Interruptible) -> None:
+    _active.pop(target, None)
+
+
+def _start() -> None:
+    global _thread
+    with _start_lock:
+        if _thread is None:
+            t = threading.Thread(target=_loop, name="berm-watchdog", daemon=True)
+            t.start()
+            _thread = t
+
+
+def _loop() -> None:
+    while True:
+        if not _active:
+            _wake.clear()
+            if not _active:  # re-check: watch() may have run between the test and the clear
+                _wake.wait()
+        now = time.monotonic()
+        for target, deadline in list(_active.items()):
+            if now >= deadline:
+                target.ctx.interrupt = 1
+        time.sleep(POLL_INTERVAL)
