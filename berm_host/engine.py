@@ -1,0 +1,139 @@
+"""The embedding API: an ``Engine`` loads images, an ``Image`` makes harnesses, a ``Harness`` calls tools.
+
+    engine = Engine()                                  # translated code ("aot"), or kind="interp"
+    image = engine.load("harness.elf")                 # compiles on a cache miss
+    harness = image.harness(linker, name="os")         # the linker is the capability set
+    text = harness.call("read", b"...")                # ToolFailure / Trap / HostError otherwise
+
+Every invocation runs in fresh guest memory under the engine's deadline (one watchdog thread for all).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from berm_abi.errors import BermError
+from berm_aot.cache import CodeCache
+from berm_aot.elf import read_elf
+from berm_aot.errors import ElfError, ManifestError, NoManifestError
+from berm_aot.manifest import Manifest, load_manifest, tool_exports
+from berm_aot.program import Program
+from berm_host.backend import Backend, RunRequest
+from berm_host.layout import DEFAULT_MEMORY, check_memory_size
+from berm_host.linker import Linker
+from berm_host.traps import HostError, ToolFailure, Trap
+
+#: Receives (harness name, raw log line) for every ``berm.log``.
+EngineLog = Callable[[str, bytes], None]
+KINDS = ("aot", "interp")
+
+
+class Engine:
+    def __init__(self, *, kind: str = "aot", memory_size: int = DEFAULT_MEMORY, cache_dir: Path | None = None,
+                 deadline: float = 60.0, log: EngineLog | None = None, jobs: int | None = None):
+        if kind not in KINDS:
+            raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, not {kind!r}")
+        if not deadline > 0:
+            raise ValueError(f"the deadline must be a positive number of seconds, not {deadline!r}")
+        self.kind = kind
+        self.memory_size = check_memory_size(memory_size)
+        self.cache = CodeCache(cache_dir)
+        self.deadline = deadline
+        self.log = log
+        self.jobs = jobs or min(2, os.cpu_count() or 1)
+        self._images: dict[str, Image] = {}
+        self._lock = threading.Lock()
+
+    def load(self, source: str | Path | bytes) -> Image:
+        """The image in ``source`` (ELF bytes or a path), translated and loaded; the same bytes load once."""
+        data = source if isinstance(source, (bytes, bytearray, memoryview)) else _read(Path(source))
+        elf = read_elf(bytes(data))
+        with self._lock:
+            image = self._images.get(elf.sha256)
+            if image is None:
+                image = Image(self, Program.from_image(elf))
+                self._images[elf.sha256] = image
+            return image
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+class Image:
+    """A loaded image: its program, digest, manifest (None without ``.berm.abi``) and execution backend."""
+
+    def __init__(self, engine: Engine, program: Program):
+        self.engine = engine
+        self.program = program
+        self.digest = program.image.sha256
+        self._manifest_error: ManifestError | None = None
+        try:
+            self.manifest: Manifest | None = load_manifest(program.image)
+        except NoManifestError as exc:
+            self.manifest, self._manifest_error = None, exc
+        except ManifestError as exc:  # a bad manifest still leaves the image runnable by symbol (berm run)
+            self.manifest, self._manifest_error = None, exc
+        self.backend: Backend = self._backend()
+
+    def _backend(self) -> Backend:
+        e = self.engine
+        if e.kind == "interp":
+            from berm_host.interp import InterpBackend
+            return InterpBackend(self.program, e.memory_size)
+        from berm_host.aot import AotBackend
+        return AotBackend(self.program, e.memory_size, cache=e.cache, jobs=e.jobs)
+
+    def harness(self, linker: Linker | None = None, *, name: str | None = None) -> Harness:
+        if self.manifest is None:
+            raise self._manifest_error or NoManifestError("the image has no .berm.abi manifest")
+        return Harness(self, linker or Linker(), name or self.digest[:12])
+
+
+class Harness:
+    """An image with a capability set and a name, ready to call tools (from any number of threads)."""
+
+    def __init__(self, image: Image, linker: Linker, name: str):
+        self.image = image
+        self.linker = linker
+        self.name = name
+        exports = tool_exports(image.program.image)
+        self._entries = {t.name: exports[t.name] for t in image.manifest.tools}
+        log = image.engine.log
+        self._log = partial(log, name) if log is not None else None
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        return tuple(self._entries)
+
+    def call(self, tool: str, args: bytes | str = b"") -> str:
+        entry = self._entries.get(tool)
+        if entry is None:
+            raise HostError(f"harness {self.name} has no tool {tool!r} (it has: {', '.join(self._entries)})")
+        blob = args.encode("utf-8") if isinstance(args, str) else bytes(args)
+        engine = self.image.engine
+        result = self.image.backend.run(RunRequest(
+            entry=entry, args=blob, linker=self.linker, deadline=time.monotonic() + engine.deadline,
+            log=self._log, read_result=True))
+        if result.trap is not None:
+            raise Trap(result.trap, tool)
+        if result.failure is not None:
+            raise ToolFailure(tool, result.failure.decode("utf-8", "replace"))
+        if result.result is None:
+            raise HostError(f"tool {tool} returned a result at {result.a0:#x} ({result.a1} bytes) that is not "
+                            "inside guest memory")
+        try:
+            return result.result.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise HostError(f"tool {tool} returned a result that is not UTF-8 (byte {exc.start})") from None
+
+
+__all__ = ["BermError", "Engine", "EngineLog", "Harness", "Image"]
