@@ -1,0 +1,84 @@
+"""``berm call``: the result on stdout and exit 0; a tool failure on stderr and exit 1; a trap, an ungranted
+capability or a host error on stderr and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from berm_cli.main import main
+from tests.test_cap_guest import probe_elf
+
+
+@pytest.fixture(scope="module")
+def elf(tmp_path_factory):
+    path = tmp_path_factory.mktemp("img") / "probe.elf"
+    path.write_bytes(probe_elf())
+    return path
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = tmp_path / "root"
+    r.mkdir()
+    (r / "hello.txt").write_text("hello, world")
+    return r
+
+
+@pytest.fixture(params=["interp", "aot"])
+def berm_call(request, elf, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BERM_CACHE_DIR", str(tmp_path / "cache"))
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(["call", str(elf), *args, "--engine", request.param, "--data-dir", str(tmp_path / "data")])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+def test_success_prints_the_result(berm_call, root):
+    assert berm_call("read", '"hello.txt"', "--grant", "fs", "--root", str(root)) == (0, "hello, world\n", "")
+    assert berm_call("echo", '{"a": [1, 2]}') == (0, '{"a": [1, 2]}\n', "")
+    assert berm_call("echo") == (0, "{}\n", "")
+
+
+def test_tool_failure_exits_1_with_the_message_on_stderr(berm_call, root):
+    code, out, err = berm_call("read", '"missing.txt"', "--grant", "fs", "--root", str(root))
+    assert (code, out) == (1, "")
+    assert err == "berm.fs.read: missing.txt: no such file\n"
+
+
+def test_an_ungranted_capability_is_a_trap_exit_2(berm_call, root):
+    code, out, err = berm_call("read", '"hello.txt"', "--root", str(root))
+    assert (code, out) == (2, "")
+    assert "no host function for call" in err and "berm.fs.read, not granted to this harness" in err
+
+
+def test_fs_without_root_is_absent(berm_call):
+    code, _, err = berm_call("read", '"hello.txt"', "--grant", "fs")
+    assert code == 2 and "berm.fs.read, not granted" in err
+
+
+def test_a_trap_exits_2(berm_call):
+    code, out, err = berm_call("crash")
+    assert (code, out) == (2, "")
+    assert "harness trapped in crash: guest executed ebreak" in err
+
+
+@pytest.mark.parametrize("args, words", [
+    (["echo", "{not json"], "not valid JSON"),
+    (["echo", "--grant", "teleport"], "does not know"),
+    (["echo", "--memory", "3M"], "power of two"),
+    (["echo", "--host", "bad host"], "bad host entry"),
+    (["echo", "--grant", "fs", "--root", "/definitely/not/here"], "not an existing directory"),
+    (["nosuchtool"], "nosuchtool"),
+])
+def test_bad_input_exits_2_with_a_message(berm_call, args, words):
+    code, out, err = berm_call(*args)
+    assert (code, out) == (2, "")
+    assert words in err
+
+
+def test_a_missing_image_exits_2(tmp_path, capsys):
+    assert main(["call", str(tmp_path / "none.elf"), "echo", "--engine", "interp"]) == 2
+    assert "none.elf" in capsys.readouterr().err
