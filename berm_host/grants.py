@@ -96,8 +96,8 @@ def _inputs(declaration: Declaration, harness_name: str | None, extra: Mapping[s
     )
 
 
-def linker_for(declaration: Declaration, *, harness_name: str | None = None, data_dir: str | os.PathLike[str] | None = None,
-               extra: Mapping[str, GrantBuilder] | None = None) -> Linker:
+def linker_for(declaration: Declaration, *, harness_name: str | None = None,
+               data_dir: str | os.PathLike[str] | None = None, extra: Mapping[str, GrantBuilder] | None = None) -> Linker:
     """The linker of ``declaration``: exactly its bounded grants, plus their ``crabtalk.*`` aliases.
 
     ``harness_name`` names the kv namespace (default: the declaration's name); ``data_dir`` holds the kv
@@ -109,7 +109,8 @@ def linker_for(declaration: Declaration, *, harness_name: str | None = None, dat
     for grant in inputs.grants:
         if grant == "fs":
             fns |= fs.capabilities(inputs.root)
-            fns |= fs_search.capabilities(inputs.root, timeout=capability_timeout(fs_search.SEARCH_TIMEOUT, declaration))
+            fns |= fs_search.capabilities(inputs.root,
+                                          timeout=capability_timeout(fs_search.SEARCH_TIMEOUT, declaration))
         elif grant == "exec":
             fns |= exec_cap.capabilities(inputs.root, env=dict(declaration.env),
                                          timeout=capability_timeout(exec_cap.EXEC_TIMEOUT, declaration))

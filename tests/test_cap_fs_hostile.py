@@ -58,7 +58,8 @@ def test_dotdot_inside_the_root_is_fine(box):
 
 def test_absolute_paths_outside_are_refused(box):
     root, outside, read, write = box
-    for path in ["/etc/passwd", str(outside / "secret"), str(root) + "evil/secret", str(root.parent) + "/outside/secret"]:
+    for path in ["/etc/passwd", str(outside / "secret"), str(root) + "evil/secret",
+                 str(root.parent) + "/outside/secret"]:
         _refused(read, encode_frame([path]), "outside the root")
     _refused(write, encode_frame([str(outside / "new"), b"x"]), "outside the root")
     assert not (outside / "new").exists()

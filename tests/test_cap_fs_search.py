@@ -101,7 +101,8 @@ def test_glob_lists_symlinks_as_names_without_entering_them(root, caps):
 def test_grep_modes(caps):
     assert grep(caps, "TODO") == ["notes/todo.txt", "src/main.c", "README.md"]
     assert grep(caps, "TODO", mode="count") == ["README.md:1", "notes/todo.txt:3", "src/main.c:1"]
-    assert grep(caps, "TODO (one|three)", mode="content") == ["notes/todo.txt:1:TODO one", "notes/todo.txt:4:TODO three"]
+    assert grep(caps, "TODO (one|three)", mode="content") == ["notes/todo.txt:1:TODO one",
+                                                             "notes/todo.txt:4:TODO three"]
     assert grep(caps, r"^\s+return", mode="content") == ["src/main.c:2:    return 0; // TODO"]
 
 

@@ -15,7 +15,8 @@ from berm_abi.frames import decode_request, field_int, field_text
 from berm_host.linker import CapabilityError, CapabilityFn
 
 
-def fields(data: bytes, names: tuple[str, ...], *, pairs: bool = False) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
+def fields(data: bytes, names: tuple[str, ...], *,
+           pairs: bool = False) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
     """``decode_request`` with a FrameError turned into the guest-facing CapabilityError."""
     try:
         return decode_request(data, names, pairs=pairs)

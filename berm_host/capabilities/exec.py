@@ -125,9 +125,10 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
             "stdout": streams[proc.stdout].render()}
 
 
-def capabilities(root: Root, *, env: Mapping[str, str] = (), timeout: float = EXEC_TIMEOUT) -> dict[str, CapabilityFn]:
+def capabilities(root: Root, *, env: Mapping[str, str] | None = None,
+                 timeout: float = EXEC_TIMEOUT) -> dict[str, CapabilityFn]:
     """``berm.exec.run`` over ``root``; ``env`` is the declaration's environment, on top of the base."""
-    declared = dict(env)
+    declared = dict(env or {})
     for key, value in declared.items():
         _check_env(key, value)
 

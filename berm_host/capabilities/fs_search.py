@@ -172,7 +172,8 @@ def _scan(data: bytes, rel: str, rx: regex.Pattern, mode: str, limit: int, deadl
 
 def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Deadline) -> Iterator[tuple[Entry, bytes]]:
     with root.resolve(base) as r:
-        single = r.leaf is not None and not stat.S_ISDIR(os.stat(r.leaf, dir_fd=r.dir_fd, follow_symlinks=False).st_mode)
+        leaf = os.stat(r.leaf, dir_fd=r.dir_fd, follow_symlinks=False) if r.leaf is not None else None
+        single = leaf is not None and not stat.S_ISDIR(leaf.st_mode)
     if single:
         fd, rel = root.open_file(base)
         with os.fdopen(fd, "rb") as f:
