@@ -109,6 +109,8 @@ class Harness:
         self._entries = {t.name: exports[t.name] for t in image.manifest.tools}
         log = image.engine.log
         self._log = partial(log, name) if log is not None else None
+        #: translated code has a fast path that skips the register file (the interpreter does not)
+        self._fast = hasattr(image.backend, "call_tool")
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -119,19 +121,22 @@ class Harness:
         if entry is None:
             raise HostError(f"harness {self.name} has no tool {tool!r} (it has: {', '.join(self._entries)})")
         blob = args.encode("utf-8") if isinstance(args, str) else bytes(args)
-        engine = self.image.engine
-        result = self.image.backend.run(RunRequest(
-            entry=entry, args=blob, linker=self.linker, deadline=time.monotonic() + engine.deadline,
-            log=self._log, read_result=True))
-        if result.trap is not None:
-            raise Trap(result.trap, tool)
-        if result.failure is not None:
-            raise ToolFailure(tool, result.failure.decode("utf-8", "replace"))
-        if result.result is None:
-            raise HostError(f"tool {tool} returned a result at {result.a0:#x} ({result.a1} bytes) that is not "
-                            "inside guest memory")
+        backend = self.image.backend
+        deadline = time.monotonic() + self.image.engine.deadline
+        if self._fast:
+            trap, failure, data, a0, a1 = backend.call_tool(entry, blob, self.linker, self._log, deadline)
+        else:
+            r = backend.run(RunRequest(entry=entry, args=blob, linker=self.linker, deadline=deadline, log=self._log,
+                                       read_result=True))
+            trap, failure, data, a0, a1 = r.trap, r.failure, r.result, r.a0, r.a1
+        if trap is not None:
+            raise Trap(trap, tool)
+        if failure is not None:
+            raise ToolFailure(tool, failure.decode("utf-8", "replace"))
+        if data is None:
+            raise HostError(f"tool {tool} returned a result at {a0:#x} ({a1} bytes) that is not inside guest memory")
         try:
-            return result.result.decode("utf-8")
+            return data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise HostError(f"tool {tool} returned a result that is not UTF-8 (byte {exc.start})") from None
 

@@ -16,6 +16,9 @@ from berm_host.backend import RunRequest, RunResult
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
 from berm_host.traps import TrapInfo, TrapKind
 
+#: What ``call_tool`` returns: (trap, failure, result, a0, a1).
+ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
+
 from .. import watchdog
 from .objects import ENTRY_SYMBOL, cached_object
 from .runtime import MemoryImage, Region, lib, load_code
@@ -52,31 +55,30 @@ class AotBackend:
 
     # -- one invocation -----------------------------------------------------------------------------------------
 
-    def _run(self, region: Region, request: RunRequest) -> None:
-        if len(request.int_args) > 8:
-            raise ValueError(f"at most 8 integer arguments fit a0..a7, not {len(request.int_args)}")
-        for i, v in enumerate(request.int_args):
-            region.int_args[i] = v & 0xFFFFFFFFFFFFFFFF
-        region.linker = request.linker
-        region.log = request.log
+    def _invoke(self, region: Region, entry: int, args: bytes, n_int: int, linker, log, deadline) -> None:
+        """Run ``entry`` in ``region`` (integer arguments already in ``region.int_args``)."""
+        region.linker = linker
+        region.log = log
         region.detail = ""
         region.ctx.interrupt = 0
-        args = bytes(request.args)
-        if request.deadline is None:
-            lib.berm_run(region.ptr, self._enter, request.entry, args, len(args), region.int_args,
-                         len(request.int_args))
+        if deadline is None:
+            lib.berm_run(region.ptr, self._enter, entry, args, len(args), region.int_args, n_int)
             return
-        watchdog.watch(region, request.deadline)
+        watchdog.watch(region, deadline)
         try:
-            lib.berm_run(region.ptr, self._enter, request.entry, args, len(args), region.int_args,
-                         len(request.int_args))
+            lib.berm_run(region.ptr, self._enter, entry, args, len(args), region.int_args, n_int)
         finally:
             watchdog.unwatch(region)
 
     def run(self, request: RunRequest) -> RunResult:
+        if len(request.int_args) > 8:
+            raise ValueError(f"at most 8 integer arguments fit a0..a7, not {len(request.int_args)}")
         region = self.memory.acquire()
         try:
-            self._run(region, request)
+            for i, v in enumerate(request.int_args):
+                region.int_args[i] = v & 0xFFFFFFFFFFFFFFFF
+            self._invoke(region, request.entry, bytes(request.args), len(request.int_args), request.linker,
+                         request.log, request.deadline)
             trap = self.trap_info(region)
             regs = tuple(region.ctx.regs)
             result = None
@@ -85,6 +87,24 @@ class AotBackend:
             snapshot = tuple(region.copy_out(addr, n) for addr, n in request.snapshot)
             return RunResult(regs=regs, pc=trap.pc if trap else 0, trap=trap, failure=region.failure(),
                              result=result, snapshot=snapshot)
+        finally:
+            region.linker = region.log = None
+            self.memory.release(region)
+
+    def call_tool(self, entry: int, args: bytes, linker, log, deadline: float | None) -> ToolOutcome:
+        """The harness fast path: ``run`` minus the register file and snapshots. Returns (trap, failure text,
+        result bytes — None when (a0, a1) is not readable, a0, a1)."""
+        region = self.memory.acquire()
+        try:
+            self._invoke(region, entry, args, 0, linker, log, deadline)
+            regs = region.ctx.regs
+            a0, a1 = regs[10], regs[11]
+            if region.ctx.trap_kind:
+                return self.trap_info(region), None, None, a0, a1
+            failure = region.failure()
+            if failure is not None:
+                return None, failure, None, a0, a1
+            return None, None, region.read(a0, a1) if region.readable(a0, a1) else None, a0, a1
         finally:
             region.linker = region.log = None
             self.memory.release(region)

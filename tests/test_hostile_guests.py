@@ -1,0 +1,236 @@
+"""Hostile guests: every escape attempt ends in a trap (or a HostError for a bad result) with the host alive.
+
+One guest image holds every attempt as its own function (compiled and translated once for the module); each
+test runs one of them on the translated code and, where the run is bounded, on the interpreter too, which must
+agree exactly (trap kind, pc, address, detail, registers).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from berm_abi.names import fnv1a64
+from berm_host.backend import RunRequest
+from berm_host.engine import Engine
+from berm_host.layout import MAX_CALL_DEPTH
+from berm_host.linker import Linker
+from berm_host.traps import HostError, TrapKind
+from tests.guests import guest_elf
+
+MEMORY = 1 << 20
+
+HOSTILE = r"""
+typedef unsigned long u64;
+typedef struct { u64 ptr, len; } Pair;
+static volatile u64 v;
+static const volatile u64 ro_word = 7;
+u64 data_word = 5;
+
+static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
+    register u64 r_a0 __asm__("a0") = a0, r_a1 __asm__("a1") = a1, r_a7 __asm__("a7") = n;
+    __asm__ volatile("ecall" : "+r"(r_a0) : "r"(r_a1), "r"(r_a7) : "memory");
+    return r_a0;
+}
+
+u64 load_at(u64 addr) { return *(volatile u64 *)addr; }
+u64 load_byte_at(u64 addr) { return *(volatile unsigned char *)addr; }
+u64 store_at(u64 addr) { *(volatile u64 *)addr = 0x1122334455667788ul; return 1; }
+u64 store_rodata(void) { *(volatile u64 *)&ro_word = 1; return ro_word; }
+u64 rodata_addr(void) { return (u64)&ro_word; }
+u64 data_addr(void) { return (u64)&data_word; }
+
+__attribute__((noinline)) u64 target(u64 x) { return x * 3 + v; }
+u64 call_at(u64 addr) { return ((u64 (*)(u64))addr)(1); }
+u64 target_addr(void) { return (u64)&target; }
+u64 jump_mid(void) { volatile u64 off = 2; return call_at((u64)&target + off); }
+u64 jump_data(void) { return call_at((u64)&data_word); }
+
+u64 forged_return(u64 addr) {
+    __asm__ volatile("mv ra, %0\n\tret" : : "r"(addr));
+    return 0;
+}
+
+u64 spin(void) { for (;;) v++; }
+__attribute__((noinline)) u64 recurse(u64 n) { return recurse(n + 1) + v; }
+u64 deep(u64 n) { return recurse(n); }
+u64 tail_a(u64 n);
+u64 (*volatile tail_slot)(u64) = tail_a;
+u64 tail_a(u64 n) { v = n; return tail_slot(n + 1); }
+
+u64 unknown_call(u64 n) { return ecall2(n, 0, 0); }
+u64 breakpoint(void) { __asm__ volatile("ebreak"); return 0; }
+u64 illegal(void) { __asm__ volatile(".4byte 0xffffffff"); return 0; }
+
+Pair berm_tool_outside(void) { Pair p = { 0x10, 4 }; return p; }
+Pair berm_tool_not_utf8(void) { static char bad[2] = { (char)0xff, (char)0xfe }; Pair p = { (u64)bad, 2 }; return p; }
+Pair berm_tool_huge(void) { Pair p = { 0x1000, ~0ul }; return p; }
+Pair berm_tool_hello(void) { static char s[] = "hello"; Pair p = { (u64)s, 5 }; return p; }
+
+__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = MANIFEST;
+void _start(void) {}
+"""
+
+NAMES = ("load_at", "load_byte_at", "store_at", "store_rodata", "rodata_addr", "data_addr", "call_at",
+         "target_addr", "jump_mid", "jump_data", "forged_return", "spin", "deep", "tail_a", "unknown_call",
+         "breakpoint", "illegal", "berm_tool_outside", "berm_tool_not_utf8", "berm_tool_huge", "berm_tool_hello")
+TOOLS = ("outside", "not_utf8", "huge", "hello")
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": t, "parameters": {}}
+                                                        for t in TOOLS]})
+    source = HOSTILE.replace("MANIFEST", json.dumps(manifest))
+    elf = guest_elf(source, opt="-O1", keep=NAMES)
+    cache = tmp_path_factory.mktemp("cache")
+    aot = Engine(memory_size=MEMORY, cache_dir=cache, deadline=0.3).load(elf)
+    interp = Engine(kind="interp", memory_size=MEMORY, deadline=0.3).load(elf)
+    return aot, interp
+
+
+def run(image, name, *args, deadline=None):
+    entry = image.program.symbol(name)
+    assert entry is not None, name
+    return image.backend.run(RunRequest(entry=entry, int_args=args, deadline=deadline))
+
+
+def both(images, name, *args):
+    """Run on both engines; they must agree exactly. Returns the translated run."""
+    aot, interp = images
+    got, expected = run(aot, name, *args), run(interp, name, *args)
+    assert got.trap == expected.trap
+    assert got.regs == expected.regs
+    assert got.pc == expected.pc
+    return got
+
+
+def fault(images, name, *args, addr):
+    r = both(images, name, *args)
+    assert r.trap is not None and r.trap.kind is TrapKind.MEMORY_FAULT, r.trap
+    assert r.trap.addr == addr & (2**64 - 1)
+    return r.trap
+
+
+def layout(images):
+    return images[0].backend.layout
+
+
+def test_load_at_zero(images):
+    assert "load 8 bytes" in str(fault(images, "load_at", 0, addr=0))
+
+
+def test_load_just_below_the_image(images):
+    lo = layout(images).image_lo
+    fault(images, "load_byte_at", lo - 1, addr=lo - 1)
+    fault(images, "load_at", lo - 4, addr=lo - 4)  # straddles into the image: still a fault
+    assert both(images, "load_byte_at", lo).trap is None
+
+
+def test_store_into_rodata(images):
+    ro = both(images, "rodata_addr").a0
+    t = fault(images, "store_rodata", addr=ro)
+    assert "store 8 bytes" in t.detail
+    assert both(images, "load_at", ro).a0 == 7  # reading it is fine
+
+
+def test_guard_page(images):
+    lay = layout(images)
+    fault(images, "load_at", lay.guard_lo, addr=lay.guard_lo)
+    fault(images, "store_at", lay.stack_lo - 8, addr=lay.stack_lo - 8)
+    fault(images, "load_at", lay.guard_lo - 4, addr=lay.guard_lo - 4)  # straddles into the guard
+    assert both(images, "load_at", lay.guard_lo - 8).trap is None
+    assert both(images, "store_at", lay.stack_lo).trap is None
+
+
+def test_past_the_end(images):
+    fault(images, "load_at", MEMORY, addr=MEMORY)
+    fault(images, "store_at", MEMORY - 4, addr=MEMORY - 4)
+    fault(images, "load_at", 1 << 40, addr=1 << 40)
+    assert both(images, "load_at", MEMORY - 8).trap is None
+
+
+def test_wrapping_near_2_64(images):
+    fault(images, "load_at", 2**64 - 4, addr=2**64 - 4)
+    fault(images, "store_at", 2**64 - 1, addr=2**64 - 1)
+    fault(images, "load_byte_at", 2**64 - 1, addr=2**64 - 1)
+
+
+def bad_target(images, name, *args, addr):
+    r = both(images, name, *args)
+    assert r.trap is not None and r.trap.kind is TrapKind.BAD_INDIRECT_TARGET, r.trap
+    assert r.trap.addr == addr
+    return r
+
+
+def test_jump_into_the_middle_of_an_instruction(images):
+    t = both(images, "target_addr").a0
+    bad_target(images, "jump_mid", addr=t + 2)
+
+
+def test_jump_to_data(images):
+    bad_target(images, "jump_data", addr=both(images, "data_addr").a0)
+
+
+def test_jump_to_an_unnamed_code_address(images):
+    deep = images[0].program.symbol("deep")
+    bad_target(images, "call_at", deep + 4, addr=deep + 4)
+    assert both(images, "call_at", both(images, "target_addr").a0).a0 == 3  # a named entry is fine
+
+
+def test_return_to_a_forged_address(images):
+    t = both(images, "target_addr").a0
+    bad_target(images, "forged_return", t + 4, addr=t + 4)
+    bad_target(images, "forged_return", 0x1234, addr=0x1234)
+
+
+def test_infinite_loop_hits_the_deadline(images):
+    start = time.monotonic()
+    r = run(images[0], "spin", deadline=time.monotonic() + 0.2)
+    assert r.trap is not None and r.trap.kind is TrapKind.INTERRUPTED
+    assert time.monotonic() - start < 30
+    assert "spin" in r.trap.where
+
+
+def test_unbounded_recursion_is_stack_exhausted(images):
+    r = both(images, "deep", 0)
+    assert r.trap.kind is TrapKind.STACK_EXHAUSTED
+    assert str(MAX_CALL_DEPTH) in r.trap.detail
+
+
+def test_unbounded_tail_recursion_hits_the_deadline(images):
+    r = run(images[0], "tail_a", 0, deadline=time.monotonic() + 0.2)
+    assert r.trap is not None and r.trap.kind is TrapKind.INTERRUPTED
+
+
+def test_unknown_host_call_names_an_ungranted_capability(images):
+    n = fnv1a64("berm.fs.read")
+    r = both(images, "unknown_call", n)
+    assert r.trap.kind is TrapKind.UNKNOWN_HOST_CALL and r.trap.addr == n
+    assert "berm.fs.read, not granted" in str(r.trap)
+    r = both(images, "unknown_call", 12345)
+    assert r.trap.kind is TrapKind.UNKNOWN_HOST_CALL and "12345" in str(r.trap)
+
+
+def test_ebreak(images):
+    assert both(images, "breakpoint").trap.kind is TrapKind.BREAKPOINT
+
+
+def test_illegal_instruction(images):
+    assert both(images, "illegal").trap.kind is TrapKind.ILLEGAL_INSTRUCTION
+
+
+def test_result_outside_memory(images):
+    h = images[0].harness(Linker(), name="hostile")
+    with pytest.raises(HostError, match="not inside guest memory"):
+        h.call("outside")
+    with pytest.raises(HostError, match="not inside guest memory"):
+        h.call("huge")
+    assert h.call("hello") == "hello"  # the host is fine afterwards
+
+
+def test_result_not_utf8(images):
+    with pytest.raises(HostError, match="not UTF-8"):
+        images[0].harness(Linker(), name="hostile").call("not_utf8")
