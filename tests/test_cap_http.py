@@ -3,8 +3,8 @@ not followed, slow and trickling servers bounded by the timeout, body cap."""
 
 from __future__ import annotations
 
+import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -188,10 +188,25 @@ def test_malformed_requests():
 
 
 def test_connection_refused_is_an_error_not_a_crash():
-    import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
     with pytest.raises(CapabilityError, match="berm.http.fetch: ConnectionRefusedError"):
         fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/")
+
+
+def test_a_hanging_name_resolution_cannot_outlast_the_timeout(monkeypatch):
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def hanging_resolver(*args, **kwargs):
+        release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging_resolver)
+    try:
+        with pytest.raises(CapabilityError, match="timed out"):
+            fetch(["slow-dns.example"], "http://slow-dns.example/", timeout=0.3)
+    finally:
+        release.set()

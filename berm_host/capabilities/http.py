@@ -5,8 +5,9 @@ dot, must equal an entry (normalised the same way) or, when it is a name and not
 for an entry ``*.suffix`` (subdomains only, never the bare suffix). Only http and https; no credentials in the
 URL; the guest may not set ``Host``, ``Content-Length`` or ``Transfer-Encoding`` (a forged Host would reach other
 virtual hosts behind an allowed address). Redirects are returned as they are, never followed. A timer shuts the
-socket down when the call's time is up, so neither a slow server nor a trickle of bytes outlasts the timeout
-(name resolution itself is bounded only by the resolver). Bodies over ``BODY_CAP`` are refused.
+socket down when the call's time is up, so neither a slow server nor a trickle of bytes outlasts the timeout, and
+connecting happens in a helper thread the call stops waiting for, so neither does a hanging resolver. Bodies over
+``BODY_CAP`` are refused.
 """
 
 from __future__ import annotations
@@ -101,6 +102,32 @@ def _abort(conn: http.client.HTTPConnection) -> None:
             pass
 
 
+def _connect(conn: http.client.HTTPConnection, deadline: Deadline) -> None:
+    """Resolve, connect (and for https, shake hands) in a helper thread, so that a resolver that hangs cannot hold
+    the call past its deadline. A connection that completes after the call gave up is closed by the helper."""
+    done = threading.Event()
+    lock = threading.Lock()
+    state: dict = {}
+
+    def work() -> None:
+        try:
+            conn.connect()
+        except BaseException as exc:  # handed to the caller
+            state["error"] = exc
+        with lock:
+            if state.get("abandoned"):
+                conn.close()
+        done.set()
+
+    threading.Thread(target=work, name="berm-http-connect", daemon=True).start()
+    if not done.wait(max(deadline.remaining(), 0.0)):
+        with lock:
+            state["abandoned"] = True
+        raise TimeoutError(f"took longer than {deadline.seconds:g} s to connect")
+    if "error" in state:
+        raise state["error"]
+
+
 def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tuple[str, str]], *,
           timeout: float = HTTP_TIMEOUT, cap: int = BODY_CAP) -> tuple[int, str, bytes]:
     if not _TOKEN.fullmatch(method):
@@ -116,10 +143,12 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
         conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context())
     else:
         conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    timer = threading.Timer(timeout, _abort, (conn,))
-    timer.daemon = True
-    timer.start()
+    timer = None
     try:
+        _connect(conn, deadline)
+        timer = threading.Timer(deadline.check(), _abort, (conn,))
+        timer.daemon = True
+        timer.start()
         conn.request(method, target, body=body or None, headers=dict(headers))
         resp = conn.getresponse()
         data = bytearray()
@@ -137,7 +166,8 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
             raise CapabilityError(f"cannot resolve {host}") from None
         raise CapabilityError(f"{type(exc).__name__}: {exc}") from None
     finally:
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()
         conn.close()
 
 
