@@ -39,6 +39,7 @@ from berm_host.queue.target import Target
 from berm_host.traps import ToolFailure, Trap
 
 log = logging.getLogger("berm.daemon")
+guest_log = logging.getLogger("berm.guest")
 
 DUE_DB = "due.sqlite3"
 MAX_LINE = 16 << 20
@@ -71,14 +72,19 @@ class DaemonConfig:
 
 def load_targets(config: DaemonConfig, queue: Queue) -> dict[str, Target]:
     """Load every declared harness (its image verified, its linker built from its grants) as a queue target."""
+    from berm_host.queue.harness import Loader  # the engine: heavy imports, only when something is declared
+
+    loader = Loader(config.engine, timeout=config.timeout, log=_guest_log)
     targets = {}
     for decl in load_declarations(config.declarations):
-        from berm_host.queue.harness import harness_target  # the engine binding: heavy imports, only when used
-
         linker = linker_for(decl, data_dir=config.state_dir, extra={"schedule": _schedule_grant(queue)})
-        targets[decl.name] = harness_target(decl, linker, harnesses_dir=config.harnesses_dir, engine=config.engine)
+        targets[decl.name] = loader.load(decl, decl.load_image(config.harnesses_dir), linker)
         log.info("loaded harness %s (%s)", decl.name, ", ".join(linker.names()) or "no capabilities")
     return targets
+
+
+def _guest_log(harness: str, line: bytes) -> None:
+    guest_log.info("[%s] %s", harness, line.decode("utf-8", "replace"))
 
 
 def _schedule_grant(queue: Queue):

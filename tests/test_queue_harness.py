@@ -19,7 +19,7 @@ from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, RemoteError
 from berm_host.declaration import Declaration
 from berm_host.grants import linker_for
 from berm_host.queue import Queue, ScheduleError, schedule_capabilities
-from berm_host.queue.harness import HarnessTarget
+from berm_host.queue.harness import Loader
 from berm_host.traps import Trap, TrapKind
 from berm_sdk.build import build_harness
 
@@ -90,7 +90,7 @@ class Logs:
         self.lines: list[str] = []
         self.lock = threading.Lock()
 
-    def __call__(self, line: bytes) -> None:
+    def __call__(self, harness: str, line: bytes) -> None:
         with self.lock:
             self.lines.append(line.decode("utf-8", "replace"))
 
@@ -105,7 +105,7 @@ def waker(images, tmp_path):
     decl = Declaration(name="waker", capabilities=("clock", "schedule"))
     linker = linker_for(decl, extra={"schedule": lambda d: {c.name: c.fn for c in schedule_capabilities(q, d.name)}})
     logs = Logs()
-    q.add("waker", HarnessTarget.load(decl, images / "waker.elf", linker, engine="interp", log=logs))
+    q.add("waker", Loader("interp", timeout=1.0, log=logs).load(decl, images / "waker.elf", linker))
     q.start()
     yield q, logs
     q.stop()
@@ -163,7 +163,7 @@ def test_a_published_event_enters_on_notify_of_each_subscriber(waker):
     q, logs = waker
     q.subscribe("agent:x:done", "waker", once=True)
     (delivery,) = q.publish("agent:x:done", '{"turns": 3}')
-    assert delivery.result(10) == "seen"
+    delivery.result(10)
     assert logs.matching('event on agent:x:done: {"turns": 3}')
     assert q.publish("agent:x:done", "again") == []  # a once subscription is consumed
 
@@ -171,8 +171,8 @@ def test_a_published_event_enters_on_notify_of_each_subscriber(waker):
 def test_a_harness_without_on_wake_cannot_be_scheduled(images, tmp_path):
     q = Queue(tmp_path / "due.db")
     try:
-        q.add("fixture", HarnessTarget.load(Declaration(name="fixture"), images / "fixture.elf",
-                                            linker_for(Declaration(name="fixture")), engine="interp"))
+        decl = Declaration(name="fixture")
+        q.add("fixture", Loader("interp").load(decl, images / "fixture.elf", linker_for(decl)))
         with pytest.raises(ScheduleError, match="does not export on_wake"):
             q.schedule("fixture", "x", now_ms())
         assert q.call("fixture", "echo", "[1]").result(10) == '{"echo":[1]}'

@@ -66,7 +66,7 @@ class PythonTarget:
 def guest_targets(engine: str, names: list[str], seen: collections.Counter, lock: threading.Lock, work: Path):
     from berm_host.declaration import Declaration
     from berm_host.linker import Linker
-    from berm_host.queue.harness import HarnessTarget
+    from berm_host.queue.harness import Loader
     from berm_sdk.build import build_harness
 
     src = work / "waker"
@@ -74,13 +74,13 @@ def guest_targets(engine: str, names: list[str], seen: collections.Counter, lock
     (src / "waker.c").write_text(WAKER_C)
     (src / "harness.toml").write_text(WAKER_TOML)
     image = build_harness(src, work / "waker.elf")
-    targets = {}
-    for name in names:
-        def sink(line: bytes, name=name) -> None:
-            with lock:
-                seen[(name, line.decode())] += 1
-        targets[name] = HarnessTarget.load(Declaration(name=name), image, Linker(), engine=engine, log=sink)
-    return targets
+
+    def sink(harness: str, line: bytes) -> None:
+        with lock:
+            seen[(harness, line.decode())] += 1
+
+    loader = Loader(engine, log=sink)  # one engine: the hundred harnesses share one loaded image
+    return {name: loader.load(Declaration(name=name), image, Linker()) for name in names}
 
 
 def main() -> int:
