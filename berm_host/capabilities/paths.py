@@ -70,7 +70,7 @@ class Root:
         """A guest path as components relative to the root; absolute paths must lie under it."""
         if "\0" in path:
             raise CapabilityError("path contains a NUL byte")
-        if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        if len(path.encode()) > MAX_PATH_BYTES:
             raise CapabilityError(f"path is longer than {MAX_PATH_BYTES} bytes")
         if path.startswith("/"):
             rest = self._inside(path)
@@ -126,7 +126,7 @@ class Root:
                 if not stat.S_ISLNK(st.st_mode):
                     return comp
             else:
-                fd = self._open_step(path, top, comp, create_dirs and not (last and not want_dir))
+                fd = self._open_step(path, top, comp, create_dirs)
                 if fd is not None:
                     stack.append(fd)
                     names.append(comp)
