@@ -31,6 +31,9 @@ KNOWN_GRANTS = ("clock", "exec", "fs", "http", "kv")
 #: Grants that need an argument, and which.
 BOUNDS = {"fs": "root", "exec": "root", "http": "hosts"}
 
+LINKED = "linked"
+UNKNOWN = "absent: this host does not know it"
+
 #: An embedder's own grant: builds capabilities (name -> fn) for a declaration.
 GrantBuilder = Callable[[Declaration], dict[str, CapabilityFn]]
 
@@ -47,26 +50,27 @@ def capability_timeout(default: float, declaration: Declaration) -> float:
 
 
 def grant_status(declaration: Declaration, extra: Mapping[str, GrantBuilder] | None = None) -> dict[str, str]:
-    """For each capability the declaration names: ``"linked"``, or why it is absent."""
+    """For each capability the declaration names: ``LINKED``, or why it is absent (``UNKNOWN``, or the missing
+    bounding argument). What ``berm inspect`` can show beside a manifest's requests."""
     status = {}
     for name in declaration.capabilities:
         bound = BOUNDS.get(name)
         if name not in KNOWN_GRANTS and name not in (extra or {}):
-            status[name] = "absent: this host does not know it"
+            status[name] = UNKNOWN
         elif bound and not getattr(declaration, bound):
             status[name] = f"absent: no {bound} declared"
         else:
-            status[name] = "linked"
+            status[name] = LINKED
     return status
 
 
 def _linked(declaration: Declaration, extra: Mapping[str, GrantBuilder] | None) -> list[str]:
     status = grant_status(declaration, extra)
-    unknown = [n for n, s in status.items() if s.endswith("does not know it")]
+    unknown = [n for n, s in status.items() if s == UNKNOWN]
     if unknown:
         raise GrantError(f"harness {declaration.name!r} is granted {unknown[0]!r}, which this host does not know "
                          f"(known: {', '.join(sorted([*KNOWN_GRANTS, *(extra or {})]))})")
-    return sorted(n for n, s in status.items() if s == "linked")
+    return sorted(n for n, s in status.items() if s == LINKED)
 
 
 def _root(declaration: Declaration) -> Root:
