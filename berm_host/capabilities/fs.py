@@ -22,12 +22,29 @@ WRITE_CAP = 50 * 1024 * 1024
 _MIB = 1024 * 1024
 
 
+def read_upto(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes of the open file ``fd``, read in pieces sized by the file's size (so a small file
+    never costs a buffer the size of the limit)."""
+    chunks: list[bytes] = []
+    total = 0
+    want = min(os.fstat(fd).st_size + 1, limit)
+    while total < limit:
+        chunk = os.read(fd, max(want - total, min(65536, limit - total)))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
 def read_file(root: Root, path: str, cap: int = READ_CAP) -> bytes:
     fd, _ = root.open_file(path)
-    with os.fdopen(fd, "rb") as f:
-        if os.fstat(f.fileno()).st_size > cap:
+    try:
+        if os.fstat(fd).st_size > cap:
             raise CapabilityError(f"{path}: larger than the {cap // _MIB} MiB read cap")
-        data = f.read(cap + 1)
+        data = read_upto(fd, cap + 1)
+    finally:
+        os.close(fd)
     if len(data) > cap:
         raise CapabilityError(f"{path}: larger than the {cap // _MIB} MiB read cap")
     return data

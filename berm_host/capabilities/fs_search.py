@@ -20,7 +20,7 @@ import regex
 from berm_host.linker import CapabilityError, CapabilityFn
 
 from ._request import Deadline, capability, fields, text
-from .fs import READ_CAP
+from .fs import READ_CAP, read_upto
 from .gitignore import MAX_IGNORE_FILE, Ignore
 from .patterns import MAX_PATTERN, Glob, literal_prefix
 from .paths import Root
@@ -53,10 +53,10 @@ def _read_small(dir_fd: int, name: str, cap: int) -> bytes | None:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return f.read(cap)
+    try:
+        return read_upto(fd, cap) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
 
 
 def _ignore_file(dir_fd: int) -> str:
@@ -176,9 +176,11 @@ def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Dead
         single = leaf is not None and not stat.S_ISDIR(leaf.st_mode)
     if single:
         fd, rel = root.open_file(base)
-        with os.fdopen(fd, "rb") as f:
+        try:
             st = os.fstat(fd)
-            data = f.read(READ_CAP + 1)
+            data = read_upto(fd, READ_CAP + 1)
+        finally:
+            os.close(fd)
         name = rel.rsplit("/", 1)[-1]
         yield Entry(rel, name, -1, name, st), data
         return
