@@ -6,7 +6,8 @@
 Everything runs side by side in one process, repetitions interleaved across runners, so the ratios hold on a busy
 2-core machine; each figure is a median. Compute kernels (tools/kernels/) run natively (gcc -O2), on wasmtime,
 on unicorn and on Berm's AOT and interpreter engines; each figure is time per unit of work with the kernel's
-fixed setup (its n = 0 run) subtracted, so runners using different n compare. The output is a Markdown table.
+fixed setup (its n = 0 run) subtracted, so runners using different n compare; each ratio is the median of
+per-round ratios against native's run in the same round. The output is a Markdown table.
 Exit status 1 when any runner computed a different checksum from native.
 """
 
@@ -16,6 +17,7 @@ import argparse
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -60,7 +62,7 @@ def scaled(n: int, kind: str) -> int:
     return max(1, n // SLOW.get(kind, 1))
 
 
-FULL = Plan(n={"sha256": 8000, "crc32": 8000, "sort": 2000, "fib": 15000, "tokenize": 6000}, repeats=7,
+FULL = Plan(n={"sha256": 8000, "crc32": 8000, "sort": 2000, "fib": 15000, "tokenize": 6000}, repeats=11,
             invoke_calls=20000, hostcall_n=2_000_000, capability_n=100_000, loads=200, big_functions=360)
 QUICK = Plan(n={"sha256": 800, "crc32": 800, "sort": 200, "fib": 1500, "tokenize": 600}, repeats=3,
              invoke_calls=2000, hostcall_n=200_000, capability_n=10_000, loads=20, big_functions=60)
@@ -97,24 +99,19 @@ def measure_kernels(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
                 wrong.append(f"{kernel} on {kind}: checksum {got:#x}, native says {want:#x} (n={n})")
     rows = []
     for kernel in KERNELS:
-        times: dict[str, tuple[list[float], list[float]]] = {kind: ([], []) for kind in runners}
+        units: dict[str, list[float]] = {kind: [] for kind in runners}  # seconds per unit, one per repeat
         for _ in range(plan.repeats):
             for kind, runner in runners.items():
                 n = plan.kernel_n(kind, kernel)
-                times[kind][0].append(bb.timed(lambda: runner.call(kernel, n)))
-                times[kind][1].append(bb.timed(lambda: runner.call(kernel, 0)))
-        row = Row(f"kernel {kernel} (per unit)")
-        for kind, (tn, t0) in times.items():
-            row.cells[kind] = bb.per_unit(tn, t0, plan.kernel_n(kind, kernel))
-        add_ratios(row)
+                t_n = bb.timed(lambda: runner.call(kernel, n))
+                units[kind].append(max(0.0, t_n - bb.timed(lambda: runner.call(kernel, 0))) / n)
+        row = Row(f"kernel {kernel} (per unit)", cells={k: statistics.median(v) for k, v in units.items()})
+        # Ratios pair each repeat with native's sample from the same round, so load that drifts during the run
+        # cancels out.
+        row.ratios = {k: statistics.median(a / b for a, b in zip(units[k], units["native"]) if b)
+                      for k in RATIO_COLUMNS if k in units}
         rows.append(row)
     return rows, wrong
-
-
-def add_ratios(row: Row) -> None:
-    base = row.cells.get("native")
-    if base:
-        row.ratios = {k: row.cells[k] / base for k in RATIO_COLUMNS if k in row.cells}
 
 
 def geomean_row(kernel_rows: list[Row]) -> Row:

@@ -35,11 +35,6 @@ def p50_per_call(fn: Callable[[], object], calls: int, batch: int = 50) -> float
     return statistics.median(means)
 
 
-def per_unit(times_n: list[float], times_0: list[float], n: int) -> float:
-    """Seconds per unit of work: (median time at ``n`` − median time at 0) / n, never negative."""
-    return max(0.0, statistics.median(times_n) - statistics.median(times_0)) / n
-
-
 def timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -47,8 +42,10 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def per_iteration(run: Callable[[int], object], n: int, repeats: int) -> float:
-    """Seconds per loop iteration of ``run(n)``, the cost of ``run(0)`` subtracted."""
-    return per_unit([timed(lambda: run(n)) for _ in range(repeats)], [timed(lambda: run(0)) for _ in range(repeats)], n)
+    """Seconds per loop iteration: (median time of ``run(n)`` − median time of ``run(0)``) / n, never negative."""
+    t_n = statistics.median(timed(lambda: run(n)) for _ in range(repeats))
+    t_0 = statistics.median(timed(lambda: run(0)) for _ in range(repeats))
+    return max(0.0, t_n - t_0) / n
 
 
 def invoke_p50(engine_kind: str, elf: bytes, calls: int) -> float:
