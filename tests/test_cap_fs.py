@@ -96,3 +96,15 @@ def test_a_root_given_through_a_symlink_is_the_same_root(tmp_path, root):
     read = fs.capabilities(Root(tmp_path / "alias"))["berm.fs.read"]
     assert read(encode_frame([str(tmp_path / "alias" / "f")])) == b"ok"
     assert read(encode_frame([str(root / "f")])) == b"ok"
+
+
+@pytest.mark.parametrize("size", [0, 1, 100, 65536, 65537, 200_000])
+@pytest.mark.parametrize("limit", [1, 100, 65536, 1 << 30])
+def test_read_upto_reads_exactly_the_prefix(tmp_path, size, limit):
+    data = os.urandom(size)
+    (tmp_path / "f").write_bytes(data)
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        assert fs.read_upto(fd, limit) == data[:limit]
+    finally:
+        os.close(fd)
