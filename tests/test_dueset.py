@@ -110,8 +110,11 @@ def test_sigkill_in_the_middle_of_writes_loses_nothing_committed(tmp_path):
             if i % 3 == 0:
                 cancelled.add(i - 1)
         start = max(lines) + 1
+        # The writer may have been killed after committing the next put and its cancel but before printing them:
+        # the last reported id may then be legitimately cancelled.
+        in_doubt = {start - 1} if start % 3 == 0 else set()
         with sqlite3.connect(db) as con:
             assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         present = {e.when_ms for e in DueSet(db).list()}
-        assert committed - cancelled <= present
+        assert committed - cancelled - in_doubt <= present
         assert not (cancelled & present)
