@@ -7,14 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from berm_aot.cache import CodeCache
 from berm_aot.elf import read_elf_file
 from berm_aot.manifest import load_manifest
 from berm_aot.program import Program
-from berm_host.aot.backend import AotBackend
-from berm_host.backend import RunRequest
-from berm_host.interp.backend import InterpBackend
-from berm_host.traps import TrapKind
+from berm_host.engine import KINDS, Engine
+from berm_host.traps import ToolFailure, Trap, TrapKind
 
 ELF = Path(__file__).resolve().parent.parent / "harnesses" / "rust-probe" / "rust-probe.elf"
 M64 = (1 << 64) - 1
@@ -30,11 +27,12 @@ def program(image):
     return Program.from_image(image)
 
 
-@pytest.fixture(scope="module", params=["interp", "aot"])
-def backend(request, program):
-    if request.param == "interp":
-        return InterpBackend(program)
-    return AotBackend(program, cache=CodeCache())  # the product's cache: compiled once, then reused
+@pytest.fixture(scope="module", params=KINDS)
+def probe(request):
+    """rust-probe on each engine, and the list its log lines are appended to."""
+    logs = []
+    engine = Engine(kind=request.param, log=lambda name, line: logs.append(line))
+    return engine.load(ELF).harness(name="probe"), logs
 
 
 def test_manifest_and_exports(image):
@@ -90,13 +88,6 @@ def _classify(data: bytes) -> str:
     return f"classify({len(data)} bytes) = {acc}"
 
 
-def _run(backend, program, tool: str, args: bytes = b""):
-    logs = []
-    result = backend.run(RunRequest(entry=program.symbol(f"berm_tool_{tool}"), args=args, read_result=True,
-                                    log=logs.append))
-    return result, logs
-
-
 @pytest.mark.parametrize("tool, args, expected", [
     ("format", b"", 'args="" len=0 hex=0x1000 pad=[    ab] neg=-7 list=[0, 1, 0]'),
     ("format", b"hi", 'args="hi" len=2 hex=0x11fe pad=[    ab] neg=-9 list=[2, 3, 4]'),
@@ -105,17 +96,18 @@ def _run(backend, program, tool: str, args: bytes = b""):
     ("shapes", b"", "square:16 rect:15 triangle:21 total:52"),
     ("check", b"abc", "checked 3 bytes"),
 ], ids=["format", "format-args", "classify", "classify-256", "shapes", "check"])
-def test_tools_return_the_expected_text(backend, program, tool, args, expected):
-    result, logs = _run(backend, program, tool, args)
-    assert result.trap is None and result.failure is None
-    assert result.result.decode() == expected
+def test_tools_return_the_expected_text(probe, tool, args, expected):
+    harness, logs = probe
+    logs.clear()
+    assert harness.call(tool, args) == expected
     if tool == "format":
         assert logs == [expected.encode()]
 
 
-def test_failure_and_panic(backend, program):
-    result, _ = _run(backend, program, "check", b"fail")
-    assert result.trap is None and result.failure == b"check failed, as requested"
-    result, _ = _run(backend, program, "check", b"panic")
-    assert result.trap is not None and result.trap.kind is TrapKind.BREAKPOINT
-    assert result.failure == b"rust-probe panicked: asked to panic"
+def test_failure_and_panic(probe):
+    harness, _ = probe
+    with pytest.raises(ToolFailure, match="check failed, as requested"):
+        harness.call("check", "fail")
+    with pytest.raises(Trap, match="harness trapped in check: guest executed ebreak") as trap:
+        harness.call("check", "panic")
+    assert trap.value.kind is TrapKind.BREAKPOINT
