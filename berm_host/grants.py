@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from berm_abi.errors import BermError
@@ -62,6 +62,21 @@ def grant_status(declaration: Declaration, extra: Mapping[str, GrantBuilder] | N
         else:
             status[name] = LINKED
     return status
+
+
+def grant_report(declaration: Declaration, requested: Iterable[str],
+                 extra: Mapping[str, GrantBuilder] | None = None) -> dict[str, str]:
+    """Each capability a manifest requests or a declaration grants, with what the declaration makes of it: the
+    manifest's requests shown beside the grants, never turned into them."""
+    requested = list(requested)
+    status = grant_status(declaration, extra)
+    report = {}
+    for name in dict.fromkeys([*requested, *status]):
+        if name not in status:
+            report[name] = "not granted (requested)"
+        else:
+            report[name] = status[name] + ("" if name in requested else " (not requested)")
+    return report
 
 
 def _linked(declaration: Declaration, extra: Mapping[str, GrantBuilder] | None) -> list[str]:
