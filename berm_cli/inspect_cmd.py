@@ -7,12 +7,15 @@ import argparse
 import bisect
 import json
 from collections import Counter
+from pathlib import Path
 
 from berm_aot.disasm import disassemble
 from berm_aot.elf import read_elf_file
 from berm_aot.image import ElfImage
 from berm_aot.manifest import Manifest, load_manifest, tool_exports
 from berm_aot.program import Program
+from berm_host.declaration import DeclarationError, load_declarations
+from berm_host.grants import grant_report
 
 HELP = "show a harness's manifest, exported tools, requests and image layout (nothing is executed)"
 
@@ -26,19 +29,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="print the manifest JSON with an added \"image\" object of the facts below")
     form.add_argument("--disassemble", action="store_true",
                       help="also print every function's reachable instructions")
+    parser.add_argument("--declaration", metavar="TOML",
+                        help="an agent's [[harnesses]] file: also show what its entry for this harness would grant")
+    parser.add_argument("--harness", metavar="NAME",
+                        help="the entry to use from --declaration (default: the image's file name stem)")
 
 
 def run(args: argparse.Namespace) -> int:
     image = read_elf_file(args.elf)
     manifest = load_manifest(image)
     facts = image_facts(image)
+    grants = declared_grants(args, manifest)
     if args.json:
-        print(json.dumps({**manifest.raw, "image": facts}, indent=2, sort_keys=True))
+        print(json.dumps({**manifest.raw, "image": facts, **({"grants": grants} if grants is not None else {})},
+                         indent=2, sort_keys=True))
     else:
         print(render_text(args.elf, manifest, facts))
+        if grants is not None:
+            print(f"\ngrants (from {args.declaration}):")
+            print("\n".join(f"  {name}: {status}" for name, status in grants.items()) or "  none")
     if args.disassemble:
         print(render_disassembly(image))
     return 0
+
+
+def declared_grants(args: argparse.Namespace, manifest: Manifest) -> dict[str, str] | None:
+    """With ``--declaration``: each requested or granted capability and what the declaration makes of it."""
+    if not args.declaration:
+        return None
+    name = args.harness or Path(args.elf).stem
+    entry = next((d for d in load_declarations(args.declaration) if d.name == name), None)
+    if entry is None:
+        raise DeclarationError(f"{args.declaration} declares no harness named {name!r}")
+    return grant_report(entry, manifest.requests.get("capabilities", []))
 
 
 def _perms(readable: bool, writable: bool, executable: bool) -> str:
