@@ -1,4 +1,4 @@
-"""The fixture harness's four tools, built by `berm build`, run on the reference interpreter and natively."""
+"""The fixture harness's four tools, built by `berm build`, on both engines and natively."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import pytest
 
 from berm_aot.elf import read_elf
 from berm_aot.manifest import load_manifest
+from berm_host.backend import RunRequest
 from berm_host.traps import ToolFailure
 from berm_sdk.build import build_harness
 from berm_sdk.native import NativeHarness, build_native_library
-from tests.sdk_engines import Interp
+from tests.sdk_engines import ENGINE_KINDS, engine, harness
 
 FIXTURE = Path(__file__).resolve().parent.parent / "harnesses" / "fixture"
 
@@ -21,53 +22,51 @@ def elf(tmp_path_factory):
     return build_harness(FIXTURE, tmp_path_factory.mktemp("fixture") / "fixture.elf").read_bytes()
 
 
-@pytest.fixture(scope="module")
-def image(elf):
-    return read_elf(elf)
+@pytest.fixture(scope="module", params=[*ENGINE_KINDS, "native"])
+def tools(request, elf, tmp_path_factory):
+    if request.param == "native":
+        out = tmp_path_factory.mktemp("fixture-native") / "fixture.so"
+        return NativeHarness(build_native_library(sorted(FIXTURE.glob("*.c")), out))
+    return harness(request.param, elf, name="fixture")
 
 
-@pytest.fixture(scope="module", params=["interp", "native"])
-def engine(request, elf, tmp_path_factory):
-    if request.param == "interp":
-        return Interp(elf)
-    out = tmp_path_factory.mktemp("fixture-native") / "fixture.so"
-    return NativeHarness(build_native_library(sorted(FIXTURE.glob("*.c")), out))
-
-
-def test_manifest_lists_the_four_tools(image):
-    manifest = load_manifest(image)
+def test_manifest_lists_the_four_tools(elf):
+    manifest = load_manifest(read_elf(elf))
     assert [t.name for t in manifest.tools] == ["echo", "chatty", "probe", "boom"]
     assert manifest.usage.startswith("A conformance fixture")
 
 
 @pytest.mark.parametrize("args, expected", [
-    (b'{"a":[1,"x"]}', b'{"echo":{"a":[1,"x"]}}'),
-    (b"", b'{"echo":null}'),
-    ("\"\u00e9\U0001F600\"".encode(), "{\"echo\":\"\u00e9\U0001F600\"}".encode()),
+    ('{"a":[1,"x"]}', '{"echo":{"a":[1,"x"]}}'),
+    ("", '{"echo":null}'),
+    ('"\u00e9\U0001F600"', '{"echo":"\u00e9\U0001F600"}'),
 ])
-def test_echo(engine, args, expected):
-    assert engine.call("echo", args) == expected
+def test_echo(tools, args, expected):
+    assert tools.call("echo", args) == expected
 
 
-def test_echo_of_large_arguments(engine):
-    args = b'"' + b"x" * 200_000 + b'"'
-    assert engine.call("echo", args) == b'{"echo":' + args + b"}"
+def test_echo_of_large_arguments(tools):
+    args = '"' + "x" * 200_000 + '"'
+    assert tools.call("echo", args) == '{"echo":' + args + "}"
 
 
-def test_chatty_returns_the_argument_length(engine):
-    assert engine.call("chatty", b"12345") == b"5"
-    assert engine.call("chatty") == b"0"
+def test_chatty_returns_the_argument_length(tools):
+    assert tools.call("chatty", "12345") == "5"
+    assert tools.call("chatty") == "0"
 
 
-def test_probe_allocates_and_returns_from_the_heap(engine):
-    assert engine.call("probe") == b"[7,7]"
+def test_probe_allocates_and_returns_from_the_heap(tools):
+    assert tools.call("probe") == "[7,7]"
 
 
-def test_boom_fails_as_requested(engine):
+def test_boom_fails_as_requested(tools):
     with pytest.raises(ToolFailure, match="^boom, as requested$"):
-        engine.call("boom")
+        tools.call("boom")
 
 
-def test_probe_result_lies_in_the_heap(elf, image):
-    result = Interp(elf).run("probe")
-    assert result.a0 >= max(seg.end for seg in image.segments) and result.a1 == 5
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_probe_result_lies_in_the_heap(elf, kind):
+    image = engine(kind).load(elf)
+    result = image.backend.run(RunRequest(entry=image.program.symbol("berm_tool_probe"), read_result=True))
+    assert result.result == b"[7,7]"
+    assert result.a0 >= max(seg.end for seg in image.program.image.segments)
