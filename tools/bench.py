@@ -8,7 +8,7 @@ Everything runs side by side in one process, repetitions interleaved across runn
 on unicorn and on Berm's AOT and interpreter engines; each figure is time per unit of work with the kernel's
 fixed setup (its n = 0 run) subtracted, so runners using different n compare; each ratio is the median of
 per-round ratios against native's run in the same round. The output is a Markdown table.
-Exit status 1 when any runner computed a different checksum from native.
+Exit status 1 when any runner computed a different checksum from native or a figure could not be measured.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import bench_boundary as bb  # noqa: E402
 from bench_bigguest import build_big_guest  # noqa: E402
 from bench_build import KERNELS, build_boundary_guest  # noqa: E402
 from bench_runners import BermRunner, available_runners  # noqa: E402
+
+from berm_abi.errors import BermError  # noqa: E402
 
 #: Table columns: runner kind -> heading. Ratios are taken against "native".
 COLUMNS = {"aot": "Berm AOT", "native": "native", "wasmtime": "wasmtime", "unicorn": "unicorn", "interp": "Berm interp"}
@@ -125,9 +127,17 @@ def geomean_row(kernel_rows: list[Row]) -> Row:
 
 # --- boundary figures ----------------------------------------------------------------------------------------------
 
-def measure_boundary(runners: dict, plan: Plan) -> list[Row]:
+def measure_boundary(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
+    """The DESIGN.md boundary rows, and what failed (a figure that fails leaves its cell empty, the rest runs)."""
+    failures: list[str] = []
+
+    def measure(row: Row, kind: str, fn) -> None:
+        try:
+            row.cells[kind] = fn()
+        except (BermError, RuntimeError) as exc:
+            failures.append(f"{row.figure} on {COLUMNS[kind]}: {exc}")
+
     boundary = build_boundary_guest().read_bytes()
-    berm = {kind: BermRunner(kind, boundary) for kind in ("aot", "interp") if kind in runners}
     invoke = Row("one invocation from Python (256-byte args pulled, small result), p50", "≤ 2 µs", 2e-6,
                  note="native: cffi ABI-mode call floor; wasmtime: new Store + instantiate + call")
     hostcall = Row("one core host call (berm.args.len) inside the guest", "≤ 5 ns", 5e-9)
@@ -139,14 +149,18 @@ def measure_boundary(runners: dict, plan: Plan) -> list[Row]:
     invoke.cells["native"] = bb.cffi_floor(runners["native"], plan.invoke_calls * 10)
     if "wasmtime" in runners:
         invoke.cells["wasmtime"] = bb.wasmtime_instantiate_call(runners["wasmtime"], plan.invoke_calls // 10)
-    for kind, runner in berm.items():
-        invoke.cells[kind] = bb.invoke_p50(kind, boundary, scaled(plan.invoke_calls, kind))
-        hostcall.cells[kind] = bb.hostcall_seconds(runner, scaled(plan.hostcall_n, kind), plan.repeats)
-        capability.cells[kind] = bb.capability_seconds(runner, scaled(plan.capability_n, kind), plan.repeats)
-    if "aot" in berm:
-        load.cells["aot"] = bb.cached_load_p50(boundary, plan.loads)
-        compile_row.cells["aot"] = bb.cold_compile_seconds(big.read_bytes())
-    return [invoke, hostcall, capability, load, compile_row]
+    for kind in ("aot", "interp"):
+        if kind not in runners:
+            continue
+        runner = BermRunner(kind, boundary)
+        measure(invoke, kind, lambda: bb.invoke_p50(kind, boundary, scaled(plan.invoke_calls, kind)))
+        measure(hostcall, kind, lambda: bb.hostcall_seconds(runner, scaled(plan.hostcall_n, kind), plan.repeats))
+        measure(capability, kind,
+                lambda: bb.capability_seconds(runner, scaled(plan.capability_n, kind), plan.repeats))
+    if "aot" in runners:
+        measure(load, "aot", lambda: bb.cached_load_p50(boundary, plan.loads))
+        measure(compile_row, "aot", lambda: bb.cold_compile_seconds(big.read_bytes()))
+    return [invoke, hostcall, capability, load, compile_row], failures
 
 
 def guest_code_kb(elf: Path) -> float:
@@ -198,14 +212,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- {COLUMNS[kind]}: {why}")
     columns = {k: v for k, v in COLUMNS.items() if k in runners}
     kernel_rows, wrong = measure_kernels(runners, plan)
-    rows = [*kernel_rows, geomean_row(kernel_rows), *measure_boundary(runners, plan)]
-    print("\n" + render(rows, columns))
+    boundary_rows, failures = measure_boundary(runners, plan)
+    print("\n" + render([*kernel_rows, geomean_row(kernel_rows), *boundary_rows], columns))
     print(f"\nKernel work per unit: sha256 = one 256-byte message, crc32 = 1 KiB, sort = 256 words filled and sorted, "
           f"fib = fib(14..15), tokenize = a 2 KiB scan. n per run: {plan.n} (unicorn n/{SLOW['unicorn']}, interpreter "
           f"n/{SLOW['interp']}); medians of {plan.repeats} interleaved repeats.")
+    for line in failures:
+        print(f"FAILED: {line}")
     for line in wrong:
         print(f"CHECKSUM MISMATCH: {line}")
-    return 1 if wrong else 0
+    return 1 if wrong or failures else 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import cffi
 
+from berm_abi.errors import BermError
 from berm_aot.elf import read_elf
 from berm_aot.image import ElfImage
 from berm_host.backend import RunRequest
@@ -132,6 +133,9 @@ def available_runners(kinds: tuple[str, ...] = ("native", "wasmtime", "unicorn",
             runner = makers[kind]()
         except ImportError as exc:
             missing[kind] = f"not available yet ({exc})"
+            continue
+        except BermError as exc:
+            missing[kind] = f"could not load the kernels: {exc}"
             continue
         runners[kind] = runner
     return runners, missing
