@@ -18,12 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from berm_aot.cache import CodeCache  # noqa: E402
-from berm_aot.elf import read_elf  # noqa: E402
-from berm_aot.program import Program  # noqa: E402
-from berm_host.aot.backend import AotBackend  # noqa: E402
-from berm_host.backend import RunRequest  # noqa: E402
 from berm_host.declaration import Declaration  # noqa: E402
+from berm_host.engine import Engine  # noqa: E402
 from berm_host.grants import linker_for  # noqa: E402
 from berm_sdk.bundled import bundled_image  # noqa: E402
 
@@ -60,30 +56,25 @@ def main() -> None:
     runs = parser.parse_args().runs
 
     elf = bundled_image("os")
-    image = read_elf(elf.read_bytes())
     with tempfile.TemporaryDirectory() as tmp:
-        cache = CodeCache(Path(tmp) / "code")
+        cache = Path(tmp) / "code"
         t = time.perf_counter()
-        AotBackend(Program.from_image(image), cache=cache)
+        Engine(cache_dir=cache).load(elf)
         cold = time.perf_counter() - t
         t = time.perf_counter()
-        program = Program.from_image(read_elf(elf.read_bytes()))
-        backend = AotBackend(program, cache=cache)
+        image = Engine(cache_dir=cache).load(elf)
         load = time.perf_counter() - t
 
         root = Path(tmp) / "root"
         root.mkdir()
         data = root / "data.txt"
         data.write_text("".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(1000)))
-        linker = linker_for(Declaration(name="os", capabilities=("fs",), root=str(root)))
+        harness = image.harness(linker_for(Declaration(name="os", capabilities=("fs",), root=str(root))), name="os")
 
-        def call(tool: str, args: dict) -> bytes:
-            result = backend.run(RunRequest(entry=program.symbol(f"berm_tool_{tool}"), args=json.dumps(args).encode(),
-                                            linker=linker, read_result=True))
-            assert result.trap is None and result.failure is None, (result.trap, result.failure)
-            return result.result
+        def call(tool: str, args: dict) -> str:
+            return harness.call(tool, json.dumps(args))
 
-        assert call("read", {"path": "data.txt"}).decode() == python_read(data)
+        assert call("read", {"path": "data.txt"}) == python_read(data)
         data.write_text(data.read_text().replace("line 500: the", "line 500: A"))
         marker = ["A"]  # each edit swaps the marker, so old_string is always present exactly once
 
@@ -94,7 +85,7 @@ def main() -> None:
 
         def guest_edit():
             old, new = swap()
-            assert call("edit", {"path": "data.txt", "old_string": old, "new_string": new}) == b"ok"
+            assert call("edit", {"path": "data.txt", "old_string": old, "new_string": new}) == "ok"
 
         def python_edit_once():
             python_edit(data, *swap())
