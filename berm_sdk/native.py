@@ -104,9 +104,8 @@ class NativeHarness:
             self._error = exc
             return False
 
-    def call(self, tool: str, args: bytes | str = b"") -> str:
-        """The tool's result, as the host returns it; ToolFailure when it called berm.fail, NativePanic when it
-        panicked, HostError when the result is not UTF-8."""
+    def call(self, tool: str, args: bytes | str = b"") -> bytes:
+        """The tool's result bytes; ToolFailure when it called berm.fail, NativePanic when it panicked."""
         try:
             fn = getattr(self.lib, f"berm_tool_{tool}")
         except AttributeError:
@@ -124,8 +123,4 @@ class NativeHarness:
             n = ctypes.c_size_t()
             text = ctypes.string_at(self.lib.berm_shim_failure(ctypes.byref(n)), n.value)
             raise ToolFailure(tool, text.decode("utf-8", "replace"))
-        data = ctypes.string_at(out.ptr, out.len) if out.len else b""
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise HostError(f"tool {tool} returned a result that is not UTF-8 (byte {exc.start})") from None
+        return ctypes.string_at(out.ptr, out.len) if out.len else b""

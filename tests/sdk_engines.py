@@ -18,3 +18,13 @@ def engine(kind: str) -> Engine:
 
 def harness(kind: str, elf: bytes, linker: Linker | None = None, name: str = "test") -> Harness:
     return engine(kind).load(elf).harness(linker, name=name)
+
+
+class NativeText:
+    """A ``berm_sdk.native.NativeHarness`` whose ``call`` returns text, as ``Harness.call`` does."""
+
+    def __init__(self, native):
+        self.native = native
+
+    def call(self, tool: str, args: bytes | str = b"") -> str:
+        return self.native.call(tool, args).decode("utf-8")

@@ -12,7 +12,7 @@ from berm_host.backend import RunRequest
 from berm_host.traps import ToolFailure
 from berm_sdk.build import build_harness
 from berm_sdk.native import NativeHarness, build_native_library
-from tests.sdk_engines import ENGINE_KINDS, engine, harness
+from tests.sdk_engines import ENGINE_KINDS, NativeText, engine, harness
 
 FIXTURE = Path(__file__).resolve().parent.parent / "harnesses" / "fixture"
 
@@ -26,7 +26,7 @@ def elf(tmp_path_factory):
 def tools(request, elf, tmp_path_factory):
     if request.param == "native":
         out = tmp_path_factory.mktemp("fixture-native") / "fixture.so"
-        return NativeHarness(build_native_library(sorted(FIXTURE.glob("*.c")), out))
+        return NativeText(NativeHarness(build_native_library(sorted(FIXTURE.glob("*.c")), out)))
     return harness(request.param, elf, name="fixture")
 
 

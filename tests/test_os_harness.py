@@ -17,7 +17,7 @@ from berm_host.traps import Trap, ToolFailure, TrapKind
 from berm_sdk.build import build_harness
 from berm_sdk.harness_toml import load_harness_toml
 from berm_sdk.native import NativeHarness, build_native_library
-from tests.sdk_engines import ENGINE_KINDS, harness
+from tests.sdk_engines import ENGINE_KINDS, NativeText, harness
 
 OS_DIR = Path(__file__).resolve().parent.parent / "harnesses" / "os"
 TOOLS = ["read", "write", "edit", "bash", "glob", "grep"]
@@ -54,7 +54,7 @@ class Tools:
 
 
 def native_engine(native_lib, link):
-    return NativeHarness(native_lib, {c.name: c.fn for c in link})
+    return NativeText(NativeHarness(native_lib, {c.name: c.fn for c in link}))
 
 
 def engine_tools(kind: str, elf: bytes, native_lib: Path, root: Path, **grants) -> Tools:

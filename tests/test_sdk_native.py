@@ -228,9 +228,9 @@ def test_json_writer_output_is_valid_utf8_json(lib, data):
 
 
 def test_json_object_lookup_through_a_tool(harness):
-    assert harness.call("json_get", '{"other":1,"key":"v\\u00e9"}') == "string:vé"
-    assert harness.call("json_get", '{"key":-7}') == "integer:-7"
-    assert harness.call("json_get", '{"key":[1]}') == "array:"
+    assert harness.call("json_get", '{"other":1,"key":"v\\u00e9"}') == "string:vé".encode()
+    assert harness.call("json_get", '{"key":-7}') == b"integer:-7"
+    assert harness.call("json_get", '{"key":[1]}') == b"array:"
     with pytest.raises(ToolFailure, match="no key"):
         harness.call("json_get", "[]")
     with pytest.raises(ToolFailure, match="unexpected end of input at byte 8"):
@@ -377,7 +377,7 @@ def test_double_free_panics(harness):
 
 
 def test_output_buffer_overflow_is_a_failure_never_partial(harness):
-    assert harness.call("overflow", b"y" * 100) == "x" * 100
+    assert harness.call("overflow", b"y" * 100) == b"x" * 100
     with pytest.raises(ToolFailure, match="output exceeds the 100-byte output buffer"):
         harness.call("overflow", b"y" * 101)
 
@@ -411,7 +411,7 @@ def test_every_capability_has_a_typed_wrapper(lib):
 def test_fs_read_reply_and_error_values(lib_path):
     seen: list = []
     h = stand_in(lib_path, "berm.fs.read", reply=b"file\0bytes", seen=seen)
-    assert h.call("fs_read", "dir/a.txt") == "file\0bytes"
+    assert h.call("fs_read", "dir/a.txt") == b"file\0bytes"
     assert seen == [[b"dir/a.txt"]]
     h = stand_in(lib_path, "berm.fs.read", error="dir/a.txt: no such file")
     with pytest.raises(ToolFailure, match="^dir/a.txt: no such file$"):
@@ -421,14 +421,14 @@ def test_fs_read_reply_and_error_values(lib_path):
 def test_exec_run_flattens_pairs(lib_path):
     seen: list = []
     h = stand_in(lib_path, "berm.exec.run", reply=b'{"exit_code":0}', seen=seen)
-    assert h.call("exec_run") == '{"exit_code":0}'
+    assert h.call("exec_run") == b'{"exit_code":0}'
     assert seen == [[b"ls", b".", b"A", b"1", b"B", b""]]
 
 
 def test_http_fetch_splits_the_framed_reply(lib_path):
     seen: list = []
     h = stand_in(lib_path, "berm.http.fetch", reply=encode_frame([200, "a: b\n", b"body"]), seen=seen)
-    assert h.call("http_fetch", "https://x.example/") == "200|a: b\n|body"
+    assert h.call("http_fetch", "https://x.example/") == b"200|a: b\n|body"
     assert seen == [[b"GET", b"https://x.example/", b"", b"accept", b"text/plain"]]
     h = stand_in(lib_path, "berm.http.fetch", reply=encode_frame(["2xx", "", ""]))
     with pytest.raises(ToolFailure, match="status 2xx is not a number"):
@@ -440,15 +440,15 @@ def test_http_fetch_splits_the_framed_reply(lib_path):
 
 def test_clock_and_kv_list_and_schedule(lib_path):
     h = stand_in(lib_path, "berm.clock.now", reply=encode_frame([1767225600000, -3600]))
-    assert h.call("clock_now") == "1767225600000 -3600"
+    assert h.call("clock_now") == b"1767225600000 -3600"
     h = stand_in(lib_path, "berm.kv.list", reply=encode_frame(["pa", "pb", ""]))
-    assert h.call("kv_list") == "[pa][pb][]"
+    assert h.call("kv_list") == b"[pa][pb][]"
     h = stand_in(lib_path, "berm.kv.list", reply=b"\x05\0\0\0ab")
     with pytest.raises(ToolFailure, match="malformed reply from berm.kv.list"):
         h.call("kv_list")
     seen: list = []
     h = stand_in(lib_path, "berm.schedule.at", reply=b"", seen=seen)
-    assert h.call("schedule_at") == ""
+    assert h.call("schedule_at") == b""
     assert seen == [[b"-42", b"id", b"payload"]]
 
 
