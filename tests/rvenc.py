@@ -2,8 +2,8 @@
 labels, written from the RISC-V unprivileged specification's encoding tables — independent of ``berm_aot.decode``,
 so that tests built with it check the decoder too.
 
-``Op(name, rd=…, rs1=…, rs2=…, imm=…)`` is one instruction: ``name`` is a base mnemonic (``"add"``, ``"amoadd.w"``)
-or a compressed one (``"c.add"``). Branches and jumps may name a label (``target=``) instead of an offset;
+``Op(name, rd=…, rs1=…, rs2=…, imm=…)`` is one instruction: ``name`` is a base mnemonic (``"add"``, ``"amoadd.w"``),
+a compressed one (``"c.add"``) or raw bits (``".half"``/``".word"`` with the bits in ``imm``). Branches and jumps may name a label (``target=``) instead of an offset;
 ``la(rd, label)`` is the ``auipc``/``addi`` pair that materialises an address (recorded as a PCREL_HI20 site).
 ``assemble(items, base)`` lays a list of ``Op`` and ``Label`` out at ``base`` and returns the bytes, the label
 addresses and the PCREL_HI20 sites.
@@ -232,7 +232,7 @@ class Op:
 
     @property
     def size(self) -> int:
-        return 2 if self.name.startswith("c.") else 4
+        return 2 if self.name.startswith("c.") or self.name == ".half" else 4
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,10 @@ class Label:
 
 
 def encode(op: Op) -> bytes:
-    """The little-endian bytes of one instruction (its immediates already final)."""
+    """The little-endian bytes of one instruction (its immediates already final). ``Op(".half", imm=…)`` and
+    ``Op(".word", imm=…)`` emit raw bits (for illegal or unsupported encodings)."""
+    if op.name in (".half", ".word"):
+        return op.imm.to_bytes(op.size, "little")
     if op.size == 2:
         return struct.pack("<H", encode16(op))
     return struct.pack("<I", encode32(op))
