@@ -20,7 +20,7 @@ HELP = "call one tool of a harness image with the capabilities granted on the co
 
 
 def add_arguments(p) -> None:
-    p.add_argument("elf", type=Path, help="the harness image")
+    p.add_argument("elf", type=Path, help="the harness image, or the name of a bundled harness (e.g. os)")
     p.add_argument("tool", help="the tool to call (berm_tool_<TOOL>)")
     p.add_argument("json", nargs="?", default="{}", help="the tool's arguments as JSON (default {})")
     p.add_argument("--grant", action="append", default=[], metavar="CAP",
@@ -47,6 +47,16 @@ def _declaration(args):
     return declaration_from_table(table, "command line")
 
 
+def _image(elf: Path) -> Path:
+    """``elf``, or, when no such file exists and it names a bundled harness (``harnesses/<name>``), that
+    harness's image, built on first use and cached."""
+    if elf.exists():
+        return elf
+    from berm_sdk.bundled import bundled_image, bundled_names
+
+    return bundled_image(str(elf)) if str(elf) in bundled_names() else elf
+
+
 def _log(name: str, line: bytes) -> None:
     print(f"[{name}] {line.decode('utf-8', 'replace')}", file=sys.stderr)
 
@@ -66,7 +76,7 @@ def run(args) -> int:
         options["memory_size"] = decl.memory
     if decl.timeout is not None:
         options["deadline"] = decl.timeout
-    harness = Engine(**options).load(args.elf).harness(linker, name=decl.name)
+    harness = Engine(**options).load(_image(args.elf)).harness(linker, name=decl.name)
     try:
         result = harness.call(args.tool, args.json)
     except ToolFailure as failure:

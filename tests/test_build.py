@@ -102,3 +102,9 @@ def test_bundled_harnesses_build_once_and_are_reused(tmp_path, monkeypatch):
     assert [t.name for t in load_manifest(read_elf(first.read_bytes())).tools] == ["echo", "chatty", "probe", "boom"]
     with pytest.raises(BuildError, match="no bundled harness 'nope' \\(bundled: .*fixture"):
         bundled_image("nope")
+
+
+def test_berm_call_builds_a_bundled_harness_named_instead_of_a_path(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no file named "fixture" here
+    assert main(["call", "fixture", "echo", '{"a":1}', "--engine", "interp"]) == 0
+    assert capsys.readouterr().out.strip() == '{"echo":{"a":1}}'
