@@ -1,0 +1,153 @@
+"""Host calls (``ecall``) on the reference interpreter and what a RunRequest/RunResult carries: argument blob,
+integer arguments, result bytes, failure text, log lines, heap bounds, capabilities through the Linker, fresh
+memory per run, concurrent runs."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from berm_abi.names import ERROR_BIT, core_number, fnv1a64
+from berm_aot.program import Program
+from berm_host.backend import RunRequest
+from berm_host.interp import InterpBackend
+from berm_host.layout import layout_for
+from berm_host.linker import CapabilityError, Linker
+from berm_host.traps import TrapKind
+from tests import progen
+from tests.interp_helpers import run_snippet
+from tests.rvenc import Op, li
+
+A0, A1, A2, S0, S1 = 10, 11, 12, 8, 9
+BUF = progen.DATA + 64
+
+
+def call(name: str, a0: int = 0, a1: int = 0, keep: int | None = None) -> list[Op]:
+    """``a0, a1 = …; a7 = number(name); ecall`` and, with ``keep``, copy the result into that register."""
+    number = core_number(name) if name.startswith("berm.") and name.count(".") <= 2 and "fs" not in name \
+        else fnv1a64(name)
+    ops = [*li(A0, a0), *li(A1, a1), *li(17, number), Op("ecall")]
+    return ops + ([Op("addi", rd=keep, rs1=A0)] if keep else [])
+
+
+def test_args_len_and_read():
+    ops = [*call("berm.args.len", keep=S0), *call("berm.args.read", BUF, 5, keep=S1)]
+    r = run_snippet(ops, args=b"hello world", data=bytes(128), snapshot=((BUF, 8),))
+    assert r.trap is None and (r.regs[S0], r.regs[S1]) == (11, 11)
+    assert r.snapshot[0] == b"hello\0\0\0"  # min(len, cap) bytes, nothing more
+
+
+def test_args_read_into_read_only_memory_traps_and_empty_reads_never_do():
+    r = run_snippet(call("berm.args.read", progen.RODATA, 4), args=b"abcd")
+    assert r.trap.kind is TrapKind.HOST_CALL_FAILED and r.trap.addr == progen.RODATA
+    assert r.trap.detail == f"berm.args.read: the buffer at {progen.RODATA:#x} (4 bytes) is not writable guest memory"
+    r = run_snippet(call("berm.args.read", 0, 0, keep=S0), args=b"abcd")
+    assert r.trap is None and r.regs[S0] == 4
+
+
+def test_fail_records_the_last_text():
+    data = b"first\0second"
+    ops = [*call("berm.fail", progen.DATA, 5), *call("berm.fail", progen.DATA + 6, 6)]
+    r = run_snippet(ops, data=data)
+    assert r.trap is None and r.failure == b"second" and r.regs[A0] == 0
+
+
+def test_log_lines_reach_the_sink_and_bad_buffers_trap():
+    lines = []
+    r = run_snippet([*call("berm.log", progen.DATA, 3), *call("berm.log", progen.DATA + 1, 2)], data=b"abc",
+                    log=lines.append)
+    assert r.trap is None and lines == [b"abc", b"bc"]
+    r = run_snippet(call("berm.log", 16, 3), log=lines.append)
+    assert r.trap.kind is TrapKind.HOST_CALL_FAILED and "berm.log" in r.trap.detail and "readable" in r.trap.detail
+
+
+def test_heap_bounds_follow_the_layout():
+    ops = [*call("berm.heap.start", keep=S0), *call("berm.heap.size", keep=S1)]
+    r = run_snippet(ops)
+    layout = layout_for(progen.build_image([progen.Function("f0", [])]), progen.MEMORY_SIZE)
+    assert (r.regs[S0], r.regs[S1]) == (layout.heap_start, layout.heap_size)
+
+
+def _capability_run(fn, request: bytes = b"ping"):
+    linker = Linker()
+    linker.define("berm.fs.read", fn)
+    ops = [*call("berm.fs.read", progen.DATA, len(request), keep=S0), *call("berm.result.read", BUF, 64, keep=S1)]
+    return run_snippet(ops, data=request.ljust(128, b"\0"), linker=linker, snapshot=((BUF, 64),))
+
+
+def test_capability_reply_is_staged_for_result_read():
+    r = _capability_run(lambda req: req[::-1] + b"!")
+    assert r.trap is None and r.regs[S0] == 5 and r.regs[S1] == 5
+    assert r.snapshot[0][:6] == b"gnip!\0"
+
+
+def test_capability_error_comes_back_with_the_error_bit():
+    def refuse(req):
+        raise CapabilityError("no such file")
+    r = _capability_run(refuse)
+    assert r.trap is None and r.regs[S0] == len("no such file") | ERROR_BIT
+    assert r.snapshot[0][:12] == b"no such file"
+
+
+def test_a_capability_bug_is_a_host_call_failed_trap():
+    def broken(req):
+        raise KeyError("oops")
+    r = _capability_run(broken)
+    assert r.trap.kind is TrapKind.HOST_CALL_FAILED and "berm.fs.read" in r.trap.detail and "oops" in r.trap.detail
+    r = _capability_run(lambda req: "not bytes")
+    assert r.trap.kind is TrapKind.HOST_CALL_FAILED and "str" in r.trap.detail
+
+
+def test_result_read_before_any_capability_is_empty():
+    r = run_snippet(call("berm.result.read", BUF, 8, keep=S0), data=bytes(128))
+    assert r.trap is None and r.regs[S0] == 0
+
+
+def test_integer_arguments_and_result_bytes():
+    ops = [Op("add", rd=A0, rs1=A0, rs2=A1), Op("addi", rd=A0, rs1=A0, imm=0), *li(S0, progen.DATA),
+           Op("sd", rs1=S0, rs2=A0), Op("addi", rd=S1, rs1=17, imm=0), Op("addi", rd=A0, rs1=S0, imm=0),
+           Op("addi", rd=A1, imm=8)]
+    r = run_snippet(ops, int_args=(40, 2, 0, 0, 0, 0, 0, -1), read_result=True, data=bytes(8))
+    assert r.trap is None and r.result == (42).to_bytes(8, "little") and r.regs[S1] == (1 << 64) - 1
+    r = run_snippet([*li(A0, 16), *li(A1, 4)], read_result=True)
+    assert r.trap is None and r.result is None  # (a0, a1) outside readable memory
+
+
+def test_every_run_gets_fresh_memory_and_registers():
+    image = progen.build_image([progen.Function("f0", [
+        *li(S0, progen.DATA), Op("ld", rd=A0, rs1=S0), Op("addi", rd=A1, rs1=A0, imm=1), Op("sd", rs1=S0, rs2=A1),
+        Op("ld", rd=A2, rs1=2, imm=-8), Op("sd", rs1=2, rs2=A1, imm=-8), Op("add", rd=A0, rs1=A0, rs2=A2),
+        Op("add", rd=A0, rs1=A0, rs2=S1), Op("addi", rd=S1, imm=9), Op("jalr", rs1=1)])], data=(5).to_bytes(8, "little"))
+    backend = InterpBackend(Program.from_image(image), progen.MEMORY_SIZE)
+    for _ in range(3):
+        r = backend.run(RunRequest(entry=image.entry))
+        assert r.trap is None and r.regs[A0] == 5  # .data reset, stack zero, s1 zero at entry
+
+
+def test_concurrent_runs_share_nothing():
+    image = progen.build_image([progen.Function("f0", [
+        *li(S0, progen.DATA), Op("sd", rs1=S0, rs2=A0), Op("addi", rd=S1, imm=2000), Op("addi", rd=A2, rs1=A0, imm=0),
+        Op("ld", rd=A1, rs1=S0), Op("add", rd=A2, rs1=A2, rs2=A1), Op("addi", rd=S1, rs1=S1, imm=-1),
+        Op("bne", rs1=S1, rs2=0, imm=-12), Op("addi", rd=A0, rs1=A2, imm=0), Op("jalr", rs1=1)])], data=bytes(8))
+    backend = InterpBackend(Program.from_image(image), progen.MEMORY_SIZE)
+    results: dict[int, int] = {}
+
+    def worker(k: int):
+        for _ in range(5):
+            r = backend.run(RunRequest(entry=image.entry, int_args=(k,)))
+            results[k] = r.regs[A0] if r.trap is None else -1
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(1, 7)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {k: k * 2001 for k in range(1, 7)}
+
+
+@pytest.mark.parametrize("size", [512 << 10, 64 << 20, 4 << 30])
+def test_memory_sizes_up_to_4_gib(size):
+    ops = [*call("berm.heap.size", keep=S0), Op("addi", rd=A0, imm=77), Op("sd", rs1=2, rs2=A0, imm=8),
+           Op("ld", rd=A1, rs1=2, imm=8)]
+    r = run_snippet(ops, memory_size=size)
+    assert r.trap is None and r.regs[A1] == 77 and r.regs[2] == size - 16 and r.regs[S0] > 0
