@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from berm_abi.names import ERROR_BIT, core_number, fnv1a64
+from berm_abi.names import ERROR_BIT, fnv1a64
 from berm_aot.program import Program
 from berm_host.backend import RunRequest
 from berm_host.interp import InterpBackend
@@ -25,9 +25,7 @@ BUF = progen.DATA + 64
 
 def call(name: str, a0: int = 0, a1: int = 0, keep: int | None = None) -> list[Op]:
     """``a0, a1 = …; a7 = number(name); ecall`` and, with ``keep``, copy the result into that register."""
-    number = core_number(name) if name.startswith("berm.") and name.count(".") <= 2 and "fs" not in name \
-        else fnv1a64(name)
-    ops = [*li(A0, a0), *li(A1, a1), *li(17, number), Op("ecall")]
+    ops = [*li(A0, a0), *li(A1, a1), *li(17, fnv1a64(name)), Op("ecall")]
     return ops + ([Op("addi", rd=keep, rs1=A0)] if keep else [])
 
 
