@@ -11,6 +11,7 @@ from berm_sdk.build import build_harness
 from berm_sdk.errors import BuildError
 from berm_sdk.harness_toml import load_harness_toml
 from berm_sdk.toolchain import ToolchainError
+from tests.sdk_engines import harness
 
 TOML = 'name = "tiny"\nusage = "u"\n\n[[tools]]\nname = "hello"\ndescription = "Says hello."\n'
 HELLO = '#include "berm.h"\n\nBERM_TOOL(hello) { return berm_ok_str("hello"); }\n'
@@ -27,7 +28,7 @@ def harness(tmp_path, toml: str = TOML, **sources: str):
 
 def test_cli_builds_a_checked_image(tmp_path, capsys):
     d = harness(tmp_path, TOML + '\n[[tools]]\nname = "two"\ndescription = "2"\n',
-                tiny=HELLO, src_two='#include "berm.h"\nBERM_TOOL(two) { return berm_ok("2", 1); }\n')
+                tiny=HELLO, src_two='#include "berm.h"\nstatic char two[] = "2";\nBERM_TOOL(two) { two[0]++; return berm_ok(two, 1); }\n')
     out = tmp_path / "out" / "tiny.elf"
     assert main(["build", str(d), "-o", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out)
@@ -38,7 +39,9 @@ def test_cli_builds_a_checked_image(tmp_path, capsys):
     assert any(r.type_name == "R_RISCV_PCREL_HI20" and r.symbol == "berm_tool_two" for r in image.relocations)
     loads = sorted(image.segments, key=lambda s: s.vaddr)
     assert loads[0].vaddr >= 0x10000 and loads[0].executable and not loads[0].writable
-    assert [s.writable for s in loads] == sorted(s.writable for s in loads)  # read-only below writable
+    assert [s.writable for s in loads] == [False, False, True]  # code, read-only data, then .data
+    tools = harness("interp", out.read_bytes())
+    assert [tools.call("two"), tools.call("two"), tools.call("hello")] == ["3", "3", "hello"]  # .data is fresh
 
 
 def test_default_output_is_name_dot_elf_in_the_working_directory(tmp_path, monkeypatch):
