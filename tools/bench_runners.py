@@ -60,8 +60,9 @@ class WasmRunner:
 
 
 class UnicornRunner:
-    """The guest ELF on PyPI unicorn's RV64 emulator: segments mapped once, reloaded before every call, a stack,
-    ``a0 = n``, ``ra = 0``, run until the kernel returns to address 0."""
+    """The guest ELF on PyPI unicorn's RV64 emulator: segments mapped once, writable ones reloaded before every
+    call (rewriting code would throw away unicorn's translations), a stack, ``a0 = n``, ``ra = 0``, run until the
+    kernel returns to address 0."""
 
     name = "unicorn"
     STACK_TOP = 0x8000_0000
@@ -80,7 +81,9 @@ class UnicornRunner:
         self.uc.mem_map(self.STACK_TOP - self.STACK_SIZE, self.STACK_SIZE)
         # unicorn fetches at the stop address before it notices it is there: give the return to 0 a page.
         self.uc.mem_map(0, 0x1000)
-        self._initial = [(s.vaddr, s.data + bytes(s.memsz - len(s.data))) for s in segs]
+        for s in segs:
+            self.uc.mem_write(s.vaddr, s.data)
+        self._initial = [(s.vaddr, s.data + bytes(s.memsz - len(s.data))) for s in segs if s.writable]
         self._entries = guest_symbols(image)
 
     def call(self, kernel: str, n: int) -> int:
