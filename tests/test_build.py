@@ -11,7 +11,7 @@ from berm_sdk.build import build_harness
 from berm_sdk.errors import BuildError
 from berm_sdk.harness_toml import load_harness_toml
 from berm_sdk.toolchain import ToolchainError
-from tests.sdk_engines import harness
+from tests.sdk_engines import harness as engine_harness
 
 TOML = 'name = "tiny"\nusage = "u"\n\n[[tools]]\nname = "hello"\ndescription = "Says hello."\n'
 HELLO = '#include "berm.h"\n\nBERM_TOOL(hello) { return berm_ok_str("hello"); }\n'
@@ -40,7 +40,7 @@ def test_cli_builds_a_checked_image(tmp_path, capsys):
     loads = sorted(image.segments, key=lambda s: s.vaddr)
     assert loads[0].vaddr >= 0x10000 and loads[0].executable and not loads[0].writable
     assert [s.writable for s in loads] == [False, False, True]  # code, read-only data, then .data
-    tools = harness("interp", out.read_bytes())
+    tools = engine_harness("interp", out.read_bytes())
     assert [tools.call("two"), tools.call("two"), tools.call("hello")] == ["3", "3", "hello"]  # .data is fresh
 
 
