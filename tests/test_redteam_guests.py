@@ -1,0 +1,502 @@
+"""Red team: a hostile guest tries to reach host memory, crash or hang the host, escape CFI or leak state into the
+next invocation. Every attempt runs on both engines (translated code and interpreter) and must end in a trap or a
+clear error with the host alive; where the run is bounded the two engines must agree exactly.
+
+Attempts that could take the whole process down (native stack, re-entrancy, host-call buffers near 2^64) run in a
+child process (``isolated``), so a crash is a failed test with the child's exit status, not a dead pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from berm_abi.names import core_number, fnv1a64
+from berm_host.backend import RunRequest
+from berm_host.engine import Engine, Image
+from berm_host.layout import MAX_CALL_DEPTH
+from berm_host.linker import Linker
+from berm_host.traps import Trap, TrapKind
+from tests.guests import guest_elf
+
+MEMORY = 1 << 20
+DEADLINE = 0.3
+ROOT = Path(__file__).resolve().parent.parent
+ECHO = "redteam.echo"  # a test capability: replies with its request, doubled
+M64 = 2**64
+
+GUEST = r"""
+typedef unsigned long u64;
+typedef struct { u64 ptr, len; } Pair;
+static volatile u64 v;
+u64 data_word = 5;
+u64 bss_area[3 * 8192];       /* 192 KiB: spans page and 64-page (coarse) boundaries */
+
+static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
+    register u64 r_a0 __asm__("a0") = a0, r_a1 __asm__("a1") = a1, r_a7 __asm__("a7") = n;
+    __asm__ volatile("ecall" : "+r"(r_a0) : "r"(r_a1), "r"(r_a7) : "memory");
+    return r_a0;
+}
+#define LOG 0x718e2c830194e059ul
+#define ARGS_LEN 0x6ee73f4eae1c1535ul
+#define ARGS_READ 0x4d9b428e492faf86ul
+#define FAIL 0x71ea7deedc66e725ul
+#define RESULT_READ 0x6c92a7d946a830beul
+
+/* ---- host calls with a number only known at run time, and with every argument hostile ---- */
+u64 hc(u64 n, u64 a0, u64 a1) { return ecall2(n, a0, a1); }
+u64 hc_const_args_read(u64 a0, u64 a1) { return ecall2(ARGS_READ, a0, a1); }
+u64 hc_const_log(u64 a0, u64 a1) { return ecall2(LOG, a0, a1); }
+/* stage a capability reply from a sane request, then pull it into (ptr, cap) */
+u64 stage_then_read(u64 capnum, u64 ptr, u64 cap) {
+    ecall2(capnum, (u64)&data_word, 8);
+    return ecall2(RESULT_READ, ptr, cap);
+}
+
+/* ---- recursion ---- */
+__attribute__((noinline)) void touch(char *p, u64 n) { p[0] = (char)n; p[39999] = (char)n; }
+__attribute__((noinline)) u64 big_frames(u64 n, u64 limit) {
+    char frame[40000];
+    touch(frame, n);
+    if (n == limit) return 0;
+    return big_frames(n + 1, limit) + frame[0] + frame[39999];
+}
+u64 mut_b(u64 n);
+__attribute__((noinline)) u64 mut_a(u64 n) { return mut_b(n + 1) + v; }
+__attribute__((noinline)) u64 mut_b(u64 n) { return mut_a(n + 1) + v; }
+u64 ind_rec(u64 n);
+u64 (*volatile ind_slot)(u64) = ind_rec;
+__attribute__((noinline)) u64 ind_rec(u64 n) { return ind_slot(n + 1) + v; }
+/* every level makes a host call (berm.log) before going deeper */
+__attribute__((noinline)) u64 log_rec(u64 n) { ecall2(LOG, (u64)&data_word, 8); return log_rec(n + 1) + v; }
+/* recursion to a given depth, one host call at the bottom */
+__attribute__((noinline)) u64 rec_to(u64 n, u64 depth) {
+    if (n >= depth) return ecall2(LOG, (u64)&data_word, 8) + 1;
+    return rec_to(n + 1, depth) + v;
+}
+
+/* ---- indirect calls ---- */
+u64 plain(u64 x) { return x * 3 + v; }
+u64 plain_addr(void) { return (u64)&plain; }
+u64 call_at(u64 addr, u64 x) { return ((u64 (*)(u64))addr)(x); }
+
+/* ---- memory writes by every mechanism, for dirty-page tracking; trap afterwards when asked ---- */
+u64 scribble(u64 addr, u64 how, u64 then_trap) {
+    u64 val = 0xa5a5a5a5a5a5a5a5ul, old = 0;
+    switch (how) {
+    case 0: *(volatile u64 *)addr = val; break;
+    case 1: *(volatile unsigned char *)addr = 0x5a; break;
+    case 2: __asm__ volatile("amoswap.d %0, %1, (%2)" : "=r"(old) : "r"(val), "r"(addr) : "memory"); break;
+    case 3: __asm__ volatile("amoadd.w %0, %1, (%2)" : "=r"(old) : "r"(val), "r"(addr) : "memory"); break;
+    case 4: __asm__ volatile("lr.d %0, (%2)\n\tsc.d %0, %1, (%2)" : "=&r"(old) : "r"(val), "r"(addr) : "memory"); break;
+    case 5: ecall2(ARGS_READ, addr, ~0ul); break;
+    case 6: ecall2(RESULT_READ, addr, ~0ul); break;
+    }
+    if (then_trap) __asm__ volatile("ebreak");
+    return old;
+}
+u64 stage(u64 capnum, u64 len) { return ecall2(capnum, (u64)bss_area, len); }
+u64 nothing(void) { return 0; }
+
+/* ---- a tool for concurrency: the arguments must arrive into zeroed .bss, come back reversed ---- */
+Pair berm_tool_reverse(void) {
+    u64 n = ecall2(ARGS_LEN, 0, 0);
+    unsigned char *in = (unsigned char *)bss_area, *out = in + 65536;
+    if (n > 1024) n = 1024;
+    for (u64 i = 0; i < 1024; i++)
+        if (in[i] | out[i]) { static char msg[] = "dirty bss"; ecall2(FAIL, (u64)msg, 9); break; }
+    ecall2(ARGS_READ, (u64)in, n);
+    for (u64 i = 0; i < n; i++) out[i] = in[n - 1 - i];
+    for (u64 i = 0; i < 200; i++) data_word += i;
+    if (data_word != 5 + 199 * 100) { static char msg[] = "dirty data"; ecall2(FAIL, (u64)msg, 10); }
+    Pair p = {(u64)out, n}; return p;
+}
+/* a tool whose berm.log re-enters the host */
+Pair berm_tool_reenter(void) {
+    static char s[] = "again";
+    ecall2(LOG, (u64)s, 5);
+    Pair p = {(u64)s, 5}; return p;
+}
+
+/* ---- control flow in assembly: loops without a back-edge, jump tables, overlapping instructions ---- */
+__asm__(
+    ".text\n"
+    /* an indirect jump to its own entry: a tail call to itself, forever */
+    ".globl self_tail\n.type self_tail,@function\n"
+    "self_tail:\n  la t0, self_tail\n  jr t0\n"
+    /* two functions that tail-jump to each other directly */
+    ".globl ping\n.type ping,@function\nping:\n  addi a0, a0, 1\n  j pong\n"
+    ".globl pong\n.type pong,@function\npong:\n  addi a0, a0, 1\n  j ping\n"
+    /* a loop through a legal local jump-table target */
+    ".globl jt_spin\n.type jt_spin,@function\n"
+    "jt_spin:\n  la t0, spin_table\n.Lspin:\n  ld t1, 0(t0)\n  addi a0, a0, 1\n  jr t1\n"
+    /* a function with a jump table (a0 = 0 or 1) */
+    ".globl jt_owner\n.type jt_owner,@function\n"
+    "jt_owner:\n  la t0, owner_table\n  slli a0, a0, 3\n  add t0, t0, a0\n  ld t0, 0(t0)\n  jr t0\n"
+    ".Lcase0:\n  li a0, 100\n  ret\n"
+    ".Lcase1:\n  li a0, 200\n  ret\n"
+    /* another function jumping into jt_owner's table targets: by jump, by call, by forged return */
+    ".globl jt_thief_jump\n.type jt_thief_jump,@function\n"
+    "jt_thief_jump:\n  la t0, owner_table\n  ld t0, 8(t0)\n  jr t0\n"
+    ".globl jt_thief_call\n.type jt_thief_call,@function\n"
+    "jt_thief_call:\n  addi sp, sp, -16\n  sd ra, 8(sp)\n  la t0, owner_table\n  ld t0, 8(t0)\n  jalr t0\n"
+    "  ld ra, 8(sp)\n  addi sp, sp, 16\n  ret\n"
+    ".globl jt_thief_ret\n.type jt_thief_ret,@function\n"
+    "jt_thief_ret:\n  la t0, owner_table\n  ld ra, 8(t0)\n  ret\n"
+    /* a0 = 0: jump into the middle of the next 4-byte instruction, whose upper half is c.li a0, 5 */
+    ".globl overlap\n.type overlap,@function\n"
+    "overlap:\n  beqz a0, .Lmid\n.Lwhole:\n  .4byte 0x45150513\n  ret\n"
+    ".globl overlap_mid\n.type overlap_mid,@function\n"
+    "overlap_mid:\n  j .Lwhole + 2\n"
+    ".Lmid = .Lwhole + 2\n"
+    ".section .rodata\n.p2align 3\n"
+    "spin_table:\n  .quad .Lspin\n"
+    "owner_table:\n  .quad .Lcase0, .Lcase1\n"
+    ".text\n"
+);
+
+__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = MANIFEST;
+void _start(void) {}
+"""
+
+NAMES = ("hc", "hc_const_args_read", "hc_const_log", "stage_then_read", "big_frames", "mut_a", "ind_rec",
+         "log_rec", "rec_to", "plain", "plain_addr", "call_at", "scribble", "stage", "nothing", "self_tail", "ping",
+         "jt_spin", "jt_owner", "jt_thief_jump", "jt_thief_call", "jt_thief_ret", "overlap", "overlap_mid",
+         "berm_tool_reverse", "berm_tool_reenter")
+TOOLS = ("reverse", "reenter")
+
+
+@cache
+def guest() -> bytes:
+    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": t, "parameters": {}}
+                                                        for t in TOOLS]})
+    return guest_elf(GUEST.replace("MANIFEST", json.dumps(manifest)), opt="-O1", keep=NAMES)
+
+
+def echo(request: bytes) -> bytes:
+    return request * 2
+
+
+def linker() -> Linker:
+    lk = Linker()
+    lk.define(ECHO, echo)
+    return lk
+
+
+def load(kind: str, cache_dir: Path | str, **engine_args) -> Image:
+    return Engine(kind=kind, memory_size=MEMORY, cache_dir=Path(cache_dir), deadline=DEADLINE,
+                  **engine_args).load(guest())
+
+
+def run(image: Image, name: str, *args: int, deadline: float | None = None, blob: bytes = b"",
+        snapshot: tuple = (), log=None):
+    entry = image.program.symbol(name)
+    assert entry is not None, name
+    return image.backend.run(RunRequest(entry=entry, int_args=tuple(a % M64 for a in args), args=blob,
+                                        linker=linker(), deadline=deadline, snapshot=snapshot, log=log))
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("redteam-cache")
+
+
+@pytest.fixture(scope="module")
+def images(cache_dir):
+    return load("aot", cache_dir), load("interp", cache_dir)
+
+
+def both(images, name, *args, **kw):
+    """Run on both engines; they must agree exactly (trap, registers, pc). Returns the translated run."""
+    aot, interp = images
+    got, expected = run(aot, name, *args, **kw), run(interp, name, *args, **kw)
+    assert got.trap == expected.trap
+    assert got.regs == expected.regs
+    assert got.pc == expected.pc
+    assert got.failure == expected.failure
+    assert got.snapshot == expected.snapshot
+    return got
+
+
+# ---------------------------------------------------------------- child processes for the risky attempts
+
+
+def child_main(cache_dir: str, attack: str, kind: str) -> None:
+    """Entry point of ``isolated``: run ``attack`` on a ``kind`` engine and print its outcome as JSON."""
+    print(json.dumps(ATTACKS[attack](kind, cache_dir)))
+
+
+def isolated(cache_dir: Path, attack: str, kind: str, timeout: float = 60) -> dict:
+    """Run ``ATTACKS[attack]`` in a child process; its exit must be clean (a crash fails the test here)."""
+    code = f"from tests.test_redteam_guests import child_main; child_main({str(cache_dir)!r}, {attack!r}, {kind!r})"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    assert proc.returncode == 0, f"the host died (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _trap(r) -> dict:
+    t = r.trap
+    return {"trap": t and t.kind.name, "addr": t and t.addr, "detail": t and t.detail, "pc": r.pc,
+            "regs": list(r.regs)}
+
+
+def _buffers(kind: str, cache_dir: str) -> dict:
+    """Every core call and a capability with buffers at each layout edge and lengths that wrap 2^64."""
+    image = load(kind, cache_dir)
+    lay = image.backend.layout
+    ptrs = [1, lay.image_lo - 1, lay.image_lo, lay.writable_lo - 1, lay.writable_lo, lay.guard_lo - 8,
+            lay.guard_lo, lay.stack_lo - 1, lay.stack_lo, lay.size - 8, lay.size, M64 - 1, M64 - 8, M64 - lay.size]
+    lens = [0, 1, 8, 9, 1 << 32, 1 << 63, M64 - 1, M64 - 8, M64 - lay.size + 16, lay.size,
+            lay.guard_lo - lay.writable_lo]
+    blob = bytes(range(64))
+    calls = {name: core_number(name) for name in ("berm.args.read", "berm.log", "berm.fail")}
+    calls[ECHO] = fnv1a64(ECHO)
+    out = {}
+    for name, number in calls.items():
+        for p in ptrs:
+            for n in lens:
+                r = run(image, "hc", number, p, n, blob=blob, snapshot=((lay.writable_lo, 256), (lay.size - 256, 256)))
+                out[f"{name} {p:#x} {n:#x}"] = {**_trap(r), "failure": None if r.failure is None else r.failure.hex(),
+                                                   "snapshot": [s.hex() for s in r.snapshot]}
+        for p in ptrs:
+            for n in lens:
+                r = run(image, "stage_then_read", calls[ECHO], p, n)
+                out[f"result.read {p:#x} {n:#x}"] = _trap(r)
+    for p in ptrs:
+        for n in lens:
+            out[f"const args.read {p:#x} {n:#x}"] = _trap(run(image, "hc_const_args_read", p, n, blob=blob))
+            out[f"const log {p:#x} {n:#x}"] = _trap(run(image, "hc_const_log", p, n))
+    return out
+
+
+def _recursion(kind: str, cache_dir: str) -> dict:
+    image = load(kind, cache_dir)
+    out = {name: _trap(run(image, name, 0, M64 - 1)) for name in ("big_frames", "mut_a", "ind_rec")}
+    lines = []
+    out["log_rec"] = _trap(run(image, "log_rec", 0, log=lines.append))
+    out["log_rec_lines"] = len(lines)
+    out["rec_to"] = _trap(run(image, "rec_to", 0, MAX_CALL_DEPTH - 1, log=lines.append))
+    return out
+
+
+def _reenter(kind: str, cache_dir: str) -> dict:
+    """A log sink that calls the harness again from inside its host call, without end."""
+    box = {}
+
+    def sink(name, line):
+        box["harness"].call("reenter")
+
+    harness = load(kind, cache_dir, log=sink).harness(name="reenter")
+    box["harness"] = harness
+    try:
+        harness.call("reenter")
+    except Exception as exc:  # noqa: BLE001 - the point is which exception it is
+        return {"error": type(exc).__name__, "berm": isinstance(exc, Trap)}
+    return {"error": None}
+
+
+def _small_stack(kind: str, cache_dir: str) -> dict:
+    """Recursion as deep as the host thread allows, on a 256 KiB thread, then a host call at the very bottom."""
+    image = load(kind, cache_dir)
+    out = {}
+
+    def work():
+        lo, hi = 0, MAX_CALL_DEPTH
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if run(image, "rec_to", 0, mid, log=lambda line: None).trap is None:
+                lo = mid
+            else:
+                hi = mid - 1
+        seen = []
+        deepest = run(image, "rec_to", 0, lo, log=lambda line: seen.append(json.dumps([[[[line.hex()]]]])))
+        beyond = run(image, "rec_to", 0, lo + 1, log=seen.append)
+        out.update(depth=lo, deepest=_trap(deepest), lines=len(seen), beyond=_trap(beyond))
+
+    old = threading.stack_size(256 << 10)
+    try:
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old)
+    return out
+
+
+ATTACKS = {"buffers": _buffers, "recursion": _recursion, "reenter": _reenter, "small_stack": _small_stack}
+
+
+# ---------------------------------------------------------------- host-call buffers
+
+
+def _expected_buffer_outcome(lay, call: str, p: int, n: int, blob_len: int) -> bool:
+    """True when the call may touch (ptr, n) per the layout oracle (ABI §1, SEMANTICS "Host calls")."""
+    if call == "berm.args.read":
+        k = min(n, blob_len)
+        return k == 0 or lay.writable(p, k)
+    return n == 0 or lay.readable(p, n)
+
+
+def test_host_call_buffers_at_every_edge_and_wrapping_length(cache_dir):
+    aot = isolated(cache_dir, "buffers", "aot")
+    interp = isolated(cache_dir, "buffers", "interp")
+    lay = load("interp", cache_dir).backend.layout
+    assert aot.keys() == interp.keys()
+    for key, got in aot.items():
+        assert got == interp[key], key
+        name, p, n = key.rsplit(" ", 2)
+        p, n = int(p, 16), int(n, 16)
+        if name in ("berm.args.read", "berm.log", "berm.fail", ECHO):
+            ok = _expected_buffer_outcome(lay, name, p, n, 64)
+            assert (got["trap"] is None) == ok, key
+            if not ok:
+                assert got["trap"] == "HOST_CALL_FAILED" and got["addr"] == p, key
+                assert got["snapshot"] == aot[f"{name} {lay.writable_lo:#x} 0x0"]["snapshot"], key
+        elif name == "result.read":  # 16 bytes are staged (the echo of 8 bytes, doubled)
+            ok = min(n, 16) == 0 or lay.writable(p, min(n, 16))
+            assert (got["trap"] is None) == ok, key
+            assert got["regs"][10] == (16 if ok else p), key  # a trap leaves a0 as it was
+
+
+# ---------------------------------------------------------------- recursion and the host's stack
+
+
+def test_recursion_of_every_shape_ends_in_a_trap_in_a_live_host(cache_dir):
+    aot, interp = isolated(cache_dir, "recursion", "aot"), isolated(cache_dir, "recursion", "interp")
+    assert aot == interp
+    assert aot["big_frames"]["trap"] == "MEMORY_FAULT"  # 40 KB frames march through guest memory, never out
+    for name in ("mut_a", "ind_rec", "log_rec"):
+        assert aot[name]["trap"] == "STACK_EXHAUSTED", name
+        assert aot[name]["detail"] == f"more than {MAX_CALL_DEPTH} nested calls"
+    assert aot["log_rec_lines"] == MAX_CALL_DEPTH
+    assert aot["rec_to"]["trap"] is None and aot["rec_to"]["regs"][10] == 1
+
+
+def test_deep_recursion_then_a_host_call_on_a_small_host_thread(cache_dir):
+    for kind in ("aot", "interp"):
+        out = isolated(cache_dir, "small_stack", kind)
+        assert out["deepest"]["trap"] is None, kind
+        assert out["lines"] == 1, kind
+        if out["depth"] < MAX_CALL_DEPTH - 1:  # the host stack, not the depth limit, stopped it: a clean trap
+            assert out["beyond"]["trap"] == "STACK_EXHAUSTED", kind
+
+
+# ---------------------------------------------------------------- loops the translated code must still poll
+
+
+@pytest.mark.parametrize("name", ["self_tail", "ping", "jt_spin"])
+def test_loops_without_a_backward_branch_hit_the_deadline(images, name):
+    import time
+    for image in images:
+        r = run(image, name, 0, deadline=time.monotonic() + 0.1)
+        assert r.trap is not None and r.trap.kind is TrapKind.INTERRUPTED, (image.engine.kind, r.trap)
+    r = both(images, "nothing")  # the region the loop ran in is fine afterwards (interrupt flag reset)
+    assert r.trap is None
+
+
+# ---------------------------------------------------------------- CFI
+
+
+def test_a_jump_table_works_for_its_own_function(images):
+    assert both(images, "jt_owner", 0).a0 == 100
+    assert both(images, "jt_owner", 1).a0 == 200
+
+
+@pytest.mark.parametrize("name", ["jt_thief_jump", "jt_thief_call", "jt_thief_ret"])
+def test_another_functions_jump_table_target_is_not_reachable(images, name):
+    table_target = both(images, "jt_owner", 1)  # find the target: the address jt_owner's table names for case 1
+    r = both(images, name)
+    assert table_target.trap is None
+    assert r.trap is not None and r.trap.kind is TrapKind.BAD_INDIRECT_TARGET, r.trap
+    assert images[0].program.function_at(r.trap.addr).name == "jt_owner"
+    assert r.trap.addr != images[0].program.symbol("jt_owner")
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+def test_odd_and_unaligned_indirect_call_targets(images, offset):
+    base = both(images, "plain_addr").a0
+    r = both(images, "call_at", base + offset, 7)
+    if offset < 2:  # jalr clears bit 0: plain's own entry
+        assert r.trap is None and r.a0 == 21
+    else:
+        assert r.trap.kind is TrapKind.BAD_INDIRECT_TARGET and r.trap.addr == base + 2
+
+
+def test_a_direct_jump_into_the_middle_of_an_instruction(images):
+    assert both(images, "overlap_mid").a0 == 5
+    assert both(images, "overlap", 0).a0 == 5
+
+
+# ---------------------------------------------------------------- nothing survives an invocation
+
+
+def _writable_addresses(lay, image) -> list[int]:
+    data = image.program.symbol("data_word")
+    bss = image.program.symbol("bss_area")
+    coarse = (bss + (1 << 18)) & ~((1 << 18) - 1)
+    page = (bss + 8192) & ~4095
+    out = [data, bss, page - 4, page - 8, lay.heap_start, lay.guard_lo - 8, lay.stack_lo, lay.size - 8]
+    return out + ([coarse - 4] if coarse - 4 + 16 <= lay.guard_lo else [])
+
+
+@pytest.mark.parametrize("how", range(7), ids=["sd", "sb", "amoswap.d", "amoadd.w", "lr/sc", "args.read",
+                                               "result.read"])
+@pytest.mark.parametrize("then_trap", [0, 1], ids=["return", "trap"])
+def test_every_write_is_undone_before_the_next_invocation(images, how, then_trap):
+    for image in images:
+        lay = image.backend.layout
+        whole = ((lay.image_lo, lay.guard_lo - lay.image_lo), (lay.stack_lo, lay.size - lay.stack_lo))
+        pristine = run(image, "nothing", snapshot=whole).snapshot
+        for addr in _writable_addresses(lay, image):
+            if how >= 3:
+                addr &= ~7  # atomics need natural alignment
+            if how == 6:
+                run(image, "stage", fnv1a64(ECHO), 4096)  # the stage itself dirties memory and is undone too
+            r = run(image, "scribble", addr, how, then_trap, blob=b"\xee" * 9000)
+            if how == 6:
+                assert r.trap is None or r.trap.kind is TrapKind.BREAKPOINT
+            after = run(image, "nothing", snapshot=whole).snapshot
+            assert after == pristine, (image.engine.kind, hex(addr), how)
+
+
+def test_failure_and_staged_reply_do_not_survive(images):
+    for image in images:
+        r = run(image, "stage_then_read", fnv1a64(ECHO), image.program.symbol("bss_area"), 64)
+        assert r.a0 == 16
+        fresh = run(image, "hc", core_number("berm.result.read"), image.program.symbol("bss_area"), 64)
+        assert fresh.trap is None and fresh.a0 == 0, image.engine.kind
+        msg = image.program.symbol("data_word")
+        assert run(image, "hc", core_number("berm.fail"), msg, 8).failure == (5).to_bytes(8, "little")
+        assert run(image, "nothing").failure is None
+
+
+def test_concurrent_invocations_see_only_their_own_memory(images):
+    for image in images:
+        harness = image.harness(name="concurrent")
+        errors: list[str] = []
+
+        def worker(k: int) -> None:
+            for i in range(12 if image.engine.kind == "aot" else 2):
+                blob = f"{k}:{i}:".encode() + bytes([65 + k]) * (100 * k + i)
+                try:
+                    got = harness.call("reverse", blob)
+                except Exception as exc:  # noqa: BLE001 - collected and reported below
+                    errors.append(f"{k}/{i}: {exc}")
+                    continue
+                if got.encode() != blob[::-1]:
+                    errors.append(f"{k}/{i}: got {got[:40]!r}")
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], (image.engine.kind, errors[:5])
