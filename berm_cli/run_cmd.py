@@ -1,0 +1,102 @@
+"""``berm run ELF SYMBOL [ARG ...]``: call one global function of an image with integer arguments, no manifest and
+no capabilities — a debugging tool for guests and engines.
+
+Arguments go to a0..a7 (decimal or 0x-hex, negative as two's complement); the output is ``a0=0x… a1=0x…``.
+On a trap it prints the trap, the pc with function+offset, the instruction there and every register, and exits 2.
+When the guest called ``berm.fail``, its text is printed on stderr and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from berm_abi.errors import BermError
+from berm_host.backend import RunRequest, RunResult
+from berm_host.declaration import parse_memory
+from berm_host.layout import DEFAULT_MEMORY
+from berm_host.traps import Trap
+
+HELP = "call a global function of an image with integer arguments (no manifest, no capabilities)"
+
+MASK64 = (1 << 64) - 1
+ABI_NAMES = ("zero ra sp gp tp t0 t1 t2 s0 s1 a0 a1 a2 a3 a4 a5 a6 a7 "
+             "s2 s3 s4 s5 s6 s7 s8 s9 s10 s11 t3 t4 t5 t6").split()
+
+
+def parse_int_arg(text: str) -> int:
+    """A 64-bit argument: decimal or 0x-hex, optionally negative (two's complement)."""
+    body = text.strip().lower()
+    negative = body.startswith("-")
+    digits = body[1:] if negative else body
+    try:
+        value = int(digits[2:], 16) if digits.startswith("0x") else int(digits, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a decimal or 0x-hex integer") from None
+    value = -value if negative else value
+    if not -(1 << 63) <= value <= MASK64:
+        raise argparse.ArgumentTypeError(f"{text} does not fit 64 bits")
+    return value & MASK64
+
+
+def add_arguments(p) -> None:
+    p.add_argument("elf", type=Path, help="the RV64 image")
+    p.add_argument("symbol", help="a global function symbol of the image")
+    p.add_argument("args", nargs="*", type=parse_int_arg, metavar="ARG", help="up to 8 integers for a0..a7")
+    p.add_argument("--engine", choices=("interp", "aot"), default="interp", help="execution engine (default interp)")
+    p.add_argument("--memory", metavar="SIZE", default=str(DEFAULT_MEMORY),
+                   help="guest memory: 65536, 64K, 64M, 1G (default 64M)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="deadline (default 60)")
+
+
+def _load(args):
+    """(program, backend) for the image in the chosen engine."""
+    try:
+        from berm_host.engine import Engine
+    except ImportError:
+        if args.engine == "aot":
+            raise BermError("the aot engine is not available yet") from None
+        raise
+    engine = Engine(kind=args.engine, memory_size=parse_memory(args.memory, "--memory"), deadline=args.timeout)
+    image = engine.load(args.elf)
+    return image.program, image.backend
+
+
+def format_registers(regs: tuple[int, ...]) -> list[str]:
+    """Every register by ABI name, four to a line."""
+    cells = [f"{name:>4}={value:#018x}" for name, value in zip(ABI_NAMES, regs)]
+    return ["  " + " ".join(cells[i:i + 4]) for i in range(0, 32, 4)]
+
+
+def format_trap(program, result: RunResult) -> list[str]:
+    from berm_aot.disasm import disassemble
+
+    trap = result.trap
+    lines = [str(Trap(trap)), f"  pc {trap.pc:#x} in {program.symbolize(trap.pc)}"]
+    if program.in_code(trap.pc):
+        lines.append(f"  instruction: {disassemble(program.instruction(trap.pc))}")
+    else:
+        lines.append("  instruction: (no code at this address)")
+    return lines + format_registers(result.regs)
+
+
+def run(args) -> int:
+    if len(args.args) > 8:
+        raise BermError(f"at most 8 integer arguments fit a0..a7, not {len(args.args)}")
+    if not args.timeout > 0:
+        raise BermError(f"--timeout must be a positive number of seconds, not {args.timeout}")
+    program, backend = _load(args)
+    entry = program.symbol(args.symbol)
+    if entry is None:
+        raise BermError(f"{args.elf} has no global symbol {args.symbol!r}")
+    result = backend.run(RunRequest(entry=entry, int_args=tuple(args.args), deadline=time.monotonic() + args.timeout))
+    if result.trap is not None:
+        print("\n".join(format_trap(program, result)), file=sys.stderr)
+        return 2
+    print(f"a0={result.a0:#x} a1={result.a1:#x}")
+    if result.failure is not None:
+        print(f"berm.fail: {result.failure.decode('utf-8', 'replace')}", file=sys.stderr)
+        return 1
+    return 0

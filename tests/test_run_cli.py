@@ -1,0 +1,99 @@
+"""``berm run ELF SYMBOL [ARG ...]``: a normal call, argument parsing, memory sizes, a trap (exit 2 with the trap,
+pc, function+offset, instruction and registers), a berm.fail (exit 1), bad input (exit 2), both engines."""
+
+from __future__ import annotations
+
+import pytest
+
+from berm_abi.names import fnv1a64
+from berm_cli.main import main
+from tests.guests import guest_elf
+
+SOURCE = r"""
+typedef unsigned long long u64;
+#define EXPORT __attribute__((noinline))
+EXPORT u64 add(u64 a, u64 b) { return a + b; }
+EXPORT u64 sum8(u64 a, u64 b, u64 c, u64 d, u64 e, u64 f, u64 g, u64 h) { return a + b + c + d + e + f + g + h; }
+EXPORT u64 load(u64 p) { return *(volatile u64 *)p; }
+EXPORT u64 fails(void) {
+    static const char msg[] = "bad input";
+    register u64 a0 asm("a0") = (u64)msg;
+    register u64 a1 asm("a1") = 9;
+    register u64 a7 asm("a7") = FAIL;
+    asm volatile("ecall" : "+r"(a0) : "r"(a1), "r"(a7) : "memory");
+    return 7;
+}
+u64 (*volatile keep)(u64, u64) = add;
+void _start(void) { keep(1, 2); }
+""".replace("FAIL", f"{fnv1a64('berm.fail')}ULL")
+
+
+@pytest.fixture(scope="module")
+def elf(tmp_path_factory):
+    path = tmp_path_factory.mktemp("run") / "prog.elf"
+    path.write_bytes(guest_elf(SOURCE, keep=("add", "sum8", "load", "fails")))
+    return str(path)
+
+
+def test_normal_call_prints_a0_and_a1(elf, capsys):
+    assert main(["run", elf, "add", "40", "0x2"]) == 0
+    assert capsys.readouterr().out == "a0=0x2a a1=0x2\n"
+
+
+def test_negative_and_hex_arguments_in_all_eight_registers(elf, capsys):
+    assert main(["run", elf, "sum8", "-1", "0x10", "1", "2", "3", "4", "5", "0XFF"]) == 0
+    assert capsys.readouterr().out.startswith(f"a0={(-1 + 16 + 15 + 255) & (2**64 - 1):#x} ")
+
+
+@pytest.mark.parametrize("size", ["64M", "1G", "1048576", "4M"])
+def test_memory_sizes(elf, capsys, size):
+    assert main(["run", elf, "add", "1", "2", "--memory", size]) == 0
+    assert capsys.readouterr().out.startswith("a0=0x3 ")
+
+
+def test_a_trap_prints_the_details_and_exits_2(elf, capsys):
+    assert main(["run", elf, "load", "8", "--memory", "1M"]) == 2
+    err = capsys.readouterr().err
+    assert "guest memory fault at 0x8 (load 8 bytes) in load" in err
+    assert "  pc 0x" in err and "instruction: ld a0, 0(a0)" in err
+    assert "a0=0x0000000000000008" in err and "sp=0x00000000000ffff0" in err and "t6=0x" in err
+
+
+def test_berm_fail_exits_1_with_the_text(elf, capsys):
+    assert main(["run", elf, "fails"]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("a0=0x7 ") and "berm.fail: bad input" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nope"], "has no global symbol 'nope'"),
+    (["add", *["1"] * 9], "at most 8 integer arguments"),
+    (["add", "1", "--memory", "3M"], "power of two"),
+    (["add", "1", "--memory", "lots"], "size like"),
+])
+def test_bad_input_exits_2_with_a_message(elf, capsys, argv, message):
+    assert main(["run", elf, *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arg", ["zz", "0xg", str(2 ** 64), str(-(2 ** 63) - 1)])
+def test_unparsable_arguments_are_usage_errors(elf, capsys, arg):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", elf, "add", arg])
+    assert exc.value.code == 2
+    assert "berm run: error: argument ARG" in capsys.readouterr().err
+
+
+def test_not_an_elf(tmp_path, capsys):
+    bad = tmp_path / "bad.elf"
+    bad.write_bytes(b"not an elf at all")
+    assert main(["run", str(bad), "add"]) == 2
+    assert capsys.readouterr().err.startswith("berm run: ")
+
+
+def test_aot_engine_gives_the_same_answer(elf, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BERM_CACHE_DIR", str(tmp_path))
+    assert main(["run", elf, "add", "40", "2", "--engine", "aot"]) == 0
+    assert capsys.readouterr().out == "a0=0x2a a1=0x2\n"
+    assert main(["run", elf, "load", "8", "--engine", "aot"]) == 2
+    assert "guest memory fault at 0x8 (load 8 bytes) in load" in capsys.readouterr().err
