@@ -1,0 +1,111 @@
+"""Differential fuzzing campaign: random RV64IMAC programs (tests/progen.py) on the translated code against the
+reference interpreter, for a time budget. Each round draws ``--batch`` programs from one seed, optionally mutates
+their code (``--mutate``: random halfwords overwritten, which makes wild jumps, jumps into the middle of
+instructions, illegal encodings, loops without back-edges), translates the whole batch into one shared object (one
+compile) and compares every program's end state: registers, pc, trap, failure, data and stack memory. Each program
+runs twice on the translated code (the second run also checks the memory reset). Runs the deadline interrupted
+are not compared (docs/SEMANTICS.md).
+
+    python tools/fuzz_diff.py --minutes 5
+    python tools/fuzz_diff.py --seed 1234 --rounds 1 --verbose    # replay one round
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from fuzz_common import Campaign, campaign_args, draw_examples
+
+from berm_abi.errors import BermError
+from berm_aot.program import Program
+from berm_host.aot.backend import AotBackend
+from berm_host.aot.objects import ENTRY_SYMBOL, compile_programs
+from berm_host.backend import RunRequest
+from berm_host.interp import InterpBackend
+from berm_host.traps import TrapKind
+from tests import progen
+from tests.test_aot_diff import assert_same
+
+DEADLINE = 0.5
+
+
+def mutate(gen: progen.GenProgram, rng: random.Random, edits: int) -> progen.GenProgram:
+    """``gen`` with ``edits`` random halfwords of its text overwritten (the listing notes where)."""
+    text = gen.image.segments[0]
+    code = bytearray(text.data)
+    notes = []
+    for _ in range(edits):
+        at = rng.randrange(0, len(code) - 1) & ~1
+        word = rng.getrandbits(16)
+        code[at:at + 2] = word.to_bytes(2, "little")
+        notes.append(f"{progen.TEXT + at:#x}={word:04x}")
+    segments = (replace(text, data=bytes(code)),) + gen.image.segments[1:]
+    raw = gen.image.raw + repr(notes).encode()
+    image = replace(gen.image, segments=segments, raw=raw, sha256=hashlib.sha256(raw).hexdigest())
+    return progen.GenProgram(image, gen.entry, gen.listing + "\nmutated: " + " ".join(notes))
+
+
+def run_round(campaign: Campaign, seed_value: int, batch: int, edits: int, verbose: bool) -> None:
+    gens = draw_examples(progen.programs(), batch, seed_value)
+    rng = random.Random(seed_value)
+    if edits:
+        gens = [mutate(g, rng, rng.randint(1, edits)) for g in gens]
+    kept: list[tuple[progen.GenProgram, Program]] = []
+    for g in gens:
+        try:
+            kept.append((g, Program.from_image(g.image)))
+        except BermError:
+            continue  # a mutation reached an F/D/CSR encoding: refused at load, as it should be
+        except Exception as exc:  # noqa: BLE001 - a raw exception from the loader is a finding
+            campaign.finding(seed_value, f"Program.from_image raised {type(exc).__name__}: {exc}\n{g.listing}")
+    with tempfile.TemporaryDirectory(prefix="berm-fuzz-diff-") as tmp:
+        so = Path(tmp) / "batch.so"
+        try:
+            compile_programs([(p, f"p{i}_") for i, (_, p) in enumerate(kept)], so)
+        except Exception as exc:  # noqa: BLE001 - the translator produced C that does not compile
+            campaign.finding(seed_value, f"batch of {len(kept)} failed to compile: {type(exc).__name__}: "
+                             f"{str(exc)[:2000]}")
+            return
+        for i, (gen, program) in enumerate(kept):
+            campaign.cases += 1
+            deadline = time.monotonic() + DEADLINE
+            expected = InterpBackend(program, progen.MEMORY_SIZE).run(
+                RunRequest(entry=gen.entry, snapshot=gen.snapshot, deadline=deadline))
+            aot = AotBackend(program, progen.MEMORY_SIZE, code=(so, f"p{i}_{ENTRY_SYMBOL}"))
+            for attempt in range(2):
+                got = aot.run(RunRequest(entry=gen.entry, snapshot=gen.snapshot,
+                                         deadline=time.monotonic() + DEADLINE))
+                interrupted = TrapKind.INTERRUPTED in (getattr(got.trap, "kind", None),
+                                                       getattr(expected.trap, "kind", None))
+                if interrupted:
+                    break
+                try:
+                    assert_same(gen, expected, got)
+                except AssertionError as exc:
+                    campaign.finding(seed_value, f"program {i}, run {attempt + 1}: {exc}")
+                    break
+            if verbose:
+                print(f"  program {i}: {expected.trap or 'returned'}", flush=True)
+
+
+def main() -> int:
+    p = campaign_args(__doc__.split("\n\n")[0])
+    p.add_argument("--batch", type=int, default=60, help="programs per compiled object (default %(default)s)")
+    p.add_argument("--mutate", type=int, default=0, metavar="N",
+                   help="overwrite 1..N random halfwords of each program's code (default: no mutation)")
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args()
+    campaign = Campaign("fuzz_diff", args)
+    for s in campaign.seeds():
+        print(f"[fuzz_diff] round seed {s}", flush=True)
+        run_round(campaign, s, args.batch, args.mutate, args.verbose)
+    return campaign.summary()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
