@@ -4,7 +4,8 @@ The mapping is made with ``mmap`` so that 64 MiB (or 4 GiB) of guest memory cost
 kernel hands out zero pages lazily, and releasing the mapping at the end of the run frees everything. That gives
 "fresh memory per invocation" for the price of copying the ELF's segment bytes.
 
-Bounds are ``berm_host.layout.Layout``'s: nothing here decides what is readable or writable on its own.
+This class only holds the bytes; what is readable or writable is ``berm_host.layout.Layout``'s to say, checked by
+the instruction handlers (``semantics``) and the host calls (``hostcalls``) before every access.
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ import mmap
 from berm_aot.image import ElfImage
 from berm_host.layout import Layout
 
-from .trap import MemoryFault
-
 
 class GuestMemory:
-    """``layout.size`` bytes, initialised from ``image``'s segments; every access checked against ``layout``."""
+    """``layout.size`` bytes, initialised from ``image``'s segments."""
 
     __slots__ = ("layout", "buf")
 
@@ -31,18 +30,6 @@ class GuestMemory:
 
     def close(self) -> None:
         self.buf.close()
-
-    def read(self, addr: int, n: int) -> bytes:
-        """``n`` readable bytes at ``addr``, or a MemoryFault ``load n bytes``."""
-        if not self.layout.readable(addr, n):
-            raise MemoryFault(addr, f"load {n} bytes")
-        return self.buf[addr:addr + n]
-
-    def write(self, addr: int, data: bytes) -> None:
-        """Store ``data`` at ``addr``, or a MemoryFault ``store n bytes`` (nothing written)."""
-        if not self.layout.writable(addr, len(data)):
-            raise MemoryFault(addr, f"store {len(data)} bytes")
-        self.buf[addr:addr + len(data)] = data
 
     def copy_out(self, addr: int, n: int) -> bytes:
         """A copy of ``[addr, addr+n)`` for snapshots: bytes outside guest memory read as zero, never a fault."""

@@ -172,6 +172,10 @@ def branch(insn: Instruction):
     return _BRANCHES[insn.op](insn.rs1, insn.rs2, (insn.addr + insn.imm) & M, insn.next_pc)
 
 
+# ``load`` and ``store`` spell the bounds test of ``Layout.readable``/``Layout.writable`` out inline, with the bounds
+# bound to locals: it runs for every memory access, where a method call per access would be the largest cost.
+# tests/test_interp_traps.py checks both against every edge of the layout.
+
 def load(insn: Instruction, layout: Layout):
     unpack = struct.Struct(LOADS[insn.op]).unpack_from
     n = struct.calcsize(LOADS[insn.op])
