@@ -248,7 +248,7 @@ def fuzz_harness(request, elf, tmp_path_factory):
     return harness(request.param, elf, linker(root, env=[("PATH", "/nonexistent")]), "os")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(TOOLS), st.one_of(json_values.map(json.dumps), tool_like.map(json.dumps)).map(str.encode)
        | st.binary(max_size=40))
 def test_any_arguments_end_in_a_result_or_a_tool_failure(fuzz_harness, tool, args):

@@ -147,7 +147,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(json_values, st.booleans())
 def test_json_roundtrips_any_value(lib, value, ascii_only):
     status, out = roundtrip(lib, json.dumps(value, ensure_ascii=ascii_only).encode())
