@@ -14,7 +14,7 @@ from berm_host.backend import RunRequest
 from berm_host.interp import InterpBackend
 from berm_host.layout import layout_for
 from berm_host.linker import CapabilityError, Linker
-from berm_host.traps import TrapKind
+from berm_host.traps import HostError, TrapKind
 from tests import progen
 from tests.interp_helpers import run_snippet
 from tests.rvenc import Op, li
@@ -149,3 +149,8 @@ def test_memory_sizes_up_to_4_gib(size):
            Op("ld", rd=A1, rs1=2, imm=8)]
     r = run_snippet(ops, memory_size=size)
     assert r.trap is None and r.regs[A1] == 77 and r.regs[2] == size - 16 and r.regs[S0] > 0
+
+
+def test_more_than_eight_integer_arguments_is_a_host_error():
+    with pytest.raises(HostError, match="at most 8 integer arguments"):
+        run_snippet([], int_args=tuple(range(9)))

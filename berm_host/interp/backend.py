@@ -15,7 +15,7 @@ from berm_aot.program import Program
 from berm_host.backend import LogSink, RunRequest, RunResult
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
 from berm_host.linker import Linker
-from berm_host.traps import TrapInfo, TrapKind
+from berm_host.traps import HostError, TrapInfo, TrapKind
 
 from . import control, semantics
 from .memory import GuestMemory
@@ -86,7 +86,7 @@ class InterpBackend:
 
     def run(self, request: RunRequest) -> RunResult:
         if len(request.int_args) > 8:
-            raise ValueError(f"at most 8 integer arguments fit a0..a7, not {len(request.int_args)}")
+            raise HostError(f"at most 8 integer arguments fit a0..a7, not {len(request.int_args)}")
         mem = GuestMemory(self.program.image, self.layout)
         try:
             st = RunState(mem, request.args, request.linker, request.log)
