@@ -75,15 +75,16 @@ class Campaign:
         return 1 if self.findings else 0
 
 
-def run_child(code: str, payload: dict, timeout: float) -> tuple[str, dict | None]:
-    """Run ``code`` (Python reading one JSON ``payload`` on stdin, printing one JSON line) in a child process.
-    Returns (status, reply): status "ok", "timeout", or "died <exit status>: <stderr tail>"."""
+def run_child(code: str, payload: dict, timeout: float) -> tuple[str, list[str]]:
+    """Run ``code`` (Python reading one JSON ``payload`` on stdin) in a child process. Returns (status, the lines
+    it printed, also when it hung or died): status "ok", "timeout", or "died <exit status>: <stderr tail>"."""
     try:
         proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(payload), capture_output=True,
                               text=True, timeout=timeout, cwd=ROOT, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
-    except subprocess.TimeoutExpired:
-        return "timeout", None
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout or ""
+        return "timeout", (out.decode(errors="replace") if isinstance(out, bytes) else out).splitlines()
+    lines = proc.stdout.splitlines()
     if proc.returncode != 0:
-        return f"died {proc.returncode}: {proc.stderr[-1500:]}", None
-    lines = proc.stdout.strip().splitlines()
-    return "ok", json.loads(lines[-1]) if lines else {}
+        return f"died {proc.returncode}: {proc.stderr[-1500:]}", lines
+    return "ok", lines
