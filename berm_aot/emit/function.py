@@ -11,11 +11,7 @@ from __future__ import annotations
 from berm_abi.names import core_number
 from berm_aot.analysis import BRANCHES, Analysis, FunctionInfo
 from berm_aot.isa import Instruction
-try:
-    from berm_aot.disasm import disassemble
-except ImportError:  # the disassembler lands separately; until then, comment with the raw fields
-    def disassemble(insn: Instruction) -> str:
-        return f"{insn.op} rd={insn.rd} rs1={insn.rs1} rs2={insn.rs2} imm={insn.imm}"
+from berm_aot.disasm import disassemble
 
 from .consts import Constants
 from .insn import BRANCH_CONDS, compute, dst, lit, reg
@@ -44,6 +40,7 @@ class FunctionEmitter:
         self.by_start = analysis.by_start
         self.consts = Constants(analysis.program.image)
         self.out: list[str] = []
+        self.has_indirect = False
         insns = info.insns
         #: instructions emitted after one that does not fall through to them, and fall-through addresses that
         #: are not emitted next: both need a label
@@ -89,7 +86,7 @@ class FunctionEmitter:
         out.append(f"/* {f.func.name} [{f.start:#x}, {f.end:#x}) */")
         out.append(f"BERM_HIDDEN uint64_t {fn_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret) {{")
         out.append("    BERM_LOCALS;")
-        out.append("    uint64_t zz = 0; (void)zz;")
+        out.append("    uint64_t zz = 0, jt_ = 0, jpc_ = 0; (void)zz; (void)jt_; (void)jpc_;")
         if touched:
             out.append("    uint64_t " + ", ".join(f"x{r} = ctx->regs[{r}]" for r in touched) + ";")
         out.append(f"    BERM_ENTRY({lit(f.start)});")
@@ -112,6 +109,8 @@ class FunctionEmitter:
                 prev_next = None
         if prev_next is not None:
             out.append("    " + self._leave_to(prev_next))
+        if self.has_indirect:
+            out += self._indirect_block()
         wb = self._store(f.written)
         out.append(f"exit_ret: __attribute__((unused)); {wb} return ret;")
         out.append(f"exit_tail: __attribute__((unused)); {wb} return BERM_TAIL;")
@@ -209,20 +208,21 @@ class FunctionEmitter:
         self._after_call(insn, set())
 
     def _indirect_jump(self, insn: Instruction) -> None:
-        out = self.out
-        out.append("    {")
-        out.append(f"        uint64_t t_ = {self._target_expr(insn)};")
-        out.append("        if (BERM_LIKELY(t_ == ret)) goto exit_ret;")
+        """``t == ret`` returns; anything else goes to the function's one shared dispatch block (one switch per
+        function, not per jump: a switch at every ``ret`` makes gcc's range propagation quadratic)."""
+        self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; if (BERM_LIKELY(t_ == ret)) goto exit_ret; "
+                        f"jt_ = t_; jpc_ = {lit(insn.addr)}; goto indirect; }}")
+        self.has_indirect = True
+
+    def _indirect_block(self) -> list[str]:
+        lines = ["indirect:", "    BERM_POLL(jpc_);"]
         if self.f.local_targets:
-            out.append(f"        BERM_POLL({lit(insn.addr)});")
-            out.append("        switch (t_) {")
-            for t in self.f.local_targets:
-                out.append(f"        case {lit(t)}: goto L_{t:x};")
-            out.append("        default: break;")
-            out.append("        }")
-        out.append(f"        if ({self.p}entry_fn(t_)) {{ ctx->next = t_; ctx->wild++; goto exit_tail; }}")
-        out.append(f"        BERM_TRAP(BERM_TRAP_BAD_TARGET, {lit(insn.addr)}, t_, 0);")
-        out.append("    }")
+            lines.append("    switch (jt_) {")
+            lines += [f"    case {lit(t)}: goto L_{t:x};" for t in self.f.local_targets]
+            lines += ["    default: break;", "    }"]
+        lines.append(f"    if ({self.p}entry_fn(jt_)) {{ ctx->next = jt_; ctx->wild++; goto exit_tail; }}")
+        lines.append("    BERM_TRAP(BERM_TRAP_BAD_TARGET, jpc_, jt_, 0);")
+        return lines
 
     def _ecall(self, insn: Instruction) -> None:
         number = self.consts.get(17)

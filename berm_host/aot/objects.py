@@ -24,7 +24,7 @@ HEADER = RUNTIME_DIR / "berm_rt.h"
 ENTRY_SYMBOL = "berm_enter"
 
 
-_TRANSLATOR_SOURCES = ("isa.py", "decode.py", "program.py", "analysis.py", "emit/__init__.py", "emit/consts.py",
+_TRANSLATOR_SOURCES = ("isa.py", "decode.py", "disasm.py", "program.py", "analysis.py", "emit/__init__.py", "emit/consts.py",
                        "emit/function.py", "emit/insn.py")
 
 
