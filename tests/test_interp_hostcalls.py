@@ -154,3 +154,16 @@ def test_memory_sizes_up_to_4_gib(size):
 def test_more_than_eight_integer_arguments_is_a_host_error():
     with pytest.raises(HostError, match="at most 8 integer arguments"):
         run_snippet([], int_args=tuple(range(9)))
+
+
+def test_a_log_sink_that_raises_is_a_host_call_failed_trap():
+    def sink(line):
+        raise OSError("disk full")
+    r = run_snippet(call("berm.log", progen.DATA, 3), data=b"abc", log=sink)
+    assert r.trap.kind is TrapKind.HOST_CALL_FAILED and "disk full" in r.trap.detail
+
+
+def test_the_dispatch_table_covers_every_operation():
+    from berm_aot.isa import OPS
+    from berm_host.interp.backend import BUILDERS
+    assert set(BUILDERS) == OPS

@@ -56,7 +56,10 @@ def host_call(st, number: int, a0: int, a1: int) -> int:
     if number == LOG:
         line = _read(st, "berm.log", a0, a1)
         if st.log is not None:
-            st.log(line)
+            try:
+                st.log(line)
+            except Exception as exc:  # the sink is host code: its bug is reported like a capability's
+                raise GuestTrap(TrapKind.HOST_CALL_FAILED, number, f"berm.log: {type(exc).__name__}: {exc}") from None
         return 0
     if number == FAIL:
         st.failure = _read(st, "berm.fail", a0, a1)

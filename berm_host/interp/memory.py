@@ -14,6 +14,7 @@ import mmap
 
 from berm_aot.image import ElfImage
 from berm_host.layout import Layout
+from berm_host.traps import HostError
 
 
 class GuestMemory:
@@ -23,7 +24,10 @@ class GuestMemory:
 
     def __init__(self, image: ElfImage, layout: Layout):
         self.layout = layout
-        self.buf = mmap.mmap(-1, layout.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            self.buf = mmap.mmap(-1, layout.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except OSError as exc:
+            raise HostError(f"cannot map {layout.size} bytes of guest memory: {exc.strerror or exc}") from None
         for seg in image.segments:
             if seg.data:
                 self.buf[seg.vaddr:seg.vaddr + len(seg.data)] = seg.data
