@@ -14,8 +14,11 @@ import time
 from pathlib import Path
 
 from berm_abi.errors import BermError
+from berm_aot.elf import read_elf_file
+from berm_aot.program import Program
 from berm_host.backend import RunRequest, RunResult
 from berm_host.declaration import parse_memory
+from berm_host.interp import InterpBackend
 from berm_host.layout import DEFAULT_MEMORY
 from berm_host.traps import Trap
 
@@ -52,15 +55,18 @@ def add_arguments(p) -> None:
 
 
 def _load(args):
-    """(program, backend) for the image in the chosen engine."""
+    """(program, backend) for the image in the chosen engine. The interpreter is built directly (it needs nothing
+    but the program); translated code comes from ``berm_host.engine`` (compiled on a cache miss)."""
+    size = parse_memory(args.memory, "--memory")
+    if args.engine == "interp":
+        program = Program.from_image(read_elf_file(args.elf))
+        return program, InterpBackend(program, size)
     try:
         from berm_host.engine import Engine
+
+        image = Engine(kind="aot", memory_size=size, deadline=args.timeout).load(args.elf)
     except ImportError:
-        if args.engine == "aot":
-            raise BermError("the aot engine is not available yet") from None
-        raise
-    engine = Engine(kind=args.engine, memory_size=parse_memory(args.memory, "--memory"), deadline=args.timeout)
-    image = engine.load(args.elf)
+        raise BermError("the aot engine is not available yet") from None
     return image.program, image.backend
 
 

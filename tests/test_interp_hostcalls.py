@@ -167,3 +167,9 @@ def test_the_dispatch_table_covers_every_operation():
     from berm_aot.isa import OPS
     from berm_host.interp.backend import BUILDERS
     assert set(BUILDERS) == OPS
+
+
+def test_a_memory_size_that_is_not_a_power_of_two_is_a_host_error():
+    image = progen.build_image([progen.Function("f0", [Op("jalr", rs1=1)])])
+    with pytest.raises(HostError, match="power of two"):
+        InterpBackend(Program.from_image(image), 3 << 20)

@@ -71,7 +71,10 @@ class InterpBackend:
 
     def __init__(self, program: Program, memory_size: int = DEFAULT_MEMORY):
         self.program = program
-        self.layout: Layout = layout_for(program.image, memory_size)
+        try:
+            self.layout: Layout = layout_for(program.image, memory_size)
+        except ValueError as exc:  # not a power of two in [64 KiB, 4 GiB]
+            raise HostError(str(exc)) from None
         self._handlers: dict = {}
 
     def _handler(self, pc: int):
