@@ -1,0 +1,218 @@
+"""The Engine API on translated code: tools, failures, capabilities, logs, fresh memory per invocation, and
+concurrent invocations on several threads (separate memories, GIL released while guest code runs)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from berm_abi.names import CAPABILITY_CALLS, CORE_CALLS, ERROR_BIT, fnv1a64
+from berm_host import watchdog
+from berm_host.engine import Engine
+from berm_host.linker import CapabilityError, Linker
+from berm_host.traps import HostError, ToolFailure, Trap, TrapKind
+from tests.guests import guest_elf
+
+SOURCE = r"""
+typedef unsigned long u64;
+typedef struct { u64 ptr, len; } Pair;
+static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
+    register u64 r_a0 __asm__("a0") = a0, r_a1 __asm__("a1") = a1, r_a7 __asm__("a7") = n;
+    __asm__ volatile("ecall" : "+r"(r_a0) : "r"(r_a1), "r"(r_a7) : "memory");
+    return r_a0;
+}
+CALL_NUMBERS
+
+u64 data_word = 1234;
+u64 bss_word;
+static char out[256];
+static char buf[4096];
+
+static Pair text(const char *s, u64 n) { Pair p = { (u64)s, n }; return p; }
+static u64 put_u64(char *p, u64 v) {
+    char tmp[24]; u64 n = 0, k = 0;
+    do { tmp[n++] = '0' + v % 10; v /= 10; } while (v);
+    while (n) p[k++] = tmp[--n];
+    return k;
+}
+
+/* Report what the previous invocation could have left behind, then leave traces everywhere. */
+Pair berm_tool_scribble(void) {
+    volatile u64 stack_word;
+    volatile u64 *stack_probe = (volatile u64 *)((u64)&stack_word - 512);
+    u64 *heap = (u64 *)ecall2(HEAP_START, 0, 0);
+    u64 seen = (data_word != 1234) | (bss_word != 0) << 1 | (heap[100] != 0) << 2 | (*stack_probe != 0) << 3;
+    data_word = 99; bss_word = 77; heap[100] = 55; *stack_probe = 33;
+    u64 n = put_u64(out, seen);
+    return text(out, n);
+}
+
+/* Keep a token from the arguments in .bss, spin, and check nobody else changed it. */
+static u64 token;
+Pair berm_tool_token(void) {
+    u64 n = ecall2(ARGS_READ, (u64)buf, sizeof buf);
+    u64 t = 0;
+    for (u64 i = 0; i < n; i++) t = t * 10 + (buf[i] - '0');
+    token = t;
+    volatile u64 spin = 0;
+    for (u64 i = 0; i < 200000; i++) { spin += i; if (token != t) return text("clobbered", 9); }
+    return text(buf, n);
+}
+
+Pair berm_tool_spin(void) { volatile u64 x = 0; for (;;) x++; }
+
+Pair berm_tool_fail(void) { ecall2(FAIL, (u64)"first", 5); ecall2(FAIL, (u64)"second", 6); return text("ok", 2); }
+
+Pair berm_tool_log(void) { ecall2(LOG, (u64)"hello log", 9); return text("logged", 6); }
+
+/* Call the capability named by the arguments' hash with the arguments as the request; reply or error. */
+Pair berm_tool_cap(void) {
+    u64 n = ecall2(ARGS_READ, (u64)buf, sizeof buf);
+    u64 r = ecall2(FS_READ, (u64)buf, n);
+    u64 len = r & ~(1ul << 63);
+    u64 got = ecall2(RESULT_READ, (u64)out + 1, sizeof out - 1);
+    out[0] = (r >> 63) ? 'E' : 'R';
+    return text(out, 1 + (got < len ? got : len));
+}
+
+Pair berm_tool_heap(void) {
+    u64 n = put_u64(out, ecall2(HEAP_SIZE, 0, 0) + ecall2(ARGS_LEN, 0, 0));
+    return text(out, n);
+}
+
+__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = MANIFEST;
+void _start(void) {}
+"""
+
+TOOLS = ("scribble", "token", "spin", "fail", "log", "cap", "heap")
+
+
+@pytest.fixture(scope="module")
+def elf():
+    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": "", "parameters": {}}
+                                                        for t in TOOLS]})
+    numbers = "\n".join(f"#define {c.c_name} {c.number:#x}ul" for c in CORE_CALLS + CAPABILITY_CALLS)
+    source = SOURCE.replace("MANIFEST", json.dumps(manifest)).replace("CALL_NUMBERS", numbers)
+    return guest_elf(source, keep=tuple(f"berm_tool_{t}" for t in TOOLS))
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    return Engine(cache_dir=tmp_path_factory.mktemp("cache"), deadline=2.0)
+
+
+def test_tools_and_manifest(engine, elf):
+    image = engine.load(elf)
+    assert engine.load(elf) is image  # the same bytes load once
+    assert image.manifest is not None and image.digest == image.program.image.sha256
+    h = image.harness(name="t")
+    assert h.tools == TOOLS
+    with pytest.raises(HostError, match="no tool"):
+        h.call("nope")
+
+
+def test_memory_is_fresh_for_every_invocation(engine, elf):
+    h = engine.load(elf).harness()
+    for _ in range(5):
+        assert h.call("scribble") == "0"
+
+
+def test_fresh_memory_after_a_trap(engine, elf):
+    h = engine.load(elf).harness()
+    h.call("scribble")
+    with pytest.raises(Trap) as info:
+        h.call("spin")
+    assert info.value.kind is TrapKind.INTERRUPTED
+    assert h.call("scribble") == "0"
+
+
+def test_failure_last_call_wins(engine, elf):
+    with pytest.raises(ToolFailure) as info:
+        engine.load(elf).harness().call("fail")
+    assert info.value.message == "second" and info.value.tool == "fail"
+
+
+def test_log_reaches_the_engine_sink(tmp_path, elf):
+    lines = []
+    h = Engine(cache_dir=tmp_path, log=lambda name, line: lines.append((name, line))).load(elf).harness(name="lg")
+    assert h.call("log") == "logged"
+    assert lines == [("lg", b"hello log")]
+
+
+def test_capability_reply_error_and_bug(engine, elf):
+    def fs_read(request: bytes) -> bytes:
+        if request == b"missing":
+            raise CapabilityError("no such file")
+        if request == b"bug":
+            raise RuntimeError("capability bug")
+        return b"content of " + request
+
+    h = engine.load(elf).harness(Linker(), name="c")
+    with pytest.raises(Trap, match="berm.fs.read, not granted"):
+        h.call("cap", "x")
+    linker = Linker()
+    linker.define("berm.fs.read", fs_read)
+    h = engine.load(elf).harness(linker)
+    assert h.call("cap", "a.txt") == "Rcontent of a.txt"
+    assert h.call("cap", "missing") == "Eno such file"
+    with pytest.raises(Trap) as info:
+        h.call("cap", "bug")
+    assert info.value.kind is TrapKind.HOST_CALL_FAILED and "capability bug" in str(info.value)
+    assert info.value.addr == fnv1a64("berm.fs.read")
+    assert ERROR_BIT == 1 << 63
+
+
+def test_heap_and_args(engine, elf):
+    image = engine.load(elf)
+    lay = image.backend.layout
+    assert image.harness().call("heap", "abc") == str(lay.heap_size + 3)
+
+
+def test_concurrent_invocations_do_not_share_memory(engine, elf):
+    h = engine.load(elf).harness()
+    results: dict[int, str] = {}
+
+    def worker(k: int) -> None:
+        for i in range(6):
+            token = str(1000 * k + i)
+            results[1000 * k + i] = h.call("token", token)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {key: str(key) for key in results} and len(results) == 24
+
+
+def test_guest_code_runs_without_the_gil(engine, elf):
+    """While one thread's guest spins (until its deadline), this thread keeps running Python."""
+    h = engine.load(elf).harness()
+    started, done = threading.Event(), threading.Event()
+
+    def spin() -> None:
+        started.set()
+        with pytest.raises(Trap):
+            h.call("spin")
+        done.set()
+
+    t = threading.Thread(target=spin)
+    t.start()
+    started.wait()
+    while not watchdog._active:  # the invocation registers with the watchdog just before entering guest code
+        time.sleep(0.001)
+    time.sleep(0.1)  # waking from this needs the GIL back while the guest still spins
+    progress = sum(range(200_000))  # Python work that needs the GIL
+    assert progress and not done.is_set()
+    t.join()
+    assert done.is_set()
+
+
+def test_bad_engine_arguments():
+    with pytest.raises(ValueError, match="power of two"):
+        Engine(memory_size=3 << 20)
+    with pytest.raises(ValueError, match="kind"):
+        Engine(kind="jit")
