@@ -1,0 +1,99 @@
+"""The code cache: a hit after a miss, corrupt or truncated entries rebuilt, every code-generation input in the
+key, and two processes compiling the same image at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from berm_aot.cache import SO_NAME, CodeCache
+from berm_aot.elf import read_elf
+from berm_aot.program import Program
+from berm_host.aot.objects import cached_object, object_key
+from berm_host.backend import RunRequest
+from berm_host.engine import Engine
+from tests.guests import guest_elf
+
+SOURCE = "unsigned long v;\nunsigned long triple(unsigned long x) { return 3 * x + v; }\nvoid _start(void) {}\n"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def elf():
+    return guest_elf(SOURCE, keep=("triple",))
+
+
+def triple(engine: Engine, elf: bytes) -> int:
+    image = engine.load(elf)
+    return image.backend.run(RunRequest(entry=image.program.symbol("triple"), int_args=(14,))).a0
+
+
+def test_hit_after_miss(tmp_path, elf):
+    program = Program.from_image(read_elf(elf))
+    cache = CodeCache(tmp_path)
+    first, built = cached_object(program, cache)
+    assert built
+    second, built = cached_object(program, cache)
+    assert not built and second == first
+    assert Engine(cache_dir=tmp_path).load(elf).backend.compiled is False
+    assert triple(Engine(cache_dir=tmp_path), elf) == 42
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete_digest"])
+def test_corrupt_entry_is_rebuilt(tmp_path, elf, damage):
+    program = Program.from_image(read_elf(elf))
+    cache = CodeCache(tmp_path)
+    so, _ = cached_object(program, cache)
+    data = so.read_bytes()
+    if damage == "truncate":
+        so.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":
+        so.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
+    else:
+        (so.parent / (SO_NAME + ".sha256")).unlink()
+    assert cache.lookup(object_key(program)) is None
+    again, built = cached_object(program, cache)
+    assert built
+    assert cache.lookup(object_key(program)) == again
+
+
+def test_key_covers_compiler_flags(monkeypatch, elf):
+    program = Program.from_image(read_elf(elf))
+    plain = object_key(program)
+    monkeypatch.setenv("BERM_CFLAGS", "-O1")
+    assert object_key(program) != plain
+    assert object_key(program, prefix="p_") != object_key(program)
+
+
+def test_env_overrides_the_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("BERM_CACHE_DIR", str(tmp_path / "env"))
+    assert CodeCache().root == tmp_path / "env"
+
+
+def test_two_processes_compile_the_same_image(tmp_path, elf):
+    elf_path = tmp_path / "g.elf"
+    elf_path.write_bytes(elf)
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from berm_aot.cache import CodeCache
+        from berm_aot.elf import read_elf
+        from berm_aot.program import Program
+        from berm_host.aot.objects import cached_object
+        path, built = cached_object(Program.from_image(read_elf(open({str(elf_path)!r}, 'rb').read())),
+                                    CodeCache({str(tmp_path / 'cache')!r}), jobs=1)
+        print(int(built), path)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    built = sorted(int(o[0].split()[0]) for o in outs)
+    paths = {o[0].split()[1] for o in outs}
+    assert built == [0, 1]  # the second waited on the lock and found the first's entry
+    assert len(paths) == 1
+    assert triple(Engine(cache_dir=tmp_path / "cache"), elf) == 42
