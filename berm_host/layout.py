@@ -88,7 +88,7 @@ def layout_for(image: ElfImage, size: int = DEFAULT_MEMORY) -> Layout:
     stack_lo = size - stack_size(size)
     guard_lo = stack_lo - GUARD_SIZE
     if heap_start > guard_lo:
-        raise ElfError(f"the image ends at {image_end:#x}, too large for {size >> 20} MiB of guest memory "
+        raise ElfError(f"the image ends at {image_end:#x}, too large for {size} bytes of guest memory "
                        f"(the stack and guard start at {guard_lo:#x})")
     return Layout(size=size, image_lo=image_lo, writable_lo=writable_lo, image_end=image_end,
                   heap_start=heap_start, guard_lo=guard_lo, stack_lo=stack_lo)
