@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fuzz_common import ROOT, Campaign, campaign_args, run_child
+from fuzz_common import ROOT, Campaign, campaign_args
 
 KEYS = ["path", "content", "command", "cwd", "env", "include", "limit", "offset", "mode", "new_string",
         "old_string", "pattern", "text", "x", ""]
@@ -164,14 +164,7 @@ def main() -> int:
         for s in campaign.seeds():
             job = {"seed": s, "count": args.per_child, "work": work, "with_bash": args.with_bash,
                    "interp": not args.no_interp}
-            status, lines = run_child(CHILD, job, timeout=120 + args.per_child * 2)
-            started = None
-            for line in lines:
-                msg = json.loads(line)
-                if "start" in msg:
-                    started = msg["start"]
-                    continue
-                campaign.cases += 1
+            for msg in campaign.child_round(s, CHILD, job, timeout=120 + args.per_child * 2):
                 how = msg["how"]
                 kind = how.split(" ")[0]
                 outcomes[f"{msg['tool']} {kind}"] = outcomes.get(f"{msg['tool']} {kind}", 0) + 1
@@ -179,11 +172,7 @@ def main() -> int:
                     campaign.finding(s, f"case {msg['done']} {msg['tool']}: {how}"
                                      + (f" | interp: {msg['differs']}" if "differs" in msg else "")
                                      + (" | FILES OUTSIDE THE ROOT CHANGED" if msg.get("outside_changed") else ""))
-            if status != "ok":
-                campaign.finding(s, f"case {started}: child {status}")
-    for key, n in sorted(outcomes.items()):
-        print(f"  {n:6d}  {key}")
-    return campaign.summary()
+    return campaign.summary(outcomes)
 
 
 if __name__ == "__main__":

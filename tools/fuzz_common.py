@@ -68,7 +68,24 @@ class Campaign:
         self.findings.append(text)
         print(text, flush=True)
 
-    def summary(self) -> int:
+    def child_round(self, seed_value: int, code: str, job: dict, timeout: float, replay: str = ""):
+        """Run one child process (``run_child``) and yield the message of each case it finished; a hang or crash
+        is a finding naming the case it happened in (``replay`` may use {seed} and {case})."""
+        status, lines = run_child(code, job, timeout)
+        started = None
+        for line in lines:
+            msg = json.loads(line)
+            if "start" in msg:
+                started = msg["start"]
+                continue
+            self.cases += 1
+            yield msg
+        if status != "ok":
+            self.finding(seed_value, f"case {started}: child {status}" + replay.format(seed=seed_value, case=started))
+
+    def summary(self, outcomes: dict[str, int] | None = None) -> int:
+        for key, n in sorted((outcomes or {}).items(), key=lambda kv: -kv[1]):
+            print(f"  {n:6d}  {key}")
         took = time.monotonic() - self.start
         print(f"[{self.name}] {self.rounds} rounds, {self.cases} cases in {took:.0f} s, seeds {self.first_seed}.."
               f"{self.first_seed + max(self.rounds - 1, 0)}, {len(self.findings)} findings", flush=True)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fuzz_common import ROOT, Campaign, campaign_args, run_child
+from fuzz_common import ROOT, Campaign, campaign_args
 
 from tests.elf_samples import EHDR_FIELDS, PHDR_FIELDS, SHDR_FIELDS, dispatch_elf, phdr_offsets, shdr_offsets
 
@@ -201,24 +201,14 @@ def main() -> int:
         for s in campaign.seeds():
             job = {"seed": s, "first": 0, "count": args.per_child, "aot_every": args.aot_every,
                    "cache_dir": cache_dir}
-            status, lines = run_child(CHILD, job, timeout=30 + args.per_child * 0.5)
-            started = None
-            for line in lines:
-                msg = json.loads(line)
-                if "start" in msg:
-                    started = msg["start"]
-                    continue
-                campaign.cases += 1
+            replay = " (replay: --seed {seed} --case {case} --dump x.elf)"
+            for msg in campaign.child_round(s, CHILD, job, timeout=30 + args.per_child * 0.5, replay=replay):
                 how = msg["how"]
                 key = how.split(" (")[0] if how.startswith("RAW") else how
                 outcomes[key] = outcomes.get(key, 0) + 1
                 if how.startswith("RAW"):
                     campaign.finding(s, f"case {msg['done']}: {how}")
-            if status != "ok":
-                campaign.finding(s, f"case {started}: child {status} (replay: --seed {s} --case {started} --dump x.elf)")
-    for how, n in sorted(outcomes.items(), key=lambda kv: -kv[1]):
-        print(f"  {n:6d}  {how}")
-    return campaign.summary()
+    return campaign.summary(outcomes)
 
 
 if __name__ == "__main__":
