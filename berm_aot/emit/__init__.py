@@ -19,7 +19,7 @@ TRANSLATOR_VERSION = "1"
 
 #: Guest instructions per translation unit, and the most units: the split depends only on the program (so it
 #: needs no place in the cache key); how many compile at once is the compiler driver's business.
-_UNIT_INSNS = 3000
+_UNIT_INSNS = 1500
 MAX_UNITS = 8
 
 
@@ -74,7 +74,7 @@ def _lookups(analysis: Analysis, prefix: str) -> list[str]:
 
 
 def emit_program(program: Program, *, prefix: str = "") -> list[str]:
-    """The C translation units of ``program`` (one per ~3000 guest instructions, at most ``MAX_UNITS``)."""
+    """The C translation units of ``program`` (one per ~1500 guest instructions, at most ``MAX_UNITS``)."""
     analysis = analyse(program)
     total = sum(len(f.insns) for f in analysis.functions)
     n = max(1, min(MAX_UNITS, -(-total // _UNIT_INSNS)))

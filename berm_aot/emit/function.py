@@ -86,7 +86,8 @@ class FunctionEmitter:
         out.append(f"/* {f.func.name} [{f.start:#x}, {f.end:#x}) */")
         out.append(f"BERM_HIDDEN uint64_t {fn_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret) {{")
         out.append("    BERM_LOCALS;")
-        out.append("    uint64_t zz = 0, jt_ = 0, jpc_ = 0; (void)zz; (void)jt_; (void)jpc_;")
+        out.append("    uint64_t zz = 0, jt_ = 0, jpc_ = 0, fa_ = 0; uint32_t fd_ = 0; "
+                   "(void)zz; (void)jt_; (void)jpc_; (void)fa_; (void)fd_;")
         if touched:
             out.append("    uint64_t " + ", ".join(f"x{r} = ctx->regs[{r}]" for r in touched) + ";")
         out.append(f"    BERM_ENTRY({lit(f.start)});")
@@ -112,6 +113,7 @@ class FunctionEmitter:
         if self.has_indirect:
             out += self._indirect_block()
         wb = self._store(f.written)
+        out.append("fault: __attribute__((unused)); berm_set_trap(ctx, BERM_TRAP_MEMORY, jpc_, fa_, fd_); goto trap;")
         out.append(f"exit_ret: __attribute__((unused)); {wb} return ret;")
         out.append(f"exit_tail: __attribute__((unused)); {wb} return BERM_TAIL;")
         out.append(f"trap: __attribute__((unused)); {wb} return BERM_TRAPPED;")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from berm_aot.cache import CodeCache
+from berm_aot.errors import ElfError
 from berm_aot.image import ElfImage
 from berm_aot.program import Program
 from berm_host.backend import RunRequest, RunResult
@@ -33,6 +34,14 @@ def image_hull(image: ElfImage, layout: Layout) -> bytes:
     return bytes(hull)
 
 
+def _check_windows(layout: Layout) -> None:
+    """Translated code checks bounds with one compare per window (berm_rt.h), exact for windows of 0 or at
+    least 8 bytes; an image leaving 1..7 bytes between its (writable) start and the guard is refused."""
+    for what, lo in (("image", layout.image_lo), ("writable data", layout.writable_lo)):
+        if 0 < layout.guard_lo - lo < 8:
+            raise ElfError(f"the {what} at {lo:#x} leaves only {layout.guard_lo - lo} bytes before the guard page")
+
+
 class AotBackend:
     """``program`` translated, compiled and loaded, with ``memory_size`` bytes of guest memory per invocation.
 
@@ -44,6 +53,7 @@ class AotBackend:
                  code: tuple[Path, str] | None = None, jobs: int = 2):
         self.program = program
         self.layout = layout_for(program.image, memory_size)
+        _check_windows(self.layout)
         if code is None:
             path, self.compiled = cached_object(program, cache or CodeCache(), jobs=jobs)
             code = (path, ENTRY_SYMBOL)

@@ -9,8 +9,8 @@
  *     `ret` for a normal return, BERM_TAIL with ctx->next = the target for a tail call, BERM_TRAPPED on a trap.
  *     Real pcs are even, so the odd sentinels never collide with one.
  *   - guest registers live in C locals; ctx->regs is the register file at function boundaries and after a trap.
- *   - memory: guest address a is ctx->mem + a; every access is bounds-checked (fast window test, then the exact
- *     check in the core), every store marks its page dirty so the core can restore only what changed.
+ *   - memory: guest address a is ctx->mem + a; every access is bounds-checked against two windows (exact, one
+ *     compare each), every store marks its page dirty so the core can restore only what changed.
  */
 #ifndef BERM_RT_H
 #define BERM_RT_H
@@ -51,8 +51,9 @@ struct berm_ctx {
     uint8_t *mem;     /* guest address a lives at mem + a */
     uint8_t *dirty;   /* one byte per 4 KiB page */
     uint8_t *coarse;  /* one byte per 256 KiB */
-    /* Fast windows: any access of at most 8 bytes at a with (a - lo) <= span is in bounds. Accesses outside
-     * them take the exact check (ctx->check), so the windows only need to be conservative. */
+    /* Bounds windows: an n-byte access at a is in bounds iff (a - lo) <= span + 8 - n for one of the two
+     * windows it may use (loads: load + stack, stores: store + stack). span = window size - 8; an empty window
+     * repeats the stack's (the host refuses layouts with a window of 1..7 bytes). */
     uint64_t load_lo, load_span;
     uint64_t store_lo, store_span;
     uint64_t stack_lo, stack_span;
@@ -77,9 +78,7 @@ struct berm_ctx {
     uint64_t heap_start;
     uint64_t heap_size;
 
-    /* --- the core's entry points --- */
-    /* Exact bounds check after the fast window missed: 1 when the access is allowed, else records the fault. */
-    int (*check)(berm_ctx *ctx, uint64_t addr, uint32_t size, int store, uint64_t pc);
+    /* --- the core's entry point --- */
     /* Any ecall the translated code does not serve inline; sets trap_kind on a trap. */
     uint64_t (*ecall)(berm_ctx *ctx, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1, uint64_t a2,
                       uint64_t a3, uint64_t a4, uint64_t a5);
@@ -156,8 +155,10 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
     const uint64_t KLO = ctx->stack_lo, KSPAN = ctx->stack_span;                           \
     (void)M; (void)DIRTY; (void)COARSE; (void)LLO; (void)LSPAN; (void)SLO; (void)SSPAN; (void)KLO; (void)KSPAN
 
-#define BERM_LOAD_FAST(a) ((uint64_t)((a) - LLO) <= LSPAN || (uint64_t)((a) - KLO) <= KSPAN)
-#define BERM_STORE_FAST(a) ((uint64_t)((a) - SLO) <= SSPAN || (uint64_t)((a) - KLO) <= KSPAN)
+#define BERM_LOAD_OK(a, n) \
+    ((uint64_t)((a) - LLO) <= LSPAN + (8 - (n)) || (uint64_t)((a) - KLO) <= KSPAN + (8 - (n)))
+#define BERM_STORE_OK(a, n) \
+    ((uint64_t)((a) - SLO) <= SSPAN + (8 - (n)) || (uint64_t)((a) - KLO) <= KSPAN + (8 - (n)))
 
 /* A store of at most 8 bytes starting in page p can reach only the first 7 bytes of page p+1; the core restores
  * those along with page p, so one mark per store is enough. */
@@ -167,11 +168,20 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
         COARSE[(a) >> BERM_COARSE_SHIFT] = 1;         \
     } while (0)
 
-/* dst = *(T *)(M + a), sign- or zero-extended by T; traps to `trap` with pc on a fault. */
+/* A memory fault: every site shares the function's one `fault` block (small code, fast compiles). */
+#define BERM_FAULT(a, access, n, pc)             \
+    do {                                         \
+        fa_ = (a);                               \
+        fd_ = ((uint32_t)(access) << 8) | (n);   \
+        jpc_ = (pc);                             \
+        goto fault;                              \
+    } while (0)
+
+/* dst = *(T *)(M + a), sign- or zero-extended by T. */
 #define BERM_LD(dst, T, addr, pc)                                                                   \
     do {                                                                                            \
         uint64_t a_ = (addr);                                                                       \
-        if (BERM_UNLIKELY(!BERM_LOAD_FAST(a_)) && !ctx->check(ctx, a_, sizeof(T), 0, (pc))) goto trap; \
+        if (BERM_UNLIKELY(!BERM_LOAD_OK(a_, sizeof(T)))) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc);  \
         T v_;                                                                                       \
         memcpy(&v_, M + a_, sizeof v_);                                                             \
         dst = (uint64_t)(int64_t)v_;                                                                \
@@ -180,7 +190,7 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
 #define BERM_ST(T, addr, val, pc)                                                                   \
     do {                                                                                            \
         uint64_t a_ = (addr);                                                                       \
-        if (BERM_UNLIKELY(!BERM_STORE_FAST(a_)) && !ctx->check(ctx, a_, sizeof(T), 1, (pc))) goto trap; \
+        if (BERM_UNLIKELY(!BERM_STORE_OK(a_, sizeof(T)))) BERM_FAULT(a_, BERM_STORE, sizeof(T), pc); \
         T v_ = (T)(val);                                                                            \
         memcpy(M + a_, &v_, sizeof v_);                                                             \
         BERM_MARK(a_);                                                                              \
@@ -189,13 +199,9 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
 /* Atomics: naturally aligned, else a fault; then the load (lr) or store (everything else) bounds. */
 #define BERM_ATOMIC_ADDR(a_, T, addr, store, pc)                                                    \
     uint64_t a_ = (addr);                                                                           \
-    if (BERM_UNLIKELY(a_ & (sizeof(T) - 1))) {                                                      \
-        berm_set_trap(ctx, BERM_TRAP_MEMORY, (pc), a_, (BERM_MISALIGNED << 8) | sizeof(T));          \
-        goto trap;                                                                                  \
-    }                                                                                               \
-    if (BERM_UNLIKELY(!((store) ? BERM_STORE_FAST(a_) : BERM_LOAD_FAST(a_))) &&                     \
-        !ctx->check(ctx, a_, sizeof(T), (store), (pc)))                                             \
-        goto trap
+    if (BERM_UNLIKELY(a_ & (sizeof(T) - 1))) BERM_FAULT(a_, BERM_MISALIGNED, sizeof(T), pc);        \
+    if (BERM_UNLIKELY(!((store) ? BERM_STORE_OK(a_, sizeof(T)) : BERM_LOAD_OK(a_, sizeof(T)))))     \
+        BERM_FAULT(a_, (store) ? BERM_STORE : BERM_LOAD, sizeof(T), pc)
 
 #define BERM_TRAP(kind, pc, addr, detail)                 \
     do {                                                  \

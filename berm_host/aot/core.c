@@ -1,5 +1,5 @@
-/* The runtime core: guest memory regions, invocation entry, the core host calls, exact bounds checks, and
- * loading translated images. Built by cffi (berm_host/aot/_build.py) into berm_host.aot._core.
+/* The runtime core: guest memory regions, invocation entry, the core host calls (with the bounds checks of
+ * their buffers), and loading translated images. Built by cffi (berm_host/aot/_build.py) into berm_host.aot._core.
  *
  * No signal handler anywhere: translated code checks every access itself, so nothing here expects a fault.
  *
@@ -71,13 +71,6 @@ static inline int readable(const berm_image *im, uint64_t a, uint64_t n) {
 
 static inline int writable(const berm_image *im, uint64_t a, uint64_t n) {
     return range_ok(a, n, im->writable_lo, im->guard_lo) || range_ok(a, n, im->stack_lo, im->size);
-}
-
-static int core_check(berm_ctx *c, uint64_t a, uint32_t n, int store, uint64_t pc) {
-    berm_region *r = (berm_region *)c;
-    if (store ? writable(r->image, a, n) : readable(r->image, a, n)) return 1;
-    berm_set_trap(c, BERM_TRAP_MEMORY, pc, a, ((uint32_t)(store ? BERM_STORE : BERM_LOAD) << 8) | n);
-    return 0;
 }
 
 int berm_readable(berm_region *r, uint64_t addr, uint64_t n) {
@@ -236,7 +229,7 @@ berm_region *berm_region_new(const berm_image *im, void *handle) {
         }
     }
     berm_ctx *c = &r->ctx;
-    /* fast windows (see berm_rt.h); a window too small for an 8-byte access falls back to the stack's */
+    /* bounds windows (see berm_rt.h); an empty window repeats the stack's, 1..7 bytes were refused */
     c->stack_lo = im->stack_lo;
     c->stack_span = im->size - im->stack_lo - 8;
     c->load_lo = im->guard_lo - im->image_lo >= 8 ? im->image_lo : c->stack_lo;
@@ -245,7 +238,6 @@ berm_region *berm_region_new(const berm_image *im, void *handle) {
     c->store_span = im->guard_lo - im->writable_lo >= 8 ? im->guard_lo - im->writable_lo - 8 : c->stack_span;
     c->heap_start = im->heap_start;
     c->heap_size = im->guard_lo - im->heap_start;
-    c->check = core_check;
     c->ecall = core_ecall;
     return r;
 }
