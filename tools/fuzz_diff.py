@@ -1,7 +1,8 @@
 """Differential fuzzing campaign: random RV64IMAC programs (tests/progen.py) on the translated code against the
 reference interpreter, for a time budget. Each round draws ``--batch`` programs from one seed, optionally mutates
 their code (``--mutate``: random halfwords overwritten, which makes wild jumps, jumps into the middle of
-instructions, illegal encodings, loops without back-edges), translates the whole batch into one shared object (one
+instructions, illegal encodings, loops without back-edges) and their legal indirect targets (``--targets``),
+translates the whole batch into one shared object (one
 compile) and compares every program's end state: registers, pc, trap, failure, data and stack memory. Each program
 runs twice on the translated code (the second run also checks the memory reset). Runs the deadline interrupted
 are not compared (docs/SEMANTICS.md).
@@ -22,6 +23,7 @@ from pathlib import Path
 from fuzz_common import Campaign, campaign_args, draw_examples
 
 from berm_abi.errors import BermError
+from berm_aot.image import Relocation
 from berm_aot.program import Program
 from berm_host.aot.backend import AotBackend
 from berm_host.aot.objects import ENTRY_SYMBOL, compile_programs
@@ -34,8 +36,9 @@ from tests.test_aot_diff import assert_same
 DEADLINE = 0.5
 
 
-def mutate(gen: progen.GenProgram, rng: random.Random, edits: int) -> progen.GenProgram:
-    """``gen`` with ``edits`` random halfwords of its text overwritten (the listing notes where)."""
+def mutate(gen: progen.GenProgram, rng: random.Random, edits: int, targets: int) -> progen.GenProgram:
+    """``gen`` with ``edits`` random halfwords of its text overwritten and ``targets`` random text addresses made
+    legal indirect targets (an ``R_RISCV_64`` naming each, as a jump table would); the listing notes both."""
     text = gen.image.segments[0]
     code = bytearray(text.data)
     notes = []
@@ -44,17 +47,24 @@ def mutate(gen: progen.GenProgram, rng: random.Random, edits: int) -> progen.Gen
         word = rng.getrandbits(16)
         code[at:at + 2] = word.to_bytes(2, "little")
         notes.append(f"{progen.TEXT + at:#x}={word:04x}")
+    extra = []
+    for _ in range(targets):
+        target = progen.TEXT + (rng.randrange(0, len(code)) & ~1)
+        extra.append(Relocation(progen.RODATA, progen.R_RISCV_64, "R_RISCV_64", ".text", progen.TEXT,
+                                target - progen.TEXT, ".rodata"))
+        notes.append(f"target {target:#x}")
     segments = (replace(text, data=bytes(code)),) + gen.image.segments[1:]
     raw = gen.image.raw + repr(notes).encode()
-    image = replace(gen.image, segments=segments, raw=raw, sha256=hashlib.sha256(raw).hexdigest())
+    image = replace(gen.image, segments=segments, relocations=gen.image.relocations + tuple(extra), raw=raw,
+                    sha256=hashlib.sha256(raw).hexdigest())
     return progen.GenProgram(image, gen.entry, gen.listing + "\nmutated: " + " ".join(notes))
 
 
-def run_round(campaign: Campaign, seed_value: int, batch: int, edits: int, verbose: bool) -> None:
+def run_round(campaign: Campaign, seed_value: int, batch: int, edits: int, targets: int, verbose: bool) -> None:
     gens = draw_examples(progen.programs(), batch, seed_value)
     rng = random.Random(seed_value)
-    if edits:
-        gens = [mutate(g, rng, rng.randint(1, edits)) for g in gens]
+    if edits or targets:
+        gens = [mutate(g, rng, rng.randint(min(1, edits), edits), rng.randint(0, targets)) for g in gens]
     kept: list[tuple[progen.GenProgram, Program]] = []
     for g in gens:
         try:
@@ -98,12 +108,14 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=60, help="programs per compiled object (default %(default)s)")
     p.add_argument("--mutate", type=int, default=0, metavar="N",
                    help="overwrite 1..N random halfwords of each program's code (default: no mutation)")
+    p.add_argument("--targets", type=int, default=0, metavar="N",
+                   help="make 0..N random text addresses legal indirect targets (default: none)")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args()
     campaign = Campaign("fuzz_diff", args)
     for s in campaign.seeds():
         print(f"[fuzz_diff] round seed {s}", flush=True)
-        run_round(campaign, s, args.batch, args.mutate, args.verbose)
+        run_round(campaign, s, args.batch, args.mutate, args.targets, args.verbose)
     return campaign.summary()
 
 
