@@ -6,6 +6,7 @@ in place by hand. The core-call numbers are derived from ``berm_abi.names`` here
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -63,8 +64,8 @@ ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "berm_host.aot._core",
     '#include "core.h"',
-    sources=[str(HERE / "core.c")],
-    include_dirs=[str(HERE)],
+    sources=[os.path.relpath(HERE / "core.c")],  # setuptools insists on paths relative to setup.py's directory
+    include_dirs=[os.path.relpath(HERE)],
     define_macros=CALL_MACROS,
     extra_compile_args=["-O2", "-std=gnu11"],
     libraries=["dl", "pthread"],
