@@ -1,68 +1,26 @@
-"""One watchdog thread for every invocation with a deadline: it sets the invocation's interrupt flag once the
-deadline has passed, and translated code traps ("guest was interrupted") at its next function entry or
-back-edge.
+"""The watchdog: one thread for every invocation, which sets an invocation's interrupt flag once its deadline
+has passed; translated code then traps ("guest was interrupted") at its next function entry or back-edge.
 
-Registering is a dict store (no lock, usually no wake-up): the thread polls the registered invocations every
-``POLL_INTERVAL`` seconds, and only after ``IDLE_AFTER`` seconds without any does it sleep on an event, so it
-costs nothing when idle and little per invocation (waking a sleeping thread per call costs microseconds of GIL
-hand-over). A deadline is honoured within ``POLL_INTERVAL``.
+The thread lives in the runtime core (C, no GIL): each invocation hands its deadline to ``berm_run`` and the
+thread scans the running invocations every ``POLL_INTERVAL`` seconds. Registering therefore costs nothing in
+Python — a Python thread would cost microseconds of GIL hand-over per invocation. A deadline is honoured within
+``POLL_INTERVAL``. Deadlines are ``time.monotonic()`` instants (CLOCK_MONOTONIC, as the core reads it).
 """
 
 from __future__ import annotations
 
-import threading
-import time
+from berm_host.traps import HostError
 
 POLL_INTERVAL = 0.01
-IDLE_AFTER = 2.0
+_started = False
 
 
-class Interruptible:
-    """What the watchdog needs of an invocation: a ``ctx`` whose ``interrupt`` field it may set."""
+def ensure_started() -> None:
+    """Start the watchdog thread once per process."""
+    global _started
+    if not _started:
+        from berm_host.aot.runtime import lib
 
-    ctx: object
-
-
-_active: dict[Interruptible, float] = {}
-_wake = threading.Event()
-_start_lock = threading.Lock()
-_thread: threading.Thread | None = None
-
-
-def watch(target: Interruptible, deadline: float) -> None:
-    """Interrupt ``target`` once ``time.monotonic()`` passes ``deadline`` (until ``unwatch``)."""
-    _active[target] = deadline
-    if _thread is None:
-        _start()
-    if not _wake.is_set():
-        _wake.set()
-
-
-def unwatch(target: Interruptible) -> None:
-    _active.pop(target, None)
-
-
-def _start() -> None:
-    global _thread
-    with _start_lock:
-        if _thread is None:
-            t = threading.Thread(target=_loop, name="berm-watchdog", daemon=True)
-            t.start()
-            _thread = t
-
-
-def _loop() -> None:
-    last_busy = time.monotonic()
-    while True:
-        now = time.monotonic()
-        if _active:
-            last_busy = now
-        elif now - last_busy > IDLE_AFTER:
-            _wake.clear()
-            if not _active:  # re-check: watch() may have run between the test and the clear
-                _wake.wait()
-            now = last_busy = time.monotonic()
-        for target, deadline in list(_active.items()):
-            if now >= deadline:
-                target.ctx.interrupt = 1
-        time.sleep(POLL_INTERVAL)
+        if not lib.berm_watchdog_start(POLL_INTERVAL):
+            raise HostError("cannot start the watchdog thread")
+        _started = True

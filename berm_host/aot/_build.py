@@ -1,7 +1,7 @@
 """cffi build script for the runtime core (API mode): ``berm_host.aot._core``.
 
 Run by ``pip install -e .`` through ``setup.py``'s ``cffi_modules``; ``python berm_host/aot/_build.py`` builds it
-in place by hand. The core-call numbers are derived from ``berm_abi.names`` here, never typed into C.
+in place by hand (``setup.py build_ext --inplace``). The core-call numbers are derived from ``berm_abi.names`` here, never typed into C.
 """
 
 from __future__ import annotations
@@ -39,8 +39,14 @@ typedef struct berm_region {
     int has_fail;
     void *handle;
     char trap_msg[200];
+    int running;
     ...;
 } berm_region;
+
+#define BERM_RUN_OK ...
+#define BERM_RUN_TRAPPED ...
+#define BERM_RUN_FAILED ...
+#define BERM_RUN_BAD_RESULT ...
 
 berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
                            uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull,
@@ -48,8 +54,9 @@ berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_l
 void berm_image_free(berm_image *im);
 berm_region *berm_region_new(const berm_image *im, void *handle);
 void berm_region_free(berm_region *r);
-uint64_t berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
-                  const uint64_t *int_args, int n_int);
+int berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
+             const uint64_t *int_args, int n_int, double deadline);
+int berm_watchdog_start(double interval);
 int berm_stage(berm_region *r, const char *data, uint64_t len);
 int berm_readable(berm_region *r, uint64_t addr, uint64_t n);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
@@ -64,15 +71,14 @@ ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "berm_host.aot._core",
     '#include "core.h"',
-    sources=[os.path.relpath(HERE / "core.c")],  # setuptools insists on paths relative to setup.py's directory
-    include_dirs=[os.path.relpath(HERE)],
+    sources=["berm_host/aot/core.c"],  # setuptools insists on paths relative to setup.py's directory
+    include_dirs=[str(HERE)],
     define_macros=CALL_MACROS,
     extra_compile_args=["-O2", "-std=gnu11"],
     libraries=["dl", "pthread"],
 )
 
-if __name__ == "__main__":
-    import shutil
+if __name__ == "__main__":  # build in place, as pip install -e . does
+    import subprocess
 
-    built = Path(ffibuilder.compile(tmpdir=str(HERE.parent.parent / "build" / "cffi")))
-    shutil.copy2(built, HERE / built.name)
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=HERE.parent.parent, check=True)

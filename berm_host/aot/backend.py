@@ -14,15 +14,17 @@ from berm_aot.errors import ElfError
 from berm_aot.image import ElfImage
 from berm_aot.program import Program
 from berm_host.backend import RunRequest, RunResult
+from berm_host import watchdog
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
 from berm_host.traps import TrapInfo, TrapKind
 
 #: What ``call_tool`` returns: (trap, failure, result, a0, a1).
 ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
 
-from .. import watchdog
 from .objects import ENTRY_SYMBOL, cached_object
 from .runtime import MemoryImage, Region, lib, load_code
+
+_OK, _TRAPPED, _FAILED = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAILED
 
 
 def image_hull(image: ElfImage, layout: Layout) -> bytes:
@@ -62,23 +64,17 @@ class AotBackend:
         self.object_path = Path(code[0])
         self._enter = load_code(str(code[0]), code[1])
         self.memory = MemoryImage(self.layout, image_hull(program.image, self.layout))
+        watchdog.ensure_started()
 
     # -- one invocation -----------------------------------------------------------------------------------------
 
-    def _invoke(self, region: Region, entry: int, args: bytes, n_int: int, linker, log, deadline) -> None:
-        """Run ``entry`` in ``region`` (integer arguments already in ``region.int_args``)."""
+    def _invoke(self, region: Region, entry: int, args: bytes, n_int: int, linker, log, deadline) -> int:
+        """Run ``entry`` in ``region`` (integer arguments already in ``region.int_args``); the core's outcome."""
         region.linker = linker
         region.log = log
         region.detail = ""
-        region.ctx.interrupt = 0
-        if deadline is None:
-            lib.berm_run(region.ptr, self._enter, entry, args, len(args), region.int_args, n_int)
-            return
-        watchdog.watch(region, deadline)
-        try:
-            lib.berm_run(region.ptr, self._enter, entry, args, len(args), region.int_args, n_int)
-        finally:
-            watchdog.unwatch(region)
+        return lib.berm_run(region.ptr, self._enter, entry, args, len(args), region.int_args, n_int,
+                            deadline or 0.0)
 
     def run(self, request: RunRequest) -> RunResult:
         if len(request.int_args) > 8:
@@ -87,12 +83,13 @@ class AotBackend:
         try:
             for i, v in enumerate(request.int_args):
                 region.int_args[i] = v & 0xFFFFFFFFFFFFFFFF
-            self._invoke(region, request.entry, bytes(request.args), len(request.int_args), request.linker,
-                         request.log, request.deadline)
-            trap = self.trap_info(region)
+            outcome = self._invoke(region, request.entry, bytes(request.args), len(request.int_args),
+                                   request.linker, request.log, request.deadline)
+            trap = self.trap_info(region) if outcome == _TRAPPED else None
             regs = tuple(region.ctx.regs)
             result = None
-            if request.read_result and trap is None and region.readable(regs[10], regs[11]):
+            if request.read_result and outcome in (_OK, _FAILED) and \
+                    self.layout.readable(regs[10], regs[11]):
                 result = region.read(regs[10], regs[11])
             snapshot = tuple(region.copy_out(addr, n) for addr, n in request.snapshot)
             return RunResult(regs=regs, pc=trap.pc if trap else 0, trap=trap, failure=region.failure(),
@@ -106,15 +103,16 @@ class AotBackend:
         result bytes — None when (a0, a1) is not readable, a0, a1)."""
         region = self.memory.acquire()
         try:
-            self._invoke(region, entry, args, 0, linker, log, deadline)
+            outcome = self._invoke(region, entry, args, 0, linker, log, deadline)
             regs = region.ctx.regs
-            a0, a1 = regs[10], regs[11]
-            if region.ctx.trap_kind:
-                return self.trap_info(region), None, None, a0, a1
-            failure = region.failure()
-            if failure is not None:
-                return None, failure, None, a0, a1
-            return None, None, region.read(a0, a1) if region.readable(a0, a1) else None, a0, a1
+            if outcome == _OK:
+                a0, a1 = regs[10], regs[11]
+                return None, None, region.read(a0, a1), a0, a1
+            if outcome == _TRAPPED:
+                return self.trap_info(region), None, None, regs[10], regs[11]
+            if outcome == _FAILED:
+                return None, region.failure(), None, regs[10], regs[11]
+            return None, None, None, regs[10], regs[11]
         finally:
             region.linker = region.log = None
             self.memory.release(region)

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "berm_rt.h"
 #include "core.h"
@@ -197,6 +198,53 @@ static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, ui
     }
 }
 
+/* ---------------------------------------------------------------- the watchdog */
+
+/* Every live region, so the watchdog thread (one for the process, started from berm_host/watchdog.py) can set
+ * the interrupt flag of an invocation past its deadline. berm_run takes the lock only to start and stop. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static berm_region *live;
+static double watchdog_interval = 0.01;
+
+static double monotonic_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *watchdog_main(void *arg) {
+    (void)arg;
+    struct timespec pause = {(time_t)watchdog_interval, (long)((watchdog_interval - (time_t)watchdog_interval) * 1e9)};
+    for (;;) {
+        nanosleep(&pause, NULL);
+        double now = monotonic_now();
+        pthread_mutex_lock(&live_lock);
+        for (berm_region *r = live; r; r = r->next)
+            if (r->running && r->deadline > 0 && now >= r->deadline) r->ctx.interrupt = 1;
+        pthread_mutex_unlock(&live_lock);
+    }
+    return NULL;
+}
+
+static pthread_once_t watchdog_once = PTHREAD_ONCE_INIT;
+static int watchdog_started;
+
+static void watchdog_spawn(void) {
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 << 10);
+    watchdog_started = pthread_create(&t, &attr, watchdog_main, NULL) == 0;
+    pthread_attr_destroy(&attr);
+}
+
+int berm_watchdog_start(double interval) {
+    if (interval > 0) watchdog_interval = interval;
+    pthread_once(&watchdog_once, watchdog_spawn);
+    return watchdog_started;
+}
+
 /* ---------------------------------------------------------------- regions */
 
 berm_region *berm_region_new(const berm_image *im, void *handle) {
@@ -238,12 +286,22 @@ berm_region *berm_region_new(const berm_image *im, void *handle) {
     c->store_span = im->guard_lo - im->writable_lo >= 8 ? im->guard_lo - im->writable_lo - 8 : c->stack_span;
     c->heap_start = im->heap_start;
     c->heap_size = im->guard_lo - im->heap_start;
+    pthread_mutex_lock(&live_lock);
+    r->next = live;
+    if (live) live->prev = r;
+    live = r;
+    pthread_mutex_unlock(&live_lock);
     c->ecall = core_ecall;
     return r;
 }
 
 void berm_region_free(berm_region *r) {
     if (!r) return;
+    pthread_mutex_lock(&live_lock);
+    if (r->prev) r->prev->next = r->next;
+    else live = r->next;
+    if (r->next) r->next->prev = r->prev;
+    pthread_mutex_unlock(&live_lock);
     munmap(r->ctx.mem, r->size); /* never r->image: it may be freed first at interpreter exit */
     free(r->ctx.dirty);
     free(r->ctx.coarse);
@@ -283,8 +341,8 @@ static uintptr_t native_limit(void) {
 
 /* ---------------------------------------------------------------- invocation */
 
-uint64_t berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
-                  const uint64_t *int_args, int n_int) {
+int berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
+             const uint64_t *int_args, int n_int, double deadline) {
     berm_ctx *c = &r->ctx;
     if (r->used) reset_memory(r);
     r->used = 1;
@@ -302,7 +360,18 @@ uint64_t berm_run(berm_region *r, void *enter, uint64_t entry, const char *args,
     c->trap_detail = 0;
     c->depth = 0;
     c->native_limit = native_limit();
-    return ((berm_enter_fn)enter)(c, entry);
+    pthread_mutex_lock(&live_lock);
+    r->deadline = deadline;
+    c->interrupt = 0;
+    r->running = 1;
+    pthread_mutex_unlock(&live_lock);
+    uint64_t t = ((berm_enter_fn)enter)(c, entry);
+    pthread_mutex_lock(&live_lock);
+    r->running = 0;
+    pthread_mutex_unlock(&live_lock);
+    if (t == BERM_TRAPPED) return BERM_RUN_TRAPPED;
+    if (r->has_fail) return BERM_RUN_FAILED;
+    return readable(r->image, c->regs[10], c->regs[11]) ? BERM_RUN_OK : BERM_RUN_BAD_RESULT;
 }
 
 /* ---------------------------------------------------------------- translated images */

@@ -23,7 +23,13 @@ typedef struct berm_region {
     void *handle; /* the Python object serving callbacks for this region */
     uint64_t size, npages, ncoarse;
     char trap_msg[200]; /* detail of a host-call-failed trap raised by the core */
+    double deadline;    /* CLOCK_MONOTONIC seconds (time.monotonic()); 0 = none */
+    int running;        /* guarded by the watchdog's lock */
+    struct berm_region *prev, *next; /* every live region, for the watchdog */
 } berm_region;
+
+/* Outcome of berm_run. */
+enum { BERM_RUN_OK = 0, BERM_RUN_TRAPPED = 1, BERM_RUN_FAILED = 2, BERM_RUN_BAD_RESULT = 3 };
 
 berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
                            uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull,
@@ -31,8 +37,9 @@ berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_l
 void berm_image_free(berm_image *im);
 berm_region *berm_region_new(const berm_image *im, void *handle);
 void berm_region_free(berm_region *r);
-uint64_t berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
-                  const uint64_t *int_args, int n_int);
+int berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
+             const uint64_t *int_args, int n_int, double deadline);
+int berm_watchdog_start(double interval);
 int berm_stage(berm_region *r, const char *data, uint64_t len);
 int berm_readable(berm_region *r, uint64_t addr, uint64_t n);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);

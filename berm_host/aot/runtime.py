@@ -60,7 +60,7 @@ class MemoryImage:
 class Region:
     """One guest memory and the per-invocation state the host-call callback needs."""
 
-    __slots__ = ("image", "ptr", "ctx", "handle", "int_args", "linker", "log", "detail", "__weakref__")
+    __slots__ = ("image", "ptr", "ctx", "handle", "int_args", "linker", "log", "detail")
 
     def __init__(self, image: MemoryImage):
         self.image = image  # keeps the core's berm_image alive as long as the region
