@@ -156,6 +156,9 @@ __asm__(
     ".globl overlap_mid\n.type overlap_mid,@function\n"
     "overlap_mid:\n  j .Lwhole + 2\n"
     ".Lmid = .Lwhole + 2\n"
+    /* jalr ra, 0(ra): the target is read before the link is written; the ret after it then jumps to the link */
+    ".globl jalr_same\n.type jalr_same,@function\n"
+    "jalr_same:\n  la ra, plain\n  jalr ra, 0(ra)\n  ret\n"
     ".section .rodata\n.p2align 3\n"
     "spin_table:\n  .quad .Lspin\n"
     "owner_table:\n  .quad .Lcase0, .Lcase1\n"
@@ -168,7 +171,7 @@ void _start(void) {}
 
 NAMES = ("hc", "hc_const_args_read", "hc_const_log", "stage_then_read", "big_frames", "mut_a", "ind_rec",
          "log_rec", "rec_to", "plain", "plain_addr", "call_at", "scribble", "stage", "nothing", "self_tail", "ping",
-         "jt_spin", "jt_owner", "jt_thief_jump", "jt_thief_call", "jt_thief_ret", "overlap", "overlap_mid",
+         "jt_spin", "jt_owner", "jalr_same", "jt_thief_jump", "jt_thief_call", "jt_thief_ret", "overlap", "overlap_mid",
          "berm_tool_reverse", "berm_tool_reenter")
 TOOLS = ("reverse", "reenter")
 
@@ -447,6 +450,24 @@ def test_odd_and_unaligned_indirect_call_targets(images, offset):
         assert r.trap is None and r.a0 == 21
     else:
         assert r.trap.kind is TrapKind.BAD_INDIRECT_TARGET and r.trap.addr == base + 2
+
+
+def test_jalr_reading_and_writing_the_same_register(images):
+    r = both(images, "jalr_same", 4)
+    assert r.trap is not None and r.trap.kind is TrapKind.BAD_INDIRECT_TARGET
+    assert r.trap.addr == r.regs[1]  # the link jalr wrote, which no relocation names
+
+
+@pytest.mark.parametrize("how", [2, 3, 4], ids=["amoswap.d", "amoadd.w", "lr/sc"])
+@pytest.mark.parametrize("where", ["rodata", "misaligned", "guard", "wrap"])
+def test_atomics_outside_writable_memory_fault_without_effect(images, how, where):
+    lay = images[0].backend.layout
+    data = images[0].program.symbol("data_word")
+    addr = {"rodata": lay.image_lo, "misaligned": data + 4 * (how != 3) + 2, "guard": lay.guard_lo,
+            "wrap": M64 - 8}[where]
+    r = both(images, "scribble", addr, how, 0, snapshot=((data, 8),))
+    assert r.trap is not None and r.trap.kind is TrapKind.MEMORY_FAULT and r.trap.addr == addr, r.trap
+    assert r.snapshot == ((5).to_bytes(8, "little"),)
 
 
 def test_a_direct_jump_into_the_middle_of_an_instruction(images):
