@@ -1,4 +1,6 @@
-"""Constant registers within a basic block, so an ``ecall`` learns its number at translation time.
+"""Constant registers, so an ``ecall`` learns its number at translation time: a forward dataflow over each
+function's control flow (compilers hoist ``li a7, N`` out of loops), meeting at joins by keeping only the
+registers every predecessor agrees on; a call forgets everything.
 
 Tracks ``lui``/``auipc``/``addi``/``addiw``/``ori``/``xori``/``andi``/``slli``/``add`` chains, and ``ld``/``lw``/
 ``lwu`` from a read-only segment at a constant address (rustc loads call numbers from ``.rodata``; read-only
@@ -19,14 +21,17 @@ def _sx32(v: int) -> int:
 
 
 class Constants:
-    """Known register values at the current point of a block; ``reset()`` at every block start."""
+    """Known register values at the current point; ``enter(state)`` at every block start."""
 
     def __init__(self, image: ElfImage):
         self._image = image
         self._known: dict[int, int] = {}
 
-    def reset(self) -> None:
-        self._known.clear()
+    def enter(self, state: dict[int, int]) -> None:
+        self._known = dict(state)
+
+    def state(self) -> dict[int, int]:
+        return dict(self._known)
 
     def get(self, r: int) -> int | None:
         return 0 if r == 0 else self._known.get(r)
@@ -80,3 +85,43 @@ class Constants:
                 raw = int.from_bytes(seg.data[addr - seg.vaddr:addr - seg.vaddr + n], "little")
                 return _sx32(raw) if op == "lw" else raw
         return None
+
+
+def block_entry_constants(image: ElfImage, insns: list[Instruction], start: int, end: int,
+                          local_targets: list[int]) -> dict[int, dict[int, int]]:
+    """The registers known constant at the start of each instruction of one function (``insns`` in address
+    order, spanning ``[start, end)``), by a forward dataflow to a fixpoint."""
+    at = {i.addr: i for i in insns}
+    state_in: dict[int, dict[int, int]] = {}
+    work: list[int] = []
+
+    def flow(addr: int, state: dict[int, int]) -> None:
+        if addr not in at:
+            return
+        old = state_in.get(addr)
+        new = state if old is None else {r: v for r, v in old.items() if state.get(r) == v}
+        if old is None or len(new) != len(old):
+            state_in[addr] = new
+            work.append(addr)
+
+    for root in [start, *local_targets]:
+        flow(root, {})
+    consts = Constants(image)
+    while work:
+        insn = at[work.pop()]
+        consts.enter(state_in[insn.addr])
+        consts.step(insn)
+        out = consts.state()
+        op = insn.op
+        if op in ("ebreak", "illegal", "unsupported"):
+            continue
+        if op == "jal":
+            flow(insn.next_pc if insn.rd else (insn.addr + insn.imm) & MASK, out)
+        elif op == "jalr":
+            if insn.rd:
+                flow(insn.next_pc, out)
+        else:
+            flow(insn.next_pc, out)
+            if op in ("beq", "bne", "blt", "bge", "bltu", "bgeu"):
+                flow((insn.addr + insn.imm) & MASK, out)
+    return state_in

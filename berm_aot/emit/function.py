@@ -13,7 +13,7 @@ from berm_aot.analysis import BRANCHES, Analysis, FunctionInfo
 from berm_aot.isa import Instruction
 from berm_aot.disasm import disassemble
 
-from .consts import Constants
+from .consts import Constants, block_entry_constants
 from .insn import BRANCH_CONDS, compute, dst, lit, reg
 
 #: Core calls answered by a field of ctx, with no call at all when the number is known at translation time.
@@ -39,6 +39,8 @@ class FunctionEmitter:
         self.starts = analysis.program.function_starts
         self.by_start = analysis.by_start
         self.consts = Constants(analysis.program.image)
+        self.known_at = block_entry_constants(analysis.program.image, info.insns, info.start, info.end,
+                                              info.local_targets)
         self.out: list[str] = []
         self.has_indirect = False
         insns = info.insns
@@ -100,7 +102,7 @@ class FunctionEmitter:
                 out.append("    __builtin_unreachable();")
             if insn.addr in self.labels:
                 out.append(f"L_{insn.addr:x}:;")
-                self.consts.reset()
+                self.consts.enter(self.known_at.get(insn.addr, {}))
             out.append(f"    /* {insn.addr:x}: {disassemble(insn)} */")
             falls = self._insn(insn)
             self.consts.step(insn)

@@ -58,7 +58,6 @@ int berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint
              const uint64_t *int_args, int n_int, double deadline);
 int berm_watchdog_start(double interval);
 int berm_stage(berm_region *r, const char *data, uint64_t len);
-int berm_readable(berm_region *r, uint64_t addr, uint64_t n);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
 
 extern "Python+C" uint64_t berm_py_ecall(berm_region *r, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1);

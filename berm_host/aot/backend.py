@@ -104,7 +104,7 @@ class AotBackend:
         region = self.memory.acquire()
         try:
             outcome = self._invoke(region, entry, args, 0, linker, log, deadline)
-            regs = region.ctx.regs
+            regs = region.regs
             if outcome == _OK:
                 a0, a1 = regs[10], regs[11]
                 return None, None, region.read(a0, a1), a0, a1

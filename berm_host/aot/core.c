@@ -74,10 +74,6 @@ static inline int writable(const berm_image *im, uint64_t a, uint64_t n) {
     return range_ok(a, n, im->writable_lo, im->guard_lo) || range_ok(a, n, im->stack_lo, im->size);
 }
 
-int berm_readable(berm_region *r, uint64_t addr, uint64_t n) {
-    return n == 0 || readable(r->image, addr, n);
-}
-
 /* ---------------------------------------------------------------- dirty pages */
 
 static void mark_range(berm_region *r, uint64_t a, uint64_t n) {

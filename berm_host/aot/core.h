@@ -41,7 +41,6 @@ int berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint
              const uint64_t *int_args, int n_int, double deadline);
 int berm_watchdog_start(double interval);
 int berm_stage(berm_region *r, const char *data, uint64_t len);
-int berm_readable(berm_region *r, uint64_t addr, uint64_t n);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
 
 /* Defined by cffi (extern "Python+C"): berm.log and every capability. */

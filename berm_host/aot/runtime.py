@@ -60,7 +60,7 @@ class MemoryImage:
 class Region:
     """One guest memory and the per-invocation state the host-call callback needs."""
 
-    __slots__ = ("image", "ptr", "ctx", "handle", "int_args", "linker", "log", "detail")
+    __slots__ = ("image", "ptr", "ctx", "regs", "mem", "handle", "int_args", "linker", "log", "detail")
 
     def __init__(self, image: MemoryImage):
         self.image = image  # keeps the core's berm_image alive as long as the region
@@ -70,6 +70,8 @@ class Region:
             raise HostError(f"cannot map {image.layout.size} bytes of guest memory")
         self.ptr = ffi.gc(ptr, lib.berm_region_free)
         self.ctx = self.ptr.ctx
+        self.regs = self.ctx.regs  # cached views: cffi attribute chains cost ~0.1 us each per invocation
+        self.mem = ffi.cast("char *", self.ctx.mem)
         self.int_args = ffi.new("uint64_t[8]")
         self.linker: Linker | None = None
         self.log: LogSink | None = None
@@ -78,17 +80,17 @@ class Region:
     # -- reading guest memory after a run -----------------------------------------------------------------------
 
     def readable(self, addr: int, n: int) -> bool:
-        return bool(lib.berm_readable(self.ptr, addr, n))
+        return n == 0 or self.image.layout.readable(addr, n)  # Python: a cffi call releases the GIL (~0.3 us)
 
     def read(self, addr: int, n: int) -> bytes:
-        return ffi.buffer(self.ctx.mem + addr, n)[:]
+        return ffi.unpack(self.mem + addr, n)
 
     def copy_out(self, addr: int, n: int) -> bytes:
         """``[addr, addr+n)`` with bytes outside guest memory as zero (never a fault)."""
         out = bytearray(n)
         lo, hi = max(addr, 0), min(addr + n, self.image.layout.size)
         if lo < hi:
-            out[lo - addr:hi - addr] = ffi.buffer(self.ctx.mem + lo, hi - lo)
+            out[lo - addr:hi - addr] = ffi.buffer(self.mem + lo, hi - lo)
         return bytes(out)
 
     # -- the trap record ----------------------------------------------------------------------------------------
