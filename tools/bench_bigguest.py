@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from bench_build import _guest, cache_dir
+from bench_build import build_guest_program, cache_dir
 
 _OPS = ("a += b * {c}u;", "a ^= (b >> {s}) | (b << (64 - {s}));", "b -= a + {c}u;", "a = (a ^ {c}u) * 3u;",
         "b = b / ((a & 0xff) | 1u);", "a += (b % {c}u) << 2;", "b ^= a >> {s};", "a = a * {c}u + b;")
@@ -51,4 +51,4 @@ def build_big_guest(functions: int) -> Path:
     text = big_guest_source(functions)
     if not src.exists() or src.read_text() != text:
         src.write_text(text)
-    return _guest(f"bigguest{functions}", [src], ())
+    return build_guest_program(f"bigguest{functions}", [src], ())

@@ -74,14 +74,14 @@ def build_native() -> Path:
 
 def build_guest() -> Path:
     """The RV64IMAC guest ELF of every kernel plus ``tools/kernels/start.c``, via berm_sdk."""
-    return _guest("guest", [*kernel_sources(), KERNEL_DIR / "start.c"], tuple(symbol(k) for k in KERNELS))
+    return build_guest_program("guest", [*kernel_sources(), KERNEL_DIR / "start.c"], tuple(symbol(k) for k in KERNELS))
 
 
 def build_boundary_guest() -> Path:
     """The guest ELF of ``tools/kernels/boundary.c``: a one-tool harness plus host-call loops, built against the
     SDK header (harnesses/sdk/berm.h) and a freshly generated berm_calls.h."""
     calls = _calls_header()
-    return _guest("boundary", [KERNEL_DIR / "boundary.c"], (), include=(SDK_DIR, calls.parent),
+    return build_guest_program("boundary", [KERNEL_DIR / "boundary.c"], (), include=(SDK_DIR, calls.parent),
                   headers=(SDK_DIR / "berm.h", calls))
 
 
@@ -96,8 +96,9 @@ def _calls_header() -> Path:
     return path
 
 
-def _guest(kind: str, sources: list[Path], keep: tuple[str, ...], include: tuple[Path, ...] = (),
-           headers: tuple[Path, ...] = (KERNEL_DIR / "kernel.h",)) -> Path:
+def build_guest_program(kind: str, sources: list[Path], keep: tuple[str, ...], include: tuple[Path, ...] = (),
+                        headers: tuple[Path, ...] = (KERNEL_DIR / "kernel.h",)) -> Path:
+    """An RV64 guest ELF of ``sources`` (``keep`` symbols kept alive), cached under the name ``kind``."""
     recipe = (OPT, *guest_toolchain().cc[1:], *keep)
     include = (KERNEL_DIR, *include)
     return _cached(kind, sources, recipe, ".elf",
