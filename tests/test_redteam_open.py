@@ -31,3 +31,21 @@ def test_buffer_trap_details_agree_at_address_zero(images):
         assert r.trap.kind is TrapKind.HOST_CALL_FAILED and "at 0x0 (8 bytes)" in r.trap.detail
     r = both(images, "stage_then_read", fnv1a64(ECHO), 0, 8)
     assert r.trap.kind is TrapKind.HOST_CALL_FAILED and "at 0x0 (8 bytes)" in r.trap.detail
+
+
+def test_tool_arguments_that_are_not_utf8_text_are_a_clear_error(cache_dir):
+    """``Harness.call(tool, str)`` with a lone surrogate (what ``json.loads`` makes of ``"\\udcff"``, or argv
+    decoded with surrogateescape) raises a raw UnicodeEncodeError from the public entry point:
+    berm_host/engine.py ``Harness.call`` does ``args.encode("utf-8")`` unguarded. Fix: turn it into a HostError
+    ("tool arguments are not valid UTF-8 text: …")."""
+    from berm_abi.errors import BermError
+    from tests.test_redteam_guests import load
+    for kind in ("aot", "interp"):
+        harness = load(kind, cache_dir).harness(name="args")
+        try:
+            harness.call("reverse", '"\udcff"')
+        except BermError:
+            continue
+        except Exception as exc:  # noqa: BLE001 - the finding
+            raise AssertionError(f"{kind}: {type(exc).__name__}: {exc}") from None
+        raise AssertionError(f"{kind}: a lone surrogate went through as arguments")
