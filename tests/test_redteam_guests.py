@@ -23,7 +23,7 @@ from berm_host.backend import RunRequest
 from berm_host.engine import Engine, Image
 from berm_host.layout import MAX_CALL_DEPTH
 from berm_host.linker import Linker
-from berm_host.traps import Trap, TrapKind
+from berm_host.traps import HostError, Trap, TrapKind
 from tests.guests import guest_elf
 
 MEMORY = 1 << 20
@@ -118,6 +118,9 @@ Pair berm_tool_reverse(void) {
     if (data_word != 5 + 199 * 100) { static char msg[] = "dirty data"; ecall2(FAIL, (u64)msg, 10); }
     Pair p = {(u64)out, n}; return p;
 }
+/* empty results at addresses outside guest memory */
+Pair berm_tool_empty_null(void) { Pair p = {0, 0}; return p; }
+Pair berm_tool_empty_wild(void) { Pair p = {~0ul, 0}; return p; }
 /* a tool whose berm.log re-enters the host */
 Pair berm_tool_reenter(void) {
     static char s[] = "again";
@@ -172,8 +175,8 @@ void _start(void) {}
 NAMES = ("hc", "hc_const_args_read", "hc_const_log", "stage_then_read", "big_frames", "mut_a", "ind_rec",
          "log_rec", "rec_to", "plain", "plain_addr", "call_at", "scribble", "stage", "nothing", "self_tail", "ping",
          "jt_spin", "jt_owner", "jalr_same", "jt_thief_jump", "jt_thief_call", "jt_thief_ret", "overlap", "overlap_mid",
-         "berm_tool_reverse", "berm_tool_reenter")
-TOOLS = ("reverse", "reenter")
+         "berm_tool_reverse", "berm_tool_reenter", "berm_tool_empty_null", "berm_tool_empty_wild")
+TOOLS = ("reverse", "reenter", "empty_null", "empty_wild")
 
 
 @cache
@@ -475,6 +478,16 @@ def test_atomics_outside_writable_memory_fault_without_effect(images, how, where
 def test_a_direct_jump_into_the_middle_of_an_instruction(images):
     assert both(images, "overlap_mid").a0 == 5
     assert both(images, "overlap", 0).a0 == 5
+
+
+@pytest.mark.parametrize("tool", ["empty_null", "empty_wild"])
+def test_an_empty_result_outside_guest_memory_is_the_same_host_error_on_both_engines(images, tool):
+    messages = set()
+    for image in images:
+        with pytest.raises(HostError) as info:
+            image.harness(name="empty").call(tool)
+        messages.add(str(info.value))
+    assert len(messages) == 1 and "not inside guest memory" in messages.pop()
 
 
 # ---------------------------------------------------------------- nothing survives an invocation
