@@ -224,10 +224,15 @@ class Program:
 def _close_starts(starts: set[int], code: dict[int, Instruction], codemap: _CodeMap) -> set[int]:
     """Add direct call targets, then iterate: a direct jump or branch whose target lies in another function
     than its source makes the target a function start; adding a start splits a function, so repeat until no
-    jump crosses a boundary."""
+    jump crosses a boundary. Fall-through counts as a jump: a 4-byte instruction straddling a function start falls
+    into the middle of that function, so its fall-through address becomes a start too."""
     starts = set(starts)
     jumps = []
+    straddlers = []  # (addr + 2, next_pc) of 4-byte instructions that may fall through
     for insn in code.values():
+        if insn.size == 4 and insn.op not in _NO_FALL_THROUGH and insn.op not in ("jal", "jalr") \
+                and codemap.section_of(insn.next_pc) is not None:
+            straddlers.append((insn.addr + 2, insn.next_pc))
         if insn.op == "jal" or insn.op in _BRANCHES:
             target = insn.addr + insn.imm
             if codemap.section_of(target) is None:
@@ -248,6 +253,7 @@ def _close_starts(starts: set[int], code: dict[int, Instruction], codemap: _Code
             k = bisect.bisect_right(ordered, lo)
             if k < len(ordered) and ordered[k] <= hi:
                 added.add(target)
+        added.update(nxt for mid, nxt in straddlers if mid in starts and nxt not in starts)
         if not added:
             return starts
         starts |= added

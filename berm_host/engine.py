@@ -120,7 +120,10 @@ class Harness:
         entry = self._entries.get(tool)
         if entry is None:
             raise HostError(f"harness {self.name} has no tool {tool!r} (it has: {', '.join(self._entries)})")
-        blob = args.encode("utf-8") if isinstance(args, str) else bytes(args)
+        try:
+            blob = args.encode("utf-8") if isinstance(args, str) else bytes(args)
+        except (UnicodeEncodeError, TypeError) as exc:
+            raise HostError(f"tool arguments are not valid UTF-8 text or bytes: {exc}") from None
         backend = self.image.backend
         deadline = time.monotonic() + self.image.engine.deadline
         if self._fast:

@@ -123,7 +123,7 @@ static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, ui
 static void buffer_trap(berm_region *r, uint64_t pc, const char *call, uint64_t ptr, uint64_t n,
                         const char *access) {
     berm_set_trap(&r->ctx, BERM_TRAP_CALL_FAILED, pc, ptr, 0);
-    snprintf(r->trap_msg, sizeof r->trap_msg, "%s: the buffer at %#llx (%llu bytes) is not %s guest memory",
+    snprintf(r->trap_msg, sizeof r->trap_msg, "%s: the buffer at 0x%llx (%llu bytes) is not %s guest memory",
              call, (unsigned long long)ptr, (unsigned long long)n, access);
 }
 
