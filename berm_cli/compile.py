@@ -34,11 +34,11 @@ def compile_one(path: Path, cache: CodeCache, jobs: int) -> str:
         data = path.read_bytes()
     except OSError as exc:
         raise BermError(f"cannot read {path}: {exc.strerror or exc}") from None
-    program = Program.from_image(read_elf(data))
-    so, built = cached_object(program, cache, jobs=jobs)
+    image = read_elf(data)
+    so, built = cached_object(image, cache, lambda: Program.from_image(image), jobs=jobs)
     took = time.perf_counter() - start
     status = f"compiled in {took:.2f} s" if built else "cached"
-    return (f"{program.image.sha256[:16]}  {path.name}: elf {len(data):,} B, object {so.stat().st_size:,} B, "
+    return (f"{image.sha256[:16]}  {path.name}: elf {len(data):,} B, object {so.stat().st_size:,} B, "
             f"{status}")
 
 

@@ -21,6 +21,7 @@ from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
 from berm_aot.elf import read_elf
 from berm_aot.errors import ElfError, ManifestError, NoManifestError
+from berm_aot.image import ElfImage
 from berm_aot.manifest import Manifest, load_manifest, tool_exports
 from berm_aot.program import Program
 from berm_host.backend import Backend, RunRequest
@@ -56,7 +57,7 @@ class Engine:
         with self._lock:
             image = self._images.get(elf.sha256)
             if image is None:
-                image = Image(self, Program.from_image(elf))
+                image = Image(self, elf)
                 self._images[elf.sha256] = image
             return image
 
@@ -69,28 +70,37 @@ def _read(path: Path) -> bytes:
 
 
 class Image:
-    """A loaded image: its program, digest, manifest (None without ``.berm.abi``) and execution backend."""
+    """A loaded image: its program, digest, manifest (None without ``.berm.abi``) and execution backend.
 
-    def __init__(self, engine: Engine, program: Program):
+    The program model is built on first use: a cached translated image runs without it (it serves trap
+    descriptions and compiling on a cache miss), which keeps loading a cached image cheap."""
+
+    def __init__(self, engine: Engine, elf: ElfImage):
         self.engine = engine
-        self.program = program
-        self.digest = program.image.sha256
+        self.elf = elf
+        self.digest = elf.sha256
         self._manifest_error: ManifestError | None = None
         try:
-            self.manifest: Manifest | None = load_manifest(program.image)
-        except NoManifestError as exc:
+            self.manifest: Manifest | None = load_manifest(elf)
+        except ManifestError as exc:  # no or a bad manifest: the image still runs by symbol (berm run)
             self.manifest, self._manifest_error = None, exc
-        except ManifestError as exc:  # a bad manifest still leaves the image runnable by symbol (berm run)
-            self.manifest, self._manifest_error = None, exc
+        self._program: Program | None = None
         self.backend: Backend = self._backend()
+
+    @property
+    def program(self) -> Program:
+        if self._program is None:
+            self._program = getattr(self.backend, "program", None) or Program.from_image(self.elf)
+        return self._program
 
     def _backend(self) -> Backend:
         e = self.engine
         if e.kind == "interp":
             from berm_host.interp import InterpBackend
-            return InterpBackend(self.program, e.memory_size)
+            self._program = Program.from_image(self.elf)
+            return InterpBackend(self._program, e.memory_size)
         from berm_host.aot import AotBackend
-        return AotBackend(self.program, e.memory_size, cache=e.cache, jobs=e.jobs)
+        return AotBackend(self.elf, e.memory_size, cache=e.cache, jobs=e.jobs)
 
     def harness(self, linker: Linker | None = None, *, name: str | None = None) -> Harness:
         if self.manifest is None:
@@ -105,7 +115,7 @@ class Harness:
         self.image = image
         self.linker = linker
         self.name = name
-        exports = tool_exports(image.program.image)
+        exports = tool_exports(image.elf)
         self._entries = {t.name: exports[t.name] for t in image.manifest.tools}
         log = image.engine.log
         self._log = partial(log, name) if log is not None else None

@@ -33,11 +33,11 @@ def triple(engine: Engine, elf: bytes) -> int:
 
 
 def test_hit_after_miss(tmp_path, elf):
-    program = Program.from_image(read_elf(elf))
+    image = read_elf(elf)
     cache = CodeCache(tmp_path)
-    first, built = cached_object(program, cache)
+    first, built = cached_object(image, cache, lambda: Program.from_image(image))
     assert built
-    second, built = cached_object(program, cache)
+    second, built = cached_object(image, cache, lambda: pytest.fail("a hit needs no program"))
     assert not built and second == first
     assert Engine(cache_dir=tmp_path).load(elf).backend.compiled is False
     assert triple(Engine(cache_dir=tmp_path), elf) == 42
@@ -45,9 +45,10 @@ def test_hit_after_miss(tmp_path, elf):
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "delete_digest"])
 def test_corrupt_entry_is_rebuilt(tmp_path, elf, damage):
-    program = Program.from_image(read_elf(elf))
+    image = read_elf(elf)
+    program = lambda: Program.from_image(image)  # noqa: E731
     cache = CodeCache(tmp_path)
-    so, _ = cached_object(program, cache)
+    so, _ = cached_object(image, cache, program)
     data = so.read_bytes()
     if damage == "truncate":
         so.write_bytes(data[: len(data) // 2])
@@ -55,18 +56,18 @@ def test_corrupt_entry_is_rebuilt(tmp_path, elf, damage):
         so.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
     else:
         (so.parent / (SO_NAME + ".sha256")).unlink()
-    assert cache.lookup(object_key(program)) is None
-    again, built = cached_object(program, cache)
+    assert cache.lookup(object_key(image)) is None
+    again, built = cached_object(image, cache, program)
     assert built
-    assert cache.lookup(object_key(program)) == again
+    assert cache.lookup(object_key(image)) == again
 
 
 def test_key_covers_compiler_flags(monkeypatch, elf):
-    program = Program.from_image(read_elf(elf))
-    plain = object_key(program)
+    image = read_elf(elf)
+    plain = object_key(image)
     monkeypatch.setenv("BERM_CFLAGS", "-O1")
-    assert object_key(program) != plain
-    assert object_key(program, prefix="p_") != object_key(program)
+    assert object_key(image) != plain
+    assert object_key(image, prefix="p_") != object_key(image)
 
 
 def test_env_overrides_the_cache_dir(monkeypatch, tmp_path):
@@ -84,8 +85,9 @@ def test_two_processes_compile_the_same_image(tmp_path, elf):
         from berm_aot.elf import read_elf
         from berm_aot.program import Program
         from berm_host.aot.objects import cached_object
-        path, built = cached_object(Program.from_image(read_elf(open({str(elf_path)!r}, 'rb').read())),
-                                    CodeCache({str(tmp_path / 'cache')!r}), jobs=1)
+        image = read_elf(open({str(elf_path)!r}, 'rb').read())
+        path, built = cached_object(image, CodeCache({str(tmp_path / 'cache')!r}),
+                                    lambda: Program.from_image(image), jobs=1)
         print(int(built), path)
     """)
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -17,7 +17,7 @@ sys.path.insert(0, str(HERE.parent.parent))  # setup.py runs this file outside t
 
 from berm_abi.names import CORE_CALLS  # noqa: E402
 
-CDEF = """
+CDEF_TEMPLATE = """
 typedef struct berm_ctx {
     volatile int32_t interrupt;
     uint32_t depth;
@@ -39,7 +39,6 @@ typedef struct berm_region {
     int has_fail;
     void *handle;
     char trap_msg[200];
-    int running;
     ...;
 } berm_region;
 
@@ -48,21 +47,18 @@ typedef struct berm_region {
 #define BERM_RUN_FAILED ...
 #define BERM_RUN_BAD_RESULT ...
 
-berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
-                           uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull,
-                           uint64_t hull_len);
-void berm_image_free(berm_image *im);
-berm_region *berm_region_new(const berm_image *im, void *handle);
-void berm_region_free(berm_region *r);
-int berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
-             const uint64_t *int_args, int n_int, double deadline);
-int berm_watchdog_start(double interval);
-int berm_stage(berm_region *r, const char *data, uint64_t len);
-void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
-
+{api}
 extern "Python+C" uint64_t berm_py_ecall(berm_region *r, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1);
 """
 
+
+def _api_declarations() -> str:
+    """The function declarations of core.h (between its API markers), so they are written once."""
+    text = (HERE / "core.h").read_text()
+    return text[text.index("/* API (begin)"):text.index("/* API (end) */")].split("\n", 1)[1]
+
+
+CDEF = CDEF_TEMPLATE.replace("{api}", _api_declarations())
 CALL_MACROS = [(f"BERM_CALL_{c.c_name}", f"{c.number:#x}ULL") for c in CORE_CALLS]
 
 ffibuilder = FFI()

@@ -45,26 +45,35 @@ def _check_windows(layout: Layout) -> None:
 
 
 class AotBackend:
-    """``program`` translated, compiled and loaded, with ``memory_size`` bytes of guest memory per invocation.
+    """An image translated, compiled and loaded, with ``memory_size`` bytes of guest memory per invocation.
 
-    ``code`` names an already-built object and its entry symbol; without it the object comes from ``cache``
-    (compiled on a miss). ``compiled`` says whether this construction ran the C compiler.
+    ``source`` is a ``Program``, or an ``ElfImage`` whose program model is built only when needed (compiling on
+    a cache miss, describing a trap). ``code`` names an already-built object and its entry symbol; without it
+    the object comes from ``cache`` (compiled on a miss). ``compiled`` says whether this construction ran the C
+    compiler.
     """
 
-    def __init__(self, program: Program, memory_size: int = DEFAULT_MEMORY, *, cache: CodeCache | None = None,
-                 code: tuple[Path, str] | None = None, jobs: int = 2):
-        self.program = program
-        self.layout = layout_for(program.image, memory_size)
+    def __init__(self, source: Program | ElfImage, memory_size: int = DEFAULT_MEMORY, *,
+                 cache: CodeCache | None = None, code: tuple[Path, str] | None = None, jobs: int = 2):
+        self._program = source if isinstance(source, Program) else None
+        self.image = source.image if isinstance(source, Program) else source
+        self.layout = layout_for(self.image, memory_size)
         _check_windows(self.layout)
         if code is None:
-            path, self.compiled = cached_object(program, cache or CodeCache(), jobs=jobs)
+            path, self.compiled = cached_object(self.image, cache or CodeCache(), lambda: self.program, jobs=jobs)
             code = (path, ENTRY_SYMBOL)
         else:
             self.compiled = False
         self.object_path = Path(code[0])
         self._enter = load_code(str(code[0]), code[1])
-        self.memory = MemoryImage(self.layout, image_hull(program.image, self.layout))
+        self.memory = MemoryImage(self.layout, image_hull(self.image, self.layout))
         watchdog.ensure_started()
+
+    @property
+    def program(self) -> Program:
+        if self._program is None:
+            self._program = Program.from_image(self.image)
+        return self._program
 
     # -- one invocation -----------------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ typedef struct berm_region {
 /* Outcome of berm_run. */
 enum { BERM_RUN_OK = 0, BERM_RUN_TRAPPED = 1, BERM_RUN_FAILED = 2, BERM_RUN_BAD_RESULT = 3 };
 
+/* API (begin): _build.py reads the declarations between these markers into cffi's cdef */
 berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
                            uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull,
                            uint64_t hull_len);
@@ -42,6 +43,7 @@ int berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint
 int berm_watchdog_start(double interval);
 int berm_stage(berm_region *r, const char *data, uint64_t len);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
+/* API (end) */
 
 /* Defined by cffi (extern "Python+C"): berm.log and every capability. */
 uint64_t berm_py_ecall(berm_region *r, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1);

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import berm_aot
 from berm_aot import cc
 from berm_aot.cache import CodeCache, cache_key
 from berm_aot.emit import ABI_UNIT, TRANSLATOR_VERSION, emit_program
+from berm_aot.image import ElfImage
 from berm_aot.program import Program
 
 RUNTIME_DIR = Path(__file__).resolve().parent
@@ -39,8 +41,8 @@ def translator_digest() -> str:
     return h.hexdigest()
 
 
-def object_key(program: Program, prefix: str = "") -> str:
-    return cache_key("berm-aot", program.image.sha256, translator_digest(), cc.identity(), prefix)
+def object_key(image: ElfImage, prefix: str = "") -> str:
+    return cache_key("berm-aot", image.sha256, translator_digest(), cc.identity(), prefix)
 
 
 def compile_programs(programs: list[tuple[Program, str]], out: Path, *, jobs: int = 2) -> None:
@@ -51,6 +53,8 @@ def compile_programs(programs: list[tuple[Program, str]], out: Path, *, jobs: in
     cc.compile_shared(sources, out, include_dirs=(RUNTIME_DIR,), jobs=jobs)
 
 
-def cached_object(program: Program, cache: CodeCache, *, jobs: int = 2) -> tuple[Path, bool]:
-    """``(path, compiled)``: the program's object from the cache, compiling it on a miss."""
-    return cache.get_or_build(object_key(program), lambda out: compile_programs([(program, "")], out, jobs=jobs))
+def cached_object(image: ElfImage, cache: CodeCache, program: Callable[[], Program], *,
+                  jobs: int = 2) -> tuple[Path, bool]:
+    """``(path, compiled)``: the image's object from the cache, compiling ``program()`` on a miss (a hit needs
+    no program model at all: that is what keeps a cached load cheap)."""
+    return cache.get_or_build(object_key(image), lambda out: compile_programs([(program(), "")], out, jobs=jobs))
