@@ -64,6 +64,9 @@ class FunctionInfo:
     touched: frozenset[int] = frozenset()  # registers read or written by its own instructions
     written: frozenset[int] = frozenset()  # registers written by its own instructions
     callees: set[int] = field(default_factory=set)  # direct call and direct tail targets (function starts)
+    #: ``jalr`` → its target, for the ``auipc r; jalr r`` pairs of unrelaxed ``call``/``tail`` (the target is
+    #: known at translation time, so the CFI check is too)
+    static_targets: dict[int, int] = field(default_factory=dict)
     writes_closure: frozenset[int] = frozenset()  # written by it or anything it reaches statically
 
     @property
@@ -140,8 +143,23 @@ def _scan(info: FunctionInfo, program: Program, starts: frozenset[int]) -> None:
     info.local_targets = sorted(t for t in program.indirect_targets
                                 if info.start < t < info.end and t in program.code)
     info.labels.update(info.local_targets)
+    _static_jalrs(info, program)
     info.touched = frozenset(touched)
     info.written = frozenset(written)
+
+
+def _static_jalrs(info: FunctionInfo, program: Program) -> None:
+    """Find ``auipc r, hi; jalr rd, lo(r)`` pairs (nothing jumps between them) and resolve their targets; a legal
+    call or tail call becomes a static callee."""
+    prev: Instruction | None = None
+    for insn in info.insns:
+        if (insn.op == "jalr" and prev is not None and prev.op == "auipc" and prev.rd == insn.rs1 != 0
+                and prev.next_pc == insn.addr and insn.addr not in info.labels):
+            target = (prev.addr + prev.imm + insn.imm) & 0xFFFFFFFFFFFFFFFE
+            info.static_targets[insn.addr] = target
+            if program.check_indirect(insn.addr, target, insn.rd != 0) in ("call", "tail"):
+                info.callees.add(target)
+        prev = insn
 
 
 def _close_writes(infos: list[FunctionInfo]) -> None:

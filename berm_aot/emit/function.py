@@ -202,6 +202,13 @@ class FunctionEmitter:
 
     def _indirect_call(self, insn: Instruction) -> None:
         out = self.out
+        target = self.f.static_targets.get(insn.addr)
+        if target is not None:  # an unrelaxed call: checked now, called directly
+            if self.program.check_indirect(insn.addr, target, True) == "call":
+                self._direct_call(insn, target)
+            else:
+                out.append(f"    BERM_TRAP(BERM_TRAP_BAD_TARGET, {lit(insn.addr)}, {lit(target)}, 0);")
+            return
         out.append("    {")
         out.append(f"        uint64_t t_ = {self._target_expr(insn)};")
         out.append(f"        berm_fn fn_ = {self.p}entry_fn(t_);")
@@ -213,7 +220,17 @@ class FunctionEmitter:
 
     def _indirect_jump(self, insn: Instruction) -> None:
         """``t == ret`` returns; anything else goes to the function's one shared dispatch block (one switch per
-        function, not per jump: a switch at every ``ret`` makes gcc's range propagation quadratic)."""
+        function, not per jump: a switch at every ``ret`` makes gcc's range propagation quadratic). A target known
+        at translation time (an unrelaxed ``tail``) is checked now."""
+        target = self.f.static_targets.get(insn.addr)
+        if target is not None:
+            kind = self.program.check_indirect(insn.addr, target, False)
+            go = {"local": f"{{ BERM_POLL({lit(insn.addr)}); goto L_{target:x}; }}",
+                  "tail": f"{{ ctx->next = {lit(target)}; goto exit_tail; }}"}.get(
+                kind, f"BERM_TRAP(BERM_TRAP_BAD_TARGET, {lit(insn.addr)}, {lit(target)}, 0);")
+            self.out.append(f"    if (BERM_UNLIKELY({lit(target)} == ret)) goto exit_ret;")
+            self.out.append(f"    {go}")
+            return
         self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; if (BERM_LIKELY(t_ == ret)) goto exit_ret; "
                         f"jt_ = t_; jpc_ = {lit(insn.addr)}; goto indirect; }}")
         self.has_indirect = True
