@@ -61,6 +61,8 @@ def _section_spans(data: bytes) -> list[tuple[str, int, int]]:
         return []
     out = []
     for name, base in headers.items():
+        if base + 40 > len(data):
+            continue
         off, size = struct.unpack_from("<Q", data, base + 24)[0], struct.unpack_from("<Q", data, base + 32)[0]
         kind = struct.unpack_from("<I", data, base + 4)[0]
         if kind != 8 and size and off + size <= len(data):  # 8: SHT_NOBITS
