@@ -60,6 +60,16 @@ u64 stage_then_read(u64 capnum, u64 ptr, u64 cap) {
     return ecall2(RESULT_READ, ptr, cap);
 }
 
+/* ---- every access size at any address ---- */
+u64 ld1(u64 a) { return *(volatile unsigned char *)a; }
+u64 ld2(u64 a) { return *(volatile unsigned short *)a; }
+u64 ld4(u64 a) { return *(volatile unsigned int *)a; }
+u64 ld8(u64 a) { return *(volatile u64 *)a; }
+u64 st1(u64 a) { *(volatile unsigned char *)a = 0x11; return 1; }
+u64 st2(u64 a) { *(volatile unsigned short *)a = 0x2222; return 2; }
+u64 st4(u64 a) { *(volatile unsigned int *)a = 0x44444444; return 4; }
+u64 st8(u64 a) { *(volatile u64 *)a = 0x8888888888888888ul; return 8; }
+
 /* ---- recursion ---- */
 __attribute__((noinline)) void touch(char *p, u64 n) { p[0] = (char)n; p[39999] = (char)n; }
 __attribute__((noinline)) u64 big_frames(u64 n, u64 limit) {
@@ -172,7 +182,7 @@ __attribute__((section(".berm.abi"), used, retain)) static const char manifest[]
 void _start(void) {}
 """
 
-NAMES = ("hc", "hc_const_args_read", "hc_const_log", "stage_then_read", "big_frames", "mut_a", "ind_rec",
+NAMES = ("ld1", "ld2", "ld4", "ld8", "st1", "st2", "st4", "st8", "hc", "hc_const_args_read", "hc_const_log", "stage_then_read", "big_frames", "mut_a", "ind_rec",
          "log_rec", "rec_to", "plain", "plain_addr", "call_at", "scribble", "stage", "nothing", "self_tail", "ping",
          "jt_spin", "jt_owner", "jalr_same", "jt_thief_jump", "jt_thief_call", "jt_thief_ret", "overlap", "overlap_mid",
          "berm_tool_reverse", "berm_tool_reenter", "berm_tool_empty_null", "berm_tool_empty_wild")
@@ -340,6 +350,27 @@ def _small_stack(kind: str, cache_dir: str) -> dict:
 
 
 ATTACKS = {"buffers": _buffers, "recursion": _recursion, "reenter": _reenter, "small_stack": _small_stack}
+
+
+# ---------------------------------------------------------------- plain loads and stores at every edge
+
+
+def test_every_access_size_at_every_layout_edge_and_near_2_64(images):
+    """The translated code's bounds windows depend on the access size: each size, at each offset around each
+    edge of the layout (and around 0 and 2^64), must fault exactly when the layout oracle says so."""
+    lay = images[0].backend.layout
+    edges = [0, lay.image_lo, lay.writable_lo, lay.heap_start, lay.guard_lo, lay.stack_lo, lay.size, M64]
+    for edge in edges:
+        for off in range(-9, 9):
+            addr = (edge + off) % M64
+            for n in (1, 2, 4, 8):
+                for store in (False, True):
+                    r = both(images, f"{'st' if store else 'ld'}{n}", addr)
+                    ok = lay.writable(addr, n) if store else lay.readable(addr, n)
+                    assert (r.trap is None) == ok, (hex(addr), n, store, r.trap)
+                    if not ok:
+                        assert r.trap.kind is TrapKind.MEMORY_FAULT and r.trap.addr == addr
+                        assert r.trap.detail == f"{'store' if store else 'load'} {n} bytes"
 
 
 # ---------------------------------------------------------------- host-call buffers
