@@ -1,7 +1,8 @@
 """Tool-argument fuzzing campaign: arbitrary bytes and arbitrary JSON (plausible keys with hostile values) as the
 arguments of every tool of the fixture and OS harnesses, granted fs (and exec only with ``--with-bash``) over a
 scratch root. Every call must end in a result, a ToolFailure (the harness refused the input) or — a finding — a
-Trap; anything else (a raw exception, a crash, a hang of the child process) is a finding too. A sample of the
+Trap; a HostError (the result is not UTF-8 text, e.g. raw bytes echoed back) is counted; anything else (a raw
+exception, a crash, a hang of the child process) is a finding too. A sample of the
 cases also runs on the interpreter, which must give exactly the same outcome. Files outside the root must not
 change.
 
@@ -88,7 +89,7 @@ def _harnesses(kind: str, root: Path, with_bash: bool):
 
 
 def _outcome(harness, tool: str, blob: bytes) -> str:
-    from berm_host.traps import ToolFailure, Trap
+    from berm_host.traps import HostError, ToolFailure, Trap
     if tool not in harness.tools:
         return "absent"
     try:
@@ -98,6 +99,8 @@ def _outcome(harness, tool: str, blob: bytes) -> str:
         return "failure " + exc.message[:120]
     except Trap as exc:
         return f"TRAP {exc}"
+    except HostError as exc:  # a clear refusal of what the tool returned (e.g. echoed bytes that are not UTF-8)
+        return "hosterror " + str(exc)[:120]
     except Exception as exc:  # noqa: BLE001 - the finding
         return f"RAW {type(exc).__name__}: {str(exc)[:200]}"
 
