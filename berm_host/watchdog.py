@@ -9,18 +9,29 @@ Python — a Python thread would cost microseconds of GIL hand-over per invocati
 
 from __future__ import annotations
 
+import os
+
 from berm_host.traps import HostError
 
 POLL_INTERVAL = 0.01
-_started = False
+_started_pid = 0
 
 
 def ensure_started() -> None:
-    """Start the watchdog thread once per process."""
-    global _started
-    if not _started:
+    """Start the watchdog thread once per process (again in a forked child, which inherits no threads)."""
+    global _started_pid
+    if _started_pid != os.getpid():
         from berm_host.aot.runtime import lib
 
         if not lib.berm_watchdog_start(POLL_INTERVAL):
             raise HostError("cannot start the watchdog thread")
-        _started = True
+        if not _started_pid:
+            os.register_at_fork(after_in_child=_restart_in_child)
+        _started_pid = os.getpid()
+
+
+def _restart_in_child() -> None:
+    try:
+        ensure_started()
+    except HostError:  # nothing to raise into from a fork hook; invocations then run without deadlines
+        pass

@@ -4,6 +4,8 @@ concurrent invocations on several threads (separate memories, GIL released while
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 
@@ -213,3 +215,27 @@ def test_bad_engine_arguments():
         Engine(memory_size=3 << 20)
     with pytest.raises(ValueError, match="kind"):
         Engine(kind="jit")
+
+
+def test_deadline_still_fires_in_a_forked_child(engine, elf):
+    """A forked child inherits no threads: the watchdog must start again there, or a spinning guest hangs."""
+    h = engine.load(elf).harness()
+    assert h.call("scribble") == "0"  # the watchdog is running in this process
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the guest was interrupted
+        code = 1
+        try:
+            h.call("spin")
+        except Trap as exc:
+            code = 0 if exc.kind is TrapKind.INTERRUPTED else 2
+        finally:
+            os._exit(code)
+    for _ in range(600):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child's guest was never interrupted")

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "berm_rt.h"
 #include "core.h"
@@ -222,23 +223,32 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
-static pthread_once_t watchdog_once = PTHREAD_ONCE_INIT;
-static int watchdog_started;
+/* The process that owns the watchdog thread: a forked child has no thread (and must start its own). */
+static pid_t watchdog_pid;
 
-static void watchdog_spawn(void) {
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 << 10);
-    watchdog_started = pthread_create(&t, &attr, watchdog_main, NULL) == 0;
-    pthread_attr_destroy(&attr);
-}
+/* Fork with the lock held by no one: take it around fork() so the child inherits it unlocked. */
+static void fork_prepare(void) { pthread_mutex_lock(&live_lock); }
+static void fork_release(void) { pthread_mutex_unlock(&live_lock); }
 
 int berm_watchdog_start(double interval) {
-    if (interval > 0) watchdog_interval = interval;
-    pthread_once(&watchdog_once, watchdog_spawn);
-    return watchdog_started;
+    static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&start_lock);
+    int ok = 1;
+    if (watchdog_pid != getpid()) {
+        static int atfork_done;
+        if (!atfork_done) atfork_done = pthread_atfork(fork_prepare, fork_release, fork_release) == 0;
+        if (interval > 0) watchdog_interval = interval;
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 64 << 10);
+        ok = pthread_create(&t, &attr, watchdog_main, NULL) == 0;
+        pthread_attr_destroy(&attr);
+        if (ok) watchdog_pid = getpid();
+    }
+    pthread_mutex_unlock(&start_lock);
+    return ok;
 }
 
 /* ---------------------------------------------------------------- regions */
