@@ -239,3 +239,26 @@ def test_deadline_still_fires_in_a_forked_child(engine, elf):
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     raise AssertionError("the forked child's guest was never interrupted")
+
+
+def test_a_large_bss_costs_nothing_and_is_fresh(tmp_path):
+    """32 MiB of .bss: loading does not materialise it, and writes to it do not survive an invocation."""
+    source = r"""
+    typedef unsigned long u64;
+    typedef struct { u64 ptr, len; } Pair;
+    static volatile char big[32 << 20];
+    static char out[2];
+    Pair berm_tool_touch(void) {
+        out[0] = '0' + (big[0] != 0) + (big[sizeof big - 1] != 0);
+        big[0] = 1; big[sizeof big - 1] = 1;
+        Pair p = { (u64)out, 1 }; return p;
+    }
+    __attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = MANIFEST;
+    void _start(void) {}
+    """
+    manifest = json.dumps({"abi_version": 0, "tools": [{"name": "touch", "description": "", "parameters": {}}]})
+    elf = guest_elf(source.replace("MANIFEST", json.dumps(manifest)), keep=("berm_tool_touch",))
+    image = Engine(cache_dir=tmp_path).load(elf)
+    assert len(image.backend.memory._keep) < 1 << 20  # the pristine copy holds file bytes only
+    h = image.harness()
+    assert [h.call("touch") for _ in range(3)] == ["0", "0", "0"]

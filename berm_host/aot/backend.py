@@ -28,11 +28,15 @@ _OK, _TRAPPED, _FAILED = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAI
 
 
 def image_hull(image: ElfImage, layout: Layout) -> bytes:
-    """The initial bytes of ``[image_lo, image_end)``: segment file bytes, zero elsewhere."""
-    hull = bytearray(layout.image_end - layout.image_lo)
+    """The initial bytes of ``[image_lo, end of the last file bytes)``: segment file bytes, zero between them.
+    Zero-initialised memory above (.bss) is not included: it costs nothing, however large it claims to be."""
+    end = max((seg.vaddr + min(len(seg.data), seg.memsz) for seg in image.segments if seg.data),
+              default=layout.image_lo)
+    hull = bytearray(max(0, end - layout.image_lo))
     for seg in image.segments:
         off = seg.vaddr - layout.image_lo
-        hull[off:off + len(seg.data)] = seg.data[:seg.memsz]
+        data = seg.data[:seg.memsz]
+        hull[off:off + len(data)] = data
     return bytes(hull)
 
 

@@ -26,7 +26,8 @@
 struct berm_image {
     uint64_t size, image_lo, writable_lo, image_end, heap_start, guard_lo, stack_lo;
     uint64_t hull_lo;      /* image_lo rounded down to a page */
-    uint8_t *pristine;     /* [hull_lo, heap_start): the initial bytes, zero-filled */
+    uint64_t pristine_end; /* page-rounded end of the file bytes: .bss above it is zero and costs nothing */
+    uint8_t *pristine;     /* [hull_lo, pristine_end): the initial bytes, zero-filled */
 };
 
 /* ---------------------------------------------------------------- images */
@@ -44,8 +45,9 @@ berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_l
     im->guard_lo = guard_lo;
     im->stack_lo = stack_lo;
     im->hull_lo = image_lo & ~(PAGE - 1);
-    uint64_t n = heap_start - im->hull_lo;
-    if (hull_len > n) hull_len = n;
+    if (hull_len > heap_start - image_lo) hull_len = heap_start - image_lo;
+    im->pristine_end = (image_lo + hull_len + PAGE - 1) & ~(PAGE - 1);
+    uint64_t n = im->pristine_end - im->hull_lo;
     im->pristine = calloc(1, n ? n : 1);
     if (!im->pristine) {
         free(im);
@@ -88,7 +90,7 @@ static void mark_range(berm_region *r, uint64_t a, uint64_t n) {
 /* Restore [a, a+n) (inside one page) to its initial contents. */
 static void restore(berm_region *r, uint64_t a, uint64_t n) {
     const berm_image *im = r->image;
-    if (a >= im->hull_lo && a < im->heap_start)
+    if (a >= im->hull_lo && a < im->pristine_end)
         memcpy(r->ctx.mem + a, im->pristine + (a - im->hull_lo), n);
     else
         memset(r->ctx.mem + a, 0, n);
@@ -273,7 +275,7 @@ berm_region *berm_region_new(const berm_image *im, void *handle) {
     }
     r->ctx.mem = mem;
     /* copy in the non-zero pages of the image; zero pages (.bss) stay untouched */
-    for (uint64_t a = im->hull_lo; a < im->heap_start; a += PAGE) {
+    for (uint64_t a = im->hull_lo; a < im->pristine_end; a += PAGE) {
         const uint8_t *src = im->pristine + (a - im->hull_lo);
         for (uint64_t i = 0; i < PAGE; i++) {
             if (src[i]) {
