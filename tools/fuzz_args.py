@@ -58,10 +58,26 @@ def arguments(rng: random.Random) -> bytes:
     return good[:at] + bytes([rng.getrandbits(8)]) + good[at + 1:]
 
 
+#: A well-formed argument object per OS tool: half the cases start from one and make one field hostile, so the
+#: fuzzing reaches past the argument checks into the tools themselves.
+VALID = {"read": {"path": "f.txt", "offset": 1, "limit": 10}, "write": {"path": "new.txt", "content": "x"},
+         "edit": {"path": "f.txt", "old_string": "hello", "new_string": "bye"},
+         "glob": {"pattern": "**/*.txt", "path": "."}, "grep": {"pattern": "w.r", "path": ".", "mode": "content"},
+         "bash": {"command": "echo hi", "cwd": "."}}
+
+
 def case(seed_value: int, index: int) -> tuple[str, bytes, bool]:
     """(tool key "harness/tool", argument blob, also run on the interpreter)."""
     rng = random.Random(seed_value * 1_000_003 + index)
-    return rng.choice(TOOLS_ALL), arguments(rng), rng.random() < 0.1
+    key = rng.choice(TOOLS_ALL)
+    tool = key.split("/")[1]
+    if tool in VALID and rng.random() < 0.5:
+        obj = dict(VALID[tool])
+        obj[rng.choice(list(obj))] = rng.choice(_STRINGS) if rng.random() < 0.7 else _value(rng)
+        blob = json.dumps(obj, ensure_ascii=rng.random() < 0.5).encode("utf-8", "surrogatepass")
+    else:
+        blob = arguments(rng)
+    return key, blob, rng.random() < 0.1
 
 
 TOOLS_ALL = ["fixture/echo", "fixture/chatty", "fixture/probe", "fixture/boom", "os/read", "os/write", "os/edit",
