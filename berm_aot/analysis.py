@@ -149,12 +149,16 @@ def _scan(info: FunctionInfo, program: Program, starts: frozenset[int]) -> None:
 
 
 def _static_jalrs(info: FunctionInfo, program: Program) -> None:
-    """Find ``auipc r, hi; jalr rd, lo(r)`` pairs (nothing jumps between them) and resolve their targets; a legal
-    call or tail call becomes a static callee."""
+    """Find ``auipc r, hi; jalr rd, lo(r)`` pairs (nothing else reaches the ``jalr``: no jump, no other
+    instruction falling through to it, as overlapping decodings could) and resolve their targets; a legal call or
+    tail call becomes a static callee."""
+    falls_into: dict[int, int] = {}
+    for insn in info.insns:
+        falls_into[insn.next_pc] = falls_into.get(insn.next_pc, 0) + 1
     prev: Instruction | None = None
     for insn in info.insns:
         if (insn.op == "jalr" and prev is not None and prev.op == "auipc" and prev.rd == insn.rs1 != 0
-                and prev.next_pc == insn.addr and insn.addr not in info.labels):
+                and prev.next_pc == insn.addr and insn.addr not in info.labels and falls_into[insn.addr] == 1):
             target = (prev.addr + prev.imm + insn.imm) & 0xFFFFFFFFFFFFFFFE
             info.static_targets[insn.addr] = target
             if program.check_indirect(insn.addr, target, insn.rd != 0) in ("call", "tail"):
