@@ -34,6 +34,8 @@ typedef struct berm_image berm_image;
 
 typedef struct berm_region {
     berm_ctx ctx;
+    const uint8_t *staged;
+    uint64_t staged_len;
     uint8_t *fail;
     uint64_t fail_len;
     int has_fail;

@@ -155,13 +155,6 @@ static int grow(uint8_t **buf, uint64_t *cap, uint64_t need) {
     return 1;
 }
 
-int berm_stage(berm_region *r, const char *data, uint64_t len) {
-    if (!grow(&r->staged, &r->staged_cap, len)) return 0;
-    memcpy(r->staged, data, len);
-    r->staged_len = len;
-    return 1;
-}
-
 static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, uint64_t a1, uint64_t a2,
                            uint64_t a3, uint64_t a4, uint64_t a5) {
     (void)a2, (void)a3, (void)a4, (void)a5;
@@ -313,7 +306,6 @@ void berm_region_free(berm_region *r) {
     munmap(r->ctx.mem, r->size); /* never r->image: it may be freed first at interpreter exit */
     free(r->ctx.dirty);
     free(r->ctx.coarse);
-    free(r->staged);
     free(r->fail);
     free(r);
 }

@@ -14,8 +14,8 @@ typedef struct berm_region {
     berm_ctx ctx; /* first: translated code sees only this part */
     const berm_image *image;
     const char *args; /* the invocation's argument blob (owned by Python for the duration of the call) */
-    uint8_t *staged;     /* the last capability reply, for berm.result.read */
-    uint64_t staged_len, staged_cap;
+    const uint8_t *staged; /* the last capability reply, for berm.result.read (a buffer owned by Python) */
+    uint64_t staged_len;
     uint8_t *fail; /* the last berm.fail text */
     uint64_t fail_len, fail_cap;
     int has_fail;
@@ -41,7 +41,6 @@ void berm_region_free(berm_region *r);
 int berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
              const uint64_t *int_args, int n_int, double deadline);
 int berm_watchdog_start(double interval);
-int berm_stage(berm_region *r, const char *data, uint64_t len);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
 /* API (end) */
 

@@ -30,6 +30,8 @@ _CODES = {kind: code for code, kind in KINDS.items()}
 _ACCESS = {0: "load {n} bytes", 1: "store {n} bytes", 2: "misaligned {n}-byte atomic"}
 _STACK = {0: f"more than {MAX_CALL_DEPTH} nested calls", 1: "the host thread's stack is exhausted"}
 POOL_LIMIT = 16
+#: A pooled region keeps a staging buffer up to this size between replies; a larger one is given back.
+STAGE_KEEP = 1 << 20
 LOG = core_number("berm.log")
 
 
@@ -60,7 +62,7 @@ class MemoryImage:
 class Region:
     """One guest memory and the per-invocation state the host-call callback needs."""
 
-    __slots__ = ("image", "ptr", "ctx", "regs", "mem", "handle", "int_args", "linker", "log", "detail")
+    __slots__ = ("image", "ptr", "ctx", "regs", "mem", "handle", "int_args", "linker", "log", "detail", "staged")
 
     def __init__(self, image: MemoryImage):
         self.image = image  # keeps the core's berm_image alive as long as the region
@@ -76,6 +78,8 @@ class Region:
         self.linker: Linker | None = None
         self.log: LogSink | None = None
         self.detail = ""  # detail of a trap raised from Python
+        self.staged = ffi.new("char[]", 256)  # the staged capability reply (grown on demand; the core only reads it)
+        self.ptr.staged = ffi.cast("uint8_t *", self.staged)
 
     # -- reading guest memory after a run -----------------------------------------------------------------------
 
@@ -150,14 +154,22 @@ class Region:
             reply = cap.fn(request)
             if not isinstance(reply, (bytes, bytearray, memoryview)):
                 raise TypeError(f"returned {type(reply).__name__}, not bytes")
-            reply, flag = bytes(reply), 0
+            reply, flag = (reply if type(reply) is bytes else bytes(reply)), 0
         except CapabilityError as exc:
             reply, flag = str(exc).encode("utf-8", "replace"), ERROR_BIT
         except Exception as exc:  # noqa: BLE001 - a capability bug is a trap, never an escape
             return self.trap(TrapKind.HOST_CALL_FAILED, pc, number, f"{cap.name}: {type(exc).__name__}: {exc}")
-        if not lib.berm_stage(self.ptr, reply, len(reply)):
-            return self.trap(TrapKind.HOST_CALL_FAILED, pc, number, f"{cap.name}: out of host memory")
+        self._stage(reply)
         return len(reply) | flag
+
+    def _stage(self, reply: bytes) -> None:
+        """Stage ``reply`` for berm.result.read: plain stores into a Python-owned buffer, no call into C."""
+        n = len(reply)
+        if n > len(self.staged) or (len(self.staged) > STAGE_KEEP and n <= STAGE_KEEP):  # grow, or give back
+            self.staged = ffi.new("char[]", max(n, 256))
+            self.ptr.staged = ffi.cast("uint8_t *", self.staged)
+        ffi.memmove(self.staged, reply, n)
+        self.ptr.staged_len = n
 
     def _buffer_trap(self, pc: int, call: str, ptr: int, n: int) -> int:
         return self.trap(TrapKind.HOST_CALL_FAILED, pc, ptr,
