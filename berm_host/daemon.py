@@ -43,6 +43,8 @@ guest_log = logging.getLogger("berm.guest")
 
 DUE_DB = "due.sqlite3"
 MAX_LINE = 16 << 20
+#: How long stop() waits for handler threads to write the replies of requests that were in flight.
+REPLY_GRACE = 5.0
 
 
 class DaemonError(BermError):
@@ -126,10 +128,15 @@ class Daemon:
             return
         self.queue.scheduler.stop()  # first: no wake starts while the socket winds down
         if self._server is not None:
-            self._server.shutdown()
+            self._server.shutdown()  # no new connection; open ones may still be answering
+        self.queue.stop(cancel_pending=True)
+        if self._server is not None:
+            # Every request the executor just finished or interrupted still owes its caller a reply: let the
+            # handler threads write them before the process may exit (they are daemon threads).
+            if not self._server.replies.wait_idle(REPLY_GRACE):
+                log.warning("stopping with control replies still unwritten after %.0f s", REPLY_GRACE)
             self._server.server_close()
             _unlink(Path(self.config.socket))
-        self.queue.stop(cancel_pending=True)
         self._stopped.set()
         log.info("stopped")
 
@@ -204,17 +211,39 @@ class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         daemon: Daemon = self.server.daemon  # type: ignore[attr-defined]
         while line := self.rfile.readline(MAX_LINE + 1):
-            if len(line) > MAX_LINE:
-                reply = {"ok": False, "error": "protocol", "message": f"a request line is over {MAX_LINE} bytes"}
+            with self.server.replies:  # type: ignore[attr-defined]
+                if len(line) > MAX_LINE:
+                    reply = {"ok": False, "error": "protocol", "message": f"a request line is over {MAX_LINE} bytes"}
+                    self.wfile.write(_encode(reply))
+                    return
+                try:
+                    request = json.loads(line)
+                except (ValueError, UnicodeDecodeError) as exc:
+                    reply = {"ok": False, "error": "protocol", "message": f"not a JSON line: {exc}"}
+                else:
+                    reply = daemon.handle(request)
                 self.wfile.write(_encode(reply))
-                return
-            try:
-                request = json.loads(line)
-            except (ValueError, UnicodeDecodeError) as exc:
-                reply = {"ok": False, "error": "protocol", "message": f"not a JSON line: {exc}"}
-            else:
-                reply = daemon.handle(request)
-            self.wfile.write(_encode(reply))
+
+
+class _InFlight:
+    """Counts control requests between being read and having their reply written, so stop() can wait for them."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._idle = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self._idle:
+            self._count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._idle:
+            self._count -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self._count == 0, timeout)
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -223,6 +252,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path: Path, daemon: Daemon):
         self.daemon = daemon
+        self.replies = _InFlight()
         super().__init__(str(path), _Handler)
 
 
