@@ -30,19 +30,12 @@ def _parser(modules: dict) -> argparse.ArgumentParser:
     return parser
 
 
-def _available_modules() -> dict:
-    modules = {}
-    for name, mod in SUBCOMMANDS.items():
-        try:
-            modules[name] = importlib.import_module(f"berm_cli.{mod}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"berm_cli.{mod}":
-                raise
-    return modules
+def _modules() -> dict:
+    return {name: importlib.import_module(f"berm_cli.{mod}") for name, mod in SUBCOMMANDS.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser(_available_modules()).parse_args(argv)
+    args = _parser(_modules()).parse_args(argv)
     try:
         return args._module.run(args)
     except BermError as exc:
