@@ -77,10 +77,13 @@ def compute(insn: Instruction) -> str | None:
         return f"{dst(insn.rd)} = {lit(insn.imm)};"
     if op == "auipc":
         return f"{dst(insn.rd)} = {lit(insn.addr + insn.imm)};"
+    # sp-based accesses test the stack window first (the order changes no outcome, only the common path)
+    sp = "SP_" if insn.rs1 == 2 else ""
     if op in LOAD_TYPES:
-        return f"BERM_LD({dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, {lit(insn.addr)});"
+        return (f"BERM_LD(BERM_{sp}LOAD_OK, {dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, "
+                f"{lit(insn.addr)});")
     if op in STORE_TYPES:
-        return f"BERM_ST({STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b}, {lit(insn.addr)});"
+        return f"BERM_ST(BERM_{sp}STORE_OK, {STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b}, {lit(insn.addr)});"
     if op in ("fence", "fence.i"):
         return ";"
     if "." in op:

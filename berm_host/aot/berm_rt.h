@@ -159,6 +159,11 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
     ((uint64_t)((a) - LLO) <= LSPAN + (8 - (n)) || (uint64_t)((a) - KLO) <= KSPAN + (8 - (n)))
 #define BERM_STORE_OK(a, n) \
     ((uint64_t)((a) - SLO) <= SSPAN + (8 - (n)) || (uint64_t)((a) - KLO) <= KSPAN + (8 - (n)))
+/* The same windows, the stack's first: for accesses based on the guest's sp, nearly always on the stack. */
+#define BERM_SP_LOAD_OK(a, n) \
+    ((uint64_t)((a) - KLO) <= KSPAN + (8 - (n)) || (uint64_t)((a) - LLO) <= LSPAN + (8 - (n)))
+#define BERM_SP_STORE_OK(a, n) \
+    ((uint64_t)((a) - KLO) <= KSPAN + (8 - (n)) || (uint64_t)((a) - SLO) <= SSPAN + (8 - (n)))
 
 /* A store of at most 8 bytes starting in page p can reach only the first 7 bytes of page p+1; the core restores
  * those along with page p, so one mark per store is enough. */
@@ -177,20 +182,21 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
         goto fault;                              \
     } while (0)
 
-/* dst = *(T *)(M + a), sign- or zero-extended by T. */
-#define BERM_LD(dst, T, addr, pc)                                                                   \
+/* dst = *(T *)(M + a), sign- or zero-extended by T; OK is BERM_LOAD_OK or BERM_SP_LOAD_OK. */
+#define BERM_LD(OK, dst, T, addr, pc)                                                               \
     do {                                                                                            \
         uint64_t a_ = (addr);                                                                       \
-        if (BERM_UNLIKELY(!BERM_LOAD_OK(a_, sizeof(T)))) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc);  \
+        if (BERM_UNLIKELY(!OK(a_, sizeof(T)))) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc);            \
         T v_;                                                                                       \
         memcpy(&v_, M + a_, sizeof v_);                                                             \
         dst = (uint64_t)(int64_t)v_;                                                                \
     } while (0)
 
-#define BERM_ST(T, addr, val, pc)                                                                   \
+/* OK is BERM_STORE_OK or BERM_SP_STORE_OK. */
+#define BERM_ST(OK, T, addr, val, pc)                                                               \
     do {                                                                                            \
         uint64_t a_ = (addr);                                                                       \
-        if (BERM_UNLIKELY(!BERM_STORE_OK(a_, sizeof(T)))) BERM_FAULT(a_, BERM_STORE, sizeof(T), pc); \
+        if (BERM_UNLIKELY(!OK(a_, sizeof(T)))) BERM_FAULT(a_, BERM_STORE, sizeof(T), pc);           \
         T v_ = (T)(val);                                                                            \
         memcpy(M + a_, &v_, sizeof v_);                                                             \
         BERM_MARK(a_);                                                                              \
@@ -215,11 +221,23 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
         if (BERM_UNLIKELY(ctx->interrupt)) BERM_TRAP(BERM_TRAP_INTERRUPTED, (pc), 0, 0); \
     } while (0)
 
+/* The host stack pointer, read without forcing a frame pointer (__builtin_frame_address(0) costs every
+ * translated function a register and a push/pop pair). */
+#if defined(__x86_64__)
+#define BERM_HOST_SP(v) __asm__("mov %%rsp, %0" : "=r"(v))
+#elif defined(__aarch64__)
+#define BERM_HOST_SP(v) __asm__("mov %0, sp" : "=r"(v))
+#else
+#define BERM_HOST_SP(v) ((v) = (uintptr_t)__builtin_frame_address(0))
+#endif
+
 /* At function entry: the interrupt flag and the host thread's stack. */
 #define BERM_ENTRY(pc)                                                                             \
     do {                                                                                           \
+        uintptr_t sp_;                                                                             \
+        BERM_HOST_SP(sp_);                                                                         \
         BERM_POLL(pc);                                                                             \
-        if (BERM_UNLIKELY((uintptr_t)__builtin_frame_address(0) < ctx->native_limit))             \
+        if (BERM_UNLIKELY(sp_ < ctx->native_limit))                                                \
             BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_NATIVE);                               \
     } while (0)
 
