@@ -31,6 +31,7 @@ from berm_host.traps import HostError, ToolFailure, Trap
 
 #: Receives (harness name, raw log line) for every ``berm.log``.
 EngineLog = Callable[[str, bytes], None]
+_monotonic = time.monotonic
 KINDS = ("aot", "interp")
 
 
@@ -120,7 +121,7 @@ class Harness:
         log = image.engine.log
         self._log = partial(log, name) if log is not None else None
         #: translated code has a fast path that skips the register file (the interpreter does not)
-        self._fast = hasattr(image.backend, "call_tool")
+        self._call_tool = getattr(image.backend, "call_tool", None)
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -130,17 +131,13 @@ class Harness:
         entry = self._entries.get(tool)
         if entry is None:
             raise HostError(f"harness {self.name} has no tool {tool!r} (it has: {', '.join(self._entries)})")
-        try:
-            blob = args.encode("utf-8") if isinstance(args, str) else bytes(args)
-        except (UnicodeEncodeError, TypeError) as exc:
-            raise HostError(f"tool arguments are not valid UTF-8 text or bytes: {exc}") from None
-        backend = self.image.backend
-        deadline = time.monotonic() + self.image.engine.deadline
-        if self._fast:
-            trap, failure, data, a0, a1 = backend.call_tool(entry, blob, self.linker, self._log, deadline)
+        blob = args if type(args) is bytes else _blob(args)
+        deadline = _monotonic() + self.image.engine.deadline
+        if self._call_tool is not None:
+            trap, failure, data, a0, a1 = self._call_tool(entry, blob, self.linker, self._log, deadline)
         else:
-            r = backend.run(RunRequest(entry=entry, args=blob, linker=self.linker, deadline=deadline, log=self._log,
-                                       read_result=True))
+            r = self.image.backend.run(RunRequest(entry=entry, args=blob, linker=self.linker, deadline=deadline,
+                                                  log=self._log, read_result=True))
             trap, failure, data, a0, a1 = r.trap, r.failure, r.result, r.a0, r.a1
         if trap is not None:
             raise Trap(trap, tool)
@@ -152,6 +149,14 @@ class Harness:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise HostError(f"tool {tool} returned a result that is not UTF-8 (byte {exc.start})") from None
+
+
+def _blob(args: bytes | str | object) -> bytes:
+    """Tool arguments as bytes: str as UTF-8, any bytes-like object copied."""
+    try:
+        return args.encode("utf-8") if isinstance(args, str) else bytes(args)
+    except (UnicodeEncodeError, TypeError) as exc:
+        raise HostError(f"tool arguments are not valid UTF-8 text or bytes: {exc}") from None
 
 
 __all__ = ["BermError", "Engine", "EngineLog", "Harness", "Image"]

@@ -34,6 +34,8 @@ typedef struct berm_image berm_image;
 
 typedef struct berm_region {
     berm_ctx ctx;
+    void *enter;
+    uint64_t int_args[8];
     const uint8_t *staged;
     uint64_t staged_len;
     uint8_t *fail;

@@ -341,14 +341,13 @@ static uintptr_t native_limit(void) {
 
 /* ---------------------------------------------------------------- invocation */
 
-int berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
-             const uint64_t *int_args, int n_int, double deadline) {
+int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double deadline) {
     berm_ctx *c = &r->ctx;
     if (r->used) reset_memory(r);
     r->used = 1;
     memset(c->regs, 0, sizeof c->regs);
     c->regs[2] = r->image->size - 16;
-    for (int i = 0; i < n_int && i < 8; i++) c->regs[10 + i] = int_args[i];
+    for (int i = 0; i < n_int && i < 8; i++) c->regs[10 + i] = r->int_args[i];
     r->args = args;
     c->args_len = args_len;
     r->staged_len = 0;
@@ -365,7 +364,7 @@ int berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint
     c->interrupt = 0;
     r->running = 1;
     pthread_mutex_unlock(&live_lock);
-    uint64_t t = ((berm_enter_fn)enter)(c, entry);
+    uint64_t t = ((berm_enter_fn)r->enter)(c, entry);
     pthread_mutex_lock(&live_lock);
     r->running = 0;
     pthread_mutex_unlock(&live_lock);

@@ -13,6 +13,8 @@ typedef struct berm_image berm_image;
 typedef struct berm_region {
     berm_ctx ctx; /* first: translated code sees only this part */
     const berm_image *image;
+    void *enter;              /* the translated image's entry point (berm_load), set once per region */
+    uint64_t int_args[8];     /* a0..a7 of the next invocation (the first n_int of them) */
     const char *args; /* the invocation's argument blob (owned by Python for the duration of the call) */
     const uint8_t *staged; /* the last capability reply, for berm.result.read (a buffer owned by Python) */
     uint64_t staged_len;
@@ -38,8 +40,7 @@ berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_l
 void berm_image_free(berm_image *im);
 berm_region *berm_region_new(const berm_image *im, void *handle);
 void berm_region_free(berm_region *r);
-int berm_run(berm_region *r, void *enter, uint64_t entry, const char *args, uint64_t args_len,
-             const uint64_t *int_args, int n_int, double deadline);
+int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double deadline);
 int berm_watchdog_start(double interval);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
 /* API (end) */
