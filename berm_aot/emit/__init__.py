@@ -26,16 +26,17 @@ MAX_UNITS = 8
 def _header(analysis: Analysis, prefix: str) -> list[str]:
     p = prefix
     lines = ['#include "berm_rt.h"', ""]
-    lines += [f"BERM_HIDDEN uint64_t {fn_name(p, f.start)}(berm_ctx *ctx, uint64_t ret);" for f in analysis.functions]
+    lines += [f"BERM_HIDDEN uint64_t {fn_name(p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth);" for f in analysis.functions]
     lines += [
         f"BERM_HIDDEN berm_fn {p}entry_fn(uint64_t t);",
-        f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link);",
+        f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link, uint32_t depth);",
         "",
-        "/* Run the tail-call chain a callee started until it returns to `link` or traps. */",
-        f"static inline uint64_t {p}finish(berm_ctx *ctx, uint64_t t, uint64_t link) {{",
+        "/* Run the tail-call chain a callee started until it returns to `link` or traps; every function of the chain",
+        "   runs with the callee's `depth` (frames on the shadow call stack, its own included). */",
+        f"static inline uint64_t {p}finish(berm_ctx *ctx, uint64_t t, uint64_t link, uint32_t depth) {{",
         "    while (BERM_UNLIKELY(t != link)) {",
         "        if (t == BERM_TRAPPED) return t;",
-        f"        t = {p}dispatch(ctx, ctx->next, link);",
+        f"        t = {p}dispatch(ctx, ctx->next, link, depth);",
         "    }",
         "    return t;",
         "}",
@@ -54,18 +55,17 @@ def _lookups(analysis: Analysis, prefix: str) -> list[str]:
     lines += [f"    case {lit(t)}: return {fn_name(p, t)};" for t in analysis.entries]
     lines += ["    default: return 0;", "    }", "}", ""]
     lines += [
-        f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link) {{",
+        f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link, uint32_t depth) {{",
         f"    berm_fn f = {p}start_fn(t);",
         "    if (BERM_UNLIKELY(!f)) {",
         "        berm_set_trap(ctx, BERM_TRAP_ILLEGAL, t, t, 0);",
         "        return BERM_TRAPPED;",
         "    }",
-        "    return f(ctx, link);",
+        "    return f(ctx, link, depth);",
         "}",
         "",
         f"BERM_EXPORT uint64_t {p}berm_enter(berm_ctx *ctx, uint64_t entry) {{",
-        "    ctx->depth = 1;",
-        f"    uint64_t t = {p}finish(ctx, {p}dispatch(ctx, entry, 0), 0);",
+        f"    uint64_t t = {p}finish(ctx, {p}dispatch(ctx, entry, 0, 1), 0, 1);",
         "    return t == BERM_TRAPPED ? BERM_TRAPPED : 0;",
         "}",
         "",

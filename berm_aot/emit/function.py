@@ -1,4 +1,4 @@
-"""One guest function as one C function: ``uint64_t <p>f_<addr>(berm_ctx *ctx, uint64_t ret)``.
+"""One guest function as one C function: ``uint64_t <p>f_<addr>(berm_ctx *ctx, uint64_t ret, uint32_t depth)``.
 
 Registers are C locals loaded at entry (those the function touches) and stored back at every exit (those it
 writes). Direct branches are gotos; a back-edge polls the interrupt flag. Control leaving the function returns
@@ -86,7 +86,7 @@ class FunctionEmitter:
         touched = sorted(f.touched)
         out = self.out
         out.append(f"/* {f.func.name} [{f.start:#x}, {f.end:#x}) */")
-        out.append(f"BERM_HIDDEN uint64_t {fn_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret) {{")
+        out.append(f"BERM_HIDDEN uint64_t {fn_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{")
         out.append("    BERM_LOCALS;")
         out.append("    uint64_t zz = 0, jt_ = 0, jpc_ = 0, fa_ = 0; uint32_t fd_ = 0; "
                    "(void)zz; (void)jt_; (void)jpc_; (void)fa_; (void)fd_;")
@@ -162,8 +162,7 @@ class FunctionEmitter:
         (everything after a dynamic transfer), then trap or continue at the link address."""
         mine = self.f.touched
         out = self.out
-        out.append(f"        t_ = {self.p}finish(ctx, t_, {lit(insn.next_pc)});")
-        out.append("        ctx->depth--;")
+        out.append(f"        t_ = {self.p}finish(ctx, t_, {lit(insn.next_pc)}, depth + 1);")
         if reload & mine:
             out.append("        " + self._load(reload & mine))
         if mine - reload:
@@ -194,7 +193,7 @@ class FunctionEmitter:
             out.append("    }")
             return
         self._call_prologue(insn)
-        out.append(f"        uint64_t t_ = {fn_name(self.p, target)}(ctx, {lit(insn.next_pc)});")
+        out.append(f"        uint64_t t_ = {fn_name(self.p, target)}(ctx, {lit(insn.next_pc)}, depth + 1);")
         self._after_call(insn, set(self.by_start[target].writes_closure))
 
     def _target_expr(self, insn: Instruction) -> str:
@@ -215,7 +214,7 @@ class FunctionEmitter:
         out.append(f"        if (BERM_UNLIKELY(!fn_)) BERM_TRAP(BERM_TRAP_BAD_TARGET, {lit(insn.addr)}, t_, 0);")
         self._call_prologue(insn)
         out.append("        ctx->wild++;")
-        out.append(f"        t_ = fn_(ctx, {lit(insn.next_pc)});")
+        out.append(f"        t_ = fn_(ctx, {lit(insn.next_pc)}, depth + 1);")
         self._after_call(insn, set())
 
     def _indirect_jump(self, insn: Instruction) -> None:

@@ -5,7 +5,8 @@
  * BERM_RT_ABI (it is part of every cache key).
  *
  * Conventions of the translated code (see berm_aot/emit):
- *   - one C function per guest function, `uint64_t f(berm_ctx *ctx, uint64_t ret)`, returning the next pc:
+ *   - one C function per guest function, `uint64_t f(berm_ctx *ctx, uint64_t ret, uint32_t depth)`, returning
+ *     the next pc (`depth`: frames on the shadow call stack, its own included; a call passes depth + 1):
  *     `ret` for a normal return, BERM_TAIL with ctx->next = the target for a tail call, BERM_TRAPPED on a trap.
  *     Real pcs are even, so the odd sentinels never collide with one.
  *   - guest registers live in C locals; ctx->regs is the register file at function boundaries and after a trap.
@@ -59,7 +60,7 @@ struct berm_ctx {
     uint64_t stack_lo, stack_span;
     uintptr_t native_limit; /* the lowest host stack address translated code may reach */
     volatile int32_t interrupt;
-    uint32_t depth; /* shadow call stack frames */
+    uint32_t depth; /* unused: translated code passes the shadow call stack depth as a C argument */
     uint64_t next;  /* tail call target when a function returns BERM_TAIL */
     /* Bumped by every dynamic transfer (indirect call, indirect jump to a function entry): a caller that sees it
      * change across a call reloads all of its registers, since the static write summaries did not cover it. */
@@ -84,7 +85,7 @@ struct berm_ctx {
                       uint64_t a3, uint64_t a4, uint64_t a5);
 };
 
-typedef uint64_t (*berm_fn)(berm_ctx *ctx, uint64_t ret);
+typedef uint64_t (*berm_fn)(berm_ctx *ctx, uint64_t ret, uint32_t depth);
 /* The one export of a translated image: run the guest function at `entry` (returns 0 or BERM_TRAPPED). */
 typedef uint64_t (*berm_enter_fn)(berm_ctx *ctx, uint64_t entry);
 
@@ -241,11 +242,10 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
             BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_NATIVE);                               \
     } while (0)
 
-/* Before a call pushes a frame. */
+/* Before a call pushes a frame (the call passes depth + 1). */
 #define BERM_PUSH(pc)                                                                                   \
     do {                                                                                                \
-        if (BERM_UNLIKELY(ctx->depth >= BERM_MAX_CALL_DEPTH)) BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_DEPTH); \
-        ctx->depth++;                                                                                   \
+        if (BERM_UNLIKELY(depth >= BERM_MAX_CALL_DEPTH)) BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_DEPTH); \
     } while (0)
 
 #endif
