@@ -10,6 +10,7 @@ Every invocation runs in fresh guest memory under the engine's deadline (one wat
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -25,6 +26,7 @@ from berm_aot.image import ElfImage
 from berm_aot.manifest import Manifest, load_manifest, tool_exports
 from berm_aot.program import Program
 from berm_host.backend import Backend, RunRequest
+from berm_host.image_facts import ElfFacts, load_facts
 from berm_host.layout import DEFAULT_MEMORY, check_memory_size
 from berm_host.linker import Linker
 from berm_host.traps import HostError, ToolFailure, Trap
@@ -53,14 +55,21 @@ class Engine:
 
     def load(self, source: str | Path | bytes) -> Image:
         """The image in ``source`` (ELF bytes or a path), translated and loaded; the same bytes load once."""
-        data = source if isinstance(source, (bytes, bytearray, memoryview)) else _read(Path(source))
-        elf = read_elf(bytes(data))
+        data = bytes(source) if isinstance(source, (bytes, bytearray, memoryview)) else _read(Path(source))
+        digest = hashlib.sha256(data).hexdigest()
         with self._lock:
-            image = self._images.get(elf.sha256)
+            image = self._images.get(digest)
             if image is None:
-                image = Image(self, elf)
-                self._images[elf.sha256] = image
+                image = Image(self, self._facts(data, digest))
+                self._images[digest] = image
             return image
+
+    def _facts(self, data: bytes, digest: str) -> ElfFacts:
+        """Translated code keeps the ELF's facts in its cache (a cached load never parses the ELF); the
+        interpreter needs the whole program model anyway."""
+        if self.kind == "aot":
+            return load_facts(self.cache, data, digest)
+        return ElfFacts.of(read_elf(data))
 
 
 def _read(path: Path) -> bytes:
@@ -73,20 +82,24 @@ def _read(path: Path) -> bytes:
 class Image:
     """A loaded image: its program, digest, manifest (None without ``.berm.abi``) and execution backend.
 
-    The program model is built on first use: a cached translated image runs without it (it serves trap
-    descriptions and compiling on a cache miss), which keeps loading a cached image cheap."""
+    The ELF file and the program model are read on first use: a cached translated image runs from its stored
+    facts (the full ELF serves trap descriptions and compiling on a cache miss), which keeps loading it cheap."""
 
-    def __init__(self, engine: Engine, elf: ElfImage):
+    def __init__(self, engine: Engine, facts: ElfFacts):
         self.engine = engine
-        self.elf = elf
-        self.digest = elf.sha256
+        self.facts = facts
+        self.digest = facts.sha256
         self._manifest_error: ManifestError | None = None
         try:
-            self.manifest: Manifest | None = load_manifest(elf)
+            self.manifest: Manifest | None = load_manifest(facts)
         except ManifestError as exc:  # no or a bad manifest: the image still runs by symbol (berm run)
             self.manifest, self._manifest_error = None, exc
         self._program: Program | None = None
         self.backend: Backend = self._backend()
+
+    @property
+    def elf(self) -> ElfImage:
+        return self.facts.elf()
 
     @property
     def program(self) -> Program:
@@ -101,7 +114,7 @@ class Image:
             self._program = Program.from_image(self.elf)
             return InterpBackend(self._program, e.memory_size)
         from berm_host.aot import AotBackend
-        return AotBackend(self.elf, e.memory_size, cache=e.cache, jobs=e.jobs)
+        return AotBackend(self.facts, e.memory_size, cache=e.cache, jobs=e.jobs)
 
     def harness(self, linker: Linker | None = None, *, name: str | None = None) -> Harness:
         if self.manifest is None:
@@ -116,7 +129,7 @@ class Harness:
         self.image = image
         self.linker = linker
         self.name = name
-        exports = tool_exports(image.elf)
+        exports = tool_exports(image.facts)
         self._entries = {t.name: exports[t.name] for t in image.manifest.tools}
         log = image.engine.log
         self._log = partial(log, name) if log is not None else None

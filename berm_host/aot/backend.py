@@ -15,6 +15,7 @@ from berm_aot.image import ElfImage
 from berm_aot.program import Program
 from berm_host.backend import RunRequest, RunResult
 from berm_host import watchdog
+from berm_host.image_facts import ElfFacts
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
 from berm_host.traps import TrapInfo, TrapKind
 
@@ -28,7 +29,7 @@ _OK, _TRAPPED, _FAILED = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAI
 _run = lib.berm_run
 
 
-def image_hull(image: ElfImage, layout: Layout) -> bytes:
+def image_hull(image: ElfImage | ElfFacts, layout: Layout) -> bytes:
     """The initial bytes of ``[image_lo, end of the last file bytes)``: segment file bytes, zero between them.
     Zero-initialised memory above (.bss) is not included: it costs nothing, however large it claims to be."""
     end = max((seg.vaddr + min(len(seg.data), seg.memsz) for seg in image.segments if seg.data),
@@ -52,13 +53,13 @@ def _check_windows(layout: Layout) -> None:
 class AotBackend:
     """An image translated, compiled and loaded, with ``memory_size`` bytes of guest memory per invocation.
 
-    ``source`` is a ``Program``, or an ``ElfImage`` whose program model is built only when needed (compiling on
-    a cache miss, describing a trap). ``code`` names an already-built object and its entry symbol; without it
+    ``source`` is a ``Program``, or an ``ElfImage`` or ``ElfFacts`` whose program model is built only when needed
+    (compiling on a cache miss, describing a trap). ``code`` names an already-built object and its entry symbol; without it
     the object comes from ``cache`` (compiled on a miss). ``compiled`` says whether this construction ran the C
     compiler.
     """
 
-    def __init__(self, source: Program | ElfImage, memory_size: int = DEFAULT_MEMORY, *,
+    def __init__(self, source: Program | ElfImage | ElfFacts, memory_size: int = DEFAULT_MEMORY, *,
                  cache: CodeCache | None = None, code: tuple[Path, str] | None = None, jobs: int = 2):
         self._program = source if isinstance(source, Program) else None
         self.image = source.image if isinstance(source, Program) else source
@@ -76,7 +77,8 @@ class AotBackend:
     @property
     def program(self) -> Program:
         if self._program is None:
-            self._program = Program.from_image(self.image)
+            image = self.image
+            self._program = Program.from_image(image.elf() if isinstance(image, ElfFacts) else image)
         return self._program
 
     # -- one invocation -----------------------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""What loading an image needs from its ELF file, kept in the code cache so a cached load skips ``read_elf``.
+
+``read_elf`` (pyelftools, every section, symbol and relocation) costs milliseconds; running a cached translated
+image needs only its loadable segments (layout and initial bytes), its tool exports and its manifest bytes. Those
+are ``ElfFacts``: computed once from the full ``ElfImage``, stored under a key over the ELF digest and the source of
+every module that derives them, and read back on the next load. The full ``ElfImage`` stays one call away
+(``ElfFacts.elf()``: trap descriptions and compiling on a cache miss need the program model).
+
+Stored form: ``<sha256 of the rest, hex>\\n<JSON header>\\n<segment bytes…><manifest bytes>``. Anything that does
+not parse or verify is ignored (and rewritten): the facts are a shortcut, never a source of truth.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+
+import berm_aot
+from berm_aot.cache import CodeCache, cache_key
+from berm_aot.elf import read_elf
+from berm_aot.image import ElfImage, Segment, Symbol
+from berm_aot.manifest import TOOL_PREFIX, tool_exports
+
+FACTS_NAME = "facts"
+#: Modules whose code decides what the facts hold: editing one invalidates every stored copy.
+_SOURCES = ("elf.py", "image.py", "manifest.py")
+
+
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    root = Path(berm_aot.__file__).resolve().parent
+    for name in _SOURCES:
+        h.update((root / name).read_bytes())
+    return h.hexdigest()
+
+
+class ElfFacts:
+    """The parts of an ``ElfImage`` a load needs: ``sha256``, ``segments``, ``symbols`` (the tool exports only,
+    so ``tool_exports`` and ``load_manifest`` accept it) and ``manifest_bytes``; ``elf()`` reads the rest."""
+
+    __slots__ = ("sha256", "segments", "symbols", "manifest_bytes", "_raw", "_elf")
+
+    def __init__(self, sha256: str, segments: tuple[Segment, ...], symbols: tuple[Symbol, ...],
+                 manifest_bytes: bytes | None, raw: bytes, elf: ElfImage | None = None):
+        self.sha256 = sha256
+        self.segments = segments
+        self.symbols = symbols
+        self.manifest_bytes = manifest_bytes
+        self._raw = raw
+        self._elf = elf
+
+    @classmethod
+    def of(cls, elf: ElfImage) -> ElfFacts:
+        names = {TOOL_PREFIX + name for name in tool_exports(elf)}
+        return cls(elf.sha256, elf.segments, tuple(s for s in elf.symbols if s.name in names), elf.manifest_bytes,
+                   elf.raw, elf)
+
+    def elf(self) -> ElfImage:
+        """The full image (read from the ELF bytes on first use)."""
+        if self._elf is None:
+            self._elf = read_elf(self._raw)
+        return self._elf
+
+    # -- stored form --------------------------------------------------------------------------------------------
+
+    def dump(self) -> bytes:
+        header = {
+            "sha256": self.sha256,
+            "segments": [[s.vaddr, s.memsz, len(s.data), s.readable, s.writable, s.executable]
+                         for s in self.segments],
+            "symbols": [[s.name, s.value, s.size, s.kind, s.binding, s.section] for s in self.symbols],
+            "manifest": None if self.manifest_bytes is None else len(self.manifest_bytes),
+        }
+        body = b"".join([json.dumps(header, separators=(",", ":")).encode(), b"\n",
+                         *(s.data for s in self.segments), self.manifest_bytes or b""])
+        return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+
+    @classmethod
+    def parse(cls, stored: bytes, raw: bytes, sha256: str) -> ElfFacts | None:
+        """The facts in ``stored`` when they verify and describe the ELF ``raw`` (digest ``sha256``), else None."""
+        digest, _, body = stored.partition(b"\n")
+        if hashlib.sha256(body).hexdigest().encode() != digest:
+            return None
+        text, _, blob = body.partition(b"\n")
+        try:
+            h = json.loads(text)
+            if h["sha256"] != sha256:
+                return None
+            segments, at = [], 0
+            for vaddr, memsz, n, r, w, x in h["segments"]:
+                segments.append(Segment(vaddr, memsz, blob[at:at + n], r, w, x))
+                at += n
+            symbols = tuple(Symbol(*fields) for fields in h["symbols"])
+            manifest = None if h["manifest"] is None else blob[at:at + h["manifest"]]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return cls(sha256, tuple(segments), symbols, manifest, raw)
+
+
+def facts_key(sha256: str) -> str:
+    return cache_key("berm-facts", sha256, _source_digest())
+
+
+def load_facts(cache: CodeCache, raw: bytes, sha256: str) -> ElfFacts:
+    """The facts of the ELF ``raw``: from ``cache`` when stored there, else from ``read_elf`` (then stored).
+    Raises what ``read_elf`` raises for a bad file."""
+    key = facts_key(sha256)
+    stored = cache.read_blob(key, FACTS_NAME)
+    facts = ElfFacts.parse(stored, raw, sha256) if stored is not None else None
+    if facts is None:
+        facts = ElfFacts.of(read_elf(raw))
+        cache.write_blob(key, FACTS_NAME, facts.dump())
+    return facts
