@@ -1,7 +1,8 @@
 """cffi build script for the runtime core (API mode): ``berm_host.aot._core``.
 
 Run by ``pip install -e .`` through ``setup.py``'s ``cffi_modules``; ``python berm_host/aot/_build.py`` builds it
-in place by hand (``setup.py build_ext --inplace``). The core-call numbers are derived from ``berm_abi.names`` here, never typed into C.
+in place by hand (``setup.py build_ext --inplace``). The core-call numbers and the reply error bit are derived from
+``berm_abi.names`` here, never typed into C.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from cffi import FFI
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # setup.py runs this file outside the installed package
 
-from berm_abi.names import CORE_CALLS  # noqa: E402
+from berm_abi.names import CORE_CALLS, ERROR_BIT  # noqa: E402
 
 CDEF_TEMPLATE = """
 typedef struct berm_ctx {
@@ -52,7 +53,8 @@ typedef struct berm_region {
 #define BERM_RUN_BAD_RESULT ...
 
 {api}
-extern "Python+C" uint64_t berm_py_ecall(berm_region *r, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1);
+extern "Python+C" uint64_t berm_py_ecall(void *handle, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1,
+                                          int readable);
 """
 
 
@@ -64,6 +66,7 @@ def _api_declarations() -> str:
 
 CDEF = CDEF_TEMPLATE.replace("{api}", _api_declarations())
 CALL_MACROS = [(f"BERM_CALL_{c.c_name}", f"{c.number:#x}ULL") for c in CORE_CALLS]
+CALL_MACROS.append(("BERM_ERROR_BIT", f"{ERROR_BIT:#x}ULL"))
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

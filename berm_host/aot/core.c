@@ -185,8 +185,12 @@ static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, ui
         r->fail_len = a1;
         r->has_fail = 1;
         return 0;
-    default: /* berm.log and capabilities: Python */
-        return berm_py_ecall(r, pc, n, a0, a1);
+    default: { /* berm.log and capabilities: Python. A capability's reply is already staged in r->staged (a
+                * buffer Python owns); its length is the callback's result without the error bit. */
+        uint64_t ret = berm_py_ecall(r->handle, pc, n, a0, a1, !a1 || readable(r->image, a0, a1));
+        if (n != BERM_CALL_LOG && c->trap_kind == BERM_TRAP_NONE) r->staged_len = ret & ~BERM_ERROR_BIT;
+        return ret;
+    }
     }
 }
 

@@ -45,7 +45,8 @@ int berm_watchdog_start(double interval);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
 /* API (end) */
 
-/* Defined by cffi (extern "Python+C"): berm.log and every capability. */
-uint64_t berm_py_ecall(berm_region *r, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1);
+/* Defined by cffi (extern "Python+C"): berm.log and every capability. `handle` is the region's Python object;
+ * `readable` says whether the buffer (a0, a1) lies in readable guest memory (checked here, not in Python). */
+uint64_t berm_py_ecall(void *handle, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1, int readable);
 
 #endif
