@@ -42,7 +42,7 @@ typedef struct berm_region {
     uint8_t *fail;
     uint64_t fail_len;
     int has_fail;
-    void *handle;
+    uint64_t key;
     char trap_msg[200];
     ...;
 } berm_region;
@@ -53,7 +53,7 @@ typedef struct berm_region {
 #define BERM_RUN_BAD_RESULT ...
 
 {api}
-extern "Python+C" uint64_t berm_py_ecall(void *handle, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1,
+extern "Python+C" uint64_t berm_py_ecall(uint64_t key, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1,
                                           int readable);
 """
 

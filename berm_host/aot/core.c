@@ -187,7 +187,7 @@ static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, ui
         return 0;
     default: { /* berm.log and capabilities: Python. A capability's reply is already staged in r->staged (a
                 * buffer Python owns); its length is the callback's result without the error bit. */
-        uint64_t ret = berm_py_ecall(r->handle, pc, n, a0, a1, !a1 || readable(r->image, a0, a1));
+        uint64_t ret = berm_py_ecall(r->key, pc, n, a0, a1, !a1 || readable(r->image, a0, a1));
         if (n != BERM_CALL_LOG && c->trap_kind == BERM_TRAP_NONE) r->staged_len = ret & ~BERM_ERROR_BIT;
         return ret;
     }
@@ -252,11 +252,11 @@ int berm_watchdog_start(double interval) {
 
 /* ---------------------------------------------------------------- regions */
 
-berm_region *berm_region_new(const berm_image *im, void *handle) {
+berm_region *berm_region_new(const berm_image *im, uint64_t key) {
     berm_region *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->image = im;
-    r->handle = handle;
+    r->key = key;
     r->size = im->size;
     r->npages = im->size >> BERM_PAGE_SHIFT;
     r->ncoarse = ((im->size >> BERM_COARSE_SHIFT) + 1 + 7) & ~(uint64_t)7;

@@ -22,7 +22,7 @@ typedef struct berm_region {
     uint64_t fail_len, fail_cap;
     int has_fail;
     int used; /* memory may be dirty: reset before the next invocation */
-    void *handle; /* the Python object serving callbacks for this region */
+    uint64_t key; /* names the Python object serving callbacks for this region (runtime.py's registry) */
     uint64_t size, npages, ncoarse;
     char trap_msg[200]; /* detail of a host-call-failed trap raised by the core */
     double deadline;    /* CLOCK_MONOTONIC seconds (time.monotonic()); 0 = none */
@@ -38,15 +38,16 @@ berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_l
                            uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull,
                            uint64_t hull_len);
 void berm_image_free(berm_image *im);
-berm_region *berm_region_new(const berm_image *im, void *handle);
+berm_region *berm_region_new(const berm_image *im, uint64_t key);
 void berm_region_free(berm_region *r);
 int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double deadline);
 int berm_watchdog_start(double interval);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
 /* API (end) */
 
-/* Defined by cffi (extern "Python+C"): berm.log and every capability. `handle` is the region's Python object;
- * `readable` says whether the buffer (a0, a1) lies in readable guest memory (checked here, not in Python). */
-uint64_t berm_py_ecall(void *handle, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1, int readable);
+/* Defined by cffi (extern "Python+C"): berm.log and every capability. `key` names the region's Python object (an
+ * integer: no cdata to build per call); `readable` says whether the buffer (a0, a1) lies in readable guest memory
+ * (checked here, not in Python). */
+uint64_t berm_py_ecall(uint64_t key, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1, int readable);
 
 #endif
