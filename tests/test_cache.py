@@ -65,7 +65,7 @@ def test_corrupt_entry_is_rebuilt(tmp_path, elf, damage):
 def test_key_covers_compiler_flags(monkeypatch, elf):
     image = read_elf(elf)
     plain = object_key(image)
-    monkeypatch.setenv("BERM_CFLAGS", "-O1")
+    monkeypatch.setenv("BERM_CFLAGS", "-O2")
     assert object_key(image) != plain
     assert object_key(image, prefix="p_") != object_key(image)
 
