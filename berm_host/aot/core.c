@@ -197,7 +197,7 @@ static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, ui
 /* ---------------------------------------------------------------- the watchdog */
 
 /* Every live region, so the watchdog thread (one for the process, started from berm_host/watchdog.py) can set
- * the interrupt flag of an invocation past its deadline. berm_run takes the lock only to start and stop. */
+ * the interrupt flag of an invocation past its deadline. berm_run takes the lock only to start. */
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static berm_region *live;
 static double watchdog_interval = 0.01;
@@ -216,7 +216,8 @@ static void *watchdog_main(void *arg) {
         double now = monotonic_now();
         pthread_mutex_lock(&live_lock);
         for (berm_region *r = live; r; r = r->next)
-            if (r->running && r->deadline > 0 && now >= r->deadline) r->ctx.interrupt = 1;
+            if (__atomic_load_n(&r->running, __ATOMIC_ACQUIRE) && r->deadline > 0 && now >= r->deadline)
+                r->ctx.interrupt = 1;
         pthread_mutex_unlock(&live_lock);
     }
     return NULL;
@@ -369,9 +370,9 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     r->running = 1;
     pthread_mutex_unlock(&live_lock);
     uint64_t t = ((berm_enter_fn)r->enter)(c, entry);
-    pthread_mutex_lock(&live_lock);
-    r->running = 0;
-    pthread_mutex_unlock(&live_lock);
+    /* No lock to stop: a watchdog that still saw this run as running may set the interrupt flag of the idle
+     * region, and the next run clears it under the lock (after that scan has released it). */
+    __atomic_store_n(&r->running, 0, __ATOMIC_RELEASE);
     if (t == BERM_TRAPPED) return BERM_RUN_TRAPPED;
     if (r->has_fail) return BERM_RUN_FAILED;
     return readable(r->image, c->regs[10], c->regs[11]) ? BERM_RUN_OK : BERM_RUN_BAD_RESULT;

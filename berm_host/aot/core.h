@@ -26,7 +26,7 @@ typedef struct berm_region {
     uint64_t size, npages, ncoarse;
     char trap_msg[200]; /* detail of a host-call-failed trap raised by the core */
     double deadline;    /* CLOCK_MONOTONIC seconds (time.monotonic()); 0 = none */
-    int running;        /* guarded by the watchdog's lock */
+    int running;        /* set under the watchdog's lock, cleared by an atomic store */
     struct berm_region *prev, *next; /* every live region, for the watchdog */
 } berm_region;
 
