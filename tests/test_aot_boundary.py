@@ -1,6 +1,7 @@
 """The translated engine's invocation boundary: capability replies of every size staged and pulled intact (the
-staging buffer grows and is given back), a reply the guest reads only partly, and the region registry the host-call
-callback uses emptying as images go away."""
+staging buffer grows and is given back), a reply the guest reads only partly, guest memory the core wrote for host
+calls restored before the next invocation, and the region registry the host-call callback uses emptying as images
+go away."""
 
 from __future__ import annotations
 
@@ -36,6 +37,20 @@ Pair berm_tool_echo(void) {
     Pair p = { (u64)out, got < cap ? got : cap };
     return len == got ? p : (Pair){ 0, 0 };
 }
+/* Count the non-zero bytes an earlier invocation left in out[] and big[], then have the core write the arguments
+ * to six scattered places of big[] (more separate ranges than the core remembers byte-exact). */
+static char big[40000];
+static char count[24];
+Pair berm_tool_residue(void) {
+    u64 dirty = 0;
+    for (u64 i = 0; i < sizeof out; i++) dirty += out[i] != 0;
+    for (u64 i = 0; i < sizeof big; i++) dirty += big[i] != 0;
+    for (u64 k = 0; k < 6; k++) ecall2(ARGS_READ, (u64)big + 5001 * k + 3, 600);
+    u64 n = 0;
+    do { count[n++] = '0' + dirty % 10; dirty /= 10; } while (dirty);
+    Pair p = { (u64)count, n };
+    return p;
+}
 __attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = MANIFEST;
 void _start(void) {}
 """
@@ -43,11 +58,12 @@ void _start(void) {}
 
 @pytest.fixture(scope="module")
 def elf() -> bytes:
-    manifest = json.dumps({"abi_version": 0, "tools": [{"name": "echo", "description": "", "parameters": {}}]})
+    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": "", "parameters": {}}
+                                                        for t in ("echo", "residue")]})
     numbers = "\n".join(f"#define {c.c_name} {c.number:#x}ul" for c in CORE_CALLS)
     source = (SOURCE.replace("MANIFEST", json.dumps(manifest)).replace("CALL_NUMBERS", numbers)
               .replace("ECHO_NUMBER", f"{fnv1a64('test.echo'):#x}ul"))
-    return guest_elf(source, keep=("berm_tool_echo",))
+    return guest_elf(source, keep=("berm_tool_echo", "berm_tool_residue"))
 
 
 def test_replies_of_every_size(tmp_path, elf):
@@ -57,6 +73,16 @@ def test_replies_of_every_size(tmp_path, elf):
     for size in (0, 1, 255, 256, 257, 70000, (1 << 20) + 5, 4, 2 << 20, 7):
         assert harness.call("echo", f"n{size}") == "x" * size
     assert harness.call("echo", "p9") == "xxx"  # a reply pulled in part: berm.result.read returns its full length
+
+
+def test_core_writes_do_not_survive_the_invocation(tmp_path, elf):
+    link = linker_mod.Linker()
+    link.define("test.echo", lambda request: b"y" * int(request[1:]))
+    harness = Engine(cache_dir=tmp_path).load(elf).harness(link)
+    assert harness.call("residue", "z" * 600) == "0"
+    assert harness.call("residue", "short") == "0"  # six scattered 600-byte writes restored
+    assert harness.call("echo", f"n{2 << 20}") == "y" * (2 << 20)  # berm.result.read wrote 2 MiB of out[]
+    assert harness.call("residue", "") == "0"
 
 
 def test_region_registry_follows_images(tmp_path, elf):

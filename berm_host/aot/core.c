@@ -96,7 +96,40 @@ static void restore(berm_region *r, uint64_t a, uint64_t n) {
         memset(r->ctx.mem + a, 0, n);
 }
 
+/* Restore [a, end), any number of pages. */
+static void restore_range(berm_region *r, uint64_t a, uint64_t end) {
+    while (a < end) {
+        uint64_t stop = (a | (PAGE - 1)) + 1;
+        if (stop > end) stop = end;
+        restore(r, a, stop - a);
+        a = stop;
+    }
+}
+
+/* Note that the core wrote [a, a+n) of guest memory. The exact bytes are restored at the next reset, so a
+ * 256-byte berm.args.read costs 256 bytes there, not the one or two whole pages it touches; a write that merges
+ * with no remembered range and finds no free slot marks its pages instead. */
+static void note_write(berm_region *r, uint64_t a, uint64_t n) {
+    if (!n) return;
+    uint64_t end = a + n;
+    for (int i = 0; i < r->n_core; i++) {
+        if (a <= r->core_hi[i] && end >= r->core_lo[i]) { /* overlapping or adjacent: widen */
+            if (a < r->core_lo[i]) r->core_lo[i] = a;
+            if (end > r->core_hi[i]) r->core_hi[i] = end;
+            return;
+        }
+    }
+    if (r->n_core < BERM_CORE_RANGES) {
+        r->core_lo[r->n_core] = a;
+        r->core_hi[r->n_core++] = end;
+        return;
+    }
+    mark_range(r, a, n);
+}
+
 static void reset_memory(berm_region *r) {
+    for (int i = 0; i < r->n_core; i++) restore_range(r, r->core_lo[i], r->core_hi[i]);
+    r->n_core = 0;
     uint8_t *coarse = r->ctx.coarse, *dirty = r->ctx.dirty;
     for (uint64_t c = 0; c < r->ncoarse; c += 8) {
         uint64_t word;
@@ -140,7 +173,7 @@ static uint64_t copy_out(berm_region *r, uint64_t pc, const char *call, uint64_t
             return 0;
         }
         memcpy(r->ctx.mem + ptr, src, n);
-        mark_range(r, ptr, n);
+        note_write(r, ptr, n);
     }
     return len;
 }

@@ -9,6 +9,9 @@
 
 typedef struct berm_image berm_image;
 
+/* How many separate ranges of core writes a region remembers byte-exact before marking whole pages. */
+#define BERM_CORE_RANGES 4
+
 /* One reusable guest memory region and the state of the invocation running in it. */
 typedef struct berm_region {
     berm_ctx ctx; /* first: translated code sees only this part */
@@ -22,6 +25,9 @@ typedef struct berm_region {
     uint64_t fail_len, fail_cap;
     int has_fail;
     int used; /* memory may be dirty: reset before the next invocation */
+    /* guest memory the core itself wrote (host-call buffers) since the last reset: [core_lo[i], core_hi[i]) */
+    uint64_t core_lo[BERM_CORE_RANGES], core_hi[BERM_CORE_RANGES];
+    int n_core;
     uint64_t key; /* names the Python object serving callbacks for this region (runtime.py's registry) */
     uint64_t size, npages, ncoarse;
     char trap_msg[200]; /* detail of a host-call-failed trap raised by the core */
