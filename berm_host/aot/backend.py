@@ -23,7 +23,7 @@ from berm_host.traps import TrapInfo, TrapKind
 ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
 
 from .objects import ENTRY_SYMBOL, cached_object
-from .runtime import POOL_LIMIT, MemoryImage, Region, lib, load_code
+from .runtime import NO_CAPABILITIES, POOL_LIMIT, MemoryImage, Region, lib, load_code
 
 _OK, _TRAPPED, _FAILED = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAILED
 _run = lib.berm_run
@@ -91,7 +91,7 @@ class AotBackend:
         for i, v in enumerate(request.int_args):
             region.int_args[i] = v & 0xFFFFFFFFFFFFFFFF
         args = bytes(request.args)
-        region.linker, region.log, region.detail = request.linker, request.log, ""
+        region.bind(request.linker, request.log)
         outcome = _run(region.ptr, request.entry, args, len(args), len(request.int_args), request.deadline or 0.0)
         trap = self.trap_info(region) if outcome == _TRAPPED else None
         regs = tuple(region.regs)
@@ -100,7 +100,6 @@ class AotBackend:
             result = region.read(regs[10], regs[11])
         snapshot = tuple(region.copy_out(addr, n) for addr, n in request.snapshot)
         failure = region.failure()
-        region.linker = region.log = None
         memory.release(region)
         return RunResult(regs=regs, pc=trap.pc if trap else 0, trap=trap, failure=failure, result=result,
                          snapshot=snapshot)
@@ -111,10 +110,13 @@ class AotBackend:
 
         Every step is inlined (a Python call costs ~50 ns): pool pop, one core call (reset + run, GIL released),
         two register reads and one slice of guest memory. Nothing here can raise between taking the region and
-        giving it back, except out of memory — and then the region is merely not pooled again."""
+        giving it back, except out of memory — and then the region is merely not pooled again. An idle region keeps
+        its last linker and log (so the next invocation with the same ones rebinds nothing)."""
         pool = self.memory.pool
         region = pool.pop() if pool else Region(self.memory)
-        region.linker = linker
+        if linker is not region.linker:  # region.bind(linker, log), inlined
+            region.linker = linker
+            region.lookup = linker.lookup if linker is not None else NO_CAPABILITIES
         region.log = log
         region.detail = ""
         outcome = _run(region.ptr, entry, args, len(args), 0, deadline)
@@ -129,7 +131,6 @@ class AotBackend:
             out = None, region.failure(), None, a0, a1
         else:
             out = None, None, None, a0, a1
-        region.linker = region.log = None
         if len(pool) < POOL_LIMIT:
             pool.append(region)
         return out

@@ -40,7 +40,7 @@ LOG = core_number("berm.log")
 #: cost a cdata per call plus ffi.from_handle (~0.15 us together). Weak: the entry leaves with the region.
 _REGIONS: dict[int, weakref.ref] = {}
 _KEYS = itertools.count(1)
-_memmove = ffi.memmove
+NO_CAPABILITIES = {}.get  # the lookup of an invocation without a linker
 
 
 class MemoryImage:
@@ -71,8 +71,8 @@ class MemoryImage:
 class Region:
     """One guest memory and the per-invocation state the host-call callback needs."""
 
-    __slots__ = ("image", "ptr", "ctx", "regs", "mem", "memory", "int_args", "linker", "log", "detail", "staged",
-                 "stage_room", "__weakref__")
+    __slots__ = ("image", "ptr", "ctx", "regs", "mem", "memory", "int_args", "linker", "lookup", "log", "detail",
+                 "staged", "stage_view", "stage_room", "__weakref__")
 
     def __init__(self, image: MemoryImage):
         self.image = image  # keeps the core's berm_image alive as long as the region
@@ -90,12 +90,15 @@ class Region:
         self.mem = ffi.cast("char *", self.ctx.mem)
         self.memory = ffi.buffer(self.mem, image.layout.size)  # guest memory; memory[a:b] is a bytes copy
         self.int_args = self.ptr.int_args
+        # The capability set of the current (or last) invocation and its bound lookup: rebound only when another
+        # linker comes, so the hot paths pay an identity test instead of building a bound method per call.
         self.linker: Linker | None = None
+        self.lookup = NO_CAPABILITIES
         self.log: LogSink | None = None
         self.detail = ""  # detail of a trap raised from Python
-        self.staged = ffi.new("char[]", 256)  # the staged capability reply (grown on demand; the core only reads it)
-        self.ptr.staged = ffi.cast("uint8_t *", self.staged)
-        self.stage_room = 256  # replies up to this size are copied straight into ``staged``
+        self.staged = self.stage_view = None
+        self.stage_room = 0  # replies up to this size are copied straight into ``staged`` (through stage_view)
+        self._new_stage(256)
 
     # -- reading guest memory after a run -----------------------------------------------------------------------
 
@@ -160,10 +163,22 @@ class Region:
         """Stage a reply that does not fit ``stage_room``: grow the buffer, or give a large one back."""
         n = len(reply)
         if n > len(self.staged) or (len(self.staged) > STAGE_KEEP and n <= STAGE_KEEP):
-            self.staged = ffi.new("char[]", max(n, 256))
-            self.ptr.staged = ffi.cast("uint8_t *", self.staged)
-        self.stage_room = len(self.staged) if len(self.staged) <= STAGE_KEEP else -1
-        ffi.memmove(self.staged, reply, n)
+            self._new_stage(max(n, 256))
+        self.stage_view[:n] = reply
+
+    def _new_stage(self, size: int) -> None:
+        self.staged = ffi.new("char[]", size)
+        self.stage_view = memoryview(ffi.buffer(self.staged))  # slice assignment: half the cost of ffi.memmove
+        self.ptr.staged = ffi.cast("uint8_t *", self.staged)
+        self.stage_room = size if size <= STAGE_KEEP else -1  # a large buffer: every reply decides to keep it
+
+    def bind(self, linker: Linker | None, log: LogSink | None) -> None:
+        """Serve the next invocation's host calls with ``linker`` and ``log`` (AotBackend.call_tool inlines this)."""
+        if linker is not self.linker:
+            self.linker = linker
+            self.lookup = linker.lookup if linker is not None else NO_CAPABILITIES
+        self.log = log
+        self.detail = ""
 
     def _buffer_trap(self, pc: int, call: str, ptr: int, n: int) -> int:
         return self.trap(TrapKind.HOST_CALL_FAILED, pc, ptr,
@@ -185,8 +200,7 @@ def berm_py_ecall(key, pc, number, a0, a1, readable):
     try:
         if number == LOG:
             return region.log_line(pc, a0, a1, readable)
-        linker = region.linker
-        cap = linker.lookup(number) if linker is not None else None
+        cap = region.lookup(number)
         if cap is None:
             return region.trap(TrapKind.UNKNOWN_HOST_CALL, pc, number, unknown_call_detail(number))
         if not readable:
@@ -202,7 +216,7 @@ def berm_py_ecall(key, pc, number, a0, a1, readable):
             return region.trap(TrapKind.HOST_CALL_FAILED, pc, number, f"{cap.name}: {type(exc).__name__}: {exc}")
         n = len(reply)
         if n <= region.stage_room:
-            _memmove(region.staged, reply, n)
+            region.stage_view[:n] = reply
         else:
             region.restage(reply)
         return n | flag
