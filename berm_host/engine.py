@@ -33,7 +33,6 @@ from berm_host.traps import HostError, ToolFailure, Trap
 
 #: Receives (harness name, raw log line) for every ``berm.log``.
 EngineLog = Callable[[str, bytes], None]
-_monotonic = time.monotonic
 KINDS = ("aot", "interp")
 
 
@@ -127,6 +126,7 @@ class Harness:
 
     def __init__(self, image: Image, linker: Linker, name: str):
         self.image = image
+        self._engine = image.engine
         self.linker = linker
         self.name = name
         exports = tool_exports(image.facts)
@@ -145,12 +145,11 @@ class Harness:
         if entry is None:
             raise HostError(f"harness {self.name} has no tool {tool!r} (it has: {', '.join(self._entries)})")
         blob = args if type(args) is bytes else _blob(args)
-        deadline = _monotonic() + self.image.engine.deadline
         if self._call_tool is not None:
-            trap, failure, data, a0, a1 = self._call_tool(entry, blob, self.linker, self._log, deadline)
+            trap, failure, data, a0, a1 = self._call_tool(entry, blob, self.linker, self._log, self._engine.deadline)
         else:
-            r = self.image.backend.run(RunRequest(entry=entry, args=blob, linker=self.linker, deadline=deadline,
-                                                  log=self._log, read_result=True))
+            r = self.image.backend.run(RunRequest(entry=entry, args=blob, linker=self.linker, log=self._log,
+                                                  deadline=time.monotonic() + self._engine.deadline, read_result=True))
             trap, failure, data, a0, a1 = r.trap, r.failure, r.result, r.a0, r.a1
         if trap is not None:
             raise Trap(trap, tool)

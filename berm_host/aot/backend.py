@@ -7,6 +7,7 @@ invocation, zeroes the registers and runs the translated entry.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from berm_aot.cache import CodeCache
@@ -92,7 +93,8 @@ class AotBackend:
             region.int_args[i] = v & 0xFFFFFFFFFFFFFFFF
         args = bytes(request.args)
         region.bind(request.linker, request.log)
-        outcome = _run(region.ptr, request.entry, args, len(args), len(request.int_args), request.deadline or 0.0)
+        timeout = 0.0 if request.deadline is None else max(request.deadline - time.monotonic(), 1e-9)
+        outcome = _run(region.ptr, request.entry, args, len(args), len(request.int_args), timeout)
         trap = self.trap_info(region) if outcome == _TRAPPED else None
         regs = tuple(region.regs)
         result = None
@@ -104,9 +106,9 @@ class AotBackend:
         return RunResult(regs=regs, pc=trap.pc if trap else 0, trap=trap, failure=failure, result=result,
                          snapshot=snapshot)
 
-    def call_tool(self, entry: int, args: bytes, linker, log, deadline: float) -> ToolOutcome:
-        """The harness fast path: ``run`` minus the register file and snapshots. Returns (trap, failure text,
-        result bytes — None when (a0, a1) is not readable, a0, a1).
+    def call_tool(self, entry: int, args: bytes, linker, log, timeout: float) -> ToolOutcome:
+        """The harness fast path: ``run`` minus the register file and snapshots, interrupted ``timeout`` seconds
+        from now. Returns (trap, failure text, result bytes — None when (a0, a1) is not readable, a0, a1).
 
         Every step is inlined (a Python call costs ~50 ns): pool pop, one core call (reset + run, GIL released),
         two register reads and one slice of guest memory. Nothing here can raise between taking the region and
@@ -119,7 +121,7 @@ class AotBackend:
             region.lookup = linker.lookup if linker is not None else NO_CAPABILITIES
         region.log = log
         region.detail = ""
-        outcome = _run(region.ptr, entry, args, len(args), 0, deadline)
+        outcome = _run(region.ptr, entry, args, len(args), 0, timeout)
         regs = region.regs
         a0 = regs[10]
         a1 = regs[11]

@@ -379,7 +379,8 @@ static uintptr_t native_limit(void) {
 
 /* ---------------------------------------------------------------- invocation */
 
-int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double deadline) {
+int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double timeout) {
+    double deadline = timeout > 0 ? monotonic_now() + timeout : 0;
     berm_ctx *c = &r->ctx;
     if (r->used) reset_memory(r);
     r->used = 1;

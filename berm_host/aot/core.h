@@ -46,7 +46,9 @@ berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_l
 void berm_image_free(berm_image *im);
 berm_region *berm_region_new(const berm_image *im, uint64_t key);
 void berm_region_free(berm_region *r);
-int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double deadline);
+/* timeout: seconds from now until the watchdog interrupts the run (read on CLOCK_MONOTONIC here, which saves the
+ * caller a clock read); <= 0 = none. */
+int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double timeout);
 int berm_watchdog_start(double interval);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
 /* API (end) */
