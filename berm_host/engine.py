@@ -20,13 +20,12 @@ from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
-from berm_aot.elf import read_elf
 from berm_aot.errors import ElfError, ManifestError, NoManifestError
 from berm_aot.image import ElfImage
 from berm_aot.manifest import Manifest, load_manifest, tool_exports
 from berm_aot.program import Program
 from berm_host.backend import Backend, RunRequest
-from berm_host.image_facts import ElfFacts, load_facts
+from berm_host.image_facts import ElfFacts, load_facts, read_elf
 from berm_host.layout import DEFAULT_MEMORY, check_memory_size
 from berm_host.linker import Linker
 from berm_host.traps import HostError, ToolFailure, Trap

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import berm_aot
 from berm_aot.cache import CodeCache, cache_key
-from berm_aot.elf import read_elf
 from berm_aot.image import ElfImage, Segment, Symbol
 from berm_aot.manifest import TOOL_PREFIX, tool_exports
 
@@ -98,6 +97,14 @@ class ElfFacts:
         except (ValueError, KeyError, TypeError):
             return None
         return cls(sha256, tuple(segments), symbols, manifest, raw)
+
+
+def read_elf(raw: bytes) -> ElfImage:
+    """``berm_aot.elf.read_elf``, imported on first use: pyelftools costs tens of milliseconds of import, which a
+    process that only loads cached images never pays."""
+    from berm_aot.elf import read_elf as read
+
+    return read(raw)
 
 
 def facts_key(sha256: str) -> str:
