@@ -1,8 +1,10 @@
 """``berm call ELF TOOL [JSON]``: call one tool of a harness image, granting exactly what the command line says.
 
 The command line is a one-entry declaration: ``--grant`` names capabilities, ``--root`` bounds fs and exec,
-``--host`` bounds http; a grant without its bound is absent, as everywhere. Exit status: 0 with the result on
-stdout; 1 when the tool failed (its message on stderr); 2 on a trap or any host error.
+``--host`` bounds http; a grant without its bound is absent, as everywhere. With ``--daemon``, the call goes
+through a running daemon's queue instead (``berm serve``), to the harness its declarations name, with the grants
+those declarations give. Exit status: 0 with the result on stdout; 1 when the tool failed (its message on
+stderr); 2 on a trap or any host error.
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ def add_arguments(p) -> None:
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="invocation deadline (default 60)")
     p.add_argument("--name", help="the harness name: its kv namespace (default: the image's file name stem)")
     p.add_argument("--data-dir", type=Path, help="where kv data lives (default: $BERM_DATA_DIR or the user data dir)")
+    p.add_argument("--daemon", nargs="?", const="", metavar="SOCKET",
+                   help="call the harness of that name in a running daemon (berm serve) over its control socket "
+                        "(default socket: $BERM_SOCKET or the user runtime dir); its declaration grants, so the "
+                        "options above do not apply")
+
+#: Options that describe a one-entry declaration: meaningless when a daemon's own declarations decide.
+_LOCAL_ONLY = ("grant", "root", "host", "memory", "timeout", "name", "data_dir")
 
 
 def _declaration(args):
@@ -61,14 +70,34 @@ def _log(name: str, line: bytes) -> None:
     print(f"[{name}] {line.decode('utf-8', 'replace')}", file=sys.stderr)
 
 
-def run(args) -> int:
-    from berm_host.engine import Engine  # the engine pulls in the compiler and runtime; only `call` needs them
+def _through_daemon(args) -> int:
+    from berm_host.daemon import DaemonClient, RemoteError, default_socket
 
+    given = [f"--{o.replace('_', '-')}" for o in _LOCAL_ONLY if getattr(args, o) not in (None, [])]
+    if given:
+        print(f"berm call: {', '.join(given)} cannot be combined with --daemon: the daemon's declarations grant",
+              file=sys.stderr)
+        return 2
+    client = DaemonClient(Path(args.daemon) if args.daemon else default_socket())
+    try:
+        result = client.call(str(args.elf), args.tool, args.json)
+    except RemoteError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1 if exc.kind == "failure" else 2
+    print(result)
+    return 0
+
+
+def run(args) -> int:
     try:
         json.loads(args.json)
     except ValueError as exc:
         print(f"berm call: the arguments are not valid JSON: {exc}", file=sys.stderr)
         return 2
+    if args.daemon is not None:
+        return _through_daemon(args)
+    from berm_host.engine import Engine  # the engine pulls in the compiler and runtime; only `call` needs them
+
     decl = _declaration(args)
     linker = linker_for(decl, data_dir=args.data_dir)
     options = {"kind": args.engine, "log": _log}

@@ -328,3 +328,27 @@ def test_berm_schedule_add_list_cancel_against_a_running_daemon(images, tmp_path
         assert daemon.queue.list() == []
     finally:
         daemon.stop()
+
+
+def test_berm_call_through_a_running_daemon(images, tmp_path, capsys):
+    from berm_cli.main import main
+
+    config = _config(images, tmp_path)
+    config.declarations.write_text(DECLARATIONS + '\n[[harnesses]]\nname = "fixture"\n')
+    daemon = Daemon(config)
+    daemon.start()
+    try:
+        via = ["call", "--daemon", str(config.socket)]
+        assert main([*via, "fixture", "echo", '{"a":1}']) == 0
+        assert capsys.readouterr().out == '{"echo":{"a":1}}\n'
+        assert main([*via, "fixture", "boom"]) == 1
+        assert "boom, as requested" in capsys.readouterr().err
+        assert main([*via, "nobody", "echo"]) == 2
+        assert "nobody" in capsys.readouterr().err
+        assert main([*via, "fixture", "echo", "--grant", "fs"]) == 2
+        assert "--grant cannot be combined with --daemon" in capsys.readouterr().err
+        assert daemon.queue.stats()["harnesses"]["fixture"]["invocations"] >= 2
+    finally:
+        daemon.stop()
+    assert main(["call", "--daemon", str(config.socket), "fixture", "echo"]) == 2
+    assert "no daemon is listening" in capsys.readouterr().err
