@@ -187,10 +187,8 @@ def test_return_to_a_forged_address(images):
 
 
 def test_infinite_loop_hits_the_deadline(images):
-    start = time.monotonic()
     r = run(images[0], "spin", deadline=time.monotonic() + 0.2)
     assert r.trap is not None and r.trap.kind is TrapKind.INTERRUPTED
-    assert time.monotonic() - start < 30
     assert "spin" in r.trap.where
 
 
