@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from berm_abi.errors import FrameError
-from berm_abi.frames import decode_request, field_int, field_text
+from berm_abi.frames import decode_request, field_text
 from berm_host.linker import CapabilityError, CapabilityFn
 
 
@@ -27,13 +27,6 @@ def fields(data: bytes, names: tuple[str, ...], *,
 def text(value: bytes, what: str) -> str:
     try:
         return field_text(value, what)
-    except FrameError as exc:
-        raise CapabilityError(str(exc)) from None
-
-
-def integer(value: bytes, what: str) -> int:
-    try:
-        return field_int(value, what)
     except FrameError as exc:
         raise CapabilityError(str(exc)) from None
 

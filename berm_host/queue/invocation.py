@@ -34,10 +34,6 @@ class Context:
     sender: str = ""
     depth: int = 0
 
-    def caused(self) -> "Context":
-        """The context of work enqueued by the invocation running under this context."""
-        return Context(self.agent, self.conversation, self.sender, self.depth + 1)
-
 
 @dataclass(frozen=True)
 class Invocation:

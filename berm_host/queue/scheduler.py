@@ -103,10 +103,6 @@ class Scheduler:
         with self._cond:
             return SchedulerStats(**self._n)
 
-    def in_flight(self) -> list[Entry]:
-        with self._cond:
-            return list(self._inflight.values())
-
     # --- the thread -----------------------------------------------------------------------------------------
 
     def _loop(self) -> None:

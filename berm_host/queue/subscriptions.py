@@ -34,12 +34,6 @@ class Subscriptions:
             if sub not in self._subs:
                 self._subs.append(sub)
 
-    def remove(self, topic: str, harness: str) -> bool:
-        with self._lock:
-            before = len(self._subs)
-            self._subs = [s for s in self._subs if (s.topic, s.harness) != (topic, harness)]
-            return len(self._subs) != before
-
     def take(self, topic: str) -> list[Subscription]:
         """The subscriptions an event on ``topic`` is delivered to; ``once`` ones are consumed."""
         with self._lock:
