@@ -10,7 +10,7 @@ from berm_host.backend import RunRequest
 from berm_host.interp import InterpBackend
 from tests import progen
 from tests.progen import Function
-from tests.rvenc import Label, Op, la, li
+from tests.rvenc import Op, la, li
 from tests.test_aot_diff import assert_same, run_both
 
 RA, SP, T0, T1, T2, S2, S3, S4, S5, A0 = 1, 2, 5, 6, 7, 18, 19, 20, 21, 10

@@ -120,8 +120,8 @@ def main() -> int:
     failures = sum(h["traps"] + h["failures"] + h["errors"] for h in stats["harnesses"].values())
     waits = [h["max_wait"] for h in stats["harnesses"].values()]
     sched = stats["scheduler"]
-    print(f"| engine | wakes | harnesses | workers | seconds | wakes/s | lost | duplicated | failed "
-          f"| drains | spill events | scheduler wakeups | max queue wait |")
+    print("| engine | wakes | harnesses | workers | seconds | wakes/s | lost | duplicated | failed "
+          "| drains | spill events | scheduler wakeups | max queue wait |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print(f"| {args.engine} | {args.wakes} | {args.harnesses} | {args.workers} | {elapsed:.2f} "
           f"| {args.wakes / elapsed:,.0f} | {len(lost)} | {len(duplicated)} | {failures} | {sched['drains']} "
