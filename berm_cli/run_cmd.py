@@ -61,12 +61,9 @@ def _load(args):
     if args.engine == "interp":
         program = Program.from_image(read_elf_file(args.elf))
         return program, InterpBackend(program, size)
-    try:
-        from berm_host.engine import Engine
+    from berm_host.engine import Engine
 
-        image = Engine(kind="aot", memory_size=size, deadline=args.timeout).load(args.elf)
-    except ImportError:
-        raise BermError("the aot engine is not available yet") from None
+    image = Engine(kind="aot", memory_size=size, deadline=args.timeout).load(args.elf)
     return image.program, image.backend
 
 
