@@ -27,6 +27,7 @@ class RunRequest:
     deadline: float | None = None  # time.monotonic() instant after which the guest is interrupted
     log: LogSink | None = None
     read_result: bool = False  # copy the bytes at (a0, a1) out of guest memory after a normal return
+    max_result: int | None = None  # with read_result: a result longer than this is not copied (result None)
     snapshot: tuple[tuple[int, int], ...] = ()  # (addr, length) ranges of guest memory to copy out at the end
 
 

@@ -26,7 +26,7 @@ from berm_aot.manifest import Manifest, load_manifest, tool_exports
 from berm_aot.program import Program
 from berm_host.backend import Backend, RunRequest
 from berm_host.image_facts import ElfFacts, load_facts, read_elf
-from berm_host.layout import DEFAULT_MEMORY, check_memory_size
+from berm_host.layout import DEFAULT_MAX_RESULT, DEFAULT_MEMORY, check_memory_size
 from berm_host.linker import Linker
 from berm_host.traps import HostError, ToolFailure, Trap
 
@@ -37,12 +37,17 @@ KINDS = ("aot", "interp")
 
 class Engine:
     def __init__(self, *, kind: str = "aot", memory_size: int = DEFAULT_MEMORY, cache_dir: Path | None = None,
-                 deadline: float = 60.0, log: EngineLog | None = None, jobs: int | None = None):
+                 deadline: float = 60.0, log: EngineLog | None = None, jobs: int | None = None,
+                 max_result: int = DEFAULT_MAX_RESULT):
+        """``max_result``: the longest tool result (bytes) ``Harness.call`` accepts; a longer one is a HostError."""
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, not {kind!r}")
         if not deadline > 0:
             raise ValueError(f"the deadline must be a positive number of seconds, not {deadline!r}")
+        if type(max_result) is not int or max_result < 0:
+            raise ValueError(f"the result cap must be a number of bytes, not {max_result!r}")
         self.kind = kind
+        self.max_result = max_result
         self.memory_size = check_memory_size(memory_size)
         self.cache = CodeCache(cache_dir)
         self.deadline = deadline
@@ -134,6 +139,7 @@ class Harness:
         self._log = partial(log, name) if log is not None else None
         #: translated code has a fast path that skips the register file (the interpreter does not)
         self._call_tool = getattr(image.backend, "call_tool", None)
+        self._max_result = image.engine.max_result
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -145,16 +151,21 @@ class Harness:
             raise HostError(f"harness {self.name} has no tool {tool!r} (it has: {', '.join(self._entries)})")
         blob = args if type(args) is bytes else _blob(args)
         if self._call_tool is not None:
-            trap, failure, data, a0, a1 = self._call_tool(entry, blob, self.linker, self._log, self._engine.deadline)
+            trap, failure, data, a0, a1 = self._call_tool(entry, blob, self.linker, self._log, self._engine.deadline,
+                                                          self._max_result)
         else:
             r = self.image.backend.run(RunRequest(entry=entry, args=blob, linker=self.linker, log=self._log,
-                                                  deadline=time.monotonic() + self._engine.deadline, read_result=True))
+                                                  deadline=time.monotonic() + self._engine.deadline, read_result=True,
+                                                  max_result=self._max_result))
             trap, failure, data, a0, a1 = r.trap, r.failure, r.result, r.a0, r.a1
         if trap is not None:
             raise Trap(trap, tool)
         if failure is not None:
             raise ToolFailure(tool, failure.decode("utf-8", "replace"))
         if data is None:
+            cap = self._max_result
+            if a1 > cap and self.image.backend.layout.readable(a0, a1):
+                raise HostError(f"tool {tool} returned a result of {a1} bytes, over the cap of {cap} bytes")
             raise HostError(f"tool {tool} returned a result at {a0:#x} ({a1} bytes) that is not inside guest memory")
         try:
             return data.decode("utf-8")

@@ -25,6 +25,18 @@ DEFAULT_MEMORY = 64 << 20
 MIN_IMAGE_ADDR = PAGE
 #: Nested guest calls allowed before the "stack exhausted" trap; both engines count the same way.
 MAX_CALL_DEPTH = 10_000
+#: berm.fail keeps this many bytes of its text on every engine (the AOT core's BERM_FAIL_KEEP); see failure_text.
+MAX_FAIL_TEXT = 64 << 10
+#: A tool result longer than this is refused (a HostError naming both sizes), unless the Engine sets another cap.
+DEFAULT_MAX_RESULT = 16 << 20
+
+
+def failure_text(head: bytes, length: int) -> bytes:
+    """The recorded berm.fail text: ``head`` (its first ``MAX_FAIL_TEXT`` bytes) and, when the guest passed a
+    longer text (``length`` bytes), a marker saying so — the same bytes on every engine."""
+    if length <= len(head):
+        return head
+    return head + b" [... berm.fail text truncated: %d of %d bytes kept]" % (len(head), length)
 
 
 def stack_size(memory_size: int) -> int:

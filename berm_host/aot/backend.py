@@ -26,8 +26,9 @@ ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
 from .objects import ENTRY_SYMBOL, cached_object
 from .runtime import NO_CAPABILITIES, POOL_LIMIT, MemoryImage, Region, lib, load_code
 
-_OK, _TRAPPED, _FAILED = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAILED
+_OK, _TRAPPED, _FAILED, _TRIM = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAILED, lib.BERM_RUN_TRIM
 _run = lib.berm_run
+_trim = lib.berm_region_trim
 
 
 def image_hull(image: ElfImage | ElfFacts, layout: Layout) -> bytes:
@@ -95,20 +96,25 @@ class AotBackend:
         region.bind(request.linker, request.log)
         timeout = 0.0 if request.deadline is None else max(request.deadline - time.monotonic(), 1e-9)
         outcome = _run(region.ptr, request.entry, args, len(args), len(request.int_args), timeout)
-        trap = self.trap_info(region) if outcome == _TRAPPED else None
+        kind = outcome & ~_TRIM
+        trap = self.trap_info(region) if kind == _TRAPPED else None
         regs = tuple(region.regs)
         result = None
-        if request.read_result and outcome in (_OK, _FAILED) and self.layout.readable(regs[10], regs[11]):
+        if (request.read_result and kind in (_OK, _FAILED) and self.layout.readable(regs[10], regs[11])
+                and (request.max_result is None or regs[11] <= request.max_result)):
             result = region.read(regs[10], regs[11])
         snapshot = tuple(region.copy_out(addr, n) for addr, n in request.snapshot)
         failure = region.failure()
+        if outcome & _TRIM:
+            _trim(region.ptr)
         memory.release(region)
         return RunResult(regs=regs, pc=trap.pc if trap else 0, trap=trap, failure=failure, result=result,
                          snapshot=snapshot)
 
-    def call_tool(self, entry: int, args: bytes, linker, log, timeout: float) -> ToolOutcome:
+    def call_tool(self, entry: int, args: bytes, linker, log, timeout: float, max_result: int) -> ToolOutcome:
         """The harness fast path: ``run`` minus the register file and snapshots, interrupted ``timeout`` seconds
-        from now. Returns (trap, failure text, result bytes — None when (a0, a1) is not readable, a0, a1).
+        from now. Returns (trap, failure text, result bytes — None when (a0, a1) is not readable or a1 is over
+        ``max_result``, a0, a1).
 
         Every step is inlined (a Python call costs ~50 ns): pool pop, one core call (reset + run, GIL released),
         two register reads and one slice of guest memory. Nothing here can raise between taking the region and
@@ -125,16 +131,26 @@ class AotBackend:
         regs = region.regs
         a0 = regs[10]
         a1 = regs[11]
-        if outcome == _OK:
+        if outcome == _OK and a1 <= max_result:
             out = None, None, region.memory[a0:a0 + a1], a0, a1
-        elif outcome == _TRAPPED:
-            out = self.trap_info(region), None, None, a0, a1
-        elif outcome == _FAILED:
-            out = None, region.failure(), None, a0, a1
         else:
-            out = None, None, None, a0, a1
+            out = self._outcome(region, outcome, a0, a1, max_result)
         if len(pool) < POOL_LIMIT:
             pool.append(region)
+        return out
+
+    def _outcome(self, region: Region, outcome: int, a0: int, a1: int, max_result: int) -> ToolOutcome:
+        """``call_tool``'s every other case: a trap, a failure, a result that is unreadable or over the cap, and a
+        region that now keeps too much memory resident (trimmed here, after its result has been read)."""
+        kind = outcome & ~_TRIM
+        if kind == _TRAPPED:
+            out = self.trap_info(region), None, None, a0, a1
+        elif kind == _FAILED:
+            out = None, region.failure(), None, a0, a1
+        else:
+            out = None, None, region.memory[a0:a0 + a1] if kind == _OK and a1 <= max_result else None, a0, a1
+        if outcome & _TRIM:
+            _trim(region.ptr)
         return out
 
     def trap_info(self, region: Region) -> TrapInfo | None:

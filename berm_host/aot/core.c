@@ -87,21 +87,22 @@ static void mark_range(berm_region *r, uint64_t a, uint64_t n) {
     }
 }
 
-/* Restore [a, a+n) (inside one page) to its initial contents. */
-static void restore(berm_region *r, uint64_t a, uint64_t n) {
+/* Restore [a, a+n) (inside one page) to its initial contents. With `drop`, zero-initial memory (at or above the
+ * image's file bytes) is left alone: the caller hands it back to the kernel, which reads it back as zero. */
+static void restore(berm_region *r, uint64_t a, uint64_t n, int drop) {
     const berm_image *im = r->image;
     if (a >= im->hull_lo && a < im->pristine_end)
         memcpy(r->ctx.mem + a, im->pristine + (a - im->hull_lo), n);
-    else
+    else if (!drop || a < im->hull_lo)
         memset(r->ctx.mem + a, 0, n);
 }
 
 /* Restore [a, end), any number of pages. */
-static void restore_range(berm_region *r, uint64_t a, uint64_t end) {
+static void restore_range(berm_region *r, uint64_t a, uint64_t end, int drop) {
     while (a < end) {
         uint64_t stop = (a | (PAGE - 1)) + 1;
         if (stop > end) stop = end;
-        restore(r, a, stop - a);
+        restore(r, a, stop - a, drop);
         a = stop;
     }
 }
@@ -127,8 +128,8 @@ static void note_write(berm_region *r, uint64_t a, uint64_t n) {
     mark_range(r, a, n);
 }
 
-static void reset_memory(berm_region *r) {
-    for (int i = 0; i < r->n_core; i++) restore_range(r, r->core_lo[i], r->core_hi[i]);
+static void reset_memory(berm_region *r, int drop) {
+    for (int i = 0; i < r->n_core; i++) restore_range(r, r->core_lo[i], r->core_hi[i], drop);
     r->n_core = 0;
     uint8_t *coarse = r->ctx.coarse, *dirty = r->ctx.dirty;
     for (uint64_t c = 0; c < r->ncoarse; c += 8) {
@@ -143,12 +144,57 @@ static void reset_memory(berm_region *r) {
             for (uint64_t p = p0; p < p1; p++) {
                 if (!dirty[p]) continue;
                 dirty[p] = 0;
-                restore(r, p << BERM_PAGE_SHIFT, PAGE);
+                restore(r, p << BERM_PAGE_SHIFT, PAGE, drop);
                 /* a store of up to 8 bytes at the end of page p spills into the start of page p+1 */
-                if (p + 1 < r->npages) restore(r, (p + 1) << BERM_PAGE_SHIFT, 8);
+                if (p + 1 < r->npages) restore(r, (p + 1) << BERM_PAGE_SHIFT, 8, drop);
             }
         }
     }
+}
+
+/* Blocks below this one hold only the image's file bytes (memcpy'd at reset, bounded by the image): they are
+ * preset in the touched map and never counted. */
+static uint64_t first_zero_block(const berm_region *r) { return r->image->pristine_end >> BERM_COARSE_SHIFT; }
+
+static void touched_clear(berm_region *r) {
+    memset(r->touched, 0, r->ncoarse);
+    memset(r->touched, 1, first_zero_block(r));
+    r->n_touched = 0;
+}
+
+static void touch_block(berm_region *r, uint64_t cc) {
+    if (!r->touched[cc]) {
+        r->touched[cc] = 1;
+        r->n_touched++;
+    }
+}
+
+/* Add the blocks the last run wrote (its stores and the core's writes) to the touched map; returns whether the
+ * region now keeps more than BERM_RESIDENT_KEEP resident. One pass over the coarse map, 8 blocks per step. */
+static int over_resident(berm_region *r) {
+    uint8_t *coarse = r->ctx.coarse, *touched = r->touched;
+    for (uint64_t c = 0; c < r->ncoarse; c += 8) {
+        uint64_t word, seen;
+        memcpy(&word, coarse + c, 8);
+        memcpy(&seen, touched + c, 8);
+        uint64_t fresh = word & ~seen; /* bytes are 0 or 1 */
+        if (!fresh) continue;
+        seen |= fresh;
+        memcpy(touched + c, &seen, 8);
+        r->n_touched += (uint64_t)__builtin_popcountll(fresh);
+    }
+    for (int i = 0; i < r->n_core; i++)
+        for (uint64_t cc = r->core_lo[i] >> BERM_COARSE_SHIFT; cc <= (r->core_hi[i] - 1) >> BERM_COARSE_SHIFT; cc++)
+            touch_block(r, cc);
+    return (r->n_touched << BERM_COARSE_SHIFT) > BERM_RESIDENT_KEEP;
+}
+
+void berm_region_trim(berm_region *r) {
+    const berm_image *im = r->image;
+    reset_memory(r, 1);
+    if (im->pristine_end < r->size) madvise(r->ctx.mem + im->pristine_end, r->size - im->pristine_end, MADV_DONTNEED);
+    touched_clear(r);
+    r->used = 0;
 }
 
 /* ---------------------------------------------------------------- host calls */
@@ -208,13 +254,14 @@ static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, ui
             buffer_trap(r, pc, "berm.fail", a0, a1, "readable");
             return 0;
         }
-        if (!grow(&r->fail, &r->fail_cap, a1)) {
+        uint64_t keep = a1 < BERM_FAIL_KEEP ? a1 : BERM_FAIL_KEEP;
+        if (!grow(&r->fail, &r->fail_cap, keep)) {
             berm_set_trap(c, BERM_TRAP_CALL_FAILED, pc, a0, 0);
             snprintf(r->trap_msg, sizeof r->trap_msg, "berm.fail: out of host memory for %llu bytes",
                      (unsigned long long)a1);
             return 0;
         }
-        if (a1) memcpy(r->fail, c->mem + a0, a1);
+        if (keep) memcpy(r->fail, c->mem + a0, keep);
         r->fail_len = a1;
         r->has_fail = 1;
         return 0;
@@ -241,6 +288,21 @@ static double monotonic_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* With live_lock held: set the interrupt flag of run `generation` if that run is still going. Runs start (and bump
+ * the generation, and clear the flag) under the lock, so a request for an ended run never reaches a later one. */
+static int interrupt_locked(berm_region *r, uint64_t generation) {
+    if (r->generation != generation || !__atomic_load_n(&r->running, __ATOMIC_ACQUIRE)) return 0;
+    r->ctx.interrupt = 1;
+    return 1;
+}
+
+int berm_interrupt(berm_region *r, uint64_t generation) {
+    pthread_mutex_lock(&live_lock);
+    int done = interrupt_locked(r, generation);
+    pthread_mutex_unlock(&live_lock);
+    return done;
+}
+
 static void *watchdog_main(void *arg) {
     (void)arg;
     struct timespec pause = {(time_t)watchdog_interval, (long)((watchdog_interval - (time_t)watchdog_interval) * 1e9)};
@@ -249,8 +311,7 @@ static void *watchdog_main(void *arg) {
         double now = monotonic_now();
         pthread_mutex_lock(&live_lock);
         for (berm_region *r = live; r; r = r->next)
-            if (__atomic_load_n(&r->running, __ATOMIC_ACQUIRE) && r->deadline > 0 && now >= r->deadline)
-                r->ctx.interrupt = 1;
+            if (r->deadline > 0 && now >= r->deadline) interrupt_locked(r, r->generation);
         pthread_mutex_unlock(&live_lock);
     }
     return NULL;
@@ -296,15 +357,18 @@ berm_region *berm_region_new(const berm_image *im, uint64_t key) {
     r->ncoarse = ((im->size >> BERM_COARSE_SHIFT) + 1 + 7) & ~(uint64_t)7;
     r->ctx.dirty = calloc(1, r->npages);
     r->ctx.coarse = calloc(1, r->ncoarse);
+    r->touched = malloc(r->ncoarse);
     void *mem = mmap(NULL, im->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (!r->ctx.dirty || !r->ctx.coarse || mem == MAP_FAILED) {
+    if (!r->ctx.dirty || !r->ctx.coarse || !r->touched || mem == MAP_FAILED) {
         if (mem != MAP_FAILED) munmap(mem, im->size);
         free(r->ctx.dirty);
         free(r->ctx.coarse);
+        free(r->touched);
         free(r);
         return NULL;
     }
     r->ctx.mem = mem;
+    touched_clear(r);
     /* copy in the non-zero pages of the image; zero pages (.bss) stay untouched */
     for (uint64_t a = im->hull_lo; a < im->pristine_end; a += PAGE) {
         const uint8_t *src = im->pristine + (a - im->hull_lo);
@@ -344,6 +408,7 @@ void berm_region_free(berm_region *r) {
     munmap(r->ctx.mem, r->size); /* never r->image: it may be freed first at interpreter exit */
     free(r->ctx.dirty);
     free(r->ctx.coarse);
+    free(r->touched);
     free(r->fail);
     free(r);
 }
@@ -382,7 +447,7 @@ static uintptr_t native_limit(void) {
 int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double timeout) {
     double deadline = timeout > 0 ? monotonic_now() + timeout : 0;
     berm_ctx *c = &r->ctx;
-    if (r->used) reset_memory(r);
+    if (r->used) reset_memory(r, 0);
     r->used = 1;
     memset(c->regs, 0, sizeof c->regs);
     c->regs[2] = r->image->size - 16;
@@ -401,15 +466,17 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     pthread_mutex_lock(&live_lock);
     r->deadline = deadline;
     c->interrupt = 0;
+    r->generation++;
     r->running = 1;
     pthread_mutex_unlock(&live_lock);
     uint64_t t = ((berm_enter_fn)r->enter)(c, entry);
     /* No lock to stop: a watchdog that still saw this run as running may set the interrupt flag of the idle
      * region, and the next run clears it under the lock (after that scan has released it). */
     __atomic_store_n(&r->running, 0, __ATOMIC_RELEASE);
-    if (t == BERM_TRAPPED) return BERM_RUN_TRAPPED;
-    if (r->has_fail) return BERM_RUN_FAILED;
-    return readable(r->image, c->regs[10], c->regs[11]) ? BERM_RUN_OK : BERM_RUN_BAD_RESULT;
+    int trim = over_resident(r) ? BERM_RUN_TRIM : 0;
+    if (t == BERM_TRAPPED) return BERM_RUN_TRAPPED | trim;
+    if (r->has_fail) return BERM_RUN_FAILED | trim;
+    return (readable(r->image, c->regs[10], c->regs[11]) ? BERM_RUN_OK : BERM_RUN_BAD_RESULT) | trim;
 }
 
 /* ---------------------------------------------------------------- translated images */

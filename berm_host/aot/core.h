@@ -12,6 +12,15 @@ typedef struct berm_image berm_image;
 /* How many separate ranges of core writes a region remembers byte-exact before marking whole pages. */
 #define BERM_CORE_RANGES 4
 
+/* An idle region keeps at most this much zero-initial memory (above the image's file bytes) resident: beyond it,
+ * berm_region_trim hands it back to the kernel (madvise) instead of zeroing it in place. Counted in coarse blocks
+ * (256 KiB) written since the last trim: 4 MiB per region, 64 MiB for a full pool of 16. Zeroing a resident page
+ * costs ~0.1 us, refaulting a released one ~1.3 us: guests that keep reusing a few MiB stay on the fast path. */
+#define BERM_RESIDENT_KEEP ((uint64_t)4 << 20)
+
+/* The longest berm.fail text kept (longer ones are cut here; the Python side adds the truncation marker). */
+#define BERM_FAIL_KEEP ((uint64_t)64 << 10)
+
 /* One reusable guest memory region and the state of the invocation running in it. */
 typedef struct berm_region {
     berm_ctx ctx; /* first: translated code sees only this part */
@@ -21,8 +30,8 @@ typedef struct berm_region {
     const char *args; /* the invocation's argument blob (owned by Python for the duration of the call) */
     const uint8_t *staged; /* the last capability reply, for berm.result.read (a buffer owned by Python) */
     uint64_t staged_len;
-    uint8_t *fail; /* the last berm.fail text */
-    uint64_t fail_len, fail_cap;
+    uint8_t *fail; /* the first BERM_FAIL_KEEP bytes of the last berm.fail text */
+    uint64_t fail_len, fail_cap; /* fail_len: the full length the guest passed */
     int has_fail;
     int used; /* memory may be dirty: reset before the next invocation */
     /* guest memory the core itself wrote (host-call buffers) since the last reset: [core_lo[i], core_hi[i]) */
@@ -30,14 +39,21 @@ typedef struct berm_region {
     int n_core;
     uint64_t key; /* names the Python object serving callbacks for this region (runtime.py's registry) */
     uint64_t size, npages, ncoarse;
+    /* coarse blocks of zero-initial memory written since the last trim (blocks holding only file bytes preset) */
+    uint8_t *touched;
+    uint64_t n_touched;
     char trap_msg[200]; /* detail of a host-call-failed trap raised by the core */
     double deadline;    /* CLOCK_MONOTONIC seconds (time.monotonic()); 0 = none */
     int running;        /* set under the watchdog's lock, cleared by an atomic store */
+    uint64_t generation; /* counts runs (under the watchdog's lock): an interrupt names the run it is meant for */
     struct berm_region *prev, *next; /* every live region, for the watchdog */
 } berm_region;
 
 /* Outcome of berm_run. */
 enum { BERM_RUN_OK = 0, BERM_RUN_TRAPPED = 1, BERM_RUN_FAILED = 2, BERM_RUN_BAD_RESULT = 3 };
+/* Or'ed into berm_run's outcome: the region now holds more than BERM_RESIDENT_KEEP of written zero-initial memory;
+ * call berm_region_trim once the result has been read, before pooling it. */
+enum { BERM_RUN_TRIM = 8 };
 
 /* API (begin): _build.py reads the declarations between these markers into cffi's cdef */
 berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
@@ -48,6 +64,11 @@ berm_region *berm_region_new(const berm_image *im, uint64_t key);
 void berm_region_free(berm_region *r);
 /* timeout: seconds from now until the watchdog interrupts the run (read on CLOCK_MONOTONIC here, which saves the
  * caller a clock read); <= 0 = none. */
+/* Reset the region now (its next run starts clean) and release its zero-initial memory to the kernel. */
+void berm_region_trim(berm_region *r);
+/* Interrupt run `generation` of the region if it is still running; 1 when the flag was set, 0 for a run that has
+ * ended (the watchdog's path, also callable from Python). */
+int berm_interrupt(berm_region *r, uint64_t generation);
 int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double timeout);
 int berm_watchdog_start(double interval);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);

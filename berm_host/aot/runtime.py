@@ -13,7 +13,7 @@ import weakref
 
 from berm_abi.names import ERROR_BIT, core_number
 from berm_host.backend import LogSink
-from berm_host.layout import MAX_CALL_DEPTH, Layout
+from berm_host.layout import MAX_CALL_DEPTH, Layout, failure_text
 from berm_host.linker import CapabilityError, Linker, unknown_call_detail
 from berm_host.traps import HostError, TrapKind
 
@@ -144,8 +144,12 @@ class Region:
         return kind, ctx.trap_pc, ctx.trap_addr, detail
 
     def failure(self) -> bytes | None:
+        """The last berm.fail text (the core keeps its first BERM_FAIL_KEEP bytes and its full length)."""
         p = self.ptr
-        return ffi.buffer(p.fail, p.fail_len)[:] if p.has_fail else None
+        if not p.has_fail:
+            return None
+        n = p.fail_len
+        return failure_text(ffi.buffer(p.fail, min(n, lib.BERM_FAIL_KEEP))[:], n)
 
     # -- host calls served in Python ----------------------------------------------------------------------------
 

@@ -99,7 +99,8 @@ class InterpBackend:
                 x[10 + i] = v & semantics.M
             pc, trap = self._execute(x, mem.buf, st, request.entry, request.deadline)
             result = None
-            if request.read_result and trap is None and self.layout.readable(x[10], x[11]):
+            if (request.read_result and trap is None and self.layout.readable(x[10], x[11])
+                    and (request.max_result is None or x[11] <= request.max_result)):
                 result = mem.buf[x[10]:x[10] + x[11]]
             snapshot = tuple(mem.copy_out(addr, n) for addr, n in request.snapshot)
             return RunResult(regs=tuple(x), pc=pc, trap=trap, failure=st.failure, result=result, snapshot=snapshot)

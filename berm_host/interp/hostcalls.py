@@ -8,6 +8,7 @@ checked (nothing is read or written).
 from __future__ import annotations
 
 from berm_abi.names import ERROR_BIT, core_number
+from berm_host.layout import MAX_FAIL_TEXT, failure_text
 from berm_host.linker import CapabilityError, unknown_call_detail
 from berm_host.traps import TrapKind
 
@@ -27,12 +28,13 @@ def _buffer_error(call: str, ptr: int, n: int, access: str) -> GuestTrap:
                      f"{call}: the buffer at {ptr:#x} ({n} bytes) is not {access} guest memory")
 
 
-def _read(st, call: str, ptr: int, n: int) -> bytes:
+def _read(st, call: str, ptr: int, n: int, keep: int | None = None) -> bytes:
+    """The buffer ``[ptr, ptr+n)``, which must be readable; only its first ``keep`` bytes when ``keep`` is given."""
     if n == 0:
         return b""
     if not st.mem.layout.readable(ptr, n):
         raise _buffer_error(call, ptr, n, "readable")
-    return st.mem.buf[ptr:ptr + n]
+    return st.mem.buf[ptr:ptr + (n if keep is None else min(n, keep))]
 
 
 def _write(st, call: str, ptr: int, data: bytes) -> None:
@@ -62,7 +64,7 @@ def host_call(st, number: int, a0: int, a1: int) -> int:
                 raise GuestTrap(TrapKind.HOST_CALL_FAILED, number, f"berm.log: {type(exc).__name__}: {exc}") from None
         return 0
     if number == FAIL:
-        st.failure = _read(st, "berm.fail", a0, a1)
+        st.failure = failure_text(_read(st, "berm.fail", a0, a1, MAX_FAIL_TEXT), a1)
         return 0
     if number == HEAP_START:
         return st.mem.layout.heap_start

@@ -1,0 +1,220 @@
+"""Limits on what one invocation may cost the host: resident memory kept by pooled regions, the size of a tool's
+result and of its berm.fail text (the same on both engines), and interrupts that belong to one invocation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from berm_abi.names import CORE_CALLS, fnv1a64
+from berm_host.aot.runtime import lib
+from berm_host.engine import Engine
+from berm_host.layout import MAX_FAIL_TEXT
+from berm_host.linker import Linker
+from berm_host.traps import HostError, ToolFailure, Trap, TrapKind
+from tests.guests import guest_elf
+
+DIRTY_MIB = 32
+SIGNAL = "limits.signal"  # a test capability: the guest calls it, the host acts on the running invocation
+
+SOURCE = r"""
+typedef unsigned long u64;
+typedef struct { u64 ptr, len; } Pair;
+static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
+    register u64 r_a0 __asm__("a0") = a0, r_a1 __asm__("a1") = a1, r_a7 __asm__("a7") = n;
+    __asm__ volatile("ecall" : "+r"(r_a0) : "r"(r_a1), "r"(r_a7) : "memory");
+    return r_a0;
+}
+CALL_NUMBERS
+#define SIGNAL SIGNAL_NUMBER
+static char out[32];
+static Pair text(const char *s, u64 n) { Pair p = { (u64)s, n }; return p; }
+static u64 arg_number(void) {
+    char buf[24]; u64 n = ecall2(ARGS_READ, (u64)buf, sizeof buf), v = 0;
+    for (u64 i = 0; i < n && i < sizeof buf; i++) v = v * 10 + (buf[i] - '0');
+    return v;
+}
+
+/* Write one byte in every page of DIRTY MiB of heap. */
+Pair berm_tool_dirty(void) {
+    volatile char *heap = (volatile char *)ecall2(HEAP_START, 0, 0);
+    for (u64 a = 0; a < (DIRTY_MIB << 20); a += 4096) heap[a] = 1;
+    return text("ok", 2);
+}
+
+/* How many of those bytes are not zero (an earlier invocation's writes showing through). */
+Pair berm_tool_check(void) {
+    volatile char *heap = (volatile char *)ecall2(HEAP_START, 0, 0);
+    u64 seen = 0;
+    for (u64 a = 0; a < (DIRTY_MIB << 20); a += 4096) seen += heap[a] != 0;
+    out[0] = '0' + (seen > 9 ? 9 : seen);
+    return text(out, 1);
+}
+
+/* A result of as many (zero) bytes as the arguments say, or all of the heap. */
+Pair berm_tool_sized(void) {
+    u64 heap = ecall2(HEAP_START, 0, 0), n = arg_number();
+    return text((const char *)heap, n ? n : ecall2(HEAP_SIZE, 0, 0));
+}
+
+/* berm.fail with a text of as many bytes as the arguments say. */
+Pair berm_tool_longfail(void) {
+    char *heap = (char *)ecall2(HEAP_START, 0, 0);
+    u64 n = arg_number();
+    for (u64 i = 0; i < n; i++) heap[i] = 'a' + i % 26;
+    ecall2(FAIL, (u64)heap, n);
+    return text("unreachable", 11);
+}
+
+/* Call the signal capability, then spin for a bounded while (long enough for an interrupt to be noticed). */
+Pair berm_tool_signal(void) {
+    ecall2(SIGNAL, 0, 0);
+    volatile u64 x = 0;
+    for (u64 i = 0; i < 3000000; i++) x += i;
+    return text("done", 4);
+}
+
+__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = MANIFEST;
+void _start(void) {}
+"""
+
+TOOLS = ("dirty", "check", "sized", "longfail", "signal")
+
+
+@pytest.fixture(scope="module")
+def elf():
+    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": "", "parameters": {}}
+                                                        for t in TOOLS]})
+    numbers = "\n".join(f"#define {c.c_name} {c.number:#x}ul" for c in CORE_CALLS)
+    source = (SOURCE.replace("MANIFEST", json.dumps(manifest)).replace("CALL_NUMBERS", numbers)
+              .replace("SIGNAL_NUMBER", f"{fnv1a64(SIGNAL):#x}ul").replace("DIRTY_MIB", f"{DIRTY_MIB}ul"))
+    return guest_elf(source, keep=tuple(f"berm_tool_{t}" for t in TOOLS))
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def _harness(elf, cache_dir, kind="aot", linker=None, **options):
+    return Engine(kind=kind, cache_dir=cache_dir, deadline=10.0, **options).load(elf).harness(linker)
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) << 10
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+# -- 1. pooled regions do not keep what a guest dirtied resident ----------------------------------------------------
+
+def test_big_dirtying_invocations_leave_no_resident_memory_and_fresh_memory(elf, cache_dir):
+    h = _harness(elf, cache_dir)
+    assert h.call("check") == "0"
+    baseline = _rss()
+    for _ in range(4):
+        assert h.call("dirty") == "ok"
+        assert _rss() < baseline + (8 << 20)  # not the 32 MiB the guest wrote
+        assert h.call("check") == "0"  # and released memory reads back as zero
+    assert _rss() < baseline + (8 << 20)
+
+
+def test_run_path_trims_too(elf, cache_dir):
+    """``backend.run`` (the differential tests' path) trims as ``Harness.call`` does."""
+    from berm_host.backend import RunRequest
+
+    image = Engine(cache_dir=cache_dir, deadline=10.0).load(elf)
+    dirty, check = (RunRequest(entry=image.program.symbol(f"berm_tool_{t}"), read_result=True)
+                    for t in ("dirty", "check"))
+    assert image.backend.run(check).result == b"0"
+    baseline = _rss()
+    for _ in range(3):
+        assert image.backend.run(dirty).result == b"ok"
+        assert image.backend.run(check).result == b"0"
+    assert _rss() < baseline + (8 << 20)
+
+
+# -- 2. result and failure-text caps, identical on both engines ----------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+def test_result_cap(elf, cache_dir, kind):
+    h = _harness(elf, cache_dir, kind, max_result=1000)
+    assert h.call("sized", "1000") == "\0" * 1000
+    with pytest.raises(HostError, match="result of 1001 bytes, over the cap of 1000 bytes"):
+        h.call("sized", "1001")
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+def test_default_result_cap_refuses_a_result_spanning_the_heap(elf, cache_dir, kind):
+    h = _harness(elf, cache_dir, kind)
+    with pytest.raises(HostError, match=f"over the cap of {16 << 20} bytes"):
+        h.call("sized", "0")
+
+
+def test_result_cap_must_be_a_byte_count(cache_dir):
+    with pytest.raises(ValueError, match="result cap"):
+        Engine(cache_dir=cache_dir, max_result=-1)
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+def test_failure_text_is_cut_with_a_marker(elf, cache_dir, kind):
+    h = _harness(elf, cache_dir, kind)
+    alphabet = "abcdefghijklmnopqrstuvwxyz"
+    with pytest.raises(ToolFailure) as info:
+        h.call("longfail", str(MAX_FAIL_TEXT))
+    whole = (alphabet * (MAX_FAIL_TEXT // 26 + 1))[:MAX_FAIL_TEXT]
+    assert whole in str(info.value) and "truncated" not in str(info.value)
+    with pytest.raises(ToolFailure) as info:
+        h.call("longfail", str(3 * MAX_FAIL_TEXT))
+    message = str(info.value)
+    assert whole + f" [... berm.fail text truncated: {MAX_FAIL_TEXT} of {3 * MAX_FAIL_TEXT} bytes kept]" in message
+    assert len(message) < MAX_FAIL_TEXT + 200
+
+
+def test_core_and_interpreter_keep_the_same_failure_text_length():
+    assert lib.BERM_FAIL_KEEP == MAX_FAIL_TEXT
+
+
+# -- 3. an interrupt belongs to one invocation --------------------------------------------------------------------
+
+def _signalled(elf, cache_dir, act):
+    """A harness whose signal capability calls ``act(region)`` while the invocation runs, and its one region."""
+    linker = Linker()
+    h = _harness(elf, cache_dir, linker=linker)
+    assert h.call("check") == "0"
+    region = h.image.backend.memory.pool[-1]  # sequential calls run in this one region
+    linker.define(SIGNAL, lambda request: act(region) or b"")
+    return h, region
+
+
+def test_interrupt_for_the_running_invocation_interrupts_it(elf, cache_dir):
+    results = []
+    h, _ = _signalled(elf, cache_dir, lambda r: results.append(lib.berm_interrupt(r.ptr, r.ptr.generation)))
+    with pytest.raises(Trap) as info:
+        h.call("signal")
+    assert info.value.info.kind is TrapKind.INTERRUPTED and results == [1]
+
+
+def test_interrupt_for_an_ended_invocation_affects_no_later_one(elf, cache_dir):
+    generations, results = [], []
+
+    def act(region):
+        if generations:  # the second invocation asks to interrupt the first, which has ended
+            results.append(lib.berm_interrupt(region.ptr, generations[0]))
+        generations.append(region.ptr.generation)
+
+    h, region = _signalled(elf, cache_dir, act)
+    assert h.call("signal") == "done"
+    assert lib.berm_interrupt(region.ptr, generations[0]) == 0  # idle region: the run has ended
+    assert region.ptr.ctx.interrupt == 0
+    assert h.call("signal") == "done"
+    assert results == [0] and generations[1] == generations[0] + 1
+
+
+def test_interrupt_flag_left_on_an_idle_region_is_cleared_at_the_next_start(elf, cache_dir):
+    h, region = _signalled(elf, cache_dir, lambda r: None)
+    region.ptr.ctx.interrupt = 1  # as a watchdog scan racing the end of the last run could leave it
+    assert h.call("signal") == "done"
