@@ -5,6 +5,8 @@ The thread lives in the runtime core (C, no GIL): each invocation hands its dead
 thread scans the running invocations every ``POLL_INTERVAL`` seconds. Registering therefore costs nothing in
 Python — a Python thread would cost microseconds of GIL hand-over per invocation. A deadline is honoured within
 ``POLL_INTERVAL``. Deadlines are ``time.monotonic()`` instants (CLOCK_MONOTONIC, as the core reads it).
+The thread interrupts through ``berm_interrupt(region, generation)``, which only reaches the run it names while
+that run is going (a run starts, bumping the generation and clearing the flag, under the same lock as the scan).
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@
  *
  * Memory is reused, not re-mapped (a page fault costs ~1.3 us here): every store marks its page in a byte map
  * (and a coarse map over 64 pages), and the next invocation on the region restores only those pages — from the
- * pristine image for pages inside the image hull, zero elsewhere. Untouched .bss costs nothing.
+ * pristine image for pages inside the image hull, zero elsewhere. Untouched .bss costs nothing. Zeroing in place
+ * keeps those pages resident, so a region that has written more than BERM_RESIDENT_KEEP of zero-initial memory is
+ * trimmed instead (berm_region_trim: madvise, the kernel reads it back as zero) before it goes back to the pool.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
