@@ -208,7 +208,7 @@ def test_reminders_through_the_daemon_and_across_a_restart(images, tmp_path):
     try:
         soon = json.loads(client.call("reminders", "add", json.dumps({"text": "kettle", "at": "00:00"})))
         far = json.loads(client.call("reminders", "add", json.dumps({"text": "dentist",
-                                                                        "at": "2030-01-02T08:30:00Z"})))
+                                                                        "at": "2099-01-02T08:30:00Z"})))
         entries = client.request({"op": "schedule.list", "harness": "reminders"})["entries"]
         assert {e["id"] for e in entries} == {soon["id"], far["id"]}
         with pytest.raises(RemoteError, match="`at` must be an ISO-8601") as err:

@@ -117,8 +117,8 @@ def test_next_local_time(library, after, offset, hm, expected):
 
 def test_add_list_cancel(setup):
     q, _ = setup()
-    one = call(q, "add", {"text": "dentist", "at": "2030-01-02T08:30:00Z"})
-    assert one == {"id": "r1", "text": "dentist", "when": 1893573000000}
+    one = call(q, "add", {"text": "dentist", "at": "2099-01-02T08:30:00Z"})
+    assert one == {"id": "r1", "text": "dentist", "when": 4071025800000}
     daily = call(q, "add", {"text": "stand up", "daily": "09:15"})
     assert daily["id"] == "r2" and daily["daily"] == "09:15" and daily["when"] > now_ms()
     assert [e.id for e in q.list()] == ["r2", "r1"]  # both armed in the host's due-set
