@@ -13,8 +13,8 @@ connection. Requests (``op``):
     {"op": "stats"}        {"op": "harnesses"}
 
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": KIND, "message": TEXT}`` where KIND is ``trap``,
-``failure`` (the guest's berm.fail), ``refused`` (a BermError: unknown harness, bad schedule, chain depth, …) or
-``protocol`` (a malformed request). Shutdown (``stop``, SIGTERM in ``berm serve``) closes the socket, stops the
+``failure`` (the guest's berm.fail), ``refused`` (a BermError: unknown harness, bad schedule, chain depth, …),
+``protocol`` (a malformed request) or ``host`` (a bug in the host, logged; the daemon stays up). Shutdown (``stop``, SIGTERM in ``berm serve``) closes the socket, stops the
 scheduler, drops queued work and lets running guests finish or be interrupted at their deadline; every pending
 wake stays in the due-set for the next start.
 """
@@ -52,7 +52,7 @@ class DaemonError(BermError):
 
 
 class RemoteError(BermError):
-    """A request the daemon answered with an error; ``kind`` is trap / failure / refused / protocol."""
+    """A request the daemon answered with an error; ``kind`` is trap / failure / refused / protocol / host."""
 
     def __init__(self, kind: str, message: str):
         self.kind = kind
