@@ -114,8 +114,10 @@ def _compile_all(sources: list[Path], work: Path, profile: Profile, include: tup
     return jobs
 
 
-def _sdk_cache_root() -> Path:
-    return Path(os.environ.get("BERM_SDK_CACHE") or platformdirs.user_cache_dir("berm")) / "sdk-objects"
+def cache_root() -> Path:
+    """Where built guest code is kept (SDK objects, bundled harness images): ``$BERM_SDK_CACHE``, else the user
+    cache directory."""
+    return Path(os.environ.get("BERM_SDK_CACHE") or platformdirs.user_cache_dir("berm"))
 
 
 def _sdk_objects(work: Path, profile: Profile) -> list[Path]:
@@ -128,7 +130,7 @@ def _sdk_objects(work: Path, profile: Profile) -> list[Path]:
         digest.update(part.encode() + b"\0")
     for path in [SDK_DIR / "berm.h", *sources]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    cached = _sdk_cache_root() / digest.hexdigest()[:32]
+    cached = cache_root() / "sdk-objects" / digest.hexdigest()[:32]
     if not cached.is_dir():
         fresh = _compile_all(sources, work / "sdk", profile, (SDK_DIR, work))
         cached.parent.mkdir(parents=True, exist_ok=True)

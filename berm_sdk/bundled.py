@@ -1,22 +1,20 @@
 """The harnesses that ship with Berm (``harnesses/<name>/``), built on first use and cached afterwards.
 
 ``bundled_image("os")`` returns the path of a built ``os.elf``, building it only when no image exists for the
-current sources: the key is a digest of the harness directory, the SDK and the guest toolchain, so editing any
-of them builds afresh and nothing stale is ever served.
+current sources: the key is a digest of the harness directory, the SDK, the generated host-call header (the
+numbers of berm_abi/names.py) and the guest toolchain and flags, so editing any of them builds afresh.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
-import platformdirs
-
-from .build import SDK_DIR, build_harness
+from .build import SDK_DIR, build_harness, cache_root
 from .errors import BuildError
 from .harness_toml import TOML_NAME
-from .toolchain import guest_toolchain
+from .header import calls_header
+from .toolchain import GUEST_CFLAGS, guest_toolchain
 
 #: harnesses/: one directory per bundled harness (sdk/ is the SDK, not a harness).
 HARNESSES_DIR = SDK_DIR.parent
@@ -31,7 +29,8 @@ def _files(directory: Path) -> list[Path]:
 
 
 def _digest(harness: Path) -> str:
-    digest = hashlib.sha256("\0".join(guest_toolchain().cc).encode())
+    # The generated host-call header and the fixed guest flags go into every object, like the files below.
+    digest = hashlib.sha256("\0".join([*guest_toolchain().cc, *GUEST_CFLAGS, calls_header()]).encode())
     for root in (SDK_DIR, harness):
         for path in _files(root):
             digest.update(f"\0{path.relative_to(root)}\0".encode() + path.read_bytes())
@@ -39,7 +38,7 @@ def _digest(harness: Path) -> str:
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("BERM_SDK_CACHE") or platformdirs.user_cache_dir("berm")) / "harnesses"
+    return cache_root() / "harnesses"
 
 
 def bundled_image(name: str) -> Path:

@@ -107,6 +107,14 @@ def test_bundled_harnesses_build_once_and_are_reused(tmp_path, monkeypatch):
         bundled_image("nope")
 
 
+def test_a_bundled_image_is_rebuilt_when_the_host_call_numbers_change(monkeypatch):
+    from berm_sdk import bundled
+
+    before = bundled._digest(bundled.HARNESSES_DIR / "fixture")
+    monkeypatch.setattr(bundled, "calls_header", lambda: "#define BERM_CALL_LOG 0x1ULL\n")
+    assert bundled._digest(bundled.HARNESSES_DIR / "fixture") != before
+
+
 def test_berm_call_builds_a_bundled_harness_named_instead_of_a_path(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # no file named "fixture" here
     assert main(["call", "fixture", "echo", '{"a":1}', "--engine", "interp"]) == 0
