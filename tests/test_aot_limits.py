@@ -174,6 +174,17 @@ def test_failure_text_is_cut_with_a_marker(elf, cache_dir, kind):
     assert len(message) < MAX_FAIL_TEXT + 200
 
 
+def test_both_engines_record_the_same_cut_failure_text(elf, cache_dir):
+    from berm_host.backend import RunRequest
+
+    texts = []
+    for kind in ("aot", "interp"):
+        image = Engine(kind=kind, cache_dir=cache_dir, deadline=10.0).load(elf)
+        request = RunRequest(entry=image.program.symbol("berm_tool_longfail"), args=str(MAX_FAIL_TEXT + 1).encode())
+        texts.append(image.backend.run(request).failure)
+    assert texts[0] == texts[1] and texts[0].endswith(b"truncated: 65536 of 65537 bytes kept]")
+
+
 def test_core_and_interpreter_keep_the_same_failure_text_length():
     assert lib.BERM_FAIL_KEEP == MAX_FAIL_TEXT
 
