@@ -39,12 +39,13 @@ class Engine:
     def __init__(self, *, kind: str = "aot", memory_size: int = DEFAULT_MEMORY, cache_dir: Path | None = None,
                  deadline: float = 60.0, log: EngineLog | None = None, jobs: int | None = None,
                  max_result: int = DEFAULT_MAX_RESULT):
-        """``max_result``: the longest tool result (bytes) ``Harness.call`` accepts; a longer one is a HostError."""
+        """``max_result``: the longest tool result (bytes) ``Harness.call`` accepts; a longer one is a HostError
+        (fixed per image when it loads)."""
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, not {kind!r}")
         if not deadline > 0:
             raise ValueError(f"the deadline must be a positive number of seconds, not {deadline!r}")
-        if type(max_result) is not int or max_result < 0:
+        if type(max_result) is not int or not 0 <= max_result < 1 << 64:
             raise ValueError(f"the result cap must be a number of bytes, not {max_result!r}")
         self.kind = kind
         self.max_result = max_result
@@ -117,7 +118,7 @@ class Image:
             self._program = Program.from_image(self.elf)
             return InterpBackend(self._program, e.memory_size)
         from berm_host.aot import AotBackend
-        return AotBackend(self.facts, e.memory_size, cache=e.cache, jobs=e.jobs)
+        return AotBackend(self.facts, e.memory_size, cache=e.cache, jobs=e.jobs, max_result=e.max_result)
 
     def harness(self, linker: Linker | None = None, *, name: str | None = None) -> Harness:
         if self.manifest is None:
@@ -151,8 +152,7 @@ class Harness:
             raise HostError(f"harness {self.name} has no tool {tool!r} (it has: {', '.join(self._entries)})")
         blob = args if type(args) is bytes else _blob(args)
         if self._call_tool is not None:
-            trap, failure, data, a0, a1 = self._call_tool(entry, blob, self.linker, self._log, self._engine.deadline,
-                                                          self._max_result)
+            trap, failure, data, a0, a1 = self._call_tool(entry, blob, self.linker, self._log, self._engine.deadline)
         else:
             r = self.image.backend.run(RunRequest(entry=entry, args=blob, linker=self.linker, log=self._log,
                                                   deadline=time.monotonic() + self._engine.deadline, read_result=True,

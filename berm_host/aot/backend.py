@@ -26,7 +26,8 @@ ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
 from .objects import ENTRY_SYMBOL, cached_object
 from .runtime import NO_CAPABILITIES, POOL_LIMIT, MemoryImage, Region, lib, load_code
 
-_OK, _TRAPPED, _FAILED, _TRIM = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAILED, lib.BERM_RUN_TRIM
+_OK, _TRAPPED, _FAILED, _BIG = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAILED, lib.BERM_RUN_BIG_RESULT
+_TRIM = lib.BERM_RUN_TRIM
 _run = lib.berm_run
 _trim = lib.berm_region_trim
 
@@ -58,11 +59,12 @@ class AotBackend:
     ``source`` is a ``Program``, or an ``ElfImage`` or ``ElfFacts`` whose program model is built only when needed
     (compiling on a cache miss, describing a trap). ``code`` names an already-built object and its entry symbol; without it
     the object comes from ``cache`` (compiled on a miss). ``compiled`` says whether this construction ran the C
-    compiler.
+    compiler. ``max_result``: ``call_tool`` gives no bytes for a result longer than this (None: no cap).
     """
 
     def __init__(self, source: Program | ElfImage | ElfFacts, memory_size: int = DEFAULT_MEMORY, *,
-                 cache: CodeCache | None = None, code: tuple[Path, str] | None = None, jobs: int = 2):
+                 cache: CodeCache | None = None, code: tuple[Path, str] | None = None, jobs: int = 2,
+                 max_result: int | None = None):
         self._program = source if isinstance(source, Program) else None
         self.image = source.image if isinstance(source, Program) else source
         self.layout = layout_for(self.image, memory_size)
@@ -73,7 +75,8 @@ class AotBackend:
         else:
             self.compiled = False
         self.object_path = Path(code[0])
-        self.memory = MemoryImage(self.layout, image_hull(self.image, self.layout), load_code(str(code[0]), code[1]))
+        self.memory = MemoryImage(self.layout, image_hull(self.image, self.layout), load_code(str(code[0]), code[1]),
+                                  max_result)
         watchdog.ensure_started()
 
     @property
@@ -100,7 +103,7 @@ class AotBackend:
         trap = self.trap_info(region) if kind == _TRAPPED else None
         regs = tuple(region.regs)
         result = None
-        if (request.read_result and kind in (_OK, _FAILED) and self.layout.readable(regs[10], regs[11])
+        if (request.read_result and kind in (_OK, _FAILED, _BIG) and self.layout.readable(regs[10], regs[11])
                 and (request.max_result is None or regs[11] <= request.max_result)):
             result = region.read(regs[10], regs[11])
         snapshot = tuple(region.copy_out(addr, n) for addr, n in request.snapshot)
@@ -111,10 +114,10 @@ class AotBackend:
         return RunResult(regs=regs, pc=trap.pc if trap else 0, trap=trap, failure=failure, result=result,
                          snapshot=snapshot)
 
-    def call_tool(self, entry: int, args: bytes, linker, log, timeout: float, max_result: int) -> ToolOutcome:
+    def call_tool(self, entry: int, args: bytes, linker, log, timeout: float) -> ToolOutcome:
         """The harness fast path: ``run`` minus the register file and snapshots, interrupted ``timeout`` seconds
         from now. Returns (trap, failure text, result bytes — None when (a0, a1) is not readable or a1 is over
-        ``max_result``, a0, a1).
+        the backend's ``max_result``, a0, a1).
 
         Every step is inlined (a Python call costs ~50 ns): pool pop, one core call (reset + run, GIL released),
         two register reads and one slice of guest memory. Nothing here can raise between taking the region and
@@ -131,15 +134,15 @@ class AotBackend:
         regs = region.regs
         a0 = regs[10]
         a1 = regs[11]
-        if outcome == _OK and a1 <= max_result:
+        if outcome == _OK:
             out = None, None, region.memory[a0:a0 + a1], a0, a1
         else:
-            out = self._outcome(region, outcome, a0, a1, max_result)
+            out = self._outcome(region, outcome, a0, a1)
         if len(pool) < POOL_LIMIT:
             pool.append(region)
         return out
 
-    def _outcome(self, region: Region, outcome: int, a0: int, a1: int, max_result: int) -> ToolOutcome:
+    def _outcome(self, region: Region, outcome: int, a0: int, a1: int) -> ToolOutcome:
         """``call_tool``'s every other case: a trap, a failure, a result that is unreadable or over the cap, and a
         region that now keeps too much memory resident (trimmed here, after its result has been read)."""
         kind = outcome & ~_TRIM
@@ -148,7 +151,7 @@ class AotBackend:
         elif kind == _FAILED:
             out = None, region.failure(), None, a0, a1
         else:
-            out = None, None, region.memory[a0:a0 + a1] if kind == _OK and a1 <= max_result else None, a0, a1
+            out = None, None, region.memory[a0:a0 + a1] if kind == _OK else None, a0, a1
         if outcome & _TRIM:
             _trim(region.ptr)
         return out

@@ -354,6 +354,7 @@ berm_region *berm_region_new(const berm_image *im, uint64_t key) {
     if (!r) return NULL;
     r->image = im;
     r->key = key;
+    r->max_result = UINT64_MAX;
     r->size = im->size;
     r->npages = im->size >> BERM_PAGE_SHIFT;
     r->ncoarse = ((im->size >> BERM_COARSE_SHIFT) + 1 + 7) & ~(uint64_t)7;
@@ -478,7 +479,8 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     int trim = over_resident(r) ? BERM_RUN_TRIM : 0;
     if (t == BERM_TRAPPED) return BERM_RUN_TRAPPED | trim;
     if (r->has_fail) return BERM_RUN_FAILED | trim;
-    return (readable(r->image, c->regs[10], c->regs[11]) ? BERM_RUN_OK : BERM_RUN_BAD_RESULT) | trim;
+    if (!readable(r->image, c->regs[10], c->regs[11])) return BERM_RUN_BAD_RESULT | trim;
+    return (c->regs[11] > r->max_result ? BERM_RUN_BIG_RESULT : BERM_RUN_OK) | trim;
 }
 
 /* ---------------------------------------------------------------- translated images */

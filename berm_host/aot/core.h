@@ -38,6 +38,7 @@ typedef struct berm_region {
     uint64_t core_lo[BERM_CORE_RANGES], core_hi[BERM_CORE_RANGES];
     int n_core;
     uint64_t key; /* names the Python object serving callbacks for this region (runtime.py's registry) */
+    uint64_t max_result; /* a readable result longer than this is BERM_RUN_BIG_RESULT (set by Python) */
     uint64_t size, npages, ncoarse;
     /* coarse blocks of zero-initial memory written since the last trim (blocks holding only file bytes preset) */
     uint8_t *touched;
@@ -50,7 +51,7 @@ typedef struct berm_region {
 } berm_region;
 
 /* Outcome of berm_run. */
-enum { BERM_RUN_OK = 0, BERM_RUN_TRAPPED = 1, BERM_RUN_FAILED = 2, BERM_RUN_BAD_RESULT = 3 };
+enum { BERM_RUN_OK = 0, BERM_RUN_TRAPPED = 1, BERM_RUN_FAILED = 2, BERM_RUN_BAD_RESULT = 3, BERM_RUN_BIG_RESULT = 4 };
 /* Or'ed into berm_run's outcome: the region now holds more than BERM_RESIDENT_KEEP of written zero-initial memory;
  * call berm_region_trim once the result has been read, before pooling it. */
 enum { BERM_RUN_TRIM = 8 };

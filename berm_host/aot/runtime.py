@@ -47,9 +47,10 @@ class MemoryImage:
     """An image's memory layout and initial bytes, owned by the core; the factory of its regions. ``enter`` is
     the translated code's entry point (``load_code``) every region runs."""
 
-    def __init__(self, layout: Layout, hull: bytes, enter: object):
+    def __init__(self, layout: Layout, hull: bytes, enter: object, max_result: int | None = None):
         self.layout = layout
         self.enter = enter
+        self.max_result = max_result  # None: no cap (see berm_run's BERM_RUN_BIG_RESULT)
         self._keep = hull
         ptr = lib.berm_image_new(layout.size, layout.image_lo, layout.writable_lo, layout.image_end,
                                  layout.heap_start, layout.guard_lo, layout.stack_lo, hull, len(hull))
@@ -83,6 +84,8 @@ class Region:
             raise HostError(f"cannot map {image.layout.size} bytes of guest memory")
         self.ptr = ffi.gc(ptr, lib.berm_region_free)
         ptr.enter = image.enter
+        if image.max_result is not None:
+            ptr.max_result = image.max_result
         self.ctx = self.ptr.ctx
         # Cached views: a cffi attribute chain costs ~0.1 us per step, a cffi array index ~50 ns and ffi.unpack of
         # a pointer sum ~0.25 us; a memoryview index or a slice of ffi.buffer is a plain buffer operation.
