@@ -5,8 +5,10 @@ A capability is linked only when the declaration grants it *and* its bounding ar
 harness's namespace). Anything else is simply absent, so calling it traps as an unknown host call. The upstream
 ``crabtalk.*`` names of the same operations are linked as aliases of the same functions.
 
-``image_key`` digests everything a linker is built from, so two declarations that would build the same linker
-share one loaded image, and any difference in what the guest can reach gives a different key.
+``image_key`` digests everything a linker is built from (RFC 0205's image key): two declarations that would build
+the same linker get the same key, and any difference in what the guest can reach gives a different key. Nothing
+in the daemon keys by it yet: ``queue.harness.Loader`` shares loaded images by ELF digest and engine settings and
+builds one linker per declaration.
 """
 
 from __future__ import annotations

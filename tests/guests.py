@@ -1,7 +1,8 @@
 """Build small guest programs for tests, cached by content so a test run compiles each snippet once.
 
 ``guest_elf(c_source)`` compiles C text for RV64IMAC and returns the ELF bytes. The cache lives under
-``$BERM_TEST_CACHE`` or ``.pytest_cache/berm-guests`` and is keyed by the source, flags and toolchain.
+``$BERM_TEST_CACHE`` or ``.pytest_cache/berm-guests`` and is keyed by the source, the build options and the
+toolchain command — not by ``berm_sdk.toolchain.GUEST_CFLAGS``: clear the cache after changing those.
 """
 
 from __future__ import annotations
