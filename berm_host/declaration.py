@@ -204,5 +204,5 @@ def load_declarations(path: str | os.PathLike[str]) -> list[Declaration]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise DeclarationError(f"cannot read {path}: {exc}") from None
+        raise DeclarationError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     return parse_declarations(text, str(path))
