@@ -18,6 +18,8 @@ from berm_aot.image import ElfImage
 
 #: Exported tool functions are named ``berm_tool_<name>`` (ABI.md §3).
 TOOL_PREFIX = "berm_tool_"
+#: Exports that register a harness for scheduling and events (RFC 0205: the export table is the registration).
+LIFECYCLE_EXPORTS = ("on_wake", "on_notify")
 #: What a tool name may contain: it becomes part of a C symbol and of agent-facing tool lists.
 TOOL_NAME = re.compile(r"[A-Za-z0-9_]+")
 #: Keys of the manifest that state what the harness *requests* (documentation for whoever grants, never a grant).
@@ -124,6 +126,12 @@ def tool_exports(image: ElfImage) -> dict[str, int]:
     return {s.name[len(TOOL_PREFIX):]: s.value for s in image.symbols
             if s.kind == "func" and s.binding == "global" and s.section is not None
             and s.name.startswith(TOOL_PREFIX) and TOOL_NAME.fullmatch(s.name[len(TOOL_PREFIX):])}
+
+
+def lifecycle_exports(image: ElfImage) -> dict[str, int]:
+    """Which of ``on_wake``/``on_notify`` the image exports (global FUNC symbols), mapped to their addresses."""
+    return {s.name: s.value for s in image.symbols
+            if s.kind == "func" and s.binding == "global" and s.section is not None and s.name in LIFECYCLE_EXPORTS}
 
 
 def load_manifest(image: ElfImage) -> Manifest:

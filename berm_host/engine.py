@@ -22,17 +22,19 @@ from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
 from berm_aot.errors import ElfError, ManifestError, NoManifestError
 from berm_aot.image import ElfImage
-from berm_aot.manifest import Manifest, load_manifest, tool_exports
+from berm_aot.manifest import Manifest, lifecycle_exports, load_manifest, tool_exports
 from berm_aot.program import Program
 from berm_host.backend import Backend, RunRequest
 from berm_host.image_facts import ElfFacts, load_facts, read_elf
 from berm_host.layout import DEFAULT_MAX_RESULT, DEFAULT_MEMORY, check_memory_size
 from berm_host.linker import Linker
-from berm_host.traps import HostError, ToolFailure, Trap
+from berm_host.traps import HostError, ToolFailure, Trap, TrapInfo
 
 #: Receives (harness name, raw log line) for every ``berm.log``.
 EngineLog = Callable[[str, bytes], None]
 KINDS = ("aot", "interp")
+#: The shortest run a caller's deadline can leave an invocation, in seconds.
+MIN_TIMEOUT = 0.001
 
 
 class Engine:
@@ -136,6 +138,7 @@ class Harness:
         self.name = name
         exports = tool_exports(image.facts)
         self._entries = {t.name: exports[t.name] for t in image.manifest.tools}
+        self._lifecycle = lifecycle_exports(image.facts)
         log = image.engine.log
         self._log = partial(log, name) if log is not None else None
         #: translated code has a fast path that skips the register file (the interpreter does not)
@@ -146,22 +149,27 @@ class Harness:
     def tools(self) -> tuple[str, ...]:
         return tuple(self._entries)
 
-    def call(self, tool: str, args: bytes | str = b"") -> str:
+    @property
+    def exports(self) -> frozenset[str]:
+        """Which lifecycle exports (``on_wake``, ``on_notify``) the image has: what it takes part in."""
+        return frozenset(self._lifecycle)
+
+    def call(self, tool: str, args: bytes | str = b"", *, deadline: float | None = None) -> str:
+        """Run ``tool`` and return its result text. ``deadline`` (a ``time.monotonic()`` instant) can only
+        shorten the engine's own deadline."""
         entry = self._entries.get(tool)
         if entry is None:
             raise HostError(f"harness {self.name} has no tool {tool!r} (it has: {', '.join(self._entries)})")
         blob = args if type(args) is bytes else _blob(args)
+        timeout = self._timeout(deadline)
         if self._call_tool is not None:
-            trap, failure, data, a0, a1 = self._call_tool(entry, blob, self.linker, self._log, self._engine.deadline)
+            trap, failure, data, a0, a1 = self._call_tool(entry, blob, self.linker, self._log, timeout)
         else:
             r = self.image.backend.run(RunRequest(entry=entry, args=blob, linker=self.linker, log=self._log,
-                                                  deadline=time.monotonic() + self._engine.deadline, read_result=True,
+                                                  deadline=time.monotonic() + timeout, read_result=True,
                                                   max_result=self._max_result))
             trap, failure, data, a0, a1 = r.trap, r.failure, r.result, r.a0, r.a1
-        if trap is not None:
-            raise Trap(trap, tool)
-        if failure is not None:
-            raise ToolFailure(tool, failure.decode("utf-8", "replace"))
+        _raise_outcome(trap, failure, tool)
         if data is None:
             cap = self._max_result
             if a1 > cap and self.image.backend.layout.readable(a0, a1):
@@ -171,6 +179,30 @@ class Harness:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise HostError(f"tool {tool} returned a result that is not UTF-8 (byte {exc.start})") from None
+
+    def enter(self, export: str, args: bytes | str = b"", *, deadline: float | None = None) -> None:
+        """Run the lifecycle export ``export`` (``on_wake``/``on_notify``) with ``args``; what it returns is not
+        read (nobody waits for a wake's result). Raises Trap or ToolFailure like ``call``."""
+        entry = self._lifecycle.get(export)
+        if entry is None:
+            raise HostError(f"harness {self.name} does not export {export}")
+        r = self.image.backend.run(RunRequest(entry=entry, args=_blob(args), linker=self.linker, log=self._log,
+                                              deadline=time.monotonic() + self._timeout(deadline)))
+        _raise_outcome(r.trap, r.failure, export)
+
+    def _timeout(self, deadline: float | None) -> float:
+        """Seconds this invocation may run: the engine's deadline, shortened by the caller's. Never zero or less
+        (which the core reads as "no deadline"): a deadline already past leaves a millisecond, then the interrupt."""
+        timeout = self._engine.deadline
+        return timeout if deadline is None else max(MIN_TIMEOUT, min(timeout, deadline - time.monotonic()))
+
+
+def _raise_outcome(trap: TrapInfo | None, failure: bytes | None, name: str) -> None:
+    """An invocation's outcome as the exception ABI §3 orders: a trap first, then a ``berm.fail`` text."""
+    if trap is not None:
+        raise Trap(trap, name)
+    if failure is not None:
+        raise ToolFailure(name, failure.decode("utf-8", "replace"))
 
 
 def _blob(args: bytes | str | object) -> bytes:

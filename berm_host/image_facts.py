@@ -20,7 +20,7 @@ from pathlib import Path
 import berm_aot
 from berm_aot.cache import CodeCache, cache_key
 from berm_aot.image import ElfImage, Segment, Symbol
-from berm_aot.manifest import TOOL_PREFIX, tool_exports
+from berm_aot.manifest import TOOL_PREFIX, lifecycle_exports, tool_exports
 
 FACTS_NAME = "facts"
 #: Modules whose code decides what the facts hold: editing one invalidates every stored copy.
@@ -37,8 +37,8 @@ def _source_digest() -> str:
 
 
 class ElfFacts:
-    """The parts of an ``ElfImage`` a load needs: ``sha256``, ``segments``, ``symbols`` (the tool exports only,
-    so ``tool_exports`` and ``load_manifest`` accept it) and ``manifest_bytes``; ``elf()`` reads the rest."""
+    """The parts of an ``ElfImage`` a load needs: ``sha256``, ``segments``, ``symbols`` (the tool and lifecycle
+    exports only, so ``tool_exports``, ``lifecycle_exports`` and ``load_manifest`` accept it) and ``manifest_bytes``; ``elf()`` reads the rest."""
 
     __slots__ = ("sha256", "segments", "symbols", "manifest_bytes", "_raw", "_elf")
 
@@ -53,7 +53,7 @@ class ElfFacts:
 
     @classmethod
     def of(cls, elf: ElfImage) -> ElfFacts:
-        names = {TOOL_PREFIX + name for name in tool_exports(elf)}
+        names = {TOOL_PREFIX + name for name in tool_exports(elf)} | set(lifecycle_exports(elf))
         return cls(elf.sha256, elf.segments, tuple(s for s in elf.symbols if s.name in names), elf.manifest_bytes,
                    elf.raw, elf)
 

@@ -262,3 +262,30 @@ def test_a_large_bss_costs_nothing_and_is_fresh(tmp_path):
     assert len(image.backend.memory._keep) < 1 << 20  # the pristine copy holds file bytes only
     h = image.harness()
     assert [h.call("touch") for _ in range(3)] == ["0", "0", "0"]
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+@pytest.mark.parametrize("ahead", [0.2, -1.0], ids=["soon", "already-past"])
+def test_a_caller_deadline_shortens_the_engine_deadline(tmp_path, elf, kind, ahead):
+    """The queue passes its own deadline; it must win over a far engine deadline, even when already past (a
+    non-positive timeout must never read as "no deadline"). The engine alone would let the guest spin 10 min."""
+    h = Engine(kind=kind, cache_dir=tmp_path, deadline=600.0).load(elf).harness()
+    outcome: list = []
+
+    def call() -> None:
+        try:
+            h.call("spin", deadline=time.monotonic() + ahead)
+        except Trap as trap:
+            outcome.append(trap.kind)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(60)  # a hang guard, not a measurement: without the caller's deadline the guest spins for 600 s
+    assert not t.is_alive() and outcome == [TrapKind.INTERRUPTED]
+
+
+def test_an_image_without_lifecycle_exports_cannot_be_entered(engine, elf):
+    h = engine.load(elf).harness()
+    assert h.exports == frozenset()
+    with pytest.raises(HostError, match="does not export on_wake"):
+        h.enter("on_wake", b"{}")

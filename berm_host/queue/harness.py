@@ -1,28 +1,21 @@
 """The queue's binding to the engine: a loaded harness (``berm_host.engine.Harness``) as a queue ``Target``.
 
-A tool call is ``Harness.call``. A wake enters the export ``on_wake``, an event ``on_notify`` — plain global
-functions the SDK declares (berm_recurring.h) — through the image's backend, in fresh guest memory with the
-harness's linker, under the executor's deadline (or the declaration's ``timeout`` when shorter). Their outcome
-is a trap or a ``berm.fail`` text; whatever they return is not read (nobody waits for a wake's result).
+A tool call is ``Harness.call``; a wake enters the export ``on_wake`` and an event ``on_notify`` (plain global
+functions the SDK declares, berm_recurring.h) through ``Harness.enter``. Both run in fresh guest memory with the
+harness's linker, under the executor's deadline or the declaration's ``timeout``, whichever is sooner.
 """
 
 from __future__ import annotations
 
-import time
-from functools import partial
 from pathlib import Path
 
-from berm_host.backend import RunRequest
 from berm_host.declaration import Declaration
 from berm_host.engine import Engine, EngineLog, Harness
 from berm_host.layout import DEFAULT_MEMORY
 from berm_host.linker import Linker
-from berm_host.traps import HostError, ToolFailure, Trap
 
 from .executor import DEFAULT_TIMEOUT
 from .invocation import EXPORT_OF, Invocation, Trigger
-
-EXPORTS = tuple(EXPORT_OF.values())
 
 
 class HarnessTarget:
@@ -30,28 +23,13 @@ class HarnessTarget:
 
     def __init__(self, harness: Harness):
         self.harness = harness
-        image = harness.image
         self.tools = frozenset(harness.tools)
-        self._exports = {e: addr for e in EXPORTS if (addr := image.program.symbol(e)) is not None}
-        self.exports = frozenset(self._exports)
-        log = image.engine.log
-        self._log = partial(log, harness.name) if log is not None else None
+        self.exports = harness.exports
 
     def invoke(self, inv: Invocation, deadline: float) -> str:
         if inv.trigger is Trigger.CALL:
-            return self.harness.call(inv.tool or "", inv.args)
-        export = EXPORT_OF[inv.trigger]
-        entry = self._exports.get(export)
-        if entry is None:
-            raise HostError(f"harness {self.harness.name} does not export {export}")
-        image = self.harness.image
-        deadline = min(deadline, time.monotonic() + image.engine.deadline)
-        result = image.backend.run(RunRequest(entry=entry, args=inv.args, linker=self.harness.linker,
-                                              deadline=deadline, log=self._log))
-        if result.trap is not None:
-            raise Trap(result.trap, export)
-        if result.failure is not None:
-            raise ToolFailure(export, result.failure.decode("utf-8", "replace"))
+            return self.harness.call(inv.tool or "", inv.args, deadline=deadline)
+        self.harness.enter(EXPORT_OF[inv.trigger], inv.args, deadline=deadline)
         return ""
 
 
