@@ -35,9 +35,5 @@ class DecodeError(BermError):
     """Code reachable in the image cannot run here: F/D, CSR or privileged instructions, or undecodable bytes."""
 
 
-class TranslateError(BermError):
-    """The translator could not lift the image (a structural limit, named in the message)."""
-
-
 class CompileError(BermError):
     """The C compiler failed on emitted code, or the cache could not be written."""

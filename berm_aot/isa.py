@@ -59,7 +59,3 @@ class Instruction:
     @property
     def next_pc(self) -> int:
         return self.addr + self.size
-
-    @property
-    def is_compressed(self) -> bool:
-        return self.size == 2

@@ -7,7 +7,6 @@ in place by hand (``setup.py build_ext --inplace``). The core-call numbers and t
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
