@@ -2,7 +2,8 @@
 
 A declaration grants; a manifest only requests. Nothing here reads a manifest, and nothing turns a request into
 a grant. Each entry names its image file, ``{HARNESSES_DIR}/{name}.elf``; when it pins a ``sha256`` the file is
-verified on every load and refused on a mismatch.
+verified on every load and refused on a mismatch. ``source`` says where the installer (crabup) fetches the image
+from; the host only records it: it never downloads code (RFC 0205, "The daemon does not download code").
 """
 
 from __future__ import annotations
