@@ -83,7 +83,7 @@ def compute(insn: Instruction) -> str | None:
         return (f"BERM_LD(BERM_{sp}LOAD_OK, {dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, "
                 f"{lit(insn.addr)});")
     if op in STORE_TYPES:
-        return f"BERM_ST(BERM_{sp}STORE_OK, {STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b}, {lit(insn.addr)});"
+        return f"BERM_{sp}ST({STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b}, {lit(insn.addr)});"
     if op in ("fence", "fence.i"):
         return ";"
     if "." in op:

@@ -11,7 +11,8 @@
  *     Real pcs are even, so the odd sentinels never collide with one.
  *   - guest registers live in C locals; ctx->regs is the register file at function boundaries and after a trap.
  *   - memory: guest address a is ctx->mem + a; every access is bounds-checked against two windows (exact, one
- *     compare each), every store marks its page dirty so the core can restore only what changed.
+ *     compare each), every store marks its page dirty so the core can restore only what changed (an sp-based
+ *     store into the stack marks only the fine map; the core folds the stack's marks in after each run).
  */
 #ifndef BERM_RT_H
 #define BERM_RT_H
@@ -19,7 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define BERM_RT_ABI 1
+#define BERM_RT_ABI 2
 
 #define BERM_TRAPPED 1u
 #define BERM_TAIL 3u
@@ -156,15 +157,14 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
     const uint64_t KLO = ctx->stack_lo, KSPAN = ctx->stack_span;                           \
     (void)M; (void)DIRTY; (void)COARSE; (void)LLO; (void)LSPAN; (void)SLO; (void)SSPAN; (void)KLO; (void)KSPAN
 
-#define BERM_LOAD_OK(a, n) \
-    ((uint64_t)((a) - LLO) <= LSPAN + (8 - (n)) || (uint64_t)((a) - KLO) <= KSPAN + (8 - (n)))
-#define BERM_STORE_OK(a, n) \
-    ((uint64_t)((a) - SLO) <= SSPAN + (8 - (n)) || (uint64_t)((a) - KLO) <= KSPAN + (8 - (n)))
+/* Each window in one compare; a load or store of n bytes at a is inside when all n bytes are. */
+#define BERM_IN_LOAD(a, n) ((uint64_t)((a) - LLO) <= LSPAN + (8 - (n)))
+#define BERM_IN_STORE(a, n) ((uint64_t)((a) - SLO) <= SSPAN + (8 - (n)))
+#define BERM_IN_STACK(a, n) ((uint64_t)((a) - KLO) <= KSPAN + (8 - (n)))
+#define BERM_LOAD_OK(a, n) (BERM_IN_LOAD(a, n) || BERM_IN_STACK(a, n))
+#define BERM_STORE_OK(a, n) (BERM_IN_STORE(a, n) || BERM_IN_STACK(a, n))
 /* The same windows, the stack's first: for accesses based on the guest's sp, nearly always on the stack. */
-#define BERM_SP_LOAD_OK(a, n) \
-    ((uint64_t)((a) - KLO) <= KSPAN + (8 - (n)) || (uint64_t)((a) - LLO) <= LSPAN + (8 - (n)))
-#define BERM_SP_STORE_OK(a, n) \
-    ((uint64_t)((a) - KLO) <= KSPAN + (8 - (n)) || (uint64_t)((a) - SLO) <= SSPAN + (8 - (n)))
+#define BERM_SP_LOAD_OK(a, n) (BERM_IN_STACK(a, n) || BERM_IN_LOAD(a, n))
 
 /* A store of at most 8 bytes starting in page p can reach only the first 7 bytes of page p+1; the core restores
  * those along with page p, so one mark per store is enough. */
@@ -173,6 +173,9 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
         DIRTY[(a) >> BERM_PAGE_SHIFT] = 1;            \
         COARSE[(a) >> BERM_COARSE_SHIFT] = 1;         \
     } while (0)
+/* A store into the stack window marks only the fine map: the core folds the stack's fine marks (at most 256
+ * pages) into the coarse map after every run (core.c, fold_stack_marks). */
+#define BERM_MARK_STACK(a) (DIRTY[(a) >> BERM_PAGE_SHIFT] = 1)
 
 /* A memory fault: every site shares the function's one `fault` block (small code, fast compiles). */
 #define BERM_FAULT(a, access, n, pc)             \
@@ -193,15 +196,24 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
         dst = (uint64_t)(int64_t)v_;                                                                \
     } while (0)
 
-/* OK is BERM_STORE_OK or BERM_SP_STORE_OK. */
-#define BERM_ST(OK, T, addr, val, pc)                                                               \
+/* One store: in window IN1 (marked by MARK1), else in IN2 (MARK2), else a fault. BERM_ST tests the store
+ * window first, BERM_SP_ST (sp-based stores) the stack's. */
+#define BERM_ST_(IN1, MARK1, IN2, MARK2, T, addr, val, pc)                                          \
     do {                                                                                            \
         uint64_t a_ = (addr);                                                                       \
-        if (BERM_UNLIKELY(!OK(a_, sizeof(T)))) BERM_FAULT(a_, BERM_STORE, sizeof(T), pc);           \
         T v_ = (T)(val);                                                                            \
-        memcpy(M + a_, &v_, sizeof v_);                                                             \
-        BERM_MARK(a_);                                                                              \
+        if (BERM_LIKELY(IN1(a_, sizeof(T)))) {                                                      \
+            memcpy(M + a_, &v_, sizeof v_);                                                         \
+            MARK1(a_);                                                                              \
+        } else if (BERM_LIKELY(IN2(a_, sizeof(T)))) {                                               \
+            memcpy(M + a_, &v_, sizeof v_);                                                         \
+            MARK2(a_);                                                                              \
+        } else {                                                                                    \
+            BERM_FAULT(a_, BERM_STORE, sizeof(T), pc);                                              \
+        }                                                                                           \
     } while (0)
+#define BERM_ST(T, addr, val, pc) BERM_ST_(BERM_IN_STORE, BERM_MARK, BERM_IN_STACK, BERM_MARK_STACK, T, addr, val, pc)
+#define BERM_SP_ST(T, addr, val, pc) BERM_ST_(BERM_IN_STACK, BERM_MARK_STACK, BERM_IN_STORE, BERM_MARK, T, addr, val, pc)
 
 /* Atomics: naturally aligned, else a fault; then the load (lr) or store (everything else) bounds. */
 #define BERM_ATOMIC_ADDR(a_, T, addr, store, pc)                                                    \

@@ -130,7 +130,22 @@ static void note_write(berm_region *r, uint64_t a, uint64_t n) {
     mark_range(r, a, n);
 }
 
+/* Translated stores into the stack window mark only the fine map (berm_rt.h, BERM_MARK_STACK): set the coarse
+ * bytes of the stack's dirty pages, so the coarse pass below and over_resident see them. At most 256 pages. */
+static void fold_stack_marks(berm_region *r) {
+    const uint8_t *dirty = r->ctx.dirty;
+    for (uint64_t p0 = r->image->stack_lo >> BERM_PAGE_SHIFT; p0 < r->npages;) {
+        uint64_t cc = p0 / PAGES_PER_COARSE, p1 = (cc + 1) * PAGES_PER_COARSE;
+        if (p1 > r->npages) p1 = r->npages;
+        uint8_t any = 0;
+        for (uint64_t p = p0; p < p1; p++) any |= dirty[p]; /* branch-free: the compiler vectorises it */
+        if (any) r->ctx.coarse[cc] = 1;
+        p0 = p1;
+    }
+}
+
 static void reset_memory(berm_region *r, int drop) {
+    fold_stack_marks(r);
     for (int i = 0; i < r->n_core; i++) restore_range(r, r->core_lo[i], r->core_hi[i], drop);
     r->n_core = 0;
     uint8_t *coarse = r->ctx.coarse, *dirty = r->ctx.dirty;
@@ -174,6 +189,7 @@ static void touch_block(berm_region *r, uint64_t cc) {
 /* Add the blocks the last run wrote (its stores and the core's writes) to the touched map; returns whether the
  * region now keeps more than BERM_RESIDENT_KEEP resident. One pass over the coarse map, 8 blocks per step. */
 static int over_resident(berm_region *r) {
+    fold_stack_marks(r);
     uint8_t *coarse = r->ctx.coarse, *touched = r->touched;
     for (uint64_t c = 0; c < r->ncoarse; c += 8) {
         uint64_t word, seen;
