@@ -1,8 +1,8 @@
 """Build small guest programs for tests, cached by content so a test run compiles each snippet once.
 
 ``guest_elf(c_source)`` compiles C text for RV64IMAC and returns the ELF bytes. The cache lives under
-``$BERM_TEST_CACHE`` or ``.pytest_cache/berm-guests`` and is keyed by the source, the build options and the
-toolchain command — not by ``berm_sdk.toolchain.GUEST_CFLAGS``: clear the cache after changing those.
+``$BERM_TEST_CACHE`` or ``.pytest_cache/berm-guests`` and is keyed by the source, the build options, the
+toolchain command and ``berm_sdk.toolchain.GUEST_CFLAGS``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from berm_sdk.toolchain import build_program, guest_toolchain
+from berm_sdk.toolchain import GUEST_CFLAGS, build_program, guest_toolchain
 
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +29,8 @@ def guest_elf(source: str, *, opt: str = "-O2", suffix: str = ".c", entry: str =
     The program needs an entry symbol (``_start`` by default); ``keep`` lists further symbols to keep alive.
     """
     tc = guest_toolchain()
-    key = hashlib.sha256("\0".join([source, opt, suffix, entry, *keep, *tc.cc, *tc.ld]).encode()).hexdigest()[:24]
+    parts = [source, opt, suffix, entry, *keep, *tc.cc, *tc.ld, *GUEST_CFLAGS]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
     out = _cache_dir() / f"{key}.elf"
     if not out.exists():
         work = _cache_dir() / f"{key}.work{os.getpid()}"
