@@ -8,6 +8,7 @@ toolchain command and ``berm_sdk.toolchain.GUEST_CFLAGS``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -40,3 +41,31 @@ def guest_elf(source: str, *, opt: str = "-O2", suffix: str = ".c", entry: str =
         tmp = build_program([src], work / "prog.elf", opt=opt, entry=entry, keep=keep)
         os.replace(tmp, out)
     return out.read_bytes()
+
+
+#: The scaffold of a harness written against raw ecalls: types, a two-argument ecall, and every host-call number
+#: of berm_abi.names as a #define named by its C name (ARGS_READ, FAIL, FS_READ, …).
+_RAW_PRELUDE = r"""
+typedef unsigned long u64;
+typedef struct { u64 ptr, len; } Pair;
+static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
+    register u64 r_a0 __asm__("a0") = a0, r_a1 __asm__("a1") = a1, r_a7 __asm__("a7") = n;
+    __asm__ volatile("ecall" : "+r"(r_a0) : "r"(r_a1), "r"(r_a7) : "memory");
+    return r_a0;
+}
+"""
+
+
+def raw_harness_elf(body: str, tools: tuple[str, ...], defines: dict[str, int] | None = None) -> bytes:
+    """A harness image from C ``body`` (which defines ``berm_tool_<t>`` for each of ``tools``): the raw-ecall
+    prelude, the call numbers and ``defines`` as ``#define``s, a ``.berm.abi`` manifest declaring ``tools`` and an
+    empty ``_start``."""
+    from berm_abi.names import CAPABILITY_CALLS, CORE_CALLS
+
+    numbers = {c.c_name: c.number for c in CORE_CALLS + CAPABILITY_CALLS} | (defines or {})
+    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": "", "parameters": {}}
+                                                        for t in tools]})
+    source = "\n".join([_RAW_PRELUDE, *(f"#define {k} {v:#x}ul" for k, v in numbers.items()), body,
+                        '__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = '
+                        f"{json.dumps(manifest)};", "void _start(void) {}", ""])
+    return guest_elf(source, keep=tuple(f"berm_tool_{t}" for t in tools))

@@ -6,26 +6,16 @@ go away."""
 from __future__ import annotations
 
 import gc
-import json
 
 import pytest
 
-from berm_abi.names import CORE_CALLS, fnv1a64
+from berm_abi.names import fnv1a64
 from berm_host import linker as linker_mod
 from berm_host.aot import runtime
 from berm_host.engine import Engine
-from tests.guests import guest_elf
+from tests.guests import raw_harness_elf
 
 SOURCE = r"""
-typedef unsigned long u64;
-typedef struct { u64 ptr, len; } Pair;
-static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
-    register u64 r_a0 __asm__("a0") = a0; register u64 r_a1 __asm__("a1") = a1; register u64 r_a7 __asm__("a7") = n;
-    __asm__ volatile("ecall" : "+r"(r_a0) : "r"(r_a1), "r"(r_a7) : "memory");
-    return r_a0;
-}
-CALL_NUMBERS
-#define ECHO ECHO_NUMBER
 static char args[64];
 static char out[3 << 20];
 /* Send the arguments to the echo capability; return the reply (first `cap` bytes pulled, cap from args[0]). */
@@ -51,19 +41,12 @@ Pair berm_tool_residue(void) {
     Pair p = { (u64)count, n };
     return p;
 }
-__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = MANIFEST;
-void _start(void) {}
 """
 
 
 @pytest.fixture(scope="module")
 def elf() -> bytes:
-    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": "", "parameters": {}}
-                                                        for t in ("echo", "residue")]})
-    numbers = "\n".join(f"#define {c.c_name} {c.number:#x}ul" for c in CORE_CALLS)
-    source = (SOURCE.replace("MANIFEST", json.dumps(manifest)).replace("CALL_NUMBERS", numbers)
-              .replace("ECHO_NUMBER", f"{fnv1a64('test.echo'):#x}ul"))
-    return guest_elf(source, keep=("berm_tool_echo", "berm_tool_residue"))
+    return raw_harness_elf(SOURCE, ("echo", "residue"), {"ECHO": fnv1a64("test.echo")})
 
 
 def test_replies_of_every_size(tmp_path, elf):

@@ -3,31 +3,21 @@ result and of its berm.fail text (the same on both engines), and interrupts that
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from berm_abi.names import CORE_CALLS, fnv1a64
+from berm_abi.names import fnv1a64
 from berm_host.aot.runtime import lib
 from berm_host.engine import Engine
 from berm_host.layout import MAX_FAIL_TEXT
 from berm_host.linker import Linker
 from berm_host.traps import HostError, ToolFailure, Trap, TrapKind
-from tests.guests import guest_elf
+from tests.guests import raw_harness_elf
 
 DIRTY_MIB = 32
 SIGNAL = "limits.signal"  # a test capability: the guest calls it, the host acts on the running invocation
 
 SOURCE = r"""
-typedef unsigned long u64;
-typedef struct { u64 ptr, len; } Pair;
-static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
-    register u64 r_a0 __asm__("a0") = a0, r_a1 __asm__("a1") = a1, r_a7 __asm__("a7") = n;
-    __asm__ volatile("ecall" : "+r"(r_a0) : "r"(r_a1), "r"(r_a7) : "memory");
-    return r_a0;
-}
-CALL_NUMBERS
-#define SIGNAL SIGNAL_NUMBER
 static char out[32];
 static Pair text(const char *s, u64 n) { Pair p = { (u64)s, n }; return p; }
 static u64 arg_number(void) {
@@ -39,7 +29,7 @@ static u64 arg_number(void) {
 /* Write one byte in every page of DIRTY MiB of heap. */
 Pair berm_tool_dirty(void) {
     volatile char *heap = (volatile char *)ecall2(HEAP_START, 0, 0);
-    for (u64 a = 0; a < (DIRTY_MIB << 20); a += 4096) heap[a] = 1;
+    for (u64 a = 0; a < ((u64)DIRTY_MIB << 20); a += 4096) heap[a] = 1;
     return text("ok", 2);
 }
 
@@ -47,7 +37,7 @@ Pair berm_tool_dirty(void) {
 Pair berm_tool_check(void) {
     volatile char *heap = (volatile char *)ecall2(HEAP_START, 0, 0);
     u64 seen = 0;
-    for (u64 a = 0; a < (DIRTY_MIB << 20); a += 4096) seen += heap[a] != 0;
+    for (u64 a = 0; a < ((u64)DIRTY_MIB << 20); a += 4096) seen += heap[a] != 0;
     out[0] = '0' + (seen > 9 ? 9 : seen);
     return text(out, 1);
 }
@@ -75,8 +65,6 @@ Pair berm_tool_signal(void) {
     return text("done", 4);
 }
 
-__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = MANIFEST;
-void _start(void) {}
 """
 
 TOOLS = ("dirty", "check", "sized", "longfail", "signal")
@@ -84,12 +72,7 @@ TOOLS = ("dirty", "check", "sized", "longfail", "signal")
 
 @pytest.fixture(scope="module")
 def elf():
-    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": "", "parameters": {}}
-                                                        for t in TOOLS]})
-    numbers = "\n".join(f"#define {c.c_name} {c.number:#x}ul" for c in CORE_CALLS)
-    source = (SOURCE.replace("MANIFEST", json.dumps(manifest)).replace("CALL_NUMBERS", numbers)
-              .replace("SIGNAL_NUMBER", f"{fnv1a64(SIGNAL):#x}ul").replace("DIRTY_MIB", f"{DIRTY_MIB}ul"))
-    return guest_elf(source, keep=tuple(f"berm_tool_{t}" for t in TOOLS))
+    return raw_harness_elf(SOURCE, TOOLS, {"SIGNAL": fnv1a64(SIGNAL), "DIRTY_MIB": DIRTY_MIB})
 
 
 @pytest.fixture(scope="module")

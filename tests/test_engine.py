@@ -11,21 +11,13 @@ import time
 
 import pytest
 
-from berm_abi.names import CAPABILITY_CALLS, CORE_CALLS, ERROR_BIT, fnv1a64
+from berm_abi.names import ERROR_BIT, fnv1a64
 from berm_host.engine import Engine
 from berm_host.linker import CapabilityError, Linker
 from berm_host.traps import HostError, ToolFailure, Trap, TrapKind
-from tests.guests import guest_elf
+from tests.guests import guest_elf, raw_harness_elf
 
 SOURCE = r"""
-typedef unsigned long u64;
-typedef struct { u64 ptr, len; } Pair;
-static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
-    register u64 r_a0 __asm__("a0") = a0, r_a1 __asm__("a1") = a1, r_a7 __asm__("a7") = n;
-    __asm__ volatile("ecall" : "+r"(r_a0) : "r"(r_a1), "r"(r_a7) : "memory");
-    return r_a0;
-}
-CALL_NUMBERS
 
 u64 data_word = 1234;
 u64 bss_word;
@@ -84,8 +76,6 @@ Pair berm_tool_heap(void) {
     return text(out, n);
 }
 
-__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = MANIFEST;
-void _start(void) {}
 """
 
 TOOLS = ("scribble", "token", "spin", "fail", "log", "cap", "heap")
@@ -93,11 +83,7 @@ TOOLS = ("scribble", "token", "spin", "fail", "log", "cap", "heap")
 
 @pytest.fixture(scope="module")
 def elf():
-    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": "", "parameters": {}}
-                                                        for t in TOOLS]})
-    numbers = "\n".join(f"#define {c.c_name} {c.number:#x}ul" for c in CORE_CALLS + CAPABILITY_CALLS)
-    source = SOURCE.replace("MANIFEST", json.dumps(manifest)).replace("CALL_NUMBERS", numbers)
-    return guest_elf(source, keep=tuple(f"berm_tool_{t}" for t in TOOLS))
+    return raw_harness_elf(SOURCE, TOOLS)
 
 
 @pytest.fixture(scope="module")
