@@ -53,6 +53,12 @@ class Linker:
     def lookup(self, number: int) -> Capability | None:
         return self._by_number.get(number)
 
+    @property
+    def lookup_fn(self) -> Callable[[int], Capability | None]:
+        """``lookup`` as the table's own ``dict.get`` (no Python frame, ~80 ns less per call), for host-call
+        paths that bind it once per linker; it sees later ``define``s like ``lookup`` does."""
+        return self._by_number.get
+
     def names(self) -> list[str]:
         return sorted(c.name for c in self._by_number.values())
 

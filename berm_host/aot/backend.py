@@ -24,7 +24,7 @@ from berm_host.traps import TrapInfo, TrapKind
 ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
 
 from .objects import ENTRY_SYMBOL, cached_object
-from .runtime import NO_CAPABILITIES, POOL_LIMIT, MemoryImage, Region, lib, load_code
+from .runtime import POOL_LIMIT, MemoryImage, Region, capability_lookup, lib, load_code
 
 _OK, _TRAPPED, _FAILED, _BIG = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAILED, lib.BERM_RUN_BIG_RESULT
 _TRIM = lib.BERM_RUN_TRIM
@@ -127,7 +127,7 @@ class AotBackend:
         region = pool.pop() if pool else Region(self.memory)
         if linker is not region.linker:  # region.bind(linker, log), inlined
             region.linker = linker
-            region.lookup = linker.lookup if linker is not None else NO_CAPABILITIES
+            region.lookup = capability_lookup(linker)
         region.log = log
         region.detail = ""
         outcome = _run(region.ptr, entry, args, len(args), 0, timeout)

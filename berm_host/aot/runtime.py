@@ -43,6 +43,11 @@ _KEYS = itertools.count(1)
 NO_CAPABILITIES = {}.get  # the lookup of an invocation without a linker
 
 
+def capability_lookup(linker: Linker | None):
+    """The number -> Capability lookup a region binds for ``linker`` (a builtin ``dict.get``: no Python frame)."""
+    return linker.lookup_fn if linker is not None else NO_CAPABILITIES
+
+
 class MemoryImage:
     """An image's memory layout and initial bytes, owned by the core; the factory of its regions. ``enter`` is
     the translated code's entry point (``load_code``) every region runs."""
@@ -166,12 +171,14 @@ class Region:
                 return self.trap(TrapKind.HOST_CALL_FAILED, pc, LOG, f"berm.log: {type(exc).__name__}: {exc}")
         return 0
 
-    def restage(self, reply: bytes) -> None:
-        """Stage a reply that does not fit ``stage_room``: grow the buffer, or give a large one back."""
+    def stage(self, reply: bytes) -> int:
+        """Copy ``reply`` into the staging buffer, growing it (or giving a large one back) when it does not fit
+        ``stage_room``; returns its length."""
         n = len(reply)
-        if n > len(self.staged) or (len(self.staged) > STAGE_KEEP and n <= STAGE_KEEP):
+        if n > self.stage_room and (n > len(self.staged) or (len(self.staged) > STAGE_KEEP and n <= STAGE_KEEP)):
             self._new_stage(max(n, 256))
         self.stage_view[:n] = reply
+        return n
 
     def _new_stage(self, size: int) -> None:
         self.staged = ffi.new("char[]", size)
@@ -183,7 +190,7 @@ class Region:
         """Serve the next invocation's host calls with ``linker`` and ``log`` (AotBackend.call_tool inlines this)."""
         if linker is not self.linker:
             self.linker = linker
-            self.lookup = linker.lookup if linker is not None else NO_CAPABILITIES
+            self.lookup = capability_lookup(linker)
         self.log = log
         self.detail = ""
 
@@ -199,34 +206,34 @@ def _reply_bytes(reply: object) -> bytes:
 
 
 @ffi.def_extern()
-def berm_py_ecall(key, pc, number, a0, a1, readable):
+def berm_py_ecall(key, pc, number, a0, a1, readable,
+                  _regions=_REGIONS, _bytes=bytes, _error=CapabilityError, _error_bit=ERROR_BIT):
     """berm.log and every capability (the core serves the other core calls, and has checked whether the buffer
     (a0, a1) is readable). A capability's reply is copied into the region's staging buffer once; the core takes
-    its length from the result. The capability path is inlined: each Python call on it costs ~60 ns."""
-    region: Region = _REGIONS[key]()
+    its length from the result. The capability path is inlined (each Python call on it costs ~60 ns) and its
+    globals are default arguments (a local read instead of a global one); cffi passes only the six C arguments."""
+    region: Region = _regions[key]()
     try:
-        if number == LOG:
-            return region.log_line(pc, a0, a1, readable)
         cap = region.lookup(number)
-        if cap is None:
+        if cap is None:  # berm.log is a core number, so never a capability
+            if number == LOG:
+                return region.log_line(pc, a0, a1, readable)
             return region.trap(TrapKind.UNKNOWN_HOST_CALL, pc, number, unknown_call_detail(number))
         if not readable:
             return region._buffer_trap(pc, cap.name, a0, a1)
         try:
             reply = cap.fn(region.memory[a0:a0 + a1])
-            if type(reply) is not bytes:
+            if type(reply) is not _bytes:
                 reply = _reply_bytes(reply)
-            flag = 0
-        except CapabilityError as exc:
-            reply, flag = str(exc).encode("utf-8", "replace"), ERROR_BIT
+        except _error as exc:
+            return region.stage(str(exc).encode("utf-8", "replace")) | _error_bit
         except Exception as exc:  # noqa: BLE001 - a capability bug is a trap, never an escape
             return region.trap(TrapKind.HOST_CALL_FAILED, pc, number, f"{cap.name}: {type(exc).__name__}: {exc}")
         n = len(reply)
-        if n <= region.stage_room:
+        if n <= region.stage_room:  # Region.stage, inlined
             region.stage_view[:n] = reply
-        else:
-            region.restage(reply)
-        return n | flag
+            return n
+        return region.stage(reply)
     except BaseException as exc:  # noqa: BLE001 - nothing may unwind through guest code
         return region.trap(TrapKind.HOST_CALL_FAILED, pc, number, f"{type(exc).__name__}: {exc}")
 
