@@ -14,6 +14,5 @@ if ! command -v llvm-objdump >/dev/null 2>&1; then
     fi
 fi
 
-python3 -m pip install --quiet --upgrade pip
 python3 -m pip install --quiet -e '.[dev]'
 echo "Berm is installed: try 'berm --help'"
