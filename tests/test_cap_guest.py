@@ -18,35 +18,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from berm_abi.frames import decode_frame, encode_frame
-from berm_abi.names import core_number, fnv1a64
+from berm_abi.names import fnv1a64
 from berm_host.declaration import Declaration
 from berm_host.engine import Engine
 from berm_host.grants import linker_for
 from berm_host.linker import Linker
 from berm_host.traps import ToolFailure, Trap, TrapKind
-from tests.guests import guest_elf
-
-_MANIFEST = json.dumps({"abi_version": 0, "usage": "capability probes", "tools": [
-    {"name": t, "description": t, "parameters": {"type": "object"}} for t in ("call", "read", "echo", "crash")]})
+from tests.guests import raw_harness_elf
 
 _SOURCE = r"""
-typedef unsigned long u64;
-typedef struct { u64 ptr, len; } Pair;
-static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
-    register u64 r0 asm("a0") = a0;
-    register u64 r1 asm("a1") = a1;
-    register u64 r7 asm("a7") = n;
-    asm volatile("ecall" : "+r"(r0) : "r"(r1), "r"(r7) : "memory");
-    return r0;
-}
-__attribute__((section(".berm.abi"), used, retain)) static const unsigned char manifest[] = {@MANIFEST@};
 static unsigned char in[1 << 16], reply[1 << 16], out[1 << 17];
 static const char hex[] = "0123456789abcdef";
 
 static u64 args(void) {
-    u64 n = ecall2(@ARGS_LEN@, 0, 0);
+    u64 n = ecall2(ARGS_LEN, 0, 0);
     if (n > sizeof in) n = sizeof in;
-    ecall2(@ARGS_READ@, (u64)in, n);
+    ecall2(ARGS_READ, (u64)in, n);
     return n;
 }
 
@@ -55,9 +42,9 @@ static int capability(u64 num, u64 from, u64 n, u64 *len) {
     u64 r = ecall2(num, (u64)(in + from), n - from);
     *len = r & ~(1UL << 63);
     if (*len > sizeof reply) *len = sizeof reply;
-    ecall2(@RESULT_READ@, (u64)reply, *len);
+    ecall2(RESULT_READ, (u64)reply, *len);
     if (r >> 63) {
-        ecall2(@FAIL@, (u64)reply, *len);
+        ecall2(FAIL, (u64)reply, *len);
         return 0;
     }
     return 1;
@@ -84,7 +71,7 @@ Pair berm_tool_read(void) {  /* args: a JSON string without escapes, e.g. "notes
     u64 path = n - 2;  /* reuse `in` as the frame: [u32 len][path], the path moves 3 bytes right */
     for (u64 i = path; i > 0; i--) in[i + 3] = in[i];
     in[0] = path & 255; in[1] = (path >> 8) & 255; in[2] = (path >> 16) & 255; in[3] = path >> 24;
-    if (!capability(@FS_READ@, 0, 4 + path, &len)) return p;
+    if (!capability(FS_READ, 0, 4 + path, &len)) return p;
     p.ptr = (u64)reply;
     p.len = len;
     return p;
@@ -101,19 +88,13 @@ Pair berm_tool_crash(void) {
     return p;
 }
 
-void _start(void) { berm_tool_call(); berm_tool_read(); berm_tool_echo(); berm_tool_crash(); }
 """
 
-TOOLS = ("berm_tool_call", "berm_tool_read", "berm_tool_echo", "berm_tool_crash")
+TOOLS = ("call", "read", "echo", "crash")
 
 
 def probe_elf() -> bytes:
-    source = _SOURCE.replace("@MANIFEST@", ", ".join(str(b) for b in _MANIFEST.encode()))
-    for name, number in [("ARGS_LEN", core_number("berm.args.len")), ("ARGS_READ", core_number("berm.args.read")),
-                         ("RESULT_READ", core_number("berm.result.read")), ("FAIL", core_number("berm.fail")),
-                         ("FS_READ", fnv1a64("berm.fs.read"))]:
-        source = source.replace(f"@{name}@", f"{number:#x}UL")
-    return guest_elf(source, keep=TOOLS)
+    return raw_harness_elf(_SOURCE, TOOLS)
 
 
 GRANTED_NAMES = {
