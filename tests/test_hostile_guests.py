@@ -7,7 +7,6 @@ agree exactly (trap kind, pc, address, detail, registers).
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -18,22 +17,14 @@ from berm_host.engine import Engine
 from berm_host.layout import MAX_CALL_DEPTH
 from berm_host.linker import Linker
 from berm_host.traps import HostError, TrapKind
-from tests.guests import guest_elf
+from tests.guests import raw_harness_elf
 
 MEMORY = 1 << 20
 
 HOSTILE = r"""
-typedef unsigned long u64;
-typedef struct { u64 ptr, len; } Pair;
 static volatile u64 v;
 static const volatile u64 ro_word = 7;
 u64 data_word = 5;
-
-static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
-    register u64 r_a0 __asm__("a0") = a0, r_a1 __asm__("a1") = a1, r_a7 __asm__("a7") = n;
-    __asm__ volatile("ecall" : "+r"(r_a0) : "r"(r_a1), "r"(r_a7) : "memory");
-    return r_a0;
-}
 
 u64 load_at(u64 addr) { return *(volatile u64 *)addr; }
 u64 load_byte_at(u64 addr) { return *(volatile unsigned char *)addr; }
@@ -68,23 +59,17 @@ Pair berm_tool_outside(void) { Pair p = { 0x10, 4 }; return p; }
 Pair berm_tool_not_utf8(void) { static char bad[2] = { (char)0xff, (char)0xfe }; Pair p = { (u64)bad, 2 }; return p; }
 Pair berm_tool_huge(void) { Pair p = { 0x1000, ~0ul }; return p; }
 Pair berm_tool_hello(void) { static char s[] = "hello"; Pair p = { (u64)s, 5 }; return p; }
-
-__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = MANIFEST;
-void _start(void) {}
 """
 
 NAMES = ("load_at", "load_byte_at", "store_at", "store_rodata", "rodata_addr", "data_addr", "call_at",
          "target_addr", "jump_mid", "jump_data", "forged_return", "spin", "deep", "tail_a", "unknown_call",
-         "breakpoint", "illegal", "berm_tool_outside", "berm_tool_not_utf8", "berm_tool_huge", "berm_tool_hello")
+         "breakpoint", "illegal")
 TOOLS = ("outside", "not_utf8", "huge", "hello")
 
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": t, "parameters": {}}
-                                                        for t in TOOLS]})
-    source = HOSTILE.replace("MANIFEST", json.dumps(manifest))
-    elf = guest_elf(source, opt="-O1", keep=NAMES)
+    elf = raw_harness_elf(HOSTILE, TOOLS, opt="-O1", keep=NAMES)
     cache = tmp_path_factory.mktemp("cache")
     aot = Engine(memory_size=MEMORY, cache_dir=cache, deadline=0.3).load(elf)
     interp = Engine(kind="interp", memory_size=MEMORY, deadline=0.3).load(elf)
