@@ -27,7 +27,7 @@ from berm_host.engine import Engine, Image
 from berm_host.layout import MAX_CALL_DEPTH
 from berm_host.linker import Linker
 from berm_host.traps import HostError, Trap, TrapKind
-from tests.guests import guest_elf
+from tests.guests import raw_harness_elf
 
 MEMORY = 1 << 20
 DEADLINE = 0.3
@@ -36,22 +36,10 @@ ECHO = "redteam.echo"  # a test capability: replies with its request, doubled
 M64 = 2**64
 
 GUEST = r"""
-typedef unsigned long u64;
-typedef struct { u64 ptr, len; } Pair;
 static volatile u64 v;
 u64 data_word = 5;
 u64 bss_area[3 * 8192];       /* 192 KiB: spans page and 64-page (coarse) boundaries */
 
-static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
-    register u64 r_a0 __asm__("a0") = a0, r_a1 __asm__("a1") = a1, r_a7 __asm__("a7") = n;
-    __asm__ volatile("ecall" : "+r"(r_a0) : "r"(r_a1), "r"(r_a7) : "memory");
-    return r_a0;
-}
-#define LOG 0x718e2c830194e059ul
-#define ARGS_LEN 0x6ee73f4eae1c1535ul
-#define ARGS_READ 0x4d9b428e492faf86ul
-#define FAIL 0x71ea7deedc66e725ul
-#define RESULT_READ 0x6c92a7d946a830beul
 
 /* ---- host calls with a number only known at run time, and with every argument hostile ---- */
 u64 hc(u64 n, u64 a0, u64 a1) { return ecall2(n, a0, a1); }
@@ -192,22 +180,17 @@ __asm__(
     ".text\n"
 );
 
-__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = MANIFEST;
-void _start(void) {}
 """
 
 NAMES = ("ld1", "ld2", "ld4", "ld8", "st1", "st2", "st4", "st8", "hc", "hc_const_args_read", "hc_const_log", "stage_then_read", "big_frames", "mut_a", "ind_rec",
          "log_rec", "rec_to", "plain", "plain_addr", "call_at", "scribble", "stage", "nothing", "self_tail", "ping",
-         "jt_spin", "jt_owner", "jalr_same", "pair_call", "jt_thief_jump", "jt_thief_call", "jt_thief_ret", "overlap", "overlap_mid",
-         "berm_tool_reverse", "berm_tool_reenter", "berm_tool_empty_null", "berm_tool_empty_wild")
+         "jt_spin", "jt_owner", "jalr_same", "pair_call", "jt_thief_jump", "jt_thief_call", "jt_thief_ret", "overlap", "overlap_mid")
 TOOLS = ("reverse", "reenter", "empty_null", "empty_wild")
 
 
 @cache
 def guest() -> bytes:
-    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": t, "parameters": {}}
-                                                        for t in TOOLS]})
-    return guest_elf(GUEST.replace("MANIFEST", json.dumps(manifest)), opt="-O1", keep=NAMES)
+    return raw_harness_elf(GUEST, TOOLS, opt="-O1", keep=NAMES)
 
 
 def echo(request: bytes) -> bytes:
