@@ -7,8 +7,6 @@ from pathlib import Path
 
 from berm_sdk.build import build_harness
 
-HELP = "Build a harness directory (harness.toml + C sources) into a harness ELF."
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", type=Path, help="the harness directory (holds harness.toml)")

@@ -18,8 +18,6 @@ from berm_host.declaration import declaration_from_table
 from berm_host.grants import linker_for
 from berm_host.traps import ToolFailure
 
-HELP = "call one tool of a harness image with the capabilities granted on the command line"
-
 
 def add_arguments(p) -> None:
     p.add_argument("elf", type=Path, help="the harness image, or the name of a bundled harness (e.g. os)")

@@ -17,8 +17,6 @@ from berm_aot.program import Program
 from berm_host.declaration import DeclarationError, load_declarations
 from berm_host.grants import grant_report
 
-HELP = "show a harness's manifest, exported tools, requests and image layout (nothing is executed)"
-
 _EF_RISCV_RVC = 0x1
 
 

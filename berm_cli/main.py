@@ -1,5 +1,6 @@
-"""``berm``: one subcommand per module of this package. Each module defines ``HELP``, ``add_arguments(parser)``
-and ``run(args) -> int`` (the exit status)."""
+"""``berm``: one subcommand per module of this package. Each module defines ``add_arguments(parser)`` and
+``run(args) -> int`` (the exit status). Only the chosen subcommand's module is imported, so ``berm call`` does not
+pay for the daemon or the guest toolchain at start-up."""
 
 from __future__ import annotations
 
@@ -9,33 +10,39 @@ import sys
 
 from berm_abi.errors import BermError
 
-#: subcommand -> module under berm_cli
+#: subcommand -> (module under berm_cli, one-line help)
 SUBCOMMANDS = {
-    "build": "build",
-    "inspect": "inspect_cmd",
-    "run": "run_cmd",
-    "call": "call",
-    "schedule": "schedule",
-    "serve": "serve",
+    "build": ("build", "build a harness directory (harness.toml + C sources) into a checked harness ELF"),
+    "inspect": ("inspect_cmd", "show a harness's manifest, exported tools, requests and image layout "
+                               "(nothing is executed)"),
+    "run": ("run_cmd", "call a global function of an image with integer arguments (no manifest, no capabilities)"),
+    "call": ("call", "call one tool of a harness image with the capabilities granted on the command line"),
+    "schedule": ("schedule", "add, list or cancel timed wakes of a running daemon (berm serve)"),
+    "serve": ("serve", "run the long-running host: load declared harnesses, run the queue and scheduler, listen "
+                       "on a control socket"),
 }
 
 
-def _parser(modules: dict) -> argparse.ArgumentParser:
+def _parser(chosen: str | None) -> argparse.ArgumentParser:
+    """The parser; only ``chosen``'s module is imported and given its arguments (the others show their help)."""
     parser = argparse.ArgumentParser(prog="berm", description="Run untrusted RV64IMAC harnesses, translated to C.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in modules.items():
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        p.set_defaults(_module=module)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            module = importlib.import_module(f"berm_cli.{module_name}")
+            module.add_arguments(p)
+            p.set_defaults(_module=module)
     return parser
 
 
-def _modules() -> dict:
-    return {name: importlib.import_module(f"berm_cli.{mod}") for name, mod in SUBCOMMANDS.items()}
+def _chosen(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser(_modules()).parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(_chosen(argv)).parse_args(argv)
     try:
         return args._module.run(args)
     except BermError as exc:

@@ -22,8 +22,6 @@ from berm_host.interp import InterpBackend
 from berm_host.layout import DEFAULT_MEMORY
 from berm_host.traps import Trap
 
-HELP = "call a global function of an image with integer arguments (no manifest, no capabilities)"
-
 MASK64 = (1 << 64) - 1
 ABI_NAMES = ("zero ra sp gp tp t0 t1 t2 s0 s1 a0 a1 a2 a3 a4 a5 a6 a7 "
              "s2 s3 s4 s5 s6 s7 s8 s9 s10 s11 t3 t4 t5 t6").split()

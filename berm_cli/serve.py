@@ -11,8 +11,6 @@ from pathlib import Path
 
 from berm_host.daemon import Daemon, DaemonConfig, default_socket
 
-HELP = "Run the long-running host: load declared harnesses, run the queue and scheduler, listen on a control socket."
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("declarations", type=Path, help="TOML file with the [[harnesses]] to load")
