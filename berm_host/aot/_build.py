@@ -41,7 +41,6 @@ typedef struct berm_region {
     uint8_t *fail;
     uint64_t fail_len;
     int has_fail;
-    uint64_t key;
     char trap_msg[200];
     uint64_t generation;
     uint64_t max_result;
@@ -57,10 +56,7 @@ typedef struct berm_region {
 #define BERM_RESIDENT_KEEP ...
 #define BERM_FAIL_KEEP ...
 
-{api}
-extern "Python+C" uint64_t berm_py_ecall(uint64_t key, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1,
-                                          int readable);
-"""
+{api}"""
 
 
 def _api_declarations() -> str:
@@ -83,6 +79,7 @@ ffibuilder.set_source(
     define_macros=CALL_MACROS,
     extra_compile_args=["-O2", "-std=gnu11"],
     libraries=["dl", "pthread"],
+    py_limited_api=False,  # core.c calls capabilities through the full CPython C API (PyObject_Vectorcall)
 )
 
 if __name__ == "__main__":  # build in place, as pip install -e . does

@@ -96,7 +96,7 @@ class AotBackend:
         for i, v in enumerate(request.int_args):
             region.int_args[i] = v & 0xFFFFFFFFFFFFFFFF
         args = bytes(request.args)
-        region.bind(request.linker, request.log)
+        region.calls.bind(request.linker, request.log)
         timeout = 0.0 if request.deadline is None else max(request.deadline - time.monotonic(), 1e-9)
         outcome = _run(region.ptr, request.entry, args, len(args), len(request.int_args), timeout)
         kind = outcome & ~_TRIM
@@ -125,11 +125,12 @@ class AotBackend:
         its last linker and log (so the next invocation with the same ones rebinds nothing)."""
         pool = self.memory.pool
         region = pool.pop() if pool else Region(self.memory)
-        if linker is not region.linker:  # region.bind(linker, log), inlined
-            region.linker = linker
-            region.lookup = capability_lookup(linker)
-        region.log = log
-        region.detail = ""
+        calls = region.calls
+        if linker is not calls.linker:  # calls.bind(linker, log), inlined
+            calls.linker = linker
+            calls.lookup = capability_lookup(linker)
+        calls.log = log
+        calls.detail = ""
         outcome = _run(region.ptr, entry, args, len(args), 0, timeout)
         regs = region.regs
         a0 = regs[10]

@@ -37,7 +37,9 @@ typedef struct berm_region {
     /* guest memory the core itself wrote (host-call buffers) since the last reset: [core_lo[i], core_hi[i]) */
     uint64_t core_lo[BERM_CORE_RANGES], core_hi[BERM_CORE_RANGES];
     int n_core;
-    uint64_t key; /* names the Python object serving callbacks for this region (runtime.py's registry) */
+    /* PyObject *, a strong reference (berm_region_serve; dropped by berm_region_free): the callable serving berm.log
+     * and capabilities, called as serve(number, a0, a1, readable) -> int through the CPython C API */
+    void *serve;
     uint64_t max_result; /* a readable result longer than this is BERM_RUN_BIG_RESULT (set by Python) */
     uint64_t size, npages, ncoarse;
     /* coarse blocks of zero-initial memory written since the last trim (blocks holding only file bytes preset) */
@@ -61,7 +63,11 @@ berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_l
                            uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull,
                            uint64_t hull_len);
 void berm_image_free(berm_image *im);
-berm_region *berm_region_new(const berm_image *im, uint64_t key);
+berm_region *berm_region_new(const berm_image *im);
+/* Hand the region the callable serving its berm.log and capability calls: `fn` is the address of a Python object
+ * (id(fn), alive for the duration of this call); the region takes a new reference and drops the previous one.
+ * Returns 0 when the interpreter cannot take the reference. */
+int berm_region_serve(berm_region *r, uintptr_t fn);
 void berm_region_free(berm_region *r);
 /* timeout: seconds from now until the watchdog interrupts the run (read on CLOCK_MONOTONIC here, which saves the
  * caller a clock read); <= 0 = none. */
@@ -74,10 +80,5 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
 int berm_watchdog_start(double interval);
 void *berm_load(const char *path, const char *symbol, char *err, size_t errlen);
 /* API (end) */
-
-/* Defined by cffi (extern "Python+C"): berm.log and every capability. `key` names the region's Python object (an
- * integer: no cdata to build per call); `readable` says whether the buffer (a0, a1) lies in readable guest memory
- * (checked here, not in Python). */
-uint64_t berm_py_ecall(uint64_t key, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1, int readable);
 
 #endif

@@ -8,7 +8,6 @@ at a time; the pool hands them out (``list.pop``/``append`` are atomic under the
 
 from __future__ import annotations
 
-import itertools
 import weakref
 
 from berm_abi.names import ERROR_BIT, core_number
@@ -36,10 +35,9 @@ POOL_LIMIT = 16
 #: A pooled region keeps a staging buffer up to this size between replies; a larger one is given back.
 STAGE_KEEP = 1 << 20
 LOG = core_number("berm.log")
-#: Every live Region by its key: the callback receives the key (an int) rather than a cffi handle, which would
-#: cost a cdata per call plus ffi.from_handle (~0.15 us together). Weak: the entry leaves with the region.
-_REGIONS: dict[int, weakref.ref] = {}
-_KEYS = itertools.count(1)
+#: Every live Region (weakly): a region leaves it when freed, which shows that the core's reference to each
+#: region's HostCalls.serve keeps no Region alive (tests/test_aot_boundary.py).
+_REGIONS: weakref.WeakSet[Region] = weakref.WeakSet()
 NO_CAPABILITIES = {}.get  # the lookup of an invocation without a linker
 
 
@@ -75,38 +73,32 @@ class MemoryImage:
 
 
 class Region:
-    """One guest memory and the per-invocation state the host-call callback needs."""
+    """One guest memory: the core's region (owned here, freed with this object), cached views of it, and its
+    ``HostCalls`` — the callable the core calls for berm.log and capabilities holds no reference back to this
+    object, so the core's strong reference to it makes no cycle the garbage collector cannot see."""
 
-    __slots__ = ("image", "ptr", "ctx", "regs", "mem", "memory", "int_args", "linker", "lookup", "log", "detail",
-                 "staged", "stage_view", "stage_room", "__weakref__")
+    __slots__ = ("image", "ptr", "ctx", "regs", "memory", "int_args", "calls", "__weakref__")
 
     def __init__(self, image: MemoryImage):
         self.image = image  # keeps the core's berm_image alive as long as the region
-        key = next(_KEYS)
-        _REGIONS[key] = weakref.ref(self, lambda _ref, regions=_REGIONS: regions.pop(key, None))
-        ptr = lib.berm_region_new(image.ptr, key)
-        if ptr == ffi.NULL:
+        raw = lib.berm_region_new(image.ptr)
+        if raw == ffi.NULL:
             raise HostError(f"cannot map {image.layout.size} bytes of guest memory")
-        self.ptr = ffi.gc(ptr, lib.berm_region_free)
-        ptr.enter = image.enter
+        self.ptr = ffi.gc(raw, lib.berm_region_free)
+        raw.enter = image.enter
         if image.max_result is not None:
-            ptr.max_result = image.max_result
-        self.ctx = self.ptr.ctx
+            raw.max_result = image.max_result
+        self.ctx = raw.ctx
         # Cached views: a cffi attribute chain costs ~0.1 us per step, a cffi array index ~50 ns and ffi.unpack of
         # a pointer sum ~0.25 us; a memoryview index or a slice of ffi.buffer is a plain buffer operation.
         self.regs = memoryview(ffi.buffer(self.ctx.regs)).cast("Q")  # x0..x31 as ints
-        self.mem = ffi.cast("char *", self.ctx.mem)
-        self.memory = ffi.buffer(self.mem, image.layout.size)  # guest memory; memory[a:b] is a bytes copy
-        self.int_args = self.ptr.int_args
-        # The capability set of the current (or last) invocation and its bound lookup: rebound only when another
-        # linker comes, so the hot paths pay an identity test instead of building a bound method per call.
-        self.linker: Linker | None = None
-        self.lookup = NO_CAPABILITIES
-        self.log: LogSink | None = None
-        self.detail = ""  # detail of a trap raised from Python
-        self.staged = self.stage_view = None
-        self.stage_room = 0  # replies up to this size are copied straight into ``staged`` (through stage_view)
-        self._new_stage(256)
+        self.memory = ffi.buffer(ffi.cast("char *", self.ctx.mem), image.layout.size)  # memory[a:b]: a bytes copy
+        self.int_args = raw.int_args
+        self.calls = HostCalls(raw, self.memory)
+        serve = self.calls.serve  # alive across the call: the core takes its own reference from its address
+        if not lib.berm_region_serve(raw, id(serve)):
+            raise HostError("the interpreter is shutting down")
+        _REGIONS.add(self)
 
     # -- reading guest memory after a run -----------------------------------------------------------------------
 
@@ -122,15 +114,6 @@ class Region:
         return bytes(out)
 
     # -- the trap record ----------------------------------------------------------------------------------------
-
-    def trap(self, kind: TrapKind, pc: int, addr: int, detail: str) -> int:
-        """Record a trap raised on the Python side of a host call; returns the (ignored) a0."""
-        ctx = self.ctx
-        ctx.trap_kind = _CODES[kind]
-        ctx.trap_pc = pc
-        ctx.trap_addr = addr
-        self.detail = detail
-        return 0
 
     def trap_record(self) -> tuple[TrapKind, int, int, str] | None:
         """The trap of the last run as (kind, pc, addr, detail), None after a normal return."""
@@ -148,7 +131,7 @@ class Region:
             detail = "deadline passed"
         else:
             msg = ffi.string(self.ptr.trap_msg)
-            detail = msg.decode() if msg else self.detail
+            detail = msg.decode() if msg else self.calls.detail
         return kind, ctx.trap_pc, ctx.trap_addr, detail
 
     def failure(self) -> bytes | None:
@@ -159,16 +142,82 @@ class Region:
         n = p.fail_len
         return failure_text(ffi.buffer(p.fail, min(n, lib.BERM_FAIL_KEEP))[:], n)
 
-    # -- host calls served in Python ----------------------------------------------------------------------------
 
-    def log_line(self, pc: int, a0: int, a1: int, readable: int) -> int:
+class HostCalls:
+    """The host calls of one region served in Python: berm.log and every capability (the core serves the other
+    core calls). The core holds a strong reference to ``serve`` (dropped when the region is freed) and calls it
+    through the CPython C API, on the thread running the region, with the GIL taken for the call."""
+
+    __slots__ = ("raw", "ctx", "memory", "linker", "lookup", "log", "detail", "staged", "stage_view", "stage_room")
+
+    def __init__(self, raw: object, memory: object):
+        self.raw = raw  # the core's region, not owned (its owner, Region.ptr, is what frees it)
+        self.ctx = raw.ctx
+        self.memory = memory
+        # The capability set of the current (or last) invocation and its bound lookup: rebound only when another
+        # linker comes, so the hot paths pay an identity test instead of building a bound method per call.
+        self.linker: Linker | None = None
+        self.lookup = NO_CAPABILITIES
+        self.log: LogSink | None = None
+        self.detail = ""  # detail of a trap raised from Python
+        self.staged = self.stage_view = None
+        self.stage_room = 0  # replies up to this size are copied straight into ``staged`` (through stage_view)
+        self._new_stage(256)
+
+    def bind(self, linker: Linker | None, log: LogSink | None) -> None:
+        """Serve the next invocation's host calls with ``linker`` and ``log`` (AotBackend.call_tool inlines this)."""
+        if linker is not self.linker:
+            self.linker = linker
+            self.lookup = capability_lookup(linker)
+        self.log = log
+        self.detail = ""
+
+    def serve(self, number, a0, a1, readable, _bytes=bytes, _error=CapabilityError, _error_bit=ERROR_BIT):
+        """berm.log or capability ``number`` with the guest buffer (a0, a1), which the core has found ``readable``
+        or not; returns the guest's a0. A capability's reply is copied into the staging buffer once; the core takes
+        its length from the result. The capability path is inlined (each Python call on it costs ~60 ns) and its
+        globals are default arguments (a local read instead of a global one); the core passes only four."""
+        try:
+            cap = self.lookup(number)
+            if cap is None:  # berm.log is a core number, so never a capability
+                if number == LOG:
+                    return self.log_line(a0, a1, readable)
+                return self.trap(TrapKind.UNKNOWN_HOST_CALL, number, unknown_call_detail(number))
+            if not readable:
+                return self._buffer_trap(cap.name, a0, a1)
+            try:
+                reply = cap.fn(self.memory[a0:a0 + a1])
+                if type(reply) is not _bytes:
+                    reply = _reply_bytes(reply)
+            except _error as exc:
+                return self.stage(str(exc).encode("utf-8", "replace")) | _error_bit
+            except Exception as exc:  # noqa: BLE001 - a capability bug is a trap, never an escape
+                return self.trap(TrapKind.HOST_CALL_FAILED, number, f"{cap.name}: {type(exc).__name__}: {exc}")
+            n = len(reply)
+            if n <= self.stage_room:  # HostCalls.stage, inlined
+                self.stage_view[:n] = reply
+                return n
+            return self.stage(reply)
+        except BaseException as exc:  # noqa: BLE001 - nothing may unwind through guest code
+            return self.trap(TrapKind.HOST_CALL_FAILED, number, f"{type(exc).__name__}: {exc}")
+
+    def trap(self, kind: TrapKind, addr: int, detail: str) -> int:
+        """Record a trap raised on the Python side of a host call (the core adds the ecall's pc); returns the
+        (ignored) a0."""
+        ctx = self.ctx
+        ctx.trap_kind = _CODES[kind]
+        ctx.trap_addr = addr
+        self.detail = detail
+        return 0
+
+    def log_line(self, a0: int, a1: int, readable: bool) -> int:
         if not readable:
-            return self._buffer_trap(pc, "berm.log", a0, a1)
+            return self._buffer_trap("berm.log", a0, a1)
         if self.log is not None:
             try:
                 self.log(self.memory[a0:a0 + a1])
             except Exception as exc:  # noqa: BLE001 - a broken sink must not escape into guest code
-                return self.trap(TrapKind.HOST_CALL_FAILED, pc, LOG, f"berm.log: {type(exc).__name__}: {exc}")
+                return self.trap(TrapKind.HOST_CALL_FAILED, LOG, f"berm.log: {type(exc).__name__}: {exc}")
         return 0
 
     def stage(self, reply: bytes) -> int:
@@ -183,19 +232,11 @@ class Region:
     def _new_stage(self, size: int) -> None:
         self.staged = ffi.new("char[]", size)
         self.stage_view = memoryview(ffi.buffer(self.staged))  # slice assignment: half the cost of ffi.memmove
-        self.ptr.staged = ffi.cast("uint8_t *", self.staged)
+        self.raw.staged = ffi.cast("uint8_t *", self.staged)
         self.stage_room = size if size <= STAGE_KEEP else -1  # a large buffer: every reply decides to keep it
 
-    def bind(self, linker: Linker | None, log: LogSink | None) -> None:
-        """Serve the next invocation's host calls with ``linker`` and ``log`` (AotBackend.call_tool inlines this)."""
-        if linker is not self.linker:
-            self.linker = linker
-            self.lookup = capability_lookup(linker)
-        self.log = log
-        self.detail = ""
-
-    def _buffer_trap(self, pc: int, call: str, ptr: int, n: int) -> int:
-        return self.trap(TrapKind.HOST_CALL_FAILED, pc, ptr,
+    def _buffer_trap(self, call: str, ptr: int, n: int) -> int:
+        return self.trap(TrapKind.HOST_CALL_FAILED, ptr,
                          f"{call}: the buffer at {ptr:#x} ({n} bytes) is not readable guest memory")
 
 
@@ -203,39 +244,6 @@ def _reply_bytes(reply: object) -> bytes:
     if not isinstance(reply, (bytes, bytearray, memoryview)):
         raise TypeError(f"returned {type(reply).__name__}, not bytes")
     return bytes(reply)
-
-
-@ffi.def_extern()
-def berm_py_ecall(key, pc, number, a0, a1, readable,
-                  _regions=_REGIONS, _bytes=bytes, _error=CapabilityError, _error_bit=ERROR_BIT):
-    """berm.log and every capability (the core serves the other core calls, and has checked whether the buffer
-    (a0, a1) is readable). A capability's reply is copied into the region's staging buffer once; the core takes
-    its length from the result. The capability path is inlined (each Python call on it costs ~60 ns) and its
-    globals are default arguments (a local read instead of a global one); cffi passes only the six C arguments."""
-    region: Region = _regions[key]()
-    try:
-        cap = region.lookup(number)
-        if cap is None:  # berm.log is a core number, so never a capability
-            if number == LOG:
-                return region.log_line(pc, a0, a1, readable)
-            return region.trap(TrapKind.UNKNOWN_HOST_CALL, pc, number, unknown_call_detail(number))
-        if not readable:
-            return region._buffer_trap(pc, cap.name, a0, a1)
-        try:
-            reply = cap.fn(region.memory[a0:a0 + a1])
-            if type(reply) is not _bytes:
-                reply = _reply_bytes(reply)
-        except _error as exc:
-            return region.stage(str(exc).encode("utf-8", "replace")) | _error_bit
-        except Exception as exc:  # noqa: BLE001 - a capability bug is a trap, never an escape
-            return region.trap(TrapKind.HOST_CALL_FAILED, pc, number, f"{cap.name}: {type(exc).__name__}: {exc}")
-        n = len(reply)
-        if n <= region.stage_room:  # Region.stage, inlined
-            region.stage_view[:n] = reply
-            return n
-        return region.stage(reply)
-    except BaseException as exc:  # noqa: BLE001 - nothing may unwind through guest code
-        return region.trap(TrapKind.HOST_CALL_FAILED, pc, number, f"{type(exc).__name__}: {exc}")
 
 
 def load_code(path: str, symbol: str) -> object:

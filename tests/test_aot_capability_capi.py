@@ -1,0 +1,126 @@
+"""The translated engine calls each region's Python host-call server through the CPython C API: whatever that
+callable does wrong (a result that is not a uint64, an exception escaping it, even one whose message cannot be
+read) becomes the host-call-failed trap naming the ecall, and the region's reference to it is exact. Regions of
+one image serve capabilities from several threads at once, each callback in its own region."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+
+import pytest
+
+from berm_abi.names import fnv1a64
+from berm_host import linker as linker_mod
+from berm_host.aot import runtime
+from berm_host.engine import Engine
+from berm_host.traps import Trap, TrapKind
+from tests.guests import raw_harness_elf
+
+SOURCE = r"""
+static char args[64];
+static char out[256];
+/* Send the arguments to the echo capability and return its reply. */
+Pair berm_tool_echo(void) {
+    u64 n = ecall2(ARGS_READ, (u64)args, sizeof args);
+    ecall2(ECHO, (u64)args, n);
+    u64 got = ecall2(RESULT_READ, (u64)out, sizeof out);
+    return (Pair){ (u64)out, got < sizeof out ? got : sizeof out };
+}
+"""
+ECHO = fnv1a64("test.echo")
+
+
+@pytest.fixture(scope="module")
+def elf() -> bytes:
+    return raw_harness_elf(SOURCE, ("echo",), {"ECHO": ECHO})
+
+
+def _harness(elf: bytes, cache_dir):
+    link = linker_mod.Linker()
+    link.define("test.echo", lambda request: b"<" + request + b">")
+    return Engine(cache_dir=cache_dir).load(elf).harness(link)
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message either")
+
+
+class Escape(BaseException):
+    pass
+
+
+def _return_text(self, number, a0, a1, readable):
+    return "not a number"
+
+
+def _return_negative(self, number, a0, a1, readable):
+    return -1
+
+
+def _raise_unprintable(self, number, a0, a1, readable):
+    raise Unprintable
+
+
+def _raise_escape(self, number, a0, a1, readable):
+    raise Escape("out of the server")
+
+
+@pytest.mark.parametrize("serve, detail", [
+    (_return_text, "TypeError: "),
+    (_return_negative, "OverflowError: "),
+    (_raise_unprintable, "Unprintable: (its message could not be read)"),
+    (_raise_escape, "Escape: out of the server"),
+])
+def test_a_broken_server_is_a_host_call_failed_trap(monkeypatch, tmp_path, elf, serve, detail):
+    monkeypatch.setattr(runtime.HostCalls, "serve", serve)  # regions made from here on are served by it
+    harness = _harness(elf, tmp_path)
+    with pytest.raises(Trap) as info:
+        harness.call("echo", "hi")
+    trap = info.value.info
+    assert trap.kind is TrapKind.HOST_CALL_FAILED and trap.addr == ECHO and trap.pc != 0
+    assert trap.detail.startswith(detail)
+
+
+def test_regions_serve_again_after_a_broken_server_trapped(monkeypatch, tmp_path, elf):
+    monkeypatch.setattr(runtime.HostCalls, "serve", _raise_escape)
+    with pytest.raises(Trap):
+        _harness(elf, tmp_path).call("echo", "a")
+    monkeypatch.undo()
+    assert _harness(elf, tmp_path).call("echo", "b") == "<b>"
+
+
+def test_the_region_holds_exactly_one_reference_to_its_server(tmp_path, elf):
+    harness = _harness(elf, tmp_path)
+    assert harness.call("echo", "x") == "<x>"
+    region = harness.image.backend.memory.pool[-1]
+
+    def server(number, a0, a1, readable):
+        return 0
+
+    before = sys.getrefcount(server)
+    assert runtime.lib.berm_region_serve(region.ptr, id(server)) == 1
+    assert sys.getrefcount(server) == before + 1
+    assert runtime.lib.berm_region_serve(region.ptr, id(server)) == 1  # replacing it drops the old reference
+    assert sys.getrefcount(server) == before + 1
+    harness.image.backend.memory.pool.clear()
+    del region, harness
+    gc.collect()
+    assert sys.getrefcount(server) == before
+
+
+def test_threads_each_served_in_their_own_region(tmp_path, elf):
+    harness = _harness(elf, tmp_path)
+    results: dict[int, list[str]] = {}
+
+    def work(t: int) -> None:
+        results[t] = [harness.call("echo", f"{t}.{i}") for i in range(200)]
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {t: [f"<{t}.{i}>" for i in range(200)] for t in range(4)}
