@@ -1,0 +1,103 @@
+"""sp-relative accesses: the translated code checks sp once per change (berm_rt.h, BERM_SP_SYNC; where,
+berm_aot/emit/spcheck.py) instead of once per access. With sp at every edge of the stack window — and outside it,
+in the guard, at 0, near 2^64 — each access must end exactly as on the reference interpreter (same result, same trap
+kind, address and pc), and a value stored through sp must be gone in the next run."""
+
+from __future__ import annotations
+
+import pytest
+
+from berm_aot.elf import read_elf
+from berm_host.backend import RunRequest
+from berm_host.engine import Engine
+from berm_host.layout import DEFAULT_MEMORY, stack_size
+from tests.guests import guest_elf
+
+#: (name, the access through sp): each in a function of its own, so each function's range of sp offsets differs.
+ACCESSES = [
+    ("ld0", "ld t3, 0(sp)"),
+    ("ldneg", "ld t3, -2048(sp)"),
+    ("ldpos", "ld t3, 2040(sp)"),
+    ("lwtop", "lw t3, 2044(sp)"),
+    ("sd0", "sd a1, 0(sp)\\n ld t3, 0(sp)"),
+    ("sdwide", "sd a1, -2048(sp)\\n sd a1, 2040(sp)\\n ld t3, -2048(sp)"),
+    ("sbpos", "sb a1, 2047(sp)\\n lbu t3, 2047(sp)"),
+    ("csdsp", "c.sdsp a1, 504(sp)\\n c.ldsp t3, 504(sp)"),
+    ("twice", "sd a1, 8(sp)\\n addi sp, sp, -16\\n sd a1, 8(sp)\\n ld t3, 24(sp)\\n addi sp, sp, 16"),
+]
+
+SOURCE = "typedef unsigned long u64;\n" + "\n".join(
+    f"""u64 {name}(u64 sp_value, u64 value) {{
+    u64 out;
+    __asm__ volatile("mv t2, sp\\n mv sp, %1\\n li t3, 0\\n mv a1, %2\\n {body}\\n mv sp, t2\\n mv %0, t3"
+                     : "=r"(out) : "r"(sp_value), "r"(value) : "t2", "t3", "a1", "memory");
+    return out;
+}}""" for name, body in ACCESSES) + f"""
+/* Takes every function's address, so the image carries relocations naming them (legal indirect targets). */
+u64 pick(u64 i, u64 a, u64 b) {{
+    static u64 (*const table[])(u64, u64) = {{{", ".join(name for name, _ in ACCESSES)}}};
+    return table[i](a, b);
+}}
+"""
+
+TOP = DEFAULT_MEMORY
+LOW = DEFAULT_MEMORY - stack_size(DEFAULT_MEMORY)
+#: sp values around both ends of the stack window, in the guard below it, and far outside guest memory.
+SP_VALUES = sorted({LOW - 4096, LOW - 2056, LOW - 2048, LOW - 2040, LOW - 8, LOW, LOW + 8, LOW + 2048, LOW + 4096,
+                    TOP - 4096, TOP - 2056, TOP - 2048, TOP - 2040, TOP - 512, TOP - 16, TOP - 8, TOP, TOP + 2048,
+                    0, 2048, (1 << 64) - 8, (1 << 64) - 2048})
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    elf = guest_elf(SOURCE, keep=("pick", *(name for name, _ in ACCESSES)))
+    symbols = {s.name: s.value for s in read_elf(elf).symbols}
+    cache = tmp_path_factory.mktemp("cache")
+    return symbols, {kind: Engine(kind=kind, cache_dir=cache).load(elf).backend for kind in ("aot", "interp")}
+
+
+def outcome(result):
+    trap = result.trap
+    return (result.a0 if trap is None else None, trap and (trap.kind, trap.pc, trap.addr), result.failure)
+
+
+@pytest.mark.parametrize("name", [name for name, _ in ACCESSES])
+def test_sp_relative_access_at_every_edge_matches_the_interpreter(engines, name):
+    symbols, backends = engines
+    for sp in SP_VALUES:
+        request = RunRequest(entry=symbols[name], int_args=(sp, 0x1122334455667788))
+        got, want = (outcome(backends[k].run(request)) for k in ("aot", "interp"))
+        assert got == want, f"{name} with sp={sp:#x}: aot {got} vs interp {want}"
+
+
+def test_some_edges_trap_and_some_do_not(engines):
+    """The edge list really straddles the window: the same access is fine at one sp and traps at another."""
+    symbols, backends = engines
+    results = [backends["aot"].run(RunRequest(entry=symbols["ld0"], int_args=(sp, 0))) for sp in SP_VALUES]
+    assert any(r.trap is None for r in results) and any(r.trap is not None for r in results)
+
+
+#: Where each storing function leaves its value, as (reading function, its sp relative to the storing sp).
+READ_BACK = {
+    "sd0": [("ld0", 0)],
+    "sdwide": [("ldneg", 0), ("ldpos", 0)],
+    "sbpos": [("lwtop", 3)],
+    "csdsp": [("ld0", 504)],
+    "twice": [("ld0", 8), ("ld0", -8)],
+}
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+@pytest.mark.parametrize("name", sorted(READ_BACK))
+def test_stored_through_sp_is_gone_in_the_next_run(engines, kind, name):
+    """Store at sp values spread over the stack (across pages), then read each back in later runs: all zero."""
+    symbols, backends = engines
+    backend = backends[kind]
+    spots = [TOP - 16 - 2048, TOP - 16 - 4100, LOW + 2048, LOW + 70000, (LOW + TOP) // 2 + 8]
+    for sp in spots:
+        stored = backend.run(RunRequest(entry=symbols[name], int_args=(sp, 0xFF)))
+        assert stored.trap is None and stored.a0 == 0xFF
+    for sp in spots:
+        for reader, delta in READ_BACK[name]:
+            result = backend.run(RunRequest(entry=symbols[reader], int_args=(sp + delta, 0)))
+            assert result.trap is None and result.a0 == 0, f"{name}: stale stack at {sp:#x} read by {reader}"
