@@ -1,5 +1,6 @@
-"""The translated engine calls each region's Python host-call server through the CPython C API: whatever that
-callable does wrong (a result that is not a uint64, an exception escaping it, even one whose message cannot be
+"""The translated engine calls each region's Python host-call server through the CPython C API: capability
+errors come back as error replies, unreadable buffers as traps naming the call, and whatever the server itself does
+wrong (a result that is not a uint64, an exception escaping it, even one whose message cannot be
 read) becomes the host-call-failed trap naming the ecall, and the region's reference to it is exact. Regions of
 one image serve capabilities from several threads at once, each callback in its own region."""
 
@@ -15,6 +16,7 @@ from berm_abi.names import fnv1a64
 from berm_host import linker as linker_mod
 from berm_host.aot import runtime
 from berm_host.engine import Engine
+from berm_host.linker import CapabilityError
 from berm_host.traps import Trap, TrapKind
 from tests.guests import raw_harness_elf
 
@@ -28,19 +30,64 @@ Pair berm_tool_echo(void) {
     u64 got = ecall2(RESULT_READ, (u64)out, sizeof out);
     return (Pair){ (u64)out, got < sizeof out ? got : sizeof out };
 }
+/* The refuse capability's reply behind "E" when it came with the error bit, else behind "R". */
+Pair berm_tool_refuse(void) {
+    u64 n = ecall2(ARGS_READ, (u64)args, sizeof args);
+    u64 ret = ecall2(REFUSE, (u64)args, n);
+    out[0] = ret >> 63 ? 'E' : 'R';
+    u64 got = ecall2(RESULT_READ, (u64)out + 1, sizeof out - 1);
+    return (Pair){ (u64)out, 1 + (got < sizeof out - 1 ? got : sizeof out - 1) };
+}
+/* berm.log or the echo capability (args[0] 'l' or 'e') with a buffer outside guest memory. */
+Pair berm_tool_unreadable(void) {
+    ecall2(ARGS_READ, (u64)args, sizeof args);
+    ecall2(args[0] == 'l' ? LOG : ECHO, 8, 5);
+    return (Pair){ 0, 0 };
+}
 """
 ECHO = fnv1a64("test.echo")
+REFUSE = fnv1a64("test.refuse")
 
 
 @pytest.fixture(scope="module")
 def elf() -> bytes:
-    return raw_harness_elf(SOURCE, ("echo",), {"ECHO": ECHO})
+    return raw_harness_elf(SOURCE, ("echo", "refuse", "unreadable"), {"ECHO": ECHO, "REFUSE": REFUSE})
+
+
+def _refuse(request: bytes) -> bytes:
+    if request.startswith(b"ok"):
+        return bytearray(request)  # converted to bytes before it is staged
+    if request.startswith(b"int"):
+        return 7  # type: ignore[return-value] - a capability bug: a trap, not a reply
+    raise CapabilityError(f"refused {request.decode()}")
 
 
 def _harness(elf: bytes, cache_dir):
     link = linker_mod.Linker()
     link.define("test.echo", lambda request: b"<" + request + b">")
+    link.define("test.refuse", _refuse)
     return Engine(cache_dir=cache_dir).load(elf).harness(link)
+
+
+def test_capability_errors_and_replies_of_other_types(tmp_path, elf):
+    harness = _harness(elf, tmp_path)
+    assert harness.call("refuse", "this") == "Erefused this"
+    assert harness.call("refuse", "ok then") == "Rok then"
+    with pytest.raises(Trap) as info:
+        harness.call("refuse", "int")
+    trap = info.value.info
+    assert trap.kind is TrapKind.HOST_CALL_FAILED and trap.addr == REFUSE
+    assert trap.detail == "test.refuse: TypeError: returned int, not bytes"
+    assert harness.call("echo", "x" * 40) == "<" + "x" * 40 + ">"  # then a longer reply than the error's
+
+
+@pytest.mark.parametrize("which, call", [("l", "berm.log"), ("e", "test.echo")])
+def test_an_unreadable_buffer_is_a_trap_naming_the_call(tmp_path, elf, which, call):
+    with pytest.raises(Trap) as info:
+        _harness(elf, tmp_path).call("unreadable", which)
+    trap = info.value.info
+    assert trap.kind is TrapKind.HOST_CALL_FAILED and trap.addr == 8
+    assert trap.detail == f"{call}: the buffer at 0x8 (5 bytes) is not readable guest memory"
 
 
 class Unprintable(Exception):
@@ -52,19 +99,19 @@ class Escape(BaseException):
     pass
 
 
-def _return_text(self, number, a0, a1, readable):
+def _return_text(self, number, request):
     return "not a number"
 
 
-def _return_negative(self, number, a0, a1, readable):
+def _return_negative(self, number, request):
     return -1
 
 
-def _raise_unprintable(self, number, a0, a1, readable):
+def _raise_unprintable(self, number, request):
     raise Unprintable
 
 
-def _raise_escape(self, number, a0, a1, readable):
+def _raise_escape(self, number, request):
     raise Escape("out of the server")
 
 
@@ -97,7 +144,7 @@ def test_the_region_holds_exactly_one_reference_to_its_server(tmp_path, elf):
     assert harness.call("echo", "x") == "<x>"
     region = harness.image.backend.memory.pool[-1]
 
-    def server(number, a0, a1, readable):
+    def server(number, request):
         return 0
 
     before = sys.getrefcount(server)

@@ -36,8 +36,8 @@ typedef struct berm_region {
     berm_ctx ctx;
     void *enter;
     uint64_t int_args[8];
-    const uint8_t *staged;
-    uint64_t staged_len;
+    uint64_t call_ptr;
+    uint64_t call_len;
     uint8_t *fail;
     uint64_t fail_len;
     int has_fail;

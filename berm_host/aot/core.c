@@ -4,8 +4,8 @@
  * No signal handler anywhere: translated code checks every access itself, so nothing here expects a fault.
  *
  * berm.log and capabilities are served in Python: the core calls the region's serving callable directly through
- * the CPython C API (one vectorcall with four arguments, GIL taken for just that call), which costs about half what a
- * cffi extern "Python" callback did.
+ * the CPython C API (one vectorcall of the call number and the request bytes, GIL taken for just that call; the
+ * reply is staged here), which costs well under half what a cffi extern "Python" callback did.
  *
  * Memory is reused, not re-mapped (a page fault costs ~1.3 us here): every store marks its page in a byte map
  * (and a coarse map over 64 pages), and the next invocation on the region restores only those pages — from the
@@ -277,9 +277,48 @@ static void python_trap(berm_region *r, uint64_t n) {
     Py_XDECREF(tb);
 }
 
-/* serve(number, a0, a1, readable) on this thread (the GIL is released while guest code runs). Its int result is
- * the guest's a0; a trap it records lands in the context; any exception that escapes it (or a result that is not a
- * uint64) becomes the host-call-failed trap, never an escape into translated code. */
+/* With the GIL held (or from berm_region_stage): copy a reply into the staging buffer, a new one when it does not
+ * fit or when a large one (over BERM_STAGE_KEEP) can be given back; returns n, or sets the trap. */
+static uint64_t stage(berm_region *r, const char *data, uint64_t n) {
+    if (n > r->staged_cap || (r->staged_cap > BERM_STAGE_KEEP && n <= BERM_STAGE_KEEP)) {
+        uint64_t want = n < 256 ? 256 : n;
+        uint8_t *p = malloc(want);
+        if (p) {
+            free(r->staged);
+            r->staged = p;
+            r->staged_cap = want;
+        } else if (n > r->staged_cap) {
+            berm_set_trap(&r->ctx, BERM_TRAP_CALL_FAILED, 0, r->call_number, 0);
+            snprintf(r->trap_msg, sizeof r->trap_msg, "out of host memory for a reply of %llu bytes",
+                     (unsigned long long)n);
+            return 0;
+        }
+    }
+    if (n) memcpy(r->staged, data, n);
+    return n;
+}
+
+uint64_t berm_region_stage(berm_region *r, const char *data, uint64_t n) { return stage(r, data, n); }
+
+/* The int object for call number n: the last one is kept, as a guest tends to call one capability in a loop. */
+static PyObject *number_object(berm_region *r, uint64_t n) {
+    PyObject *obj = r->number_obj;
+    if (!obj || r->call_number != n) {
+        obj = PyLong_FromUnsignedLongLong(n);
+        if (!obj) return NULL;
+        Py_XDECREF((PyObject *)r->number_obj);
+        r->number_obj = obj;
+    }
+    r->call_number = n;
+    Py_INCREF(obj);
+    return obj;
+}
+
+/* serve(number, request) on this thread (the GIL is released while guest code runs): `request` is the guest
+ * buffer (a0, a1) as bytes, or None when it is not readable guest memory (call_ptr and call_len name it). A bytes
+ * result is the reply, staged here (the guest's a0 is its length); an int is the guest's a0; a trap the server
+ * records lands in the context. Any exception that escapes the server, and any other result, becomes the
+ * host-call-failed trap, never an escape into translated code. */
 static uint64_t py_ecall(berm_region *r, uint64_t n, uint64_t a0, uint64_t a1, int ok) {
     uint64_t ret = 0;
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -289,14 +328,23 @@ static uint64_t py_ecall(berm_region *r, uint64_t n, uint64_t a0, uint64_t a1, i
         PyGILState_Release(gil);
         return 0;
     }
-    PyObject *argv[5] = {NULL, PyLong_FromUnsignedLongLong(n), PyLong_FromUnsignedLongLong(a0),
-                         PyLong_FromUnsignedLongLong(a1), ok ? Py_True : Py_False};
+    r->call_ptr = a0;
+    r->call_len = a1;
+    PyObject *argv[3] = {NULL, number_object(r, n), NULL};
+    if (ok) {
+        argv[2] = PyBytes_FromStringAndSize((const char *)r->ctx.mem + a0, (Py_ssize_t)a1);
+    } else {
+        argv[2] = Py_None;
+        Py_INCREF(Py_None);
+    }
     PyObject *res = NULL;
-    if (argv[1] && argv[2] && argv[3])
-        res = PyObject_Vectorcall((PyObject *)r->serve, argv + 1, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    for (int i = 1; i < 4; i++) Py_XDECREF(argv[i]);
+    if (argv[1] && argv[2])
+        res = PyObject_Vectorcall((PyObject *)r->serve, argv + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_XDECREF(argv[1]);
+    Py_XDECREF(argv[2]);
     if (res) {
-        ret = PyLong_AsUnsignedLongLong(res);
+        if (PyBytes_CheckExact(res)) ret = stage(r, PyBytes_AS_STRING(res), (uint64_t)PyBytes_GET_SIZE(res));
+        else ret = PyLong_AsUnsignedLongLong(res);
         Py_DECREF(res);
     }
     if (!res || PyErr_Occurred()) {
@@ -318,13 +366,13 @@ int berm_region_serve(berm_region *r, uintptr_t fn) {
     return 1;
 }
 
-/* Drop the region's reference to its serving callable (berm_region_free; the interpreter may be gone at exit). */
+/* Drop the region's references to Python objects (berm_region_free; the interpreter may be gone at exit). */
 static void drop_serve(berm_region *r) {
-    if (!r->serve || !Py_IsInitialized()) return;
+    if (!(r->serve || r->number_obj) || !Py_IsInitialized()) return;
     PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject *old = r->serve;
-    r->serve = NULL;
-    Py_DECREF(old);
+    Py_XDECREF((PyObject *)r->serve);
+    Py_XDECREF((PyObject *)r->number_obj);
+    r->serve = r->number_obj = NULL;
     PyGILState_Release(gil);
 }
 
@@ -361,8 +409,8 @@ static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, ui
         r->fail_len = a1;
         r->has_fail = 1;
         return 0;
-    default: { /* berm.log and capabilities: Python. A capability's reply is already staged in r->staged (a
-                * buffer Python owns); its length is the callback's result without the error bit. */
+    default: { /* berm.log and capabilities: Python. A capability's reply is staged in r->staged by now; its
+                * length is the result without the error bit. */
         uint64_t ret = py_ecall(r, n, a0, a1, !a1 || readable(r->image, a0, a1));
         if (c->trap_kind != BERM_TRAP_NONE) c->trap_pc = pc; /* a trap raised by Python names the ecall */
         else if (n != BERM_CALL_LOG) r->staged_len = ret & ~BERM_ERROR_BIT;
@@ -508,6 +556,7 @@ void berm_region_free(berm_region *r) {
     free(r->ctx.coarse);
     free(r->touched);
     free(r->fail);
+    free(r->staged);
     free(r);
 }
 

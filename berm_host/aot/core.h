@@ -18,6 +18,10 @@ typedef struct berm_image berm_image;
  * costs ~0.1 us, refaulting a released one ~1.3 us: guests that keep reusing a few MiB stay on the fast path. */
 #define BERM_RESIDENT_KEEP ((uint64_t)4 << 20)
 
+/* The staging buffer of a region keeps up to this size between replies; a larger one is given back at the next
+ * reply that fits in it. */
+#define BERM_STAGE_KEEP ((uint64_t)1 << 20)
+
 /* The longest berm.fail text kept (longer ones are cut here; the Python side adds the truncation marker). */
 #define BERM_FAIL_KEEP ((uint64_t)64 << 10)
 
@@ -28,8 +32,9 @@ typedef struct berm_region {
     void *enter;              /* the translated image's entry point (berm_load), set once per region */
     uint64_t int_args[8];     /* a0..a7 of the next invocation (the first n_int of them) */
     const char *args; /* the invocation's argument blob (owned by Python for the duration of the call) */
-    const uint8_t *staged; /* the last capability reply, for berm.result.read (a buffer owned by Python) */
-    uint64_t staged_len;
+    uint8_t *staged; /* the last capability reply, for berm.result.read (grown to fit; see BERM_STAGE_KEEP) */
+    uint64_t staged_len, staged_cap;
+    uint64_t call_number, call_ptr, call_len; /* the host call being served in Python and its guest buffer */
     uint8_t *fail; /* the first BERM_FAIL_KEEP bytes of the last berm.fail text */
     uint64_t fail_len, fail_cap; /* fail_len: the full length the guest passed */
     int has_fail;
@@ -37,9 +42,9 @@ typedef struct berm_region {
     /* guest memory the core itself wrote (host-call buffers) since the last reset: [core_lo[i], core_hi[i]) */
     uint64_t core_lo[BERM_CORE_RANGES], core_hi[BERM_CORE_RANGES];
     int n_core;
-    /* PyObject *, a strong reference (berm_region_serve; dropped by berm_region_free): the callable serving berm.log
-     * and capabilities, called as serve(number, a0, a1, readable) -> int through the CPython C API */
-    void *serve;
+    /* PyObject *, strong references dropped by berm_region_free: the callable serving berm.log and capabilities
+     * (berm_region_serve), and the int object of the last call number passed to it (calls repeat) */
+    void *serve, *number_obj;
     uint64_t max_result; /* a readable result longer than this is BERM_RUN_BIG_RESULT (set by Python) */
     uint64_t size, npages, ncoarse;
     /* coarse blocks of zero-initial memory written since the last trim (blocks holding only file bytes preset) */
@@ -68,6 +73,9 @@ berm_region *berm_region_new(const berm_image *im);
  * (id(fn), alive for the duration of this call); the region takes a new reference and drops the previous one.
  * Returns 0 when the interpreter cannot take the reference. */
 int berm_region_serve(berm_region *r, uintptr_t fn);
+/* Stage `data` as the reply berm.result.read serves (the server's path for an error reply); returns n, or 0 with
+ * the host-call-failed trap set when out of host memory. */
+uint64_t berm_region_stage(berm_region *r, const char *data, uint64_t n);
 void berm_region_free(berm_region *r);
 /* timeout: seconds from now until the watchdog interrupts the run (read on CLOCK_MONOTONIC here, which saves the
  * caller a clock read); <= 0 = none. */

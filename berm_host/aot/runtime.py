@@ -32,8 +32,6 @@ _CODES = {kind: code for code, kind in KINDS.items()}
 _ACCESS = {0: "load {n} bytes", 1: "store {n} bytes", 2: "misaligned {n}-byte atomic"}
 _STACK = {0: f"more than {MAX_CALL_DEPTH} nested calls", 1: "the host thread's stack is exhausted"}
 POOL_LIMIT = 16
-#: A pooled region keeps a staging buffer up to this size between replies; a larger one is given back.
-STAGE_KEEP = 1 << 20
 LOG = core_number("berm.log")
 #: Every live Region (weakly): a region leaves it when freed, which shows that the core's reference to each
 #: region's HostCalls.serve keeps no Region alive (tests/test_aot_boundary.py).
@@ -94,7 +92,7 @@ class Region:
         self.regs = memoryview(ffi.buffer(self.ctx.regs)).cast("Q")  # x0..x31 as ints
         self.memory = ffi.buffer(ffi.cast("char *", self.ctx.mem), image.layout.size)  # memory[a:b]: a bytes copy
         self.int_args = raw.int_args
-        self.calls = HostCalls(raw, self.memory)
+        self.calls = HostCalls(raw)
         serve = self.calls.serve  # alive across the call: the core takes its own reference from its address
         if not lib.berm_region_serve(raw, id(serve)):
             raise HostError("the interpreter is shutting down")
@@ -148,21 +146,17 @@ class HostCalls:
     core calls). The core holds a strong reference to ``serve`` (dropped when the region is freed) and calls it
     through the CPython C API, on the thread running the region, with the GIL taken for the call."""
 
-    __slots__ = ("raw", "ctx", "memory", "linker", "lookup", "log", "detail", "staged", "stage_view", "stage_room")
+    __slots__ = ("raw", "ctx", "linker", "lookup", "log", "detail")
 
-    def __init__(self, raw: object, memory: object):
+    def __init__(self, raw: object):
         self.raw = raw  # the core's region, not owned (its owner, Region.ptr, is what frees it)
         self.ctx = raw.ctx
-        self.memory = memory
         # The capability set of the current (or last) invocation and its bound lookup: rebound only when another
         # linker comes, so the hot paths pay an identity test instead of building a bound method per call.
         self.linker: Linker | None = None
         self.lookup = NO_CAPABILITIES
         self.log: LogSink | None = None
         self.detail = ""  # detail of a trap raised from Python
-        self.staged = self.stage_view = None
-        self.stage_room = 0  # replies up to this size are copied straight into ``staged`` (through stage_view)
-        self._new_stage(256)
 
     def bind(self, linker: Linker | None, log: LogSink | None) -> None:
         """Serve the next invocation's host calls with ``linker`` and ``log`` (AotBackend.call_tool inlines this)."""
@@ -172,32 +166,27 @@ class HostCalls:
         self.log = log
         self.detail = ""
 
-    def serve(self, number, a0, a1, readable, _bytes=bytes, _error=CapabilityError, _error_bit=ERROR_BIT):
-        """berm.log or capability ``number`` with the guest buffer (a0, a1), which the core has found ``readable``
-        or not; returns the guest's a0. A capability's reply is copied into the staging buffer once; the core takes
-        its length from the result. The capability path is inlined (each Python call on it costs ~60 ns) and its
-        globals are default arguments (a local read instead of a global one); the core passes only four."""
+    def serve(self, number, request, _bytes=bytes, _error=CapabilityError, _error_bit=ERROR_BIT):
+        """berm.log or capability ``number`` with the guest buffer ``request`` (bytes the core copied, or None when
+        it is not readable guest memory). Returns a capability's reply (bytes: the core stages it and the guest's
+        a0 is its length) or the guest's a0 (an int). The capability path is inlined (each Python call on it costs
+        ~60 ns) and its globals are default arguments (a local read instead of a global one)."""
         try:
             cap = self.lookup(number)
             if cap is None:  # berm.log is a core number, so never a capability
                 if number == LOG:
-                    return self.log_line(a0, a1, readable)
+                    return self.log_line(request)
                 return self.trap(TrapKind.UNKNOWN_HOST_CALL, number, unknown_call_detail(number))
-            if not readable:
-                return self._buffer_trap(cap.name, a0, a1)
+            if request is None:
+                return self._buffer_trap(cap.name)
             try:
-                reply = cap.fn(self.memory[a0:a0 + a1])
-                if type(reply) is not _bytes:
-                    reply = _reply_bytes(reply)
+                reply = cap.fn(request)
+                return reply if type(reply) is _bytes else _reply_bytes(reply)
             except _error as exc:
-                return self.stage(str(exc).encode("utf-8", "replace")) | _error_bit
+                text = str(exc).encode("utf-8", "replace")
+                return lib.berm_region_stage(self.raw, text, len(text)) | _error_bit
             except Exception as exc:  # noqa: BLE001 - a capability bug is a trap, never an escape
                 return self.trap(TrapKind.HOST_CALL_FAILED, number, f"{cap.name}: {type(exc).__name__}: {exc}")
-            n = len(reply)
-            if n <= self.stage_room:  # HostCalls.stage, inlined
-                self.stage_view[:n] = reply
-                return n
-            return self.stage(reply)
         except BaseException as exc:  # noqa: BLE001 - nothing may unwind through guest code
             return self.trap(TrapKind.HOST_CALL_FAILED, number, f"{type(exc).__name__}: {exc}")
 
@@ -210,32 +199,18 @@ class HostCalls:
         self.detail = detail
         return 0
 
-    def log_line(self, a0: int, a1: int, readable: bool) -> int:
-        if not readable:
-            return self._buffer_trap("berm.log", a0, a1)
+    def log_line(self, request: bytes | None) -> int:
+        if request is None:
+            return self._buffer_trap("berm.log")
         if self.log is not None:
             try:
-                self.log(self.memory[a0:a0 + a1])
+                self.log(request)
             except Exception as exc:  # noqa: BLE001 - a broken sink must not escape into guest code
                 return self.trap(TrapKind.HOST_CALL_FAILED, LOG, f"berm.log: {type(exc).__name__}: {exc}")
         return 0
 
-    def stage(self, reply: bytes) -> int:
-        """Copy ``reply`` into the staging buffer, growing it (or giving a large one back) when it does not fit
-        ``stage_room``; returns its length."""
-        n = len(reply)
-        if n > self.stage_room and (n > len(self.staged) or (len(self.staged) > STAGE_KEEP and n <= STAGE_KEEP)):
-            self._new_stage(max(n, 256))
-        self.stage_view[:n] = reply
-        return n
-
-    def _new_stage(self, size: int) -> None:
-        self.staged = ffi.new("char[]", size)
-        self.stage_view = memoryview(ffi.buffer(self.staged))  # slice assignment: half the cost of ffi.memmove
-        self.raw.staged = ffi.cast("uint8_t *", self.staged)
-        self.stage_room = size if size <= STAGE_KEEP else -1  # a large buffer: every reply decides to keep it
-
-    def _buffer_trap(self, call: str, ptr: int, n: int) -> int:
+    def _buffer_trap(self, call: str) -> int:
+        ptr, n = self.raw.call_ptr, self.raw.call_len
         return self.trap(TrapKind.HOST_CALL_FAILED, ptr,
                          f"{call}: the buffer at {ptr:#x} ({n} bytes) is not readable guest memory")
 
