@@ -57,17 +57,34 @@ class Engine:
         self.log = log
         self.jobs = jobs or min(2, os.cpu_count() or 1)
         self._images: dict[str, Image] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the two dicts, never held while an image loads
+        self._loading: dict[str, threading.Lock] = {}  # one gate per digest being loaded
 
     def load(self, source: str | Path | bytes) -> Image:
-        """The image in ``source`` (ELF bytes or a path), translated and loaded; the same bytes load once."""
+        """The image in ``source`` (ELF bytes or a path), translated and loaded; the same bytes load once.
+
+        Loads of different images proceed side by side (a cold compile takes seconds); concurrent loads of the
+        same bytes wait for the one that is compiling and share its image."""
         data = bytes(source) if isinstance(source, (bytes, bytearray, memoryview)) else _read(Path(source))
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
             image = self._images.get(digest)
-            if image is None:
+            if image is not None:
+                return image
+            gate = self._loading.setdefault(digest, threading.Lock())
+        with gate:
+            with self._lock:
+                image = self._images.get(digest)
+            if image is not None:  # another thread loaded it while this one waited at the gate
+                return image
+            try:
                 image = Image(self, self._facts(data, digest))
-                self._images[digest] = image
+                with self._lock:
+                    self._images[digest] = image
+            finally:
+                with self._lock:
+                    if self._loading.get(digest) is gate:
+                        del self._loading[digest]
             return image
 
     def _facts(self, data: bytes, digest: str) -> ElfFacts:

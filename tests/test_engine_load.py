@@ -1,0 +1,90 @@
+"""Engine.load from several threads: loads of different images run side by side (one image's cold compile must not
+hold up another's load), and concurrent loads of the same bytes share one image, translated once."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from berm_host.engine import Engine
+from tests.guests import guest_elf
+
+#: A tiny guest; the table gives it relocations naming its function (every loadable image has some).
+SOURCE = """unsigned long f%d(unsigned long x) { return x + %d; }
+unsigned long (*volatile table[])(unsigned long) = {f%d};
+unsigned long pick(unsigned long i, unsigned long x) { return table[i](x); }"""
+
+
+@pytest.fixture(scope="module")
+def elves():
+    return [guest_elf(SOURCE % (k, k, k), keep=(f"f{k}", "pick")) for k in (1, 2)]
+
+
+def test_a_slow_load_does_not_block_the_load_of_another_image(tmp_path, elves, monkeypatch):
+    engine = Engine(kind="interp", cache_dir=tmp_path)
+    slow, fast = elves
+    entered, release = threading.Event(), threading.Event()
+    real = Engine._facts
+
+    def facts(self, data, digest):
+        if data == slow:
+            entered.set()
+            assert release.wait(30), "the test never released the slow load"
+        return real(self, data, digest)
+
+    monkeypatch.setattr(Engine, "_facts", facts)
+    loaded = {}
+    worker = threading.Thread(target=lambda: loaded.setdefault("slow", engine.load(slow)))
+    worker.start()
+    try:
+        assert entered.wait(30)
+        # the slow load is in progress and holds its own gate only: this load must complete now
+        done = threading.Event()
+        threading.Thread(target=lambda: (loaded.setdefault("fast", engine.load(fast)), done.set())).start()
+        assert done.wait(30), "loading another image waited for the slow load"
+    finally:
+        release.set()
+        worker.join(30)
+    assert loaded["slow"] is engine.load(slow) and loaded["fast"] is engine.load(fast)
+
+
+def test_concurrent_loads_of_the_same_bytes_share_one_image(tmp_path, elves, monkeypatch):
+    engine = Engine(kind="interp", cache_dir=tmp_path)
+    calls, gate = [], threading.Barrier(4)
+    real = Engine._facts
+
+    def facts(self, data, digest):
+        calls.append(digest)
+        return real(self, data, digest)
+
+    monkeypatch.setattr(Engine, "_facts", facts)
+    images = []
+
+    def load():
+        gate.wait(30)
+        images.append(engine.load(elves[0]))
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(images) == 4 and all(image is images[0] for image in images)
+    assert len(calls) == 1
+
+
+def test_a_failed_load_can_be_retried(tmp_path, elves, monkeypatch):
+    engine = Engine(kind="interp", cache_dir=tmp_path)
+    real, failures = Engine._facts, [RuntimeError("disk full")]
+
+    def facts(self, data, digest):
+        if failures:
+            raise failures.pop()
+        return real(self, data, digest)
+
+    monkeypatch.setattr(Engine, "_facts", facts)
+    with pytest.raises(RuntimeError, match="disk full"):
+        engine.load(elves[0])
+    assert engine.load(elves[0]).digest
+    assert not engine._loading
