@@ -22,6 +22,9 @@
 
 #define BERM_RT_ABI 2
 
+/* Guest memory is little-endian and is read and written with memcpy of host integers. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated code needs a little-endian host");
+
 #define BERM_TRAPPED 1u
 #define BERM_TAIL 3u
 
@@ -231,23 +234,50 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
             BERM_MARK_STACK((sp) + (uint64_t)(last));                                                \
         }                                                                                            \
     } while (0)
+/* The sp-relative accesses while `spok_` is false: out of line, so that each access site stays small (compile time),
+ * with the same outcome as BERM_LD / BERM_SP_ST: 1 and the access done, or 0 for a fault (nothing done). */
+static __attribute__((noinline, cold)) int berm_sp_load_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t *out) {
+    BERM_LOCALS;
+    if (!BERM_SP_LOAD_OK(a, n)) return 0;
+    uint64_t v = 0;
+    memcpy(&v, M + a, n); /* little-endian host: the low n bytes */
+    *out = v;
+    return 1;
+}
+static __attribute__((noinline, cold)) int berm_sp_store_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t v) {
+    BERM_LOCALS;
+    if (BERM_IN_STACK(a, n)) {
+        memcpy(M + a, &v, n);
+        BERM_MARK_STACK(a);
+    } else if (BERM_IN_STORE(a, n)) {
+        memcpy(M + a, &v, n);
+        BERM_MARK(a);
+    } else {
+        return 0;
+    }
+    return 1;
+}
 #define BERM_SPK_LD(dst, T, addr, pc)                                                               \
     do {                                                                                            \
+        uint64_t a_ = (addr);                                                                       \
         if (BERM_LIKELY(spok_)) {                                                                   \
             T v_;                                                                                   \
-            memcpy(&v_, M + (addr), sizeof v_);                                                     \
+            memcpy(&v_, M + a_, sizeof v_);                                                         \
             dst = (uint64_t)(int64_t)v_;                                                            \
         } else {                                                                                    \
-            BERM_LD(BERM_SP_LOAD_OK, dst, T, addr, pc);                                             \
+            uint64_t w_;                                                                            \
+            if (!berm_sp_load_slow(ctx, a_, sizeof(T), &w_)) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc); \
+            dst = (uint64_t)(int64_t)(T)w_;                                                         \
         }                                                                                           \
     } while (0)
 #define BERM_SPK_ST(T, addr, val, pc)                                                               \
     do {                                                                                            \
+        uint64_t a_ = (addr);                                                                       \
+        T v_ = (T)(val);                                                                            \
         if (BERM_LIKELY(spok_)) {                                                                   \
-            T v_ = (T)(val);                                                                        \
-            memcpy(M + (addr), &v_, sizeof v_);                                                     \
-        } else {                                                                                    \
-            BERM_SP_ST(T, addr, val, pc);                                                           \
+            memcpy(M + a_, &v_, sizeof v_);                                                         \
+        } else if (!berm_sp_store_slow(ctx, a_, sizeof(T), (uint64_t)v_)) {                          \
+            BERM_FAULT(a_, BERM_STORE, sizeof(T), pc);                                              \
         }                                                                                           \
     } while (0)
 
