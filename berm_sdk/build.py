@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
@@ -28,6 +27,7 @@ from berm_aot.elf import read_elf
 from berm_aot.manifest import TOOL_PREFIX, load_manifest, tool_exports
 from berm_aot.program import Program
 
+from .cache import cache_root
 from .entry import ENTRY_NAME, entry_source
 from .errors import BuildError
 from .harness_toml import TOML_NAME, HarnessSpec, load_harness_toml
@@ -112,12 +112,6 @@ def _compile_all(sources: list[Path], work: Path, profile: Profile, include: tup
         for future in futures:
             future.result()
     return jobs
-
-
-def cache_root() -> Path:
-    """Where built guest code is kept (SDK objects, bundled harness images): ``$BERM_SDK_CACHE``, else the user
-    cache directory."""
-    return Path(os.environ.get("BERM_SDK_CACHE") or platformdirs.user_cache_dir("berm"))
 
 
 def _sdk_objects(work: Path, profile: Profile) -> list[Path]:

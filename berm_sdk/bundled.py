@@ -2,7 +2,8 @@
 
 ``bundled_image("os")`` returns the path of a built ``os.elf``, building it only when no image exists for the
 current sources: the key is a digest of the harness directory, the SDK, the generated host-call header (the
-numbers of berm_abi/names.py) and the guest toolchain and flags, so editing any of them builds afresh.
+numbers of berm_abi/names.py), the guest toolchain and flags and the compiler runtime (berm_sdk.runtime), so
+editing any of them builds afresh.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .build import SDK_DIR, build_harness, cache_root
+from .build import SDK_DIR, build_harness
+from .cache import cache_root
 from .errors import BuildError
 from .harness_toml import TOML_NAME
 from .header import calls_header
+from .runtime import runtime_key
 from .toolchain import GUEST_CFLAGS, guest_toolchain
 
 #: harnesses/: one directory per bundled harness (sdk/ is the SDK, not a harness).
@@ -29,8 +32,10 @@ def _files(directory: Path) -> list[Path]:
 
 
 def _digest(harness: Path) -> str:
-    # The generated host-call header and the fixed guest flags go into every object, like the files below.
-    digest = hashlib.sha256("\0".join([*guest_toolchain().cc, *GUEST_CFLAGS, calls_header()]).encode())
+    # The generated host-call header and the fixed guest flags go into every object, like the files below; the
+    # compiler runtime into every image.
+    parts = [*guest_toolchain().cc, *GUEST_CFLAGS, calls_header(), runtime_key()]
+    digest = hashlib.sha256("\0".join(parts).encode())
     for root in (SDK_DIR, harness):
         for path in _files(root):
             digest.update(f"\0{path.relative_to(root)}\0".encode() + path.read_bytes())

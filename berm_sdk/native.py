@@ -28,6 +28,8 @@ from .header import write_calls_header
 
 #: Host compiler flags: freestanding like the guest, with the SDK's own mem*/malloc bound inside the library
 #: (-Bsymbolic) rather than the process's libc; gcc must not turn the mem* loops into calls to themselves.
+#: libgcc (added after the sources) is the host's compiler runtime, as compiler-rt is the guest's: __int128
+#: division and the like.
 NATIVE_CFLAGS = ("-shared", "-fPIC", "-O2", "-g", "-std=gnu11", "-ffreestanding", "-fno-builtin", "-nostdlib",
                  "-fno-stack-protector", "-fno-tree-loop-distribute-patterns", "-Wall",
                  "-Wl,-Bsymbolic", "-Wl,-z,defs")
@@ -47,7 +49,7 @@ def build_native_library(sources: Sequence[Path], out: Path, *, include: Sequenc
     with tempfile.TemporaryDirectory(prefix="berm-native-") as tmp:
         write_calls_header(Path(tmp))
         cmd = [cc, *NATIVE_CFLAGS, f"-I{SDK_DIR}", f"-I{tmp}", *[f"-I{p}" for p in include],
-               *map(str, [*sdk_sources(), SDK_DIR / "host" / "shim.c", *sources]), "-o", str(out)]
+               *map(str, [*sdk_sources(), SDK_DIR / "host" / "shim.c", *sources]), "-lgcc", "-o", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BuildError(f"building {out.name} for the host failed:\n{proc.stderr.strip()}")

@@ -1,7 +1,8 @@
 """Drive the guest C toolchain: clang and ld.lld for riscv64, from PyPI ``ziglang`` by default.
 
 Set ``BERM_GUEST_TOOLCHAIN=llvm`` to use Debian's ``clang-22``/``ld.lld-22`` instead (when installed). Every
-guest is RV64IMAC, LP64, soft-float, linked with ``--emit-relocs`` (the host's CFI needs the relocations).
+guest is RV64IMAC, LP64, soft-float, linked with ``--emit-relocs`` (the host's CFI needs the relocations) and
+against compiler-rt (berm_sdk.runtime), so ``double``, ``float`` and ``__int128`` work in guest C.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Toolchain:
         return out.stdout.splitlines()[0] if out.stdout else self.name
 
 
-def _zig() -> Toolchain:
+def zig_toolchain() -> Toolchain:
     py = sys.executable
     return Toolchain(
         cc=(py, "-m", "ziglang", "cc", "-target", "riscv64-freestanding-none", "-mcpu=baseline_rv64-d-f",
@@ -64,15 +65,15 @@ def _llvm() -> Toolchain:
 def guest_toolchain() -> Toolchain:
     choice = os.environ.get("BERM_GUEST_TOOLCHAIN", "zig")
     if choice == "zig":
-        return _zig()
+        return zig_toolchain()
     if choice == "llvm":
         return _llvm()
     raise ToolchainError(f"BERM_GUEST_TOOLCHAIN must be 'zig' or 'llvm', not {choice!r}")
 
 
-def _run(cmd: list[str], what: str) -> None:
+def _run(cmd: list[str], what: str, cwd: Path | None = None) -> None:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300, cwd=cwd)
     except FileNotFoundError as exc:
         raise ToolchainError(f"{what}: {exc.filename} not found") from None
     except subprocess.TimeoutExpired:
@@ -93,14 +94,16 @@ def compile_object(source: Path, out: Path, *, opt: str = "-O2", include: tuple[
 
 def link(objects: list[Path], out: Path, *, entry: str = "_start", linker_script: Path | None = None,
          keep: tuple[str, ...] = (), toolchain: Toolchain | None = None) -> Path:
-    """Link a static RV64 executable with ``--emit-relocs`` and ``--gc-sections``; ``keep`` names symbols that
-    must survive garbage collection (``--undefined``)."""
+    """Link a static RV64 executable with ``--emit-relocs`` and ``--gc-sections``, against the compiler runtime
+    (berm_sdk.runtime); ``keep`` names symbols that must survive garbage collection (``--undefined``)."""
+    from .runtime import runtime_inputs  # imported here: runtime builds with this module's helpers
+
     tc = toolchain or guest_toolchain()
     cmd = [*tc.ld, "--emit-relocs", "--gc-sections", "-static", "-e", entry,
            *[f"--undefined={k}" for k in keep]]
     if linker_script is not None:
         cmd += ["-T", str(linker_script)]
-    cmd += [str(o) for o in objects] + ["-o", str(out)]
+    cmd += [str(o) for o in [*objects, *runtime_inputs()]] + ["-o", str(out)]
     _run(cmd, f"linking {out.name}")
     return out
 

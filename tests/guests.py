@@ -2,7 +2,7 @@
 
 ``guest_elf(c_source)`` compiles C text for RV64IMAC and returns the ELF bytes. The cache lives under
 ``$BERM_TEST_CACHE`` or ``.pytest_cache/berm-guests`` and is keyed by the source, the build options, the
-toolchain command and ``berm_sdk.toolchain.GUEST_CFLAGS``.
+toolchain command, ``berm_sdk.toolchain.GUEST_CFLAGS`` and the compiler runtime's key.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from berm_sdk.runtime import runtime_key
 from berm_sdk.toolchain import GUEST_CFLAGS, build_program, guest_toolchain
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +31,7 @@ def guest_elf(source: str, *, opt: str = "-O2", suffix: str = ".c", entry: str =
     The program needs an entry symbol (``_start`` by default); ``keep`` lists further symbols to keep alive.
     """
     tc = guest_toolchain()
-    parts = [source, opt, suffix, entry, *keep, *tc.cc, *tc.ld, *GUEST_CFLAGS]
+    parts = [source, opt, suffix, entry, *keep, *tc.cc, *tc.ld, *GUEST_CFLAGS, runtime_key()]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
     out = _cache_dir() / f"{key}.elf"
     if not out.exists():
