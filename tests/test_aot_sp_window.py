@@ -26,16 +26,41 @@ ACCESSES = [
     ("twice", "sd a1, 8(sp)\\n addi sp, sp, -16\\n sd a1, 8(sp)\\n ld t3, 24(sp)\\n addi sp, sp, 16"),
 ]
 
+#: A store and a load through a register the translator knows holds sp plus something (berm_aot/emit/stackptr.py).
+STACK_POINTER_SOURCE = r"""
+u64 data_slot = 7;
+const volatile u64 ro_slot = 9;
+u64 via_stack(u64 target, u64 value) {
+    u64 out;
+    __asm__ volatile("sub t1, %1, sp\n add t0, sp, t1\n sd %2, 0(t0)\n ld %0, 0(t0)"
+                     : "=r"(out) : "r"(target), "r"(value) : "t0", "t1", "memory");
+    return out;
+}
+u64 read_data_slot(u64 unused, u64 unused2) { return data_slot + ro_slot; }
+__attribute__((noinline)) u64 keep(u64 x) { return x + 1; }
+/* sp changes right before a dynamic jump to a label inside the same function, whose code stores through sp: the
+   flag saying sp is safe must be re-checked on the way (after the jump, not only where sp changed). */
+u64 jump_then_store(u64 sp_value, u64 value) {
+    u64 out;
+    __asm__ volatile(".pushsection .data.jump_label, \"aw\"\n .globl jump_label\n jump_label: .dword 1f\n"
+                     ".popsection\n" /* names the label: a legal target */
+                     "mv t2, sp\n la t0, 1f\n mv sp, %1\n jr t0\n"
+                     "1: sd %2, 8(sp)\n ld t3, 8(sp)\n mv sp, t2\n mv %0, t3"
+                     : "=r"(out) : "r"(sp_value), "r"(value) : "t0", "t2", "t3", "memory");
+    return keep(out) - 1;
+}
+"""
+
 SOURCE = "typedef unsigned long u64;\n" + "\n".join(
     f"""u64 {name}(u64 sp_value, u64 value) {{
     u64 out;
     __asm__ volatile("mv t2, sp\\n mv sp, %1\\n li t3, 0\\n mv a1, %2\\n {body}\\n mv sp, t2\\n mv %0, t3"
                      : "=r"(out) : "r"(sp_value), "r"(value) : "t2", "t3", "a1", "memory");
     return out;
-}}""" for name, body in ACCESSES) + f"""
+}}""" for name, body in ACCESSES) + STACK_POINTER_SOURCE + f"""
 /* Takes every function's address, so the image carries relocations naming them (legal indirect targets). */
 u64 pick(u64 i, u64 a, u64 b) {{
-    static u64 (*const table[])(u64, u64) = {{{", ".join(name for name, _ in ACCESSES)}}};
+    static u64 (*const table[])(u64, u64) = {{{", ".join(name for name, _ in ACCESSES)}, via_stack, read_data_slot, jump_then_store}};
     return table[i](a, b);
 }}
 """
@@ -50,7 +75,7 @@ SP_VALUES = sorted({LOW - 4096, LOW - 2056, LOW - 2048, LOW - 2040, LOW - 8, LOW
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
-    elf = guest_elf(SOURCE, keep=("pick", *(name for name, _ in ACCESSES)))
+    elf = guest_elf(SOURCE, keep=("pick", "via_stack", "read_data_slot", "jump_then_store", "jump_label", *(name for name, _ in ACCESSES)))
     symbols = {s.name: s.value for s in read_elf(elf).symbols}
     cache = tmp_path_factory.mktemp("cache")
     return symbols, {kind: Engine(kind=kind, cache_dir=cache).load(elf).backend for kind in ("aot", "interp")}
@@ -101,3 +126,28 @@ def test_stored_through_sp_is_gone_in_the_next_run(engines, kind, name):
         for reader, delta in READ_BACK[name]:
             result = backend.run(RunRequest(entry=symbols[reader], int_args=(sp + delta, 0)))
             assert result.trap is None and result.a0 == 0, f"{name}: stale stack at {sp:#x} read by {reader}"
+
+
+def test_a_register_holding_a_stack_address_may_point_anywhere(engines):
+    """``add t0, sp, t1`` makes the translator test the stack window first for t0 (berm_aot/emit/stackptr.py); t0
+    may still point into data, read-only data or nowhere: the outcome is the interpreter's, and a store into data
+    made that way is gone in the next run."""
+    symbols, backends = engines
+    targets = [symbols["data_slot"], symbols["ro_slot"], LOW, TOP - 8, TOP, LOW - 8, 0, 8, (1 << 64) - 8]
+    for target in targets:
+        request = RunRequest(entry=symbols["via_stack"], int_args=(target, 0xAB))
+        got, want = (outcome(backends[k].run(request)) for k in ("aot", "interp"))
+        assert got == want, f"via_stack to {target:#x}: aot {got} vs interp {want}"
+    for kind, backend in backends.items():
+        assert backend.run(RunRequest(entry=symbols["via_stack"], int_args=(symbols["ro_slot"], 0xAB))).trap, kind
+        assert backend.run(RunRequest(entry=symbols["via_stack"], int_args=(symbols["data_slot"], 0xAB))).a0 == 0xAB
+        assert backend.run(RunRequest(entry=symbols["read_data_slot"], int_args=(0, 0))).a0 == 16, kind
+
+
+def test_sp_changed_before_a_dynamic_jump_inside_the_function(engines):
+    symbols, backends = engines
+    for sp in [TOP - 64, LOW - 8, LOW - 4096, 0, 1 << 40, (1 << 64) - 8, TOP, LOW]:
+        request = RunRequest(entry=symbols["jump_then_store"], int_args=(sp, 0x5A))
+        got, want = (outcome(backends[k].run(request)) for k in ("aot", "interp"))
+        assert got == want, f"jump_then_store with sp={sp:#x}: aot {got} vs interp {want}"
+    assert outcome(backends["aot"].run(RunRequest(entry=symbols["jump_then_store"], int_args=(TOP - 64, 0x5A))))[0] == 0x5A

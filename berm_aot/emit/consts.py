@@ -12,6 +12,8 @@ from __future__ import annotations
 from berm_aot.image import ElfImage
 from berm_aot.isa import Instruction
 
+from .dataflow import forward
+
 MASK = (1 << 64) - 1
 
 
@@ -87,41 +89,18 @@ class Constants:
         return None
 
 
-def block_entry_constants(image: ElfImage, insns: list[Instruction], start: int, end: int,
+def block_entry_constants(image: ElfImage, insns: list[Instruction], start: int,
                           local_targets: list[int]) -> dict[int, dict[int, int]]:
     """The registers known constant at the start of each instruction of one function (``insns`` in address
-    order, spanning ``[start, end)``), by a forward dataflow to a fixpoint."""
-    at = {i.addr: i for i in insns}
-    state_in: dict[int, dict[int, int]] = {}
-    work: list[int] = []
-
-    def flow(addr: int, state: dict[int, int]) -> None:
-        if addr not in at:
-            return
-        old = state_in.get(addr)
-        new = state if old is None else {r: v for r, v in old.items() if state.get(r) == v}
-        if old is None or len(new) != len(old):
-            state_in[addr] = new
-            work.append(addr)
-
-    for root in [start, *local_targets]:
-        flow(root, {})
+    order), by a forward dataflow to a fixpoint."""
     consts = Constants(image)
-    while work:
-        insn = at[work.pop()]
-        consts.enter(state_in[insn.addr])
+
+    def transfer(insn: Instruction, state: dict[int, int]) -> dict[int, int]:
+        consts.enter(state)
         consts.step(insn)
-        out = consts.state()
-        op = insn.op
-        if op in ("ebreak", "illegal", "unsupported"):
-            continue
-        if op == "jal":
-            flow(insn.next_pc if insn.rd else (insn.addr + insn.imm) & MASK, out)
-        elif op == "jalr":
-            if insn.rd:
-                flow(insn.next_pc, out)
-        else:
-            flow(insn.next_pc, out)
-            if op in ("beq", "bne", "blt", "bge", "bltu", "bgeu"):
-                flow((insn.addr + insn.imm) & MASK, out)
-    return state_in
+        return consts.state()
+
+    def meet(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
+        return {r: v for r, v in a.items() if b.get(r) == v}
+
+    return forward(insns, [start, *local_targets], {}, transfer, meet)

@@ -15,6 +15,7 @@ from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants
 from .spcheck import Need, sp_needs
+from .stackptr import stack_pointers
 from .insn import ACCESS_BYTES, BRANCH_CONDS, compute, dst, lit, reg, sp_relative
 
 #: Core calls answered by a field of ctx, with no call at all when the number is known at translation time.
@@ -40,8 +41,8 @@ class FunctionEmitter:
         self.starts = analysis.program.function_starts
         self.by_start = analysis.by_start
         self.consts = Constants(analysis.program.image)
-        self.known_at = block_entry_constants(analysis.program.image, info.insns, info.start, info.end,
-                                              info.local_targets)
+        self.known_at = block_entry_constants(analysis.program.image, info.insns, info.start, info.local_targets)
+        self.stack_at = stack_pointers(info.insns, info.start, info.local_targets)
         self.out: list[str] = []
         self.has_indirect = False
         #: with sp-relative accesses, the function keeps ``spok_`` up to date (berm_rt.h, BERM_SP_SYNC): the
@@ -148,7 +149,7 @@ class FunctionEmitter:
     def _insn(self, insn: Instruction) -> bool:
         """Emit ``insn``; True when it may fall through to ``insn.next_pc``."""
         out, op, pc = self.out, insn.op, lit(insn.addr)
-        stmt = compute(insn)
+        stmt = compute(insn, insn.rs1 in self.stack_at.get(insn.addr, ()))
         if stmt is not None:
             out.append("    " + stmt + self._sp_changed(writes(insn), insn))
             return True

@@ -73,8 +73,10 @@ def sp_relative(insn: Instruction) -> bool:
     return insn.rs1 == 2 and (insn.op in LOAD_TYPES or insn.op in STORE_TYPES) and -2048 <= insn.imm <= 2047
 
 
-def compute(insn: Instruction) -> str | None:
-    """The C statement for a computing instruction, or None when ``insn`` is not one."""
+def compute(insn: Instruction, stack_base: bool = False) -> str | None:
+    """The C statement for a computing instruction, or None when ``insn`` is not one. ``stack_base``: the base
+    register of a load or store holds a stack address (berm_aot.emit.stackptr), so the stack window is tested
+    first, as for sp itself."""
     op = insn.op
     a, b = reg(insn.rs1), reg(insn.rs2)
     if op in _BIN:
@@ -88,11 +90,11 @@ def compute(insn: Instruction) -> str | None:
     if op in LOAD_TYPES:
         if sp_relative(insn):
             return f"BERM_SPK_LD({dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, {lit(insn.addr)});"
-        # sp-based accesses test the stack window first (the order changes no outcome, only the common path)
-        ok = "BERM_SP_LOAD_OK" if insn.rs1 == 2 else "BERM_LOAD_OK"
+        # stack accesses test the stack window first (the order changes no outcome, only the common path)
+        ok = "BERM_SP_LOAD_OK" if insn.rs1 == 2 or stack_base else "BERM_LOAD_OK"
         return f"BERM_LD({ok}, {dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, {lit(insn.addr)});"
     if op in STORE_TYPES:
-        kind = "SPK_ST" if sp_relative(insn) else "SP_ST" if insn.rs1 == 2 else "ST"
+        kind = "SPK_ST" if sp_relative(insn) else "SP_ST" if insn.rs1 == 2 or stack_base else "ST"
         return f"BERM_{kind}({STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b}, {lit(insn.addr)});"
     if op in ("fence", "fence.i"):
         return ";"

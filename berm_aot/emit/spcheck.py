@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from berm_aot.analysis import BRANCHES, FunctionInfo, writes
+from berm_aot.analysis import FunctionInfo, writes
 from berm_aot.isa import Instruction
 
+from .dataflow import successors
 from .insn import LOAD_TYPES, sp_relative
-
-MASK = (1 << 64) - 1
 
 
 class Need(IntEnum):
@@ -32,30 +31,19 @@ def _use(insn: Instruction) -> Need:
     return Need.CHECK if insn.op in LOAD_TYPES else Need.MARK
 
 
-def _successors(insn: Instruction, f: FunctionInfo, here: dict[int, Instruction]) -> list[int]:
-    """Addresses inside the function that control may reach right after ``insn`` (a call continues at its link
-    address; an indirect jump at any legal local target)."""
-    op = insn.op
-    if op in ("ebreak", "illegal", "unsupported"):
-        return []
-    if op == "jal" and insn.rd == 0:
-        out = [(insn.addr + insn.imm) & MASK]
-    elif op == "jalr" and insn.rd == 0:
-        out = list(f.local_targets)
-        if insn.addr in f.static_targets:
-            out.append(f.static_targets[insn.addr])
-    else:
-        out = [insn.next_pc]
-        if op in BRANCHES:
-            out.append((insn.addr + insn.imm) & MASK)
-    return [a for a in out if a in here]
+def _successors(insn: Instruction, f: FunctionInfo) -> list[int]:
+    """Where control may go after ``insn`` without passing another point where sp is re-checked: a dynamic jump
+    reaches any legal target inside the function (through its dispatch block)."""
+    if insn.op == "jalr" and insn.rd == 0 and insn.addr not in f.static_targets:
+        return list(f.local_targets)
+    return successors(insn, f.static_targets)
 
 
 def sp_needs(f: FunctionInfo) -> tuple[Need, dict[int, Need]]:
     """``(at entry, after each instruction)``: what the code that follows needs of ``spok_``. A call passes its
     successor's need through (whether or not the callee changes sp, the reload after it is a point of its own)."""
     here = {insn.addr: insn for insn in f.insns}
-    succ = {insn.addr: _successors(insn, f, here) for insn in f.insns}
+    succ = {insn.addr: [a for a in _successors(insn, f) if a in here] for insn in f.insns}
     before = {a: Need.NONE for a in here}
     after = {a: Need.NONE for a in here}
     changed = True

@@ -1,0 +1,62 @@
+"""A forward dataflow over one function's instructions, shared by the translator's small analyses (constant
+registers, stack pointers): each instruction's entry state is what every path into it agrees on.
+
+States only shrink: the first path to reach an instruction sets its state, later ones ``meet`` it with theirs
+(keeping what both agree on), and an instruction is revisited only when its state lost something — so loops reach
+a fixpoint. Calls continue at their link address; indirect jumps end a path (their targets are roots).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sized
+from typing import TypeVar
+
+from berm_aot.analysis import BRANCHES
+from berm_aot.isa import Instruction
+
+MASK = (1 << 64) - 1
+
+S = TypeVar("S", bound=Sized)
+
+
+def successors(insn: Instruction, static_targets: Mapping[int, int] | None = None) -> list[int]:
+    """Where control goes after ``insn`` without a dynamic jump (a call: its link address). ``static_targets``:
+    the ``jalr`` whose target is known at translation time (berm_aot.analysis.FunctionInfo.static_targets)."""
+    op = insn.op
+    if op in ("ebreak", "illegal", "unsupported"):
+        return []
+    if op == "jal":
+        return [insn.next_pc if insn.rd else (insn.addr + insn.imm) & MASK]
+    if op == "jalr":
+        if insn.rd:
+            return [insn.next_pc]
+        return [static_targets[insn.addr]] if static_targets and insn.addr in static_targets else []
+    if op in BRANCHES:
+        return [insn.next_pc, (insn.addr + insn.imm) & MASK]
+    return [insn.next_pc]
+
+
+def forward(insns: list[Instruction], roots: Iterable[int], empty: S, transfer: Callable[[Instruction, S], S],
+            meet: Callable[[S, S], S]) -> dict[int, S]:
+    """The entry state of every instruction reachable from ``roots`` (each starting at ``empty``)."""
+    at = {i.addr: i for i in insns}
+    state_in: dict[int, S] = {}
+    work: list[int] = []
+
+    def flow(addr: int, state: S) -> None:
+        if addr not in at:
+            return
+        old = state_in.get(addr)
+        new = state if old is None else meet(old, state)
+        if old is None or len(new) != len(old):
+            state_in[addr] = new
+            work.append(addr)
+
+    for root in roots:
+        flow(root, empty)
+    while work:
+        insn = at[work.pop()]
+        out = transfer(insn, state_in[insn.addr])
+        for nxt in successors(insn):
+            flow(nxt, out)
+    return state_in
