@@ -1,7 +1,8 @@
-"""sp-relative accesses: the translated code checks sp once per change (berm_rt.h, BERM_SP_SYNC; where,
-berm_aot/emit/spcheck.py) instead of once per access. With sp at every edge of the stack window — and outside it,
-in the guard, at 0, near 2^64 — each access must end exactly as on the reference interpreter (same result, same trap
-kind, address and pc), and a value stored through sp must be gone in the next run."""
+"""Stack accesses at the edges of the stack window, on both engines. Loads and stores through sp, or through a
+register the translator knows holds a stack address (berm_aot/emit/stackptr.py), test the stack window first: with
+sp at every edge of the window — and outside it, in the guard, at 0, near 2^64 — each access must end exactly as on
+the reference interpreter (same result, same trap kind, address and pc), and a value stored must be gone in the
+next run."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from berm_host.engine import Engine
 from berm_host.layout import DEFAULT_MEMORY, stack_size
 from tests.guests import guest_elf
 
-#: (name, the access through sp): each in a function of its own, so each function's range of sp offsets differs.
+#: (name, the access through sp): each in a function of its own, at offsets from -2048 to 2047.
 ACCESSES = [
     ("ld0", "ld t3, 0(sp)"),
     ("ldneg", "ld t3, -2048(sp)"),
@@ -38,8 +39,8 @@ u64 via_stack(u64 target, u64 value) {
 }
 u64 read_data_slot(u64 unused, u64 unused2) { return data_slot + ro_slot; }
 __attribute__((noinline)) u64 keep(u64 x) { return x + 1; }
-/* sp changes right before a dynamic jump to a label inside the same function, whose code stores through sp: the
-   flag saying sp is safe must be re-checked on the way (after the jump, not only where sp changed). */
+/* sp changes right before a dynamic jump to a label inside the same function, whose code stores through sp: what
+   the translator knows about sp (or any register) before the jump must not be trusted after it. */
 u64 jump_then_store(u64 sp_value, u64 value) {
     u64 out;
     __asm__ volatile(".pushsection .data.jump_label, \"aw\"\n .globl jump_label\n jump_label: .dword 1f\n"

@@ -8,7 +8,7 @@ a fixpoint. Calls continue at their link address; indirect jumps end a path (the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sized
+from collections.abc import Callable, Iterable, Sized
 from typing import TypeVar
 
 from berm_aot.analysis import BRANCHES
@@ -19,18 +19,15 @@ MASK = (1 << 64) - 1
 S = TypeVar("S", bound=Sized)
 
 
-def successors(insn: Instruction, static_targets: Mapping[int, int] | None = None) -> list[int]:
-    """Where control goes after ``insn`` without a dynamic jump (a call: its link address). ``static_targets``:
-    the ``jalr`` whose target is known at translation time (berm_aot.analysis.FunctionInfo.static_targets)."""
+def _successors(insn: Instruction) -> list[int]:
+    """Where control goes after ``insn`` without an indirect jump (a call: its link address)."""
     op = insn.op
     if op in ("ebreak", "illegal", "unsupported"):
         return []
     if op == "jal":
         return [insn.next_pc if insn.rd else (insn.addr + insn.imm) & MASK]
     if op == "jalr":
-        if insn.rd:
-            return [insn.next_pc]
-        return [static_targets[insn.addr]] if static_targets and insn.addr in static_targets else []
+        return [insn.next_pc] if insn.rd else []
     if op in BRANCHES:
         return [insn.next_pc, (insn.addr + insn.imm) & MASK]
     return [insn.next_pc]
@@ -57,6 +54,6 @@ def forward(insns: list[Instruction], roots: Iterable[int], empty: S, transfer: 
     while work:
         insn = at[work.pop()]
         out = transfer(insn, state_in[insn.addr])
-        for nxt in successors(insn):
+        for nxt in _successors(insn):
             flow(nxt, out)
     return state_in

@@ -9,14 +9,13 @@ returns ``BERM_TRAPPED``. See berm_aot/analysis.py for the register protocol at 
 from __future__ import annotations
 
 from berm_abi.names import core_number
-from berm_aot.analysis import BRANCHES, Analysis, FunctionInfo, writes
+from berm_aot.analysis import BRANCHES, Analysis, FunctionInfo
 from berm_aot.isa import Instruction
 from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants
-from .spcheck import Need, sp_needs
 from .stackptr import stack_pointers
-from .insn import ACCESS_BYTES, BRANCH_CONDS, compute, dst, lit, reg, sp_relative
+from .insn import BRANCH_CONDS, compute, dst, lit, reg
 
 #: Core calls answered by a field of ctx, with no call at all when the number is known at translation time.
 _INLINE_CALLS = {
@@ -45,16 +44,6 @@ class FunctionEmitter:
         self.stack_at = stack_pointers(info.insns, info.start, info.local_targets)
         self.out: list[str] = []
         self.has_indirect = False
-        #: with sp-relative accesses, the function keeps ``spok_`` up to date (berm_rt.h, BERM_SP_SYNC): the
-        #: arguments say where those accesses lie relative to sp
-        offsets = [(insn.imm, ACCESS_BYTES[insn.op]) for insn in info.insns if sp_relative(insn)]
-        self.tracks_sp = bool(offsets)
-        if offsets:
-            lo = min(imm for imm, _ in offsets)
-            span = max(imm + n for imm, n in offsets) - lo
-            self.sp_recheck = {Need.CHECK: f" BERM_SP_CHECK(x2, {lo}, {span}u);",
-                               Need.MARK: f" BERM_SP_SYNC(x2, {lo}, {span}u, {max(imm for imm, _ in offsets)});"}
-            self.sp_entry, self.sp_after = sp_needs(info)
         insns = info.insns
         #: instructions emitted after one that does not fall through to them, and fall-through addresses that
         #: are not emitted next: both need a label
@@ -72,16 +61,8 @@ class FunctionEmitter:
     def _store(self, regs) -> str:
         return " ".join(f"ctx->regs[{r}] = x{r};" for r in sorted(regs))
 
-    def _load(self, regs, insn: Instruction) -> str:
-        """Reload ``regs`` from ctx->regs after the call ``insn``."""
-        return " ".join(f"x{r} = ctx->regs[{r}];" for r in sorted(regs)) + self._sp_changed(regs, insn)
-
-    def _sp_changed(self, regs, insn: Instruction) -> str:
-        """What follows a write of ``regs`` by (or after) ``insn``: when sp is one of them, re-check it as far as
-        the code after ``insn`` needs (berm_aot.emit.spcheck)."""
-        if not self.tracks_sp or 2 not in regs:
-            return ""
-        return self.sp_recheck.get(self.sp_after[insn.addr], "")
+    def _load(self, regs) -> str:
+        return " ".join(f"x{r} = ctx->regs[{r}];" for r in sorted(regs))
 
     def _leave_to(self, target: int) -> str:
         """Continue at ``target``, a direct transfer: a goto inside the function, a tail transfer to another
@@ -112,8 +93,6 @@ class FunctionEmitter:
                    "(void)zz; (void)jt_; (void)jpc_; (void)fa_; (void)fd_;")
         if touched:
             out.append("    uint64_t " + ", ".join(f"x{r} = ctx->regs[{r}]" for r in touched) + ";")
-        if self.tracks_sp:
-            out.append("    int spok_ = 0;" + self.sp_recheck.get(self.sp_entry, ""))
         out.append(f"    BERM_ENTRY({lit(f.start)});")
         if not f.insns or f.insns[0].addr != f.start:
             out.append(f"    BERM_TRAP(BERM_TRAP_ILLEGAL, {lit(f.start)}, {lit(f.start)}, 0);")
@@ -151,7 +130,7 @@ class FunctionEmitter:
         out, op, pc = self.out, insn.op, lit(insn.addr)
         stmt = compute(insn, insn.rs1 in self.stack_at.get(insn.addr, ()))
         if stmt is not None:
-            out.append("    " + stmt + self._sp_changed(writes(insn), insn))
+            out.append("    " + stmt)
             return True
         if op in BRANCHES:
             cond = BRANCH_CONDS[op].format(a=reg(insn.rs1), b=reg(insn.rs2))
@@ -186,9 +165,9 @@ class FunctionEmitter:
         out = self.out
         out.append(f"        t_ = {self.p}finish(ctx, t_, {lit(insn.next_pc)}, depth + 1);")
         if reload & mine:
-            out.append("        " + self._load(reload & mine, insn))
+            out.append("        " + self._load(reload & mine))
         if mine - reload:
-            out.append(f"        if (BERM_UNLIKELY(ctx->wild != w_)) {{ {self._load(mine - reload, insn)} }}")
+            out.append(f"        if (BERM_UNLIKELY(ctx->wild != w_)) {{ {self._load(mine - reload)} }}")
         out.append("        if (BERM_UNLIKELY(t_ == BERM_TRAPPED)) goto trap;")
         out.append("    }")
         out.append("    " + self._leave_to(insn.next_pc))
@@ -198,7 +177,7 @@ class FunctionEmitter:
         every register's true value."""
         out = self.out
         out.append(f"        BERM_PUSH({lit(insn.addr)});")
-        out.append(f"        {dst(insn.rd)} = {lit(insn.next_pc)};{self._sp_changed({insn.rd}, insn)}")
+        out.append(f"        {dst(insn.rd)} = {lit(insn.next_pc)};")
         stores = self._store(self.f.written)
         if stores:
             out.append("        " + stores)

@@ -51,8 +51,6 @@ _IMM = {
 LOAD_TYPES = {"lb": "int8_t", "lh": "int16_t", "lw": "int32_t", "ld": "int64_t",
               "lbu": "uint8_t", "lhu": "uint16_t", "lwu": "uint32_t"}
 STORE_TYPES = {"sb": "uint8_t", "sh": "uint16_t", "sw": "uint32_t", "sd": "uint64_t"}
-#: Bytes each load and store accesses.
-ACCESS_BYTES = {"lb": 1, "lbu": 1, "sb": 1, "lh": 2, "lhu": 2, "sh": 2, "lw": 4, "lwu": 4, "sw": 4, "ld": 8, "sd": 8}
 
 #: AMO ``new`` values over the old value ``o`` and the source ``s`` (both of the signed type S, unsigned U).
 _AMO = {
@@ -65,12 +63,6 @@ BRANCH_CONDS = {
     "beq": "{a} == {b}", "bne": "{a} != {b}", "blt": "(int64_t){a} < (int64_t){b}",
     "bge": "(int64_t){a} >= (int64_t){b}", "bltu": "{a} < {b}", "bgeu": "{a} >= {b}",
 }
-
-
-def sp_relative(insn: Instruction) -> bool:
-    """A load or store at a 12-bit offset from sp: checked (and its page marked) once per value of sp rather than
-    once per access, through the function's ``spok_`` (berm_rt.h, BERM_SP_SYNC)."""
-    return insn.rs1 == 2 and (insn.op in LOAD_TYPES or insn.op in STORE_TYPES) and -2048 <= insn.imm <= 2047
 
 
 def compute(insn: Instruction, stack_base: bool = False) -> str | None:
@@ -88,13 +80,11 @@ def compute(insn: Instruction, stack_base: bool = False) -> str | None:
     if op == "auipc":
         return f"{dst(insn.rd)} = {lit(insn.addr + insn.imm)};"
     if op in LOAD_TYPES:
-        if sp_relative(insn):
-            return f"BERM_SPK_LD({dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, {lit(insn.addr)});"
         # stack accesses test the stack window first (the order changes no outcome, only the common path)
         ok = "BERM_SP_LOAD_OK" if insn.rs1 == 2 or stack_base else "BERM_LOAD_OK"
         return f"BERM_LD({ok}, {dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, {lit(insn.addr)});"
     if op in STORE_TYPES:
-        kind = "SPK_ST" if sp_relative(insn) else "SP_ST" if insn.rs1 == 2 or stack_base else "ST"
+        kind = "SP_ST" if insn.rs1 == 2 or stack_base else "ST"
         return f"BERM_{kind}({STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b}, {lit(insn.addr)});"
     if op in ("fence", "fence.i"):
         return ";"

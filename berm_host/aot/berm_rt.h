@@ -218,69 +218,6 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
 #define BERM_ST(T, addr, val, pc) BERM_ST_(BERM_IN_STORE, BERM_MARK, BERM_IN_STACK, BERM_MARK_STACK, T, addr, val, pc)
 #define BERM_SP_ST(T, addr, val, pc) BERM_ST_(BERM_IN_STACK, BERM_MARK_STACK, BERM_IN_STORE, BERM_MARK, T, addr, val, pc)
 
-/* sp-relative loads and stores at a 12-bit offset (the bulk of every prologue, epilogue and spill): whenever the
- * guest's sp changes, BERM_SP_SYNC checks once that every sp-relative access of the function, all inside
- * [sp + lo, sp + lo + n), lies in the stack window, and marks the (at most two) pages where they can start, up to
- * sp + last; while `spok_` holds, the accesses themselves need neither a check nor a mark. Otherwise they take the
- * checked path, so a trap is exactly the interpreter's. Where only loads follow, BERM_SP_CHECK skips the marks;
- * where no sp-relative access follows before sp changes again, the translator emits neither
- * (berm_aot/emit/spcheck.py). */
-#define BERM_SP_CHECK(sp, lo, n) \
-    (spok_ = ((n) <= KSPAN + 8) & ((uint64_t)((sp) + (uint64_t)(lo) - KLO) <= KSPAN + 8 - (n)))
-#define BERM_SP_SYNC(sp, lo, n, last)                                                                \
-    do {                                                                                             \
-        if (BERM_LIKELY(BERM_SP_CHECK(sp, lo, n))) {                                                 \
-            BERM_MARK_STACK((sp) + (uint64_t)(lo));                                                  \
-            BERM_MARK_STACK((sp) + (uint64_t)(last));                                                \
-        }                                                                                            \
-    } while (0)
-/* The sp-relative accesses while `spok_` is false: out of line, so that each access site stays small (compile time),
- * with the same outcome as BERM_LD / BERM_SP_ST: 1 and the access done, or 0 for a fault (nothing done). */
-static __attribute__((noinline, cold)) int berm_sp_load_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t *out) {
-    BERM_LOCALS;
-    if (!BERM_SP_LOAD_OK(a, n)) return 0;
-    uint64_t v = 0;
-    memcpy(&v, M + a, n); /* little-endian host: the low n bytes */
-    *out = v;
-    return 1;
-}
-static __attribute__((noinline, cold)) int berm_sp_store_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t v) {
-    BERM_LOCALS;
-    if (BERM_IN_STACK(a, n)) {
-        memcpy(M + a, &v, n);
-        BERM_MARK_STACK(a);
-    } else if (BERM_IN_STORE(a, n)) {
-        memcpy(M + a, &v, n);
-        BERM_MARK(a);
-    } else {
-        return 0;
-    }
-    return 1;
-}
-#define BERM_SPK_LD(dst, T, addr, pc)                                                               \
-    do {                                                                                            \
-        uint64_t a_ = (addr);                                                                       \
-        if (BERM_LIKELY(spok_)) {                                                                   \
-            T v_;                                                                                   \
-            memcpy(&v_, M + a_, sizeof v_);                                                         \
-            dst = (uint64_t)(int64_t)v_;                                                            \
-        } else {                                                                                    \
-            uint64_t w_;                                                                            \
-            if (!berm_sp_load_slow(ctx, a_, sizeof(T), &w_)) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc); \
-            dst = (uint64_t)(int64_t)(T)w_;                                                         \
-        }                                                                                           \
-    } while (0)
-#define BERM_SPK_ST(T, addr, val, pc)                                                               \
-    do {                                                                                            \
-        uint64_t a_ = (addr);                                                                       \
-        T v_ = (T)(val);                                                                            \
-        if (BERM_LIKELY(spok_)) {                                                                   \
-            memcpy(M + a_, &v_, sizeof v_);                                                         \
-        } else if (!berm_sp_store_slow(ctx, a_, sizeof(T), (uint64_t)v_)) {                          \
-            BERM_FAULT(a_, BERM_STORE, sizeof(T), pc);                                              \
-        }                                                                                           \
-    } while (0)
-
 /* Atomics: naturally aligned, else a fault; then the load (lr) or store (everything else) bounds. */
 #define BERM_ATOMIC_ADDR(a_, T, addr, store, pc)                                                    \
     uint64_t a_ = (addr);                                                                           \
