@@ -4,6 +4,11 @@ Registers are C locals loaded at entry (those the function touches) and stored b
 writes). Direct branches are gotos; a back-edge polls the interrupt flag. Control leaving the function returns
 the next pc to the caller's dispatch loop (``BERM_TAIL`` with ``ctx->next``), a return returns ``ret``, a trap
 returns ``BERM_TRAPPED``. See berm_aot/analysis.py for the register protocol at call sites.
+
+A direct call of the function by itself is no C call: the new frame runs in the same C frame, its registers stay in
+the same locals, and the expected return address of the frame it interrupts goes to ``ctx->shadow[depth]``; a
+return pops it and resumes after that call, a tail transfer out of such a frame runs as its continuation
+(``_self_call``, ``_nested_exits``). Recursion then costs no register traffic through ctx->regs.
 """
 
 from __future__ import annotations
@@ -55,8 +60,27 @@ class FunctionEmitter:
                     self.labels.add(insns[k + 1].addr)
         self.follows = {insn.addr: k + 1 < len(insns) and insns[k + 1].addr == insn.next_pc
                         for k, insn in enumerate(insns)}
+        #: the links of the function's direct calls to itself, whose frames run in this C frame (see _self_call)
+        starts_here = bool(insns) and insns[0].addr == info.start
+        self.self_calls = sorted(insn.next_pc for insn in insns
+                                 if starts_here and self._call_target(insn) == info.start)
+        if self.self_calls:
+            self.labels.add(info.start)
+        #: where a return goes: the expected link of the current frame, and the code that returns to it
+        self.ret, self.returns = ("exp_", "do_ret") if self.self_calls else ("ret", "exit_ret")
 
     # ---------------------------------------------------------------- helpers
+
+    def _call_target(self, insn: Instruction) -> int | None:
+        """The callee of a direct call (``jal`` with a link register, or an ``auipc``/``jalr`` pair whose target
+        is a legal call), else None."""
+        if insn.op == "jal" and insn.rd:
+            return (insn.addr + insn.imm) & (2**64 - 1)
+        if insn.op == "jalr" and insn.rd:
+            target = self.f.static_targets.get(insn.addr)
+            if target is not None and self.program.check_indirect(insn.addr, target, True) == "call":
+                return target
+        return None
 
     def _store(self, regs) -> str:
         return " ".join(f"ctx->regs[{r}] = x{r};" for r in sorted(regs))
@@ -93,6 +117,10 @@ class FunctionEmitter:
                    "(void)zz; (void)jt_; (void)jpc_; (void)fa_; (void)fd_;")
         if touched:
             out.append("    uint64_t " + ", ".join(f"x{r} = ctx->regs[{r}]" for r in touched) + ";")
+        if self.self_calls:
+            out.append("    /* frames of this function's calls to itself run in this C frame: exp_ is the current frame's")
+            out.append("       expected return address, depth its depth (depth0_ this C frame's own) */")
+            out.append("    uint64_t exp_ = ret; const uint32_t depth0_ = depth;")
         out.append(f"    BERM_ENTRY({lit(f.start)});")
         if not f.insns or f.insns[0].addr != f.start:
             out.append(f"    BERM_TRAP(BERM_TRAP_ILLEGAL, {lit(f.start)}, {lit(f.start)}, 0);")
@@ -117,8 +145,11 @@ class FunctionEmitter:
             out += self._indirect_block()
         wb = self._store(f.written)
         out.append("fault: __attribute__((unused)); berm_set_trap(ctx, BERM_TRAP_MEMORY, jpc_, fa_, fd_); goto trap;")
+        if self.self_calls:
+            out += self._nested_exits()
         out.append(f"exit_ret: __attribute__((unused)); {wb} return ret;")
-        out.append(f"exit_tail: __attribute__((unused)); {wb} return BERM_TAIL;")
+        nested = "if (depth != depth0_) goto nested_tail; " if self.self_calls else ""
+        out.append(f"exit_tail: __attribute__((unused)); {nested}{wb} return BERM_TAIL;")
         out.append(f"trap: __attribute__((unused)); {wb} return BERM_TRAPPED;")
         out.append("}")
         return out
@@ -193,9 +224,49 @@ class FunctionEmitter:
             out.append(f"        BERM_TRAP(BERM_TRAP_ILLEGAL, {lit(target)}, {lit(target)}, 0);")
             out.append("    }")
             return
+        if self.self_calls and target == self.f.start:
+            self._self_call(insn)
+            return
         self._call_prologue(insn)
         out.append(f"        uint64_t t_ = {fn_name(self.p, target)}(ctx, {lit(insn.next_pc)}, depth + 1);")
         self._after_call(insn, set(self.by_start[target].writes_closure))
+
+    def _self_call(self, insn: Instruction) -> None:
+        """A direct call of this function by itself: the new frame runs in this C frame (no C call, no register
+        traffic through ctx->regs): the expected return address of the interrupted frame is kept at
+        ctx->shadow[depth], and the return (``do_ret``) resumes after the call."""
+        out, start = self.out, lit(self.f.start)
+        out.append("        /* a call of this function by itself: the new frame runs in this C frame */")
+        out.append(f"        BERM_PUSH({lit(insn.addr)});")
+        out.append(f"        {dst(insn.rd)} = {lit(insn.next_pc)};")
+        out.append(f"        BERM_POLL({start});")
+        out.append(f"        ctx->shadow[depth] = exp_; exp_ = {lit(insn.next_pc)}; depth++;")
+        out.append(f"        goto L_{self.f.start:x};")
+        out.append("    }")
+
+    def _nested_exits(self) -> list[str]:
+        """How a frame started by ``_self_call`` ends: a return resumes after the call that started it; a tail
+        transfer out of it (``exit_tail`` with ctx->next) runs here, as that frame's continuation."""
+        f = self.f
+        lines = ["do_ret: __attribute__((unused)); /* the current frame returns to exp_ (in jt_) */",
+                 "    if (depth == depth0_) goto exit_ret;",
+                 "    depth--; exp_ = ctx->shadow[depth];",
+                 "    switch (jt_) {"]
+        lines += [f"    case {lit(link)}: {self._leave_to(link)}" for link in self.self_calls]
+        lines += ["    default: break;", "    }",
+                  "    BERM_TRAP(BERM_TRAP_ILLEGAL, jt_, jt_, 0); /* never: exp_ is always one of those links */",
+                  "nested_tail: __attribute__((unused)); /* ctx->next runs as the continuation of a nested frame */",
+                  "    {"]
+        if f.written:
+            lines.append("        " + self._store(f.written))
+        lines.append(f"        uint64_t t_ = {self.p}finish(ctx, {self.p}dispatch(ctx, ctx->next, exp_, depth), exp_, depth);")
+        if f.touched:
+            lines.append("        " + self._load(f.touched))
+        lines += ["        if (BERM_UNLIKELY(t_ == BERM_TRAPPED)) goto trap;",
+                  "    }",
+                  "    jt_ = exp_;",
+                  "    goto do_ret;"]
+        return lines
 
     def _target_expr(self, insn: Instruction) -> str:
         return f"({reg(insn.rs1)} + {lit(insn.imm)}) & ~1ull"
@@ -228,11 +299,11 @@ class FunctionEmitter:
             go = {"local": f"{{ BERM_POLL({lit(insn.addr)}); goto L_{target:x}; }}",
                   "tail": f"{{ ctx->next = {lit(target)}; goto exit_tail; }}"}.get(
                 kind, f"BERM_TRAP(BERM_TRAP_BAD_TARGET, {lit(insn.addr)}, {lit(target)}, 0);")
-            self.out.append(f"    if (BERM_UNLIKELY({lit(target)} == ret)) goto exit_ret;")
+            self.out.append(f"    if (BERM_UNLIKELY({lit(target)} == {self.ret})) {{ jt_ = {lit(target)}; goto {self.returns}; }}")
             self.out.append(f"    {go}")
             return
-        self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; if (BERM_LIKELY(t_ == ret)) goto exit_ret; "
-                        f"jt_ = t_; jpc_ = {lit(insn.addr)}; goto indirect; }}")
+        self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; jt_ = t_; if (BERM_LIKELY(t_ == {self.ret})) "
+                        f"goto {self.returns}; jpc_ = {lit(insn.addr)}; goto indirect; }}")
         self.has_indirect = True
 
     def _indirect_block(self) -> list[str]:

@@ -10,6 +10,8 @@
  *     `ret` for a normal return, BERM_TAIL with ctx->next = the target for a tail call, BERM_TRAPPED on a trap.
  *     Real pcs are even, so the odd sentinels never collide with one.
  *   - guest registers live in C locals; ctx->regs is the register file at function boundaries and after a trap.
+ *   - a function's direct calls to itself run in the same C frame: ctx->shadow[depth] keeps the expected return
+ *     address of each frame they interrupt.
  *   - memory: guest address a is ctx->mem + a; every access is bounds-checked against two windows (exact, one
  *     compare each), every store marks its page dirty so the core can restore only what changed (an sp-based
  *     store into the stack marks only the fine map; the core folds the stack's marks in after each run).
@@ -20,7 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define BERM_RT_ABI 2
+#define BERM_RT_ABI 3
 
 /* Guest memory is little-endian and is read and written with memcpy of host integers. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated code needs a little-endian host");
@@ -87,6 +89,10 @@ struct berm_ctx {
     /* Any ecall the translated code does not serve inline; sets trap_kind on a trap. */
     uint64_t (*ecall)(berm_ctx *ctx, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1, uint64_t a2,
                       uint64_t a3, uint64_t a4, uint64_t a5);
+
+    /* BERM_MAX_CALL_DEPTH + 1 slots: a function that calls itself runs the new frame in the same C frame and
+     * keeps the expected return address of the frame it interrupts at shadow[depth] (berm_aot/emit/function.py). */
+    uint64_t *shadow;
 };
 
 typedef uint64_t (*berm_fn)(berm_ctx *ctx, uint64_t ret, uint32_t depth);

@@ -503,12 +503,14 @@ berm_region *berm_region_new(const berm_image *im) {
     r->ctx.dirty = calloc(1, r->npages);
     r->ctx.coarse = calloc(1, r->ncoarse);
     r->touched = malloc(r->ncoarse);
+    r->ctx.shadow = malloc((BERM_MAX_CALL_DEPTH + 1) * sizeof *r->ctx.shadow);
     void *mem = mmap(NULL, im->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (!r->ctx.dirty || !r->ctx.coarse || !r->touched || mem == MAP_FAILED) {
+    if (!r->ctx.dirty || !r->ctx.coarse || !r->touched || !r->ctx.shadow || mem == MAP_FAILED) {
         if (mem != MAP_FAILED) munmap(mem, im->size);
         free(r->ctx.dirty);
         free(r->ctx.coarse);
         free(r->touched);
+        free(r->ctx.shadow);
         free(r);
         return NULL;
     }
@@ -555,6 +557,7 @@ void berm_region_free(berm_region *r) {
     free(r->ctx.dirty);
     free(r->ctx.coarse);
     free(r->touched);
+    free(r->ctx.shadow);
     free(r->fail);
     free(r->staged);
     free(r);

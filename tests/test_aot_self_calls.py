@@ -1,0 +1,148 @@
+"""A function's direct calls to itself run the new frame in the same C frame (berm_aot/emit/function.py,
+_self_call): the expected return address of each interrupted frame lives in ctx->shadow. Everything a frame can do
+must end exactly as on the reference interpreter — the whole register file, pc and trap — from any depth: return,
+trap, hit the depth limit, leave by a direct or an indirect tail call, return to a forged address."""
+
+from __future__ import annotations
+
+import pytest
+
+from berm_aot.elf import read_elf
+from berm_host.backend import RunRequest
+from berm_host.engine import Engine
+from berm_host.traps import TrapKind
+from tests.guests import guest_elf
+
+SOURCE = r"""
+typedef unsigned long u64;
+
+__attribute__((noinline)) u64 helper(u64 x) { return x * 2 + 1; }
+u64 (*volatile helper_ptr)(u64) = helper;
+
+/* plain recursion: the result depends on every frame */
+__attribute__((noinline)) u64 rec(u64 n) {
+    if (n == 0) return 1;
+    return rec(n - 1) * 3 + n;
+}
+
+/* recursion that faults n frames deep (a load from address 8) */
+__attribute__((noinline)) u64 rec_trap(u64 n, u64 salt) {
+    if (n == 0) return *(volatile u64 *)8 + salt;
+    return rec_trap(n - 1, salt ^ n) + n;
+}
+
+/* n frames deep, leave by a tail call: direct (mode 0) or through a function pointer (mode 1) */
+__attribute__((noinline)) u64 rec_tail(u64 n, u64 mode) {
+    if (n == 0) {
+        if (mode == 0) return helper(mode + 7);
+        return helper_ptr(mode + 7);
+    }
+    return rec_tail(n - 1, mode) * 5 + n;
+}
+
+/* n frames deep, jump to `target` with the return address intact (mode 0) or return to it (mode 1), without
+   the epilogue */
+__attribute__((noinline)) u64 rec_forge(u64 n, u64 target, u64 mode) {
+    if (n == 0) {
+        if (mode == 0) __asm__ volatile("li a0, 5\n jr %0" :: "r"(target) : "a0");
+        __asm__ volatile("mv ra, %0\n ret" :: "r"(target) : "ra");
+        __builtin_unreachable();
+    }
+    return rec_forge(n - 1, target, mode) * 3 + n;
+}
+
+/* mutual recursion through a function pointer, with self-recursion inside each step */
+u64 bounce(u64 n);
+u64 (*volatile bounce_ptr)(u64) = bounce;
+__attribute__((noinline)) u64 bounce(u64 n) {
+    if (n == 0) return 3;
+    if (n % 3 == 0) return bounce_ptr(n - 1) + 1;
+    return bounce(n - 1) * 7 + n;
+}
+
+u64 pick(u64 i, u64 a, u64 b, u64 c) {
+    switch (i) {
+    case 0: return rec(a);
+    case 1: return rec_trap(a, b);
+    case 2: return rec_tail(a, b);
+    case 3: return rec_forge(a, b, c);
+    default: return bounce(a);
+    }
+}
+"""
+
+NAMES = ("rec", "rec_trap", "rec_tail", "rec_forge", "bounce", "helper", "pick")
+
+
+@pytest.fixture(scope="module")
+def guest(tmp_path_factory):
+    elf = guest_elf(SOURCE, keep=NAMES)
+    symbols = {s.name: s.value for s in read_elf(elf).symbols}
+    cache = tmp_path_factory.mktemp("cache")
+    backends = {kind: Engine(kind=kind, cache_dir=cache).load(elf).backend for kind in ("aot", "interp")}
+    return symbols, backends
+
+
+def run_both(guest, name, *args):
+    symbols, backends = guest
+    request = RunRequest(entry=symbols[name], int_args=args)
+    aot, interp = (backends[k].run(request) for k in ("aot", "interp"))
+    assert (aot.trap, aot.pc, aot.failure) == (interp.trap, interp.pc, interp.failure), f"{name}{args}"
+    for r in range(32):
+        assert aot.regs[r] == interp.regs[r], f"{name}{args}: x{r} aot {aot.regs[r]:#x} vs interp {interp.regs[r]:#x}"
+    return aot
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 50, 3000])
+def test_recursion_returns_through_every_frame(guest, n):
+    want = 1
+    for k in range(1, n + 1):
+        want = (want * 3 + k) % (1 << 64)
+    assert run_both(guest, "rec", n).a0 == want
+
+
+def test_recursion_to_the_depth_limit_traps_the_same(guest):
+    result = run_both(guest, "rec", 20000)
+    assert result.trap is not None and result.trap.kind == TrapKind.STACK_EXHAUSTED
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 400])
+def test_a_fault_deep_in_the_recursion_leaves_the_interpreters_registers(guest, n):
+    result = run_both(guest, "rec_trap", n, 0x1234)
+    assert result.trap is not None and result.trap.kind == TrapKind.MEMORY_FAULT and result.trap.addr == 8
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("n", [0, 1, 9, 200])
+def test_a_tail_call_out_of_a_nested_frame_returns_into_it(guest, n, mode):
+    want = (mode + 7) * 2 + 1
+    for k in range(1, n + 1):
+        want = (want * 5 + k) % (1 << 64)
+    assert run_both(guest, "rec_tail", n, mode).a0 == want
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_a_jump_or_a_forged_return_from_a_nested_frame(guest, n):
+    symbols, _ = guest
+    # a jump to a legal function entry, ra intact: helper(5) runs as the frame's continuation and returns to its
+    # link; the frame skipped its epilogue, so with frames above it their sp is 16 bytes low and the next one up
+    # returns to a stale address
+    jumped = run_both(guest, "rec_forge", n, symbols["helper"], 0)
+    if n == 0:
+        assert jumped.trap is None and jumped.a0 == 11
+    else:
+        assert jumped.trap is not None and jumped.trap.kind == TrapKind.BAD_INDIRECT_TARGET
+    # the middle of a function, data and 0, jumped or returned to: bad targets, except that 0 is the top frame's
+    # own return address (the run's)
+    for mode in (0, 1):
+        for target in (symbols["rec_forge"] + 2, symbols["helper_ptr"], 0):
+            result = run_both(guest, "rec_forge", n, target, mode)
+            if n == 0 and target == 0:
+                assert result.trap is None
+            else:
+                assert result.trap is not None and result.trap.kind == TrapKind.BAD_INDIRECT_TARGET
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 10, 100])
+def test_recursion_mixed_with_calls_through_a_pointer(guest, n):
+    run_both(guest, "bounce", n)
