@@ -25,6 +25,10 @@ ACCESSES = [
     ("sbpos", "sb a1, 2047(sp)\\n lbu t3, 2047(sp)"),
     ("csdsp", "c.sdsp a1, 504(sp)\\n c.ldsp t3, 504(sp)"),
     ("twice", "sd a1, 8(sp)\\n addi sp, sp, -16\\n sd a1, 8(sp)\\n ld t3, 24(sp)\\n addi sp, sp, 16"),
+    # several accesses in one block, checked as a group (berm_aot/emit/spgroup.py), spread over two pages
+    ("group", "sd a1, -2048(sp)\\n sw a1, 2000(sp)\\n sh a1, 8(sp)\\n ld t3, -2048(sp)\\n lhu t3, 8(sp)"),
+    # a group whose members straddle an edge when sp is near one: the first member runs, a later one traps
+    ("straddle", "sd a1, 0(sp)\\n sd a1, 16(sp)\\n ld t3, 0(sp)"),
 ]
 
 #: A store and a load through a register the translator knows holds sp plus something (berm_aot/emit/stackptr.py).
@@ -110,6 +114,8 @@ READ_BACK = {
     "sbpos": [("lwtop", 3)],
     "csdsp": [("ld0", 504)],
     "twice": [("ld0", 8), ("ld0", -8)],
+    "group": [("ldneg", 0), ("ld0", 2000), ("ld0", 8)],
+    "straddle": [("ld0", 0), ("ld0", 16)],
 }
 
 

@@ -19,6 +19,7 @@ from berm_aot.isa import Instruction
 from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants
+from .spgroup import sp_groups
 from .stackptr import stack_pointers
 from .insn import BRANCH_CONDS, compute, dst, lit, reg
 
@@ -60,6 +61,7 @@ class FunctionEmitter:
                     self.labels.add(insns[k + 1].addr)
         self.follows = {insn.addr: k + 1 < len(insns) and insns[k + 1].addr == insn.next_pc
                         for k, insn in enumerate(insns)}
+        self.sp_groups, self.sp_grouped = sp_groups(insns, self.labels, self.follows)
         #: the links of the function's direct calls to itself, whose frames run in this C frame (see _self_call)
         starts_here = bool(insns) and insns[0].addr == info.start
         self.self_calls = sorted(insn.next_pc for insn in insns
@@ -117,6 +119,8 @@ class FunctionEmitter:
                    "(void)zz; (void)jt_; (void)jpc_; (void)fa_; (void)fd_;")
         if touched:
             out.append("    uint64_t " + ", ".join(f"x{r} = ctx->regs[{r}]" for r in touched) + ";")
+        if self.sp_groups:
+            out.append("    int spg_ = 0; /* the current group of sp-relative accesses is in the stack window */")
         if self.self_calls:
             out.append("    /* frames of this function's calls to itself run in this C frame: exp_ is the current frame's")
             out.append("       expected return address, depth its depth (depth0_ this C frame's own) */")
@@ -133,6 +137,8 @@ class FunctionEmitter:
                 out.append(f"L_{insn.addr:x}:;")
                 self.consts.enter(self.known_at.get(insn.addr, {}))
             out.append(f"    /* {insn.addr:x}: {disassemble(insn)} */")
+            if insn.addr in self.sp_groups:
+                out.append("    " + self.sp_groups[insn.addr].header())
             falls = self._insn(insn)
             self.consts.step(insn)
             prev_next = insn.next_pc if falls else None
@@ -159,7 +165,7 @@ class FunctionEmitter:
     def _insn(self, insn: Instruction) -> bool:
         """Emit ``insn``; True when it may fall through to ``insn.next_pc``."""
         out, op, pc = self.out, insn.op, lit(insn.addr)
-        stmt = compute(insn, insn.rs1 in self.stack_at.get(insn.addr, ()))
+        stmt = compute(insn, insn.rs1 in self.stack_at.get(insn.addr, ()), insn.addr in self.sp_grouped)
         if stmt is not None:
             out.append("    " + stmt)
             return True

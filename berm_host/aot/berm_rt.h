@@ -224,6 +224,64 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
 #define BERM_ST(T, addr, val, pc) BERM_ST_(BERM_IN_STORE, BERM_MARK, BERM_IN_STACK, BERM_MARK_STACK, T, addr, val, pc)
 #define BERM_SP_ST(T, addr, val, pc) BERM_ST_(BERM_IN_STACK, BERM_MARK_STACK, BERM_IN_STORE, BERM_MARK, T, addr, val, pc)
 
+/* A group of sp-relative loads and stores in one straight run of code, sp unchanged between them, all inside
+ * [sp + lo, sp + lo + n) (berm_aot/emit/spgroup.py): BERM_SP_GROUP checks the whole range against the stack window
+ * once and BERM_SP_GROUP_MARK marks the (at most two) pages the group's stores start in; the members then need no
+ * check and no mark. When the range is not all in the stack window, every member takes the per-access check (out
+ * of line, the same outcome as BERM_LD / BERM_SP_ST), so a trap is exactly the interpreter's. */
+#define BERM_SP_GROUP(sp, lo, n) (spg_ = ((n) <= KSPAN + 8) & ((uint64_t)((sp) + (uint64_t)(lo) - KLO) <= KSPAN + 8 - (n)))
+#define BERM_SP_GROUP_MARK(sp, first, last)                                                         \
+    do {                                                                                            \
+        if (BERM_LIKELY(spg_)) {                                                                    \
+            BERM_MARK_STACK((sp) + (uint64_t)(first));                                              \
+            BERM_MARK_STACK((sp) + (uint64_t)(last));                                               \
+        }                                                                                           \
+    } while (0)
+static __attribute__((noinline, cold)) int berm_sp_load_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t *out) {
+    BERM_LOCALS;
+    if (!BERM_SP_LOAD_OK(a, n)) return 0;
+    uint64_t v = 0;
+    memcpy(&v, M + a, n); /* little-endian: the low n bytes */
+    *out = v;
+    return 1;
+}
+static __attribute__((noinline, cold)) int berm_sp_store_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t v) {
+    BERM_LOCALS;
+    if (BERM_IN_STACK(a, n)) {
+        memcpy(M + a, &v, n);
+        BERM_MARK_STACK(a);
+    } else if (BERM_IN_STORE(a, n)) {
+        memcpy(M + a, &v, n);
+        BERM_MARK(a);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+#define BERM_SPG_LD(dst, T, addr, pc)                                                               \
+    do {                                                                                            \
+        uint64_t a_ = (addr);                                                                       \
+        if (BERM_LIKELY(spg_)) {                                                                    \
+            T v_;                                                                                   \
+            memcpy(&v_, M + a_, sizeof v_);                                                         \
+            dst = (uint64_t)(int64_t)v_;                                                            \
+        } else {                                                                                    \
+            uint64_t w_;                                                                            \
+            if (!berm_sp_load_slow(ctx, a_, sizeof(T), &w_)) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc); \
+            dst = (uint64_t)(int64_t)(T)w_;                                                         \
+        }                                                                                           \
+    } while (0)
+#define BERM_SPG_ST(T, addr, val, pc)                                                               \
+    do {                                                                                            \
+        uint64_t a_ = (addr);                                                                       \
+        T v_ = (T)(val);                                                                            \
+        if (BERM_LIKELY(spg_)) {                                                                    \
+            memcpy(M + a_, &v_, sizeof v_);                                                         \
+        } else if (!berm_sp_store_slow(ctx, a_, sizeof(T), (uint64_t)v_)) {                          \
+            BERM_FAULT(a_, BERM_STORE, sizeof(T), pc);                                              \
+        }                                                                                           \
+    } while (0)
+
 /* Atomics: naturally aligned, else a fault; then the load (lr) or store (everything else) bounds. */
 #define BERM_ATOMIC_ADDR(a_, T, addr, store, pc)                                                    \
     uint64_t a_ = (addr);                                                                           \
