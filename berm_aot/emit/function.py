@@ -308,8 +308,9 @@ class FunctionEmitter:
             self.out.append(f"    if (BERM_UNLIKELY({lit(target)} == {self.ret})) {{ jt_ = {lit(target)}; goto {self.returns}; }}")
             self.out.append(f"    {go}")
             return
-        self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; jt_ = t_; if (BERM_LIKELY(t_ == {self.ret})) "
-                        f"goto {self.returns}; jpc_ = {lit(insn.addr)}; goto indirect; }}")
+        ret = f"{{ jt_ = t_; goto {self.returns}; }}" if self.self_calls else f"goto {self.returns};"
+        self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; if (BERM_LIKELY(t_ == {self.ret})) {ret} "
+                        f"jt_ = t_; jpc_ = {lit(insn.addr)}; goto indirect; }}")
         self.has_indirect = True
 
     def _indirect_block(self) -> list[str]:
