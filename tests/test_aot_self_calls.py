@@ -5,6 +5,8 @@ trap, hit the depth limit, leave by a direct or an indirect tail call, return to
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from berm_aot.elf import read_elf
@@ -60,18 +62,26 @@ __attribute__((noinline)) u64 bounce(u64 n) {
     return bounce(n - 1) * 7 + n;
 }
 
+/* 2^n calls and not one backward branch (written out: a compiler turns one of two recursive calls into a loop) */
+__asm__(".text\n .globl spin\n .type spin, @function\n .p2align 1\n"
+        "spin:\n beqz a0, 1f\n addi sp, sp, -16\n sd ra, 8(sp)\n sd a0, 0(sp)\n addi a0, a0, -1\n call spin\n"
+        " ld a0, 0(sp)\n addi a0, a0, -1\n call spin\n ld ra, 8(sp)\n addi sp, sp, 16\n1: ret\n"
+        " .size spin, .-spin\n");
+u64 spin(u64 n);
+
 u64 pick(u64 i, u64 a, u64 b, u64 c) {
     switch (i) {
     case 0: return rec(a);
     case 1: return rec_trap(a, b);
     case 2: return rec_tail(a, b);
     case 3: return rec_forge(a, b, c);
+    case 4: return spin(a);
     default: return bounce(a);
     }
 }
 """
 
-NAMES = ("rec", "rec_trap", "rec_tail", "rec_forge", "bounce", "helper", "pick")
+NAMES = ("rec", "rec_trap", "rec_tail", "rec_forge", "bounce", "spin", "helper", "pick")
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +156,14 @@ def test_a_jump_or_a_forged_return_from_a_nested_frame(guest, n):
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 10, 100])
 def test_recursion_mixed_with_calls_through_a_pointer(guest, n):
     run_both(guest, "bounce", n)
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+def test_the_deadline_stops_recursion_that_never_loops(kind, tmp_path):
+    """A frame started by a self-call polls the interrupt flag as a function entry does: ``spin(30)`` makes 2^30
+    calls without a single backward branch and must end in the deadline's trap."""
+    elf = guest_elf(SOURCE, keep=NAMES)
+    entry = next(s.value for s in read_elf(elf).symbols if s.name == "spin")
+    backend = Engine(kind=kind, cache_dir=tmp_path).load(elf).backend
+    result = backend.run(RunRequest(entry=entry, int_args=(30,), deadline=time.monotonic() + 0.3))
+    assert result.trap is not None and result.trap.kind == TrapKind.INTERRUPTED
