@@ -61,7 +61,6 @@ class FunctionEmitter:
                     self.labels.add(insns[k + 1].addr)
         self.follows = {insn.addr: k + 1 < len(insns) and insns[k + 1].addr == insn.next_pc
                         for k, insn in enumerate(insns)}
-        self.sp_groups, self.sp_grouped = sp_groups(insns, self.labels, self.follows)
         #: the links of the function's direct calls to itself, whose frames run in this C frame (see _self_call)
         starts_here = bool(insns) and insns[0].addr == info.start
         self.self_calls = sorted(insn.next_pc for insn in insns
@@ -70,6 +69,7 @@ class FunctionEmitter:
             self.labels.add(info.start)
         #: where a return goes: the expected link of the current frame, and the code that returns to it
         self.ret, self.returns = ("exp_", "do_ret") if self.self_calls else ("ret", "exit_ret")
+        self.sp_groups, self.sp_grouped = sp_groups(insns, self.labels, self.follows)
 
     # ---------------------------------------------------------------- helpers
 
