@@ -13,7 +13,8 @@ import pytest
 from berm_aot.cache import SO_NAME, CodeCache
 from berm_aot.elf import read_elf
 from berm_aot.program import Program
-from berm_host.aot.objects import cached_object, object_key
+import berm_aot
+from berm_host.aot.objects import cached_object, object_key, source_digest, translator_digest
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
 from tests.guests import guest_elf
@@ -30,6 +31,23 @@ def elf():
 def triple(engine: Engine, elf: bytes) -> int:
     image = engine.load(elf)
     return image.backend.run(RunRequest(entry=image.program.symbol("triple"), int_args=(14,))).a0
+
+
+def test_every_translator_module_is_in_the_key(tmp_path):
+    """Editing any module of the translator, or adding one, changes the key: a listed subset of modules once left
+    the sp-group, stack-pointer and dataflow analyses out, so editing them reused stale objects."""
+    import shutil
+    package = Path(berm_aot.__file__).resolve().parent
+    copy = tmp_path / "berm_aot"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert source_digest(copy) == translator_digest()
+    seen = {source_digest(copy)}
+    for module in sorted(copy.rglob("*.py")):
+        module.write_bytes(module.read_bytes() + b"\n# edited\n")
+        seen.add(source_digest(copy))
+    (copy / "emit" / "new_pass.py").write_text("X = 1\n")
+    seen.add(source_digest(copy))
+    assert len(seen) == len(list(package.rglob("*.py"))) + 2
 
 
 def test_hit_after_miss(tmp_path, elf):

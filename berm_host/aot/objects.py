@@ -26,19 +26,22 @@ HEADER = RUNTIME_DIR / "berm_rt.h"
 ENTRY_SYMBOL = "berm_enter"
 
 
-_TRANSLATOR_SOURCES = ("isa.py", "decode.py", "disasm.py", "program.py", "analysis.py", "emit/__init__.py", "emit/consts.py",
-                       "emit/function.py", "emit/insn.py")
+def source_digest(root: Path) -> str:
+    """SHA-256 over the translator version, every module of the translator package at ``root`` (decoder, program
+    model, analysis, emitter and the rest: a listed subset once missed modules added later, and editing those left
+    stale objects in the cache) and the runtime header."""
+    h = hashlib.sha256(TRANSLATOR_VERSION.encode())
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        h.update(path.read_bytes())
+    h.update(HEADER.read_bytes())
+    return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=1)
 def translator_digest() -> str:
-    """SHA-256 over the translator version, its source files and the runtime header."""
-    h = hashlib.sha256(TRANSLATOR_VERSION.encode())
-    root = Path(berm_aot.__file__).resolve().parent
-    for name in _TRANSLATOR_SOURCES:
-        h.update((root / name).read_bytes())
-    h.update(HEADER.read_bytes())
-    return h.hexdigest()
+    """``source_digest`` of the installed translator (berm_aot)."""
+    return source_digest(Path(berm_aot.__file__).resolve().parent)
 
 
 def object_key(image: ElfImage, prefix: str = "") -> str:
