@@ -14,7 +14,8 @@
  *     address of each frame they interrupt.
  *   - memory: guest address a is ctx->mem + a; every access is bounds-checked against two windows (exact, one
  *     compare each), every store marks its page dirty so the core can restore only what changed (an sp-based
- *     store into the stack marks only the fine map; the core folds the stack's marks in after each run).
+ *     store into the stack marks only the fine map; the core folds the stack's marks in after each run; a group
+ *     of sp-relative stores lowers ctx->stack_low instead, and the core restores the stack from there up).
  */
 #ifndef BERM_RT_H
 #define BERM_RT_H
@@ -22,7 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define BERM_RT_ABI 3
+#define BERM_RT_ABI 4
 
 /* Guest memory is little-endian and is read and written with memcpy of host integers. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated code needs a little-endian host");
@@ -71,6 +72,9 @@ struct berm_ctx {
     /* Bumped by every dynamic transfer (indirect call, indirect jump to a function entry): a caller that sees it
      * change across a call reloads all of its registers, since the static write summaries did not cover it. */
     uint64_t wild;
+    /* The lowest address a group of sp-relative stores (BERM_SP_GROUP_MARK) wrote since the last reset, or the end
+     * of memory: the core restores every stack page from there to the top (core.c, fold_stack_marks). */
+    uint64_t stack_low;
 
     /* --- the trap, when trap_kind != 0 --- */
     int32_t trap_kind;
@@ -226,16 +230,15 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
 
 /* A group of sp-relative loads and stores in one straight run of code, sp unchanged between them, all inside
  * [sp + lo, sp + lo + n) (berm_aot/emit/spgroup.py): BERM_SP_GROUP checks the whole range against the stack window
- * once and BERM_SP_GROUP_MARK marks the (at most two) pages the group's stores start in; the members then need no
- * check and no mark. When the range is not all in the stack window, every member takes the per-access check (out
- * of line, the same outcome as BERM_LD / BERM_SP_ST), so a trap is exactly the interpreter's. */
+ * once and BERM_SP_GROUP_MARK lowers ctx->stack_low to the lowest byte the group's stores write (on a recursion that
+ * is a compare that rarely stores, where marking pages cost two stores per call); the members then need no check
+ * and no mark. When the range is not all in the stack window, every member takes the per-access check (out of
+ * line, the same outcome as BERM_LD / BERM_SP_ST), so a trap is exactly the interpreter's. */
 #define BERM_SP_GROUP(sp, lo, n) (spg_ = ((n) <= KSPAN + 8) & ((uint64_t)((sp) + (uint64_t)(lo) - KLO) <= KSPAN + 8 - (n)))
-#define BERM_SP_GROUP_MARK(sp, first, last)                                                         \
+#define BERM_SP_GROUP_MARK(sp, first)                                                               \
     do {                                                                                            \
-        if (BERM_LIKELY(spg_)) {                                                                    \
-            BERM_MARK_STACK((sp) + (uint64_t)(first));                                              \
-            BERM_MARK_STACK((sp) + (uint64_t)(last));                                               \
-        }                                                                                           \
+        uint64_t low_ = (sp) + (uint64_t)(first);                                                   \
+        if (BERM_LIKELY(spg_) && BERM_UNLIKELY(low_ < ctx->stack_low)) ctx->stack_low = low_;       \
     } while (0)
 static __attribute__((noinline, cold)) int berm_sp_load_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t *out) {
     BERM_LOCALS;

@@ -136,10 +136,17 @@ static void note_write(berm_region *r, uint64_t a, uint64_t n) {
     mark_range(r, a, n);
 }
 
-/* Translated stores into the stack window mark only the fine map (berm_rt.h, BERM_MARK_STACK): set the coarse
- * bytes of the stack's dirty pages, so the coarse pass below and over_resident see them. At most 256 pages. */
+/* Translated stores into the stack window mark only the fine map (berm_rt.h, BERM_MARK_STACK), and groups of
+ * sp-relative stores only lower ctx.stack_low (BERM_SP_GROUP_MARK): mark every page from stack_low to the top, then
+ * set the coarse bytes of the stack's dirty pages, so the coarse pass below and over_resident see them. At most
+ * 256 pages. */
 static void fold_stack_marks(berm_region *r) {
-    const uint8_t *dirty = r->ctx.dirty;
+    uint8_t *dirty = r->ctx.dirty;
+    if (r->ctx.stack_low < r->size) { /* inside the stack window: the group's check came first */
+        uint64_t p = r->ctx.stack_low >> BERM_PAGE_SHIFT;
+        memset(dirty + p, 1, r->npages - p);
+        r->ctx.stack_low = r->size;
+    }
     for (uint64_t p0 = r->image->stack_lo >> BERM_PAGE_SHIFT; p0 < r->npages;) {
         uint64_t cc = p0 / PAGES_PER_COARSE, p1 = (cc + 1) * PAGES_PER_COARSE;
         if (p1 > r->npages) p1 = r->npages;
@@ -534,6 +541,7 @@ berm_region *berm_region_new(const berm_image *im) {
     c->load_span = im->guard_lo - im->image_lo >= 8 ? im->guard_lo - im->image_lo - 8 : c->stack_span;
     c->store_lo = im->guard_lo - im->writable_lo >= 8 ? im->writable_lo : c->stack_lo;
     c->store_span = im->guard_lo - im->writable_lo >= 8 ? im->guard_lo - im->writable_lo - 8 : c->stack_span;
+    c->stack_low = im->size; /* no stack store yet */
     c->heap_start = im->heap_start;
     c->heap_size = im->guard_lo - im->heap_start;
     pthread_mutex_lock(&live_lock);
