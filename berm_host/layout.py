@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from berm_aot.emit.windows import Windows
 from berm_aot.errors import ElfError
 from berm_aot.image import ElfImage
 
@@ -79,6 +80,20 @@ class Layout:
     def writable(self, addr: int, n: int) -> bool:
         end = addr + n
         return (self.writable_lo <= addr and end <= self.guard_lo) or (self.stack_lo <= addr and end <= self.size)
+
+    def windows(self) -> Windows:
+        """The bounds windows translated code checks against (as constants: berm_host/aot/berm_code.h): exactly
+        ``readable`` and ``writable`` (an empty window repeats the stack's). One compare per window is exact only
+        for windows of 0 or at least 8 bytes, so an image leaving 1..7 bytes between its (writable) start and the
+        guard is an ElfError."""
+        stack = (self.stack_lo, self.size - self.stack_lo - 8)
+        spans = []
+        for what, lo in (("image", self.image_lo), ("writable data", self.writable_lo)):
+            room = self.guard_lo - lo
+            if 0 < room < 8:
+                raise ElfError(f"the {what} at {lo:#x} leaves only {room} bytes before the guard page")
+            spans.append((lo, room - 8) if room >= 8 else stack)
+        return Windows(*spans[0], *spans[1], *stack)
 
 
 def layout_for(image: ElfImage, size: int = DEFAULT_MEMORY) -> Layout:

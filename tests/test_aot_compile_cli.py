@@ -28,3 +28,24 @@ def test_bad_inputs(tmp_path, capsys):
     assert main([str(junk), str(tmp_path / "missing.elf"), "--cache-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "junk.elf" in err and "missing.elf" in err
+
+
+def test_memory_size_is_part_of_what_is_compiled(tmp_path, capsys):
+    """Translated code is specialised to its memory size: ``--memory`` compiles what an engine with that size loads,
+    and an engine with another size compiles its own object rather than running code built for other memory."""
+    elf = tmp_path / "inc.elf"
+    elf.write_bytes(guest_elf(SOURCE, keep=("inc",)))
+    cache = tmp_path / "cache"
+    assert main([str(elf), "--cache-dir", str(cache), "--memory", "16M"]) == 0
+    capsys.readouterr()
+    small = Engine(cache_dir=cache, memory_size=16 << 20).load(elf)
+    assert small.backend.compiled is False
+    default = Engine(cache_dir=cache).load(elf)
+    assert default.backend.compiled is True and default.backend.object_path != small.backend.object_path
+
+
+def test_bad_memory_size(tmp_path, capsys):
+    elf = tmp_path / "inc.elf"
+    elf.write_bytes(guest_elf(SOURCE, keep=("inc",)))
+    assert main([str(elf), "--cache-dir", str(tmp_path), "--memory", "3M"]) == 2
+    assert "power of two" in capsys.readouterr().err

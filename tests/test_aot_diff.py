@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 
 from berm_aot.program import Program
 from berm_host.aot.backend import AotBackend
-from berm_host.aot.objects import ENTRY_SYMBOL, compile_programs
+from berm_host.aot.objects import compile_programs
+from berm_host.layout import layout_for
 from berm_host.backend import RunRequest
 from berm_host.interp import InterpBackend
 from tests import progen
@@ -41,11 +42,12 @@ def run_both(gens: list[progen.GenProgram], *, repeat: int = 1):
     programs = [Program.from_image(g.image) for g in gens]
     with tempfile.TemporaryDirectory(prefix="berm-diff-") as tmp:
         so = Path(tmp) / "batch.so"
-        compile_programs([(p, f"p{i}_") for i, p in enumerate(programs)], so)
+        compile_programs([(p, layout_for(p.image, progen.MEMORY_SIZE).windows(), f"p{i}_")
+                          for i, p in enumerate(programs)], so)
         for i, (gen, program) in enumerate(zip(gens, programs)):
             request = RunRequest(entry=gen.entry, snapshot=gen.snapshot)
             expected = InterpBackend(program, progen.MEMORY_SIZE).run(request)
-            aot = AotBackend(program, progen.MEMORY_SIZE, code=(so, f"p{i}_{ENTRY_SYMBOL}"))
+            aot = AotBackend(program, progen.MEMORY_SIZE, code=(so, f"p{i}_"))
             yield gen, expected, [aot.run(request) for _ in range(repeat)]
 
 

@@ -17,6 +17,7 @@ import berm_aot
 from berm_host.aot.objects import cached_object, object_key, source_digest, translator_digest
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
+from berm_host.layout import layout_for
 from tests.guests import guest_elf
 
 SOURCE = "unsigned long v;\nunsigned long triple(unsigned long x) { return 3 * x + v; }\nvoid _start(void) {}\n"
@@ -26,6 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def elf():
     return guest_elf(SOURCE, keep=("triple",))
+
+
+def windows(image):
+    return layout_for(image).windows()
 
 
 def triple(engine: Engine, elf: bytes) -> int:
@@ -53,9 +58,9 @@ def test_every_translator_module_is_in_the_key(tmp_path):
 def test_hit_after_miss(tmp_path, elf):
     image = read_elf(elf)
     cache = CodeCache(tmp_path)
-    first, built = cached_object(image, cache, lambda: Program.from_image(image))
+    first, built = cached_object(image, windows(image), cache, lambda: Program.from_image(image))
     assert built
-    second, built = cached_object(image, cache, lambda: pytest.fail("a hit needs no program"))
+    second, built = cached_object(image, windows(image), cache, lambda: pytest.fail("a hit needs no program"))
     assert not built and second == first
     assert Engine(cache_dir=tmp_path).load(elf).backend.compiled is False
     assert triple(Engine(cache_dir=tmp_path), elf) == 42
@@ -66,7 +71,7 @@ def test_corrupt_entry_is_rebuilt(tmp_path, elf, damage):
     image = read_elf(elf)
     program = lambda: Program.from_image(image)  # noqa: E731
     cache = CodeCache(tmp_path)
-    so, _ = cached_object(image, cache, program)
+    so, _ = cached_object(image, windows(image), cache, program)
     data = so.read_bytes()
     if damage == "truncate":
         so.write_bytes(data[: len(data) // 2])
@@ -74,18 +79,18 @@ def test_corrupt_entry_is_rebuilt(tmp_path, elf, damage):
         so.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
     else:
         (so.parent / (SO_NAME + ".sha256")).unlink()
-    assert cache.lookup(object_key(image)) is None
-    again, built = cached_object(image, cache, program)
+    assert cache.lookup(object_key(image, windows(image))) is None
+    again, built = cached_object(image, windows(image), cache, program)
     assert built
-    assert cache.lookup(object_key(image)) == again
+    assert cache.lookup(object_key(image, windows(image))) == again
 
 
 def test_key_covers_compiler_flags(monkeypatch, elf):
     image = read_elf(elf)
-    plain = object_key(image)
+    plain = object_key(image, windows(image))
     monkeypatch.setenv("BERM_CFLAGS", "-O2")
-    assert object_key(image) != plain
-    assert object_key(image, prefix="p_") != object_key(image)
+    assert object_key(image, windows(image)) != plain
+    assert object_key(image, windows(image), prefix="p_") != object_key(image, windows(image))
 
 
 def test_env_overrides_the_cache_dir(monkeypatch, tmp_path):
@@ -103,8 +108,9 @@ def test_two_processes_compile_the_same_image(tmp_path, elf):
         from berm_aot.elf import read_elf
         from berm_aot.program import Program
         from berm_host.aot.objects import cached_object
+        from berm_host.layout import layout_for
         image = read_elf(open({str(elf_path)!r}, 'rb').read())
-        path, built = cached_object(image, CodeCache({str(tmp_path / 'cache')!r}),
+        path, built = cached_object(image, layout_for(image).windows(), CodeCache({str(tmp_path / 'cache')!r}),
                                     lambda: Program.from_image(image), jobs=1)
         print(int(built), path)
     """)

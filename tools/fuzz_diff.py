@@ -26,7 +26,8 @@ from berm_abi.errors import BermError
 from berm_aot.image import Relocation
 from berm_aot.program import Program
 from berm_host.aot.backend import AotBackend
-from berm_host.aot.objects import ENTRY_SYMBOL, compile_programs
+from berm_host.aot.objects import compile_programs
+from berm_host.layout import layout_for
 from berm_host.backend import RunRequest
 from berm_host.interp import InterpBackend
 from berm_host.traps import TrapKind
@@ -76,7 +77,8 @@ def run_round(campaign: Campaign, seed_value: int, batch: int, edits: int, targe
     with tempfile.TemporaryDirectory(prefix="berm-fuzz-diff-") as tmp:
         so = Path(tmp) / "batch.so"
         try:
-            compile_programs([(p, f"p{i}_") for i, (_, p) in enumerate(kept)], so)
+            compile_programs([(p, layout_for(p.image, progen.MEMORY_SIZE).windows(), f"p{i}_")
+                              for i, (_, p) in enumerate(kept)], so)
         except Exception as exc:  # noqa: BLE001 - the translator produced C that does not compile
             campaign.finding(seed_value, f"batch of {len(kept)} failed to compile: {type(exc).__name__}: "
                              f"{str(exc)[:2000]}")
@@ -86,7 +88,7 @@ def run_round(campaign: Campaign, seed_value: int, batch: int, edits: int, targe
             deadline = time.monotonic() + DEADLINE
             expected = InterpBackend(program, progen.MEMORY_SIZE).run(
                 RunRequest(entry=gen.entry, snapshot=gen.snapshot, deadline=deadline))
-            aot = AotBackend(program, progen.MEMORY_SIZE, code=(so, f"p{i}_{ENTRY_SYMBOL}"))
+            aot = AotBackend(program, progen.MEMORY_SIZE, code=(so, f"p{i}_"))
             for attempt in range(2):
                 got = aot.run(RunRequest(entry=gen.entry, snapshot=gen.snapshot,
                                          deadline=time.monotonic() + DEADLINE))

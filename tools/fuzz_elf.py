@@ -143,8 +143,7 @@ def _load_everything(data: bytes, aot: bool, cache_dir: Path) -> str:
     except Exception as exc:  # noqa: BLE001 - re-raised unless it is a BermError
         _only_berm(exc)
     program = Program.from_image(image)
-    layout_for(image, 1 << 20)
-    emit_program(program)
+    emit_program(program, windows=layout_for(image, 1 << 20).windows())
     kinds = ["interp", "aot"] if aot else ["interp"]
     for kind in kinds:
         loaded = Engine(kind=kind, memory_size=1 << 20, cache_dir=cache_dir, deadline=0.5).load(data)

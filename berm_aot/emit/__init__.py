@@ -1,9 +1,10 @@
 """Emit C for a whole program: several translation units that compile in parallel into one shared object.
 
 Unit 0 holds the lookups (function start → C function; legal indirect entry → C function) and the export
-``<prefix>berm_enter``; every unit holds some of the guest functions (``berm_aot.emit.function``) and declares all
-of them. ``prefix`` namespaces every global symbol, so several programs can share one object (tests batch many
-random programs into one compile).
+``<prefix>berm_enter`` and the memory layout the code is specialised to, ``<prefix>berm_layout`` (six uint64_t:
+``Windows``); every unit holds some of the guest functions (``berm_aot.emit.function``) and declares all of them.
+``prefix`` namespaces every global symbol, so several programs can share one object (tests batch many random
+programs into one compile).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from berm_aot.program import Program
 
 from .function import FunctionEmitter, fn_name
 from .insn import lit
+from .windows import Windows
 
 #: Bumped whenever the emitted code changes meaning or shape: part of the cache key.
 TRANSLATOR_VERSION = "1"
@@ -23,9 +25,10 @@ _UNIT_INSNS = 1500
 MAX_UNITS = 8
 
 
-def _header(analysis: Analysis, prefix: str) -> list[str]:
+def _header(analysis: Analysis, prefix: str, windows: Windows) -> list[str]:
     p = prefix
-    lines = ['#include "berm_rt.h"', ""]
+    lines = ["/* The guest memory layout this code is translated for (berm_code.h). */", *windows.defines(),
+             '#include "berm_code.h"', ""]
     lines += [f"BERM_HIDDEN uint64_t {fn_name(p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth);" for f in analysis.functions]
     lines += [
         f"BERM_HIDDEN berm_fn {p}entry_fn(uint64_t t);",
@@ -47,7 +50,10 @@ def _header(analysis: Analysis, prefix: str) -> list[str]:
 
 def _lookups(analysis: Analysis, prefix: str) -> list[str]:
     p = prefix
-    lines = [f"static berm_fn {p}start_fn(uint64_t t) {{", "    switch (t) {"]
+    lines = ["/* The layout the code is specialised to: the core refuses to run it on other memory. */",
+             f"BERM_EXPORT const uint64_t {p}berm_layout[6] = {{BERM_LOAD_LO, BERM_LOAD_SPAN, BERM_STORE_LO, "
+             "BERM_STORE_SPAN, BERM_STACK_LO, BERM_STACK_SPAN};", ""]
+    lines += [f"static berm_fn {p}start_fn(uint64_t t) {{", "    switch (t) {"]
     lines += [f"    case {lit(f.start)}: return {fn_name(p, f.start)};" for f in analysis.functions]
     lines += ["    default: return 0;", "    }", "}", ""]
     lines += ["/* Legal indirect targets that are function starts (ABI §6). */",
@@ -73,13 +79,14 @@ def _lookups(analysis: Analysis, prefix: str) -> list[str]:
     return lines
 
 
-def emit_program(program: Program, *, prefix: str = "") -> list[str]:
-    """The C translation units of ``program`` (one per ~1500 guest instructions, at most ``MAX_UNITS``)."""
+def emit_program(program: Program, *, windows: Windows, prefix: str = "") -> list[str]:
+    """The C translation units of ``program`` for memory with ``windows`` (one unit per ~1500 guest instructions,
+    at most ``MAX_UNITS``)."""
     analysis = analyse(program)
     total = sum(len(f.insns) for f in analysis.functions)
     n = max(1, min(MAX_UNITS, -(-total // _UNIT_INSNS)))
     share = -(-total // n)
-    header = _header(analysis, prefix)
+    header = _header(analysis, prefix, windows)
     bodies: list[list[str]] = [[] for _ in range(n)]
     k, filled = 0, 0
     for info in analysis.functions:

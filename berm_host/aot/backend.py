@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 from berm_aot.cache import CodeCache
-from berm_aot.errors import ElfError
 from berm_aot.image import ElfImage
 from berm_aot.program import Program
 from berm_host.backend import RunRequest, RunResult
@@ -23,7 +22,7 @@ from berm_host.traps import TrapInfo, TrapKind
 #: What ``call_tool`` returns: (trap, failure, result, a0, a1).
 ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
 
-from .objects import ENTRY_SYMBOL, cached_object
+from .objects import cached_object
 from .runtime import POOL_LIMIT, MemoryImage, Region, capability_lookup, lib, load_code
 
 _OK, _TRAPPED, _FAILED, _BIG = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAILED, lib.BERM_RUN_BIG_RESULT
@@ -45,20 +44,13 @@ def image_hull(image: ElfImage | ElfFacts, layout: Layout) -> bytes:
     return bytes(hull)
 
 
-def _check_windows(layout: Layout) -> None:
-    """Translated code checks bounds with one compare per window (berm_rt.h), exact for windows of 0 or at
-    least 8 bytes; an image leaving 1..7 bytes between its (writable) start and the guard is refused."""
-    for what, lo in (("image", layout.image_lo), ("writable data", layout.writable_lo)):
-        if 0 < layout.guard_lo - lo < 8:
-            raise ElfError(f"the {what} at {lo:#x} leaves only {layout.guard_lo - lo} bytes before the guard page")
-
-
 class AotBackend:
     """An image translated, compiled and loaded, with ``memory_size`` bytes of guest memory per invocation.
 
     ``source`` is a ``Program``, or an ``ElfImage`` or ``ElfFacts`` whose program model is built only when needed
-    (compiling on a cache miss, describing a trap). ``code`` names an already-built object and its entry symbol; without it
-    the object comes from ``cache`` (compiled on a miss). ``compiled`` says whether this construction ran the C
+    (compiling on a cache miss, describing a trap). ``code`` names an already-built object and the prefix of the
+    program's symbols in it; without it the object comes from ``cache`` (compiled on a miss). Either way the code
+    must have been translated for this memory's layout (the core checks). ``compiled`` says whether this construction ran the C
     compiler. ``max_result``: ``call_tool`` gives no bytes for a result longer than this (None: no cap).
     """
 
@@ -68,15 +60,16 @@ class AotBackend:
         self._program = source if isinstance(source, Program) else None
         self.image = source.image if isinstance(source, Program) else source
         self.layout = layout_for(self.image, memory_size)
-        _check_windows(self.layout)
+        windows = self.layout.windows()  # an ElfError for a layout the checks cannot be exact for
         if code is None:
-            path, self.compiled = cached_object(self.image, cache or CodeCache(), lambda: self.program, jobs=jobs)
-            code = (path, ENTRY_SYMBOL)
+            path, self.compiled = cached_object(self.image, windows, cache or CodeCache(), lambda: self.program,
+                                                jobs=jobs)
+            code = (path, "")
         else:
             self.compiled = False
         self.object_path = Path(code[0])
-        self.memory = MemoryImage(self.layout, image_hull(self.image, self.layout), load_code(str(code[0]), code[1]),
-                                  max_result)
+        self.memory = MemoryImage(self.layout, image_hull(self.image, self.layout),
+                                  load_code(str(code[0]), code[1], windows), max_result)
         watchdog.ensure_started()
 
     @property

@@ -1,8 +1,8 @@
 /* The runtime interface between translated guest code (berm_aot.emit) and the runtime core (core.c).
  *
- * A translated image is a shared object that includes this header and nothing else: it reaches the core only
- * through the function pointers in berm_ctx, so it has no link-time dependency. Change anything here and bump
- * BERM_RT_ABI (it is part of every cache key).
+ * A translated image is a shared object that includes this header (through berm_code.h) and nothing else: it
+ * reaches the core only through the function pointers in berm_ctx, so it has no link-time dependency. Change
+ * anything here and bump BERM_RT_ABI (it is part of every cache key).
  *
  * Conventions of the translated code (see berm_aot/emit):
  *   - one C function per guest function, `uint64_t f(berm_ctx *ctx, uint64_t ret, uint32_t depth)`, returning
@@ -13,7 +13,7 @@
  *   - a function's direct calls to itself run in the same C frame: ctx->shadow[depth] keeps the expected return
  *     address of each frame they interrupt.
  *   - memory: guest address a is ctx->mem + a; every access is bounds-checked against two windows (exact, one
- *     compare each), every store marks its page dirty so the core can restore only what changed (an sp-based
+ *     compare each, against constants of the layout the unit was translated for: berm_code.h), every store marks its page dirty so the core can restore only what changed (an sp-based
  *     store into the stack marks only the fine map; the core folds the stack's marks in after each run; a group
  *     of sp-relative stores lowers ctx->stack_low instead, and the core restores the stack from there up).
  */
@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define BERM_RT_ABI 4
+#define BERM_RT_ABI 5
 
 /* Guest memory is little-endian and is read and written with memcpy of host integers. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated code needs a little-endian host");
@@ -59,12 +59,6 @@ struct berm_ctx {
     uint8_t *mem;     /* guest address a lives at mem + a */
     uint8_t *dirty;   /* one byte per 4 KiB page */
     uint8_t *coarse;  /* one byte per 256 KiB */
-    /* Bounds windows: an n-byte access at a is in bounds iff (a - lo) <= span + 8 - n for one of the two
-     * windows it may use (loads: load + stack, stores: store + stack). span = window size - 8; an empty window
-     * repeats the stack's (the host refuses layouts with a window of 1..7 bytes). */
-    uint64_t load_lo, load_span;
-    uint64_t store_lo, store_span;
-    uint64_t stack_lo, stack_span;
     uintptr_t native_limit; /* the lowest host stack address translated code may reach */
     volatile int32_t interrupt;
     uint32_t depth; /* unused: translated code passes the shadow call stack depth as a C argument */
@@ -115,219 +109,5 @@ static inline __attribute__((always_inline)) void berm_set_trap(berm_ctx *ctx, i
     ctx->trap_addr = addr;
     ctx->trap_detail = detail;
 }
-
-/* ---- arithmetic with RISC-V semantics ---- */
-static inline uint64_t berm_mulh(uint64_t a, uint64_t b) {
-    return (uint64_t)(((__int128)(int64_t)a * (__int128)(int64_t)b) >> 64);
-}
-static inline uint64_t berm_mulhsu(uint64_t a, uint64_t b) {
-    return (uint64_t)(((__int128)(int64_t)a * (__int128)(unsigned __int128)b) >> 64);
-}
-static inline uint64_t berm_mulhu(uint64_t a, uint64_t b) {
-    return (uint64_t)(((unsigned __int128)a * (unsigned __int128)b) >> 64);
-}
-static inline uint64_t berm_div(uint64_t a, uint64_t b) {
-    if (b == 0) return ~0ull;
-    if ((int64_t)a == INT64_MIN && (int64_t)b == -1) return a;
-    return (uint64_t)((int64_t)a / (int64_t)b);
-}
-static inline uint64_t berm_divu(uint64_t a, uint64_t b) { return b ? a / b : ~0ull; }
-static inline uint64_t berm_rem(uint64_t a, uint64_t b) {
-    if (b == 0) return a;
-    if ((int64_t)a == INT64_MIN && (int64_t)b == -1) return 0;
-    return (uint64_t)((int64_t)a % (int64_t)b);
-}
-static inline uint64_t berm_remu(uint64_t a, uint64_t b) { return b ? a % b : a; }
-static inline uint64_t berm_sx32(uint64_t v) { return (uint64_t)(int64_t)(int32_t)(uint32_t)v; }
-static inline uint64_t berm_divw(uint64_t a, uint64_t b) {
-    int32_t x = (int32_t)a, y = (int32_t)b;
-    if (y == 0) return ~0ull;
-    if (x == INT32_MIN && y == -1) return berm_sx32((uint32_t)x);
-    return berm_sx32((uint32_t)(x / y));
-}
-static inline uint64_t berm_divuw(uint64_t a, uint64_t b) {
-    uint32_t x = (uint32_t)a, y = (uint32_t)b;
-    return y ? berm_sx32(x / y) : ~0ull;
-}
-static inline uint64_t berm_remw(uint64_t a, uint64_t b) {
-    int32_t x = (int32_t)a, y = (int32_t)b;
-    if (y == 0) return berm_sx32((uint32_t)x);
-    if (x == INT32_MIN && y == -1) return 0;
-    return berm_sx32((uint32_t)(x % y));
-}
-static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
-    uint32_t x = (uint32_t)a, y = (uint32_t)b;
-    return berm_sx32(y ? x % y : x);
-}
-
-/* ---- the locals every translated function sets up (copies, so guest stores cannot alias them) ---- */
-#define BERM_LOCALS                                                                        \
-    uint8_t *const M = ctx->mem;                                                           \
-    uint8_t *const DIRTY = ctx->dirty;                                                     \
-    uint8_t *const COARSE = ctx->coarse;                                                   \
-    const uint64_t LLO = ctx->load_lo, LSPAN = ctx->load_span;                             \
-    const uint64_t SLO = ctx->store_lo, SSPAN = ctx->store_span;                           \
-    const uint64_t KLO = ctx->stack_lo, KSPAN = ctx->stack_span;                           \
-    (void)M; (void)DIRTY; (void)COARSE; (void)LLO; (void)LSPAN; (void)SLO; (void)SSPAN; (void)KLO; (void)KSPAN
-
-/* Each window in one compare; a load or store of n bytes at a is inside when all n bytes are. */
-#define BERM_IN_LOAD(a, n) ((uint64_t)((a) - LLO) <= LSPAN + (8 - (n)))
-#define BERM_IN_STORE(a, n) ((uint64_t)((a) - SLO) <= SSPAN + (8 - (n)))
-#define BERM_IN_STACK(a, n) ((uint64_t)((a) - KLO) <= KSPAN + (8 - (n)))
-#define BERM_LOAD_OK(a, n) (BERM_IN_LOAD(a, n) || BERM_IN_STACK(a, n))
-#define BERM_STORE_OK(a, n) (BERM_IN_STORE(a, n) || BERM_IN_STACK(a, n))
-/* The same windows, the stack's first: for accesses based on the guest's sp, nearly always on the stack. */
-#define BERM_SP_LOAD_OK(a, n) (BERM_IN_STACK(a, n) || BERM_IN_LOAD(a, n))
-
-/* A store of at most 8 bytes starting in page p can reach only the first 7 bytes of page p+1; the core restores
- * those along with page p, so one mark per store is enough. */
-#define BERM_MARK(a)                                  \
-    do {                                              \
-        DIRTY[(a) >> BERM_PAGE_SHIFT] = 1;            \
-        COARSE[(a) >> BERM_COARSE_SHIFT] = 1;         \
-    } while (0)
-/* A store into the stack window marks only the fine map: the core folds the stack's fine marks (at most 256
- * pages) into the coarse map after every run (core.c, fold_stack_marks). */
-#define BERM_MARK_STACK(a) (DIRTY[(a) >> BERM_PAGE_SHIFT] = 1)
-
-/* A memory fault: every site shares the function's one `fault` block (small code, fast compiles). */
-#define BERM_FAULT(a, access, n, pc)             \
-    do {                                         \
-        fa_ = (a);                               \
-        fd_ = ((uint32_t)(access) << 8) | (n);   \
-        jpc_ = (pc);                             \
-        goto fault;                              \
-    } while (0)
-
-/* dst = *(T *)(M + a), sign- or zero-extended by T; OK is BERM_LOAD_OK or BERM_SP_LOAD_OK. */
-#define BERM_LD(OK, dst, T, addr, pc)                                                               \
-    do {                                                                                            \
-        uint64_t a_ = (addr);                                                                       \
-        if (BERM_UNLIKELY(!OK(a_, sizeof(T)))) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc);            \
-        T v_;                                                                                       \
-        memcpy(&v_, M + a_, sizeof v_);                                                             \
-        dst = (uint64_t)(int64_t)v_;                                                                \
-    } while (0)
-
-/* One store: in window IN1 (marked by MARK1), else in IN2 (MARK2), else a fault. BERM_ST tests the store
- * window first, BERM_SP_ST (sp-based stores) the stack's. */
-#define BERM_ST_(IN1, MARK1, IN2, MARK2, T, addr, val, pc)                                          \
-    do {                                                                                            \
-        uint64_t a_ = (addr);                                                                       \
-        T v_ = (T)(val);                                                                            \
-        if (BERM_LIKELY(IN1(a_, sizeof(T)))) {                                                      \
-            memcpy(M + a_, &v_, sizeof v_);                                                         \
-            MARK1(a_);                                                                              \
-        } else if (BERM_LIKELY(IN2(a_, sizeof(T)))) {                                               \
-            memcpy(M + a_, &v_, sizeof v_);                                                         \
-            MARK2(a_);                                                                              \
-        } else {                                                                                    \
-            BERM_FAULT(a_, BERM_STORE, sizeof(T), pc);                                              \
-        }                                                                                           \
-    } while (0)
-#define BERM_ST(T, addr, val, pc) BERM_ST_(BERM_IN_STORE, BERM_MARK, BERM_IN_STACK, BERM_MARK_STACK, T, addr, val, pc)
-#define BERM_SP_ST(T, addr, val, pc) BERM_ST_(BERM_IN_STACK, BERM_MARK_STACK, BERM_IN_STORE, BERM_MARK, T, addr, val, pc)
-
-/* A group of sp-relative loads and stores in one straight run of code, sp unchanged between them, all inside
- * [sp + lo, sp + lo + n) (berm_aot/emit/spgroup.py): BERM_SP_GROUP checks the whole range against the stack window
- * once and BERM_SP_GROUP_MARK lowers ctx->stack_low to the lowest byte the group's stores write (on a recursion that
- * is a compare that rarely stores, where marking pages cost two stores per call); the members then need no check
- * and no mark. When the range is not all in the stack window, every member takes the per-access check (out of
- * line, the same outcome as BERM_LD / BERM_SP_ST), so a trap is exactly the interpreter's. */
-#define BERM_SP_GROUP(sp, lo, n) (spg_ = ((n) <= KSPAN + 8) & ((uint64_t)((sp) + (uint64_t)(lo) - KLO) <= KSPAN + 8 - (n)))
-#define BERM_SP_GROUP_MARK(sp, first)                                                               \
-    do {                                                                                            \
-        uint64_t low_ = (sp) + (uint64_t)(first);                                                   \
-        if (BERM_LIKELY(spg_) && BERM_UNLIKELY(low_ < ctx->stack_low)) ctx->stack_low = low_;       \
-    } while (0)
-static __attribute__((noinline, cold)) int berm_sp_load_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t *out) {
-    BERM_LOCALS;
-    if (!BERM_SP_LOAD_OK(a, n)) return 0;
-    uint64_t v = 0;
-    memcpy(&v, M + a, n); /* little-endian: the low n bytes */
-    *out = v;
-    return 1;
-}
-static __attribute__((noinline, cold)) int berm_sp_store_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t v) {
-    BERM_LOCALS;
-    if (BERM_IN_STACK(a, n)) {
-        memcpy(M + a, &v, n);
-        BERM_MARK_STACK(a);
-    } else if (BERM_IN_STORE(a, n)) {
-        memcpy(M + a, &v, n);
-        BERM_MARK(a);
-    } else {
-        return 0;
-    }
-    return 1;
-}
-#define BERM_SPG_LD(dst, T, addr, pc)                                                               \
-    do {                                                                                            \
-        uint64_t a_ = (addr);                                                                       \
-        if (BERM_LIKELY(spg_)) {                                                                    \
-            T v_;                                                                                   \
-            memcpy(&v_, M + a_, sizeof v_);                                                         \
-            dst = (uint64_t)(int64_t)v_;                                                            \
-        } else {                                                                                    \
-            uint64_t w_;                                                                            \
-            if (!berm_sp_load_slow(ctx, a_, sizeof(T), &w_)) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc); \
-            dst = (uint64_t)(int64_t)(T)w_;                                                         \
-        }                                                                                           \
-    } while (0)
-#define BERM_SPG_ST(T, addr, val, pc)                                                               \
-    do {                                                                                            \
-        uint64_t a_ = (addr);                                                                       \
-        T v_ = (T)(val);                                                                            \
-        if (BERM_LIKELY(spg_)) {                                                                    \
-            memcpy(M + a_, &v_, sizeof v_);                                                         \
-        } else if (!berm_sp_store_slow(ctx, a_, sizeof(T), (uint64_t)v_)) {                          \
-            BERM_FAULT(a_, BERM_STORE, sizeof(T), pc);                                              \
-        }                                                                                           \
-    } while (0)
-
-/* Atomics: naturally aligned, else a fault; then the load (lr) or store (everything else) bounds. */
-#define BERM_ATOMIC_ADDR(a_, T, addr, store, pc)                                                    \
-    uint64_t a_ = (addr);                                                                           \
-    if (BERM_UNLIKELY(a_ & (sizeof(T) - 1))) BERM_FAULT(a_, BERM_MISALIGNED, sizeof(T), pc);        \
-    if (BERM_UNLIKELY(!((store) ? BERM_STORE_OK(a_, sizeof(T)) : BERM_LOAD_OK(a_, sizeof(T)))))     \
-        BERM_FAULT(a_, (store) ? BERM_STORE : BERM_LOAD, sizeof(T), pc)
-
-#define BERM_TRAP(kind, pc, addr, detail)                 \
-    do {                                                  \
-        berm_set_trap(ctx, (kind), (pc), (addr), (detail)); \
-        goto trap;                                        \
-    } while (0)
-
-/* At function entry and on every back-edge: the watchdog's interrupt flag. */
-#define BERM_POLL(pc)                                                              \
-    do {                                                                           \
-        if (BERM_UNLIKELY(ctx->interrupt)) BERM_TRAP(BERM_TRAP_INTERRUPTED, (pc), 0, 0); \
-    } while (0)
-
-/* The host stack pointer, read without forcing a frame pointer (__builtin_frame_address(0) costs every
- * translated function a register and a push/pop pair). */
-#if defined(__x86_64__)
-#define BERM_HOST_SP(v) __asm__("mov %%rsp, %0" : "=r"(v))
-#elif defined(__aarch64__)
-#define BERM_HOST_SP(v) __asm__("mov %0, sp" : "=r"(v))
-#else
-#define BERM_HOST_SP(v) ((v) = (uintptr_t)__builtin_frame_address(0))
-#endif
-
-/* At function entry: the interrupt flag and the host thread's stack. */
-#define BERM_ENTRY(pc)                                                                             \
-    do {                                                                                           \
-        uintptr_t sp_;                                                                             \
-        BERM_HOST_SP(sp_);                                                                         \
-        BERM_POLL(pc);                                                                             \
-        if (BERM_UNLIKELY(sp_ < ctx->native_limit))                                                \
-            BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_NATIVE);                               \
-    } while (0)
-
-/* Before a call pushes a frame (the call passes depth + 1). */
-#define BERM_PUSH(pc)                                                                                   \
-    do {                                                                                                \
-        if (BERM_UNLIKELY(depth >= BERM_MAX_CALL_DEPTH)) BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_DEPTH); \
-    } while (0)
 
 #endif

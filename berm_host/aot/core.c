@@ -534,13 +534,6 @@ berm_region *berm_region_new(const berm_image *im) {
         }
     }
     berm_ctx *c = &r->ctx;
-    /* bounds windows (see berm_rt.h); an empty window repeats the stack's, 1..7 bytes were refused */
-    c->stack_lo = im->stack_lo;
-    c->stack_span = im->size - im->stack_lo - 8;
-    c->load_lo = im->guard_lo - im->image_lo >= 8 ? im->image_lo : c->stack_lo;
-    c->load_span = im->guard_lo - im->image_lo >= 8 ? im->guard_lo - im->image_lo - 8 : c->stack_span;
-    c->store_lo = im->guard_lo - im->writable_lo >= 8 ? im->writable_lo : c->stack_lo;
-    c->store_span = im->guard_lo - im->writable_lo >= 8 ? im->guard_lo - im->writable_lo - 8 : c->stack_span;
     c->stack_low = im->size; /* no stack store yet */
     c->heap_start = im->heap_start;
     c->heap_size = im->guard_lo - im->heap_start;
@@ -640,7 +633,8 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
 
 /* ---------------------------------------------------------------- translated images */
 
-void *berm_load(const char *path, const char *symbol, char *err, size_t errlen) {
+void *berm_load(const char *path, const char *symbol, const char *layout_symbol, const uint64_t *layout,
+                char *err, size_t errlen) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(err, errlen, "%s", dlerror());
@@ -648,12 +642,19 @@ void *berm_load(const char *path, const char *symbol, char *err, size_t errlen) 
     }
     const int *abi = dlsym(h, "berm_rt_abi");
     void *enter = dlsym(h, symbol);
-    if (!abi || !enter) {
-        snprintf(err, errlen, "%s is not a translated image (no berm_rt_abi or %s)", path, symbol);
+    const uint64_t *built_for = dlsym(h, layout_symbol);
+    if (!abi || !enter || !built_for) {
+        snprintf(err, errlen, "%s is not a translated image (no berm_rt_abi, %s or %s)", path, symbol, layout_symbol);
         return NULL;
     }
     if (*abi != BERM_RT_ABI) {
         snprintf(err, errlen, "%s was built for runtime ABI %d, this runtime is %d", path, *abi, BERM_RT_ABI);
+        return NULL;
+    }
+    /* the code checks bounds against constants (berm_code.h): run on other memory, they would be wrong */
+    if (memcmp(built_for, layout, BERM_LAYOUT_WORDS * sizeof *layout) != 0) {
+        snprintf(err, errlen, "%s was translated for another memory layout (stack window at 0x%llx, not 0x%llx)",
+                 path, (unsigned long long)built_for[4], (unsigned long long)layout[4]);
         return NULL;
     }
     return enter;

@@ -3,8 +3,8 @@
 The cache key covers every input of the object: the ELF bytes (their SHA-256), the translator version and the
 source of every module that shapes the emitted code (decoder, program model, analysis, emitter: editing one
 invalidates the cache without anyone remembering to bump a number), the compiler's identity and flags, the
-runtime header the code is compiled against, and the symbol prefix. Memory layout is runtime data (berm_ctx),
-never baked into the code.
+runtime headers the code is compiled against, the memory layout it is specialised to (its bounds windows, from the
+image and the memory size: berm_aot/emit/windows.py) and the symbol prefix.
 """
 
 from __future__ import annotations
@@ -18,23 +18,27 @@ import berm_aot
 from berm_aot import cc
 from berm_aot.cache import CodeCache, cache_key
 from berm_aot.emit import ABI_UNIT, TRANSLATOR_VERSION, emit_program
+from berm_aot.emit.windows import Windows
 from berm_aot.image import ElfImage
 from berm_aot.program import Program
 
 RUNTIME_DIR = Path(__file__).resolve().parent
-HEADER = RUNTIME_DIR / "berm_rt.h"
+HEADERS = (RUNTIME_DIR / "berm_rt.h", RUNTIME_DIR / "berm_code.h")
+#: The exports of a program's code, after its prefix: the entry point and the layout it is specialised to.
 ENTRY_SYMBOL = "berm_enter"
+LAYOUT_SYMBOL = "berm_layout"
 
 
 def source_digest(root: Path) -> str:
     """SHA-256 over the translator version, every module of the translator package at ``root`` (decoder, program
     model, analysis, emitter and the rest: a listed subset once missed modules added later, and editing those left
-    stale objects in the cache) and the runtime header."""
+    stale objects in the cache) and the runtime headers."""
     h = hashlib.sha256(TRANSLATOR_VERSION.encode())
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode() + b"\0")
         h.update(path.read_bytes())
-    h.update(HEADER.read_bytes())
+    for header in HEADERS:
+        h.update(header.read_bytes())
     return h.hexdigest()
 
 
@@ -44,20 +48,22 @@ def translator_digest() -> str:
     return source_digest(Path(berm_aot.__file__).resolve().parent)
 
 
-def object_key(image: ElfImage, prefix: str = "") -> str:
-    return cache_key("berm-aot", image.sha256, translator_digest(), cc.identity(), prefix)
+def object_key(image: ElfImage, windows: Windows, prefix: str = "") -> str:
+    layout = ",".join(f"{v:#x}" for v in windows.values())
+    return cache_key("berm-aot", image.sha256, translator_digest(), cc.identity(), layout, prefix)
 
 
-def compile_programs(programs: list[tuple[Program, str]], out: Path, *, jobs: int = 2) -> None:
-    """Emit every (program, prefix) and compile them all into the one shared object ``out``."""
+def compile_programs(programs: list[tuple[Program, Windows, str]], out: Path, *, jobs: int = 2) -> None:
+    """Emit every (program, windows, prefix) and compile them all into the one shared object ``out``."""
     sources = [ABI_UNIT]
-    for program, prefix in programs:
-        sources += emit_program(program, prefix=prefix)
+    for program, windows, prefix in programs:
+        sources += emit_program(program, windows=windows, prefix=prefix)
     cc.compile_shared(sources, out, include_dirs=(RUNTIME_DIR,), jobs=jobs)
 
 
-def cached_object(image: ElfImage, cache: CodeCache, program: Callable[[], Program], *,
+def cached_object(image: ElfImage, windows: Windows, cache: CodeCache, program: Callable[[], Program], *,
                   jobs: int = 2) -> tuple[Path, bool]:
-    """``(path, compiled)``: the image's object from the cache, compiling ``program()`` on a miss (a hit needs
-    no program model at all: that is what keeps a cached load cheap)."""
-    return cache.get_or_build(object_key(image), lambda out: compile_programs([(program(), "")], out, jobs=jobs))
+    """``(path, compiled)``: the image's object for memory with ``windows``, from the cache, compiling
+    ``program()`` on a miss (a hit needs no program model at all: that is what keeps a cached load cheap)."""
+    return cache.get_or_build(object_key(image, windows),
+                              lambda out: compile_programs([(program(), windows, "")], out, jobs=jobs))

@@ -11,10 +11,13 @@ from __future__ import annotations
 import weakref
 
 from berm_abi.names import ERROR_BIT, core_number
+from berm_aot.emit.windows import Windows
 from berm_host.backend import LogSink
 from berm_host.layout import MAX_CALL_DEPTH, Layout, failure_text
 from berm_host.linker import CapabilityError, Linker, unknown_call_detail
 from berm_host.traps import HostError, TrapKind
+
+from .objects import ENTRY_SYMBOL, LAYOUT_SYMBOL
 
 try:
     from ._core import ffi, lib
@@ -221,10 +224,13 @@ def _reply_bytes(reply: object) -> bytes:
     return bytes(reply)
 
 
-def load_code(path: str, symbol: str) -> object:
-    """dlopen a translated image and return its ``symbol`` entry point (a ``void *`` for ``berm_run``)."""
+def load_code(path: str, prefix: str, windows: Windows) -> object:
+    """dlopen a translated object and return the entry point of its program ``prefix`` (a ``void *`` for
+    ``berm_run``), once the core has checked it was translated for memory with ``windows``."""
     err = ffi.new("char[512]")
-    enter = lib.berm_load(path.encode(), symbol.encode(), err, 512)
+    layout = ffi.new("uint64_t[]", list(windows.values()))
+    enter = lib.berm_load(path.encode(), (prefix + ENTRY_SYMBOL).encode(), (prefix + LAYOUT_SYMBOL).encode(),
+                          layout, err, 512)
     if enter == ffi.NULL:
         raise HostError(f"cannot load translated code: {ffi.string(err).decode(errors='replace')}")
     return enter

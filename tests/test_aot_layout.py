@@ -1,0 +1,100 @@
+"""Translated code is specialised to its guest memory layout: its bounds checks compare against the windows of the
+image in memory of one size, as constants (berm_host/aot/berm_code.h). The windows must say exactly what the
+layout allows; code translated for one size must never run on memory of another (the core refuses it); and one image
+on engines of different sizes must fault at each size's own edges, exactly as the interpreter does."""
+
+from __future__ import annotations
+
+import pytest
+
+from berm_aot.elf import read_elf
+from berm_aot.errors import ElfError
+from berm_aot.program import Program
+from berm_host.aot.backend import AotBackend
+from berm_host.aot.objects import compile_programs
+from berm_host.backend import RunRequest
+from berm_host.engine import Engine
+from berm_host.layout import Layout, layout_for
+from berm_host.traps import HostError
+from tests.guests import guest_elf
+
+SOURCE = r"""
+typedef unsigned long u64;
+u64 data_word = 5;
+/* Store v at addr, then load it back: the store and the load each check their own window. */
+u64 poke(u64 addr, u64 v) {
+    u64 out;
+    __asm__ volatile("sd %2, 0(%1)\n ld %0, 0(%1)" : "=r"(out) : "r"(addr), "r"(v) : "memory");
+    return out;
+}
+/* Load 4 bytes at addr. */
+u64 peek(u64 addr, u64 unused) {
+    unsigned out;
+    __asm__ volatile("lw %0, 0(%1)" : "=r"(out) : "r"(addr) : "memory");
+    return out + data_word;
+}
+void _start(void) {}
+"""
+
+SIZES = (256 << 10, 1 << 20, 4 << 20, 64 << 20)
+
+
+@pytest.fixture(scope="module")
+def elf():
+    return guest_elf(SOURCE, keep=("poke", "peek"))
+
+
+def inside(lo: int, span: int, addr: int, n: int) -> bool:
+    """berm_code.h's one-compare window test."""
+    return (addr - lo) % (1 << 64) <= span + 8 - n
+
+
+def edges(layout: Layout) -> list[int]:
+    points = {layout.image_lo, layout.writable_lo, layout.image_end, layout.heap_start, layout.guard_lo,
+              layout.stack_lo, layout.size}
+    return sorted({p + d for p in points for d in (-9, -8, -7, -4, -1, 0, 1, 4, 7, 8)} | {0, 2**64 - 4, 2**64 - 8})
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_windows_say_exactly_what_the_layout_allows(elf, size):
+    layout = layout_for(read_elf(elf), size)
+    w = layout.windows()
+    for addr in edges(layout):
+        for n in (1, 2, 4, 8):
+            loadable = inside(w.load_lo, w.load_span, addr, n) or inside(w.stack_lo, w.stack_span, addr, n)
+            storable = inside(w.store_lo, w.store_span, addr, n) or inside(w.stack_lo, w.stack_span, addr, n)
+            assert loadable == layout.readable(addr, n), (hex(addr), n)
+            assert storable == layout.writable(addr, n), (hex(addr), n)
+
+
+def test_a_window_of_one_to_seven_bytes_is_refused():
+    base = dict(size=1 << 20, image_lo=0x1000, image_end=0x2000, heap_start=0x2000, stack_lo=0xC0000)
+    with pytest.raises(ElfError, match="leaves only 5 bytes before the guard page"):
+        Layout(writable_lo=0xBEFFB, guard_lo=0xBF000, **base).windows()
+    empty = Layout(writable_lo=0xBF000, guard_lo=0xBF000, **base).windows()
+    assert (empty.store_lo, empty.store_span) == (empty.stack_lo, empty.stack_span)  # repeats the stack's
+
+
+def test_code_for_other_memory_is_refused(elf, tmp_path):
+    """An object translated for 64 MiB would check 16 MiB of memory against 64 MiB's bounds: the core refuses it."""
+    program = Program.from_image(read_elf(elf))
+    so = tmp_path / "big.so"
+    compile_programs([(program, layout_for(program.image, 64 << 20).windows(), "")], so)
+    AotBackend(program, 64 << 20, code=(so, ""))  # the size it was translated for loads
+    with pytest.raises(HostError, match="translated for another memory layout"):
+        AotBackend(program, 16 << 20, code=(so, ""))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_one_image_faults_at_each_sizes_own_edges(elf, size, tmp_path_factory):
+    cache = tmp_path_factory.getbasetemp() / "layout-cache"
+    image = read_elf(elf)
+    layout = layout_for(image, size)
+    backends = [Engine(kind=kind, memory_size=size, cache_dir=cache).load(elf).backend for kind in ("aot", "interp")]
+    poke, peek = (next(s.value for s in image.symbols if s.name == name) for name in ("poke", "peek"))
+    for addr in edges(layout):
+        for entry in (poke, peek):
+            request = RunRequest(entry=entry, int_args=(addr, 0x1122334455667788))
+            aot, interp = (b.run(request) for b in backends)
+            assert aot.trap == interp.trap, (hex(addr), size)
+            assert aot.a0 == interp.a0, (hex(addr), size)
