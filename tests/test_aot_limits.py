@@ -120,6 +120,50 @@ def test_run_path_trims_too(elf, cache_dir):
     assert _rss() < baseline + (8 << 20)
 
 
+STACK_SOURCE = r"""
+typedef unsigned long u64;
+/* Recursion whose frames are written only by the prologue's group of sp-relative stores (berm_code.h,
+   BERM_SP_GROUP_MARK: they lower the stack's low-water mark and mark no page). */
+__asm__(".globl deep\n deep:\n addi sp, sp, -2032\n sd ra, 8(sp)\n sd s0, 0(sp)\n beqz a0, 1f\n"
+        " addi a0, a0, -1\n call deep\n 1: ld ra, 8(sp)\n ld s0, 0(sp)\n addi sp, sp, 2032\n ret\n");
+u64 deep(u64 n);
+/* One byte in every page of `blocks` 256 KiB blocks of heap above the image, then `depth` frames of 2032 bytes. */
+u64 fill(u64 heap, u64 blocks, u64 depth) {
+    volatile char *p = (volatile char *)((heap + (1ul << 19)) & ~((1ul << 18) - 1));
+    for (u64 a = 0; a < (blocks << 18); a += 4096) p[a] = 1;
+    return deep(depth);
+}
+void _start(void) {}
+"""
+
+
+def test_stack_written_by_frame_saves_counts_as_resident(tmp_path):
+    """A region that keeps more than BERM_RESIDENT_KEEP of written zero-initial memory is trimmed after the run; the
+    stack a deep recursion wrote only through its frames' saves (which mark no page, only lower the stack's
+    low-water mark) counts like any other: 14 blocks of heap plus ~900 KiB of frames are over the 4 MiB kept, 14
+    blocks and a shallow recursion are not."""
+    from tests.guests import guest_elf
+
+    elf = guest_elf(STACK_SOURCE, keep=("fill", "deep"))
+    backend = Engine(cache_dir=tmp_path).load(elf).backend
+    entry = backend.program.symbol("fill")
+    keep_blocks = lib.BERM_RESIDENT_KEEP >> 18
+    assert keep_blocks == 16
+
+    def trimmed(depth: int) -> bool:
+        region = backend.memory.acquire()
+        for i, v in enumerate((backend.layout.heap_start, 14, depth)):
+            region.int_args[i] = v
+        outcome = lib.berm_run(region.ptr, entry, b"", 0, 3, 0.0)
+        assert outcome & ~lib.BERM_RUN_TRIM in (lib.BERM_RUN_OK, lib.BERM_RUN_BAD_RESULT)
+        lib.berm_region_trim(region.ptr)
+        backend.memory.release(region)
+        return bool(outcome & lib.BERM_RUN_TRIM)
+
+    assert not trimmed(4)
+    assert trimmed(440)
+
+
 # -- 2. result and failure-text caps, identical on both engines ----------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["aot", "interp"])

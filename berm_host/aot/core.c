@@ -87,6 +87,14 @@ static inline int writable(const berm_image *im, uint64_t a, uint64_t n) {
 
 /* ---------------------------------------------------------------- dirty pages */
 
+/* The fine map has one byte per page, padded to whole coarse blocks (PAGES_PER_COARSE bytes, a multiple of 8), so
+ * the passes below read it 8 bytes at a time. */
+static inline uint64_t load8(const uint8_t *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
 static void mark_range(berm_region *r, uint64_t a, uint64_t n) {
     if (!n) return;
     for (uint64_t p = a >> BERM_PAGE_SHIFT; p <= (a + n - 1) >> BERM_PAGE_SHIFT; p++) {
@@ -136,29 +144,28 @@ static void note_write(berm_region *r, uint64_t a, uint64_t n) {
     mark_range(r, a, n);
 }
 
-/* Translated stores into the stack window mark only the fine map (berm_rt.h, BERM_MARK_STACK), and groups of
- * sp-relative stores only lower ctx.stack_low (BERM_SP_GROUP_MARK): mark every page from stack_low to the top, then
- * set the coarse bytes of the stack's dirty pages, so the coarse pass below and over_resident see them. At most
- * 256 pages. */
+/* Translated stores into the stack window mark only the fine map (berm_rt.h, BERM_MARK_STACK): set the coarse
+ * bytes of the stack's dirty pages, and of the blocks from ctx.stack_low up (what groups of sp-relative stores wrote,
+ * BERM_SP_GROUP_MARK; restored byte-exactly by reset_memory), so the coarse pass there and over_resident see them. */
 static void fold_stack_marks(berm_region *r) {
-    uint8_t *dirty = r->ctx.dirty;
-    if (r->ctx.stack_low < r->size) { /* inside the stack window: the group's check came first */
-        uint64_t p = r->ctx.stack_low >> BERM_PAGE_SHIFT;
-        memset(dirty + p, 1, r->npages - p);
-        r->ctx.stack_low = r->size;
-    }
-    for (uint64_t p0 = r->image->stack_lo >> BERM_PAGE_SHIFT; p0 < r->npages;) {
-        uint64_t cc = p0 / PAGES_PER_COARSE, p1 = (cc + 1) * PAGES_PER_COARSE;
-        if (p1 > r->npages) p1 = r->npages;
-        uint8_t any = 0;
-        for (uint64_t p = p0; p < p1; p++) any |= dirty[p]; /* branch-free: the compiler vectorises it */
+    const uint8_t *dirty = r->ctx.dirty;
+    uint64_t low_block = r->ctx.stack_low >> BERM_COARSE_SHIFT; /* the end of memory when no group stored */
+    /* whole blocks, 8 fine bytes at a time (the block holding stack_lo may hold heap pages: their marks set the
+     * coarse byte already) */
+    for (uint64_t cc = r->image->stack_lo >> BERM_COARSE_SHIFT; cc * PAGES_PER_COARSE < r->npages; cc++) {
+        const uint8_t *d = dirty + cc * PAGES_PER_COARSE;
+        uint64_t any = cc >= low_block;
+        for (uint64_t i = 0; i < PAGES_PER_COARSE; i += 8) any |= load8(d + i);
         if (any) r->ctx.coarse[cc] = 1;
-        p0 = p1;
     }
 }
 
 static void reset_memory(berm_region *r, int drop) {
     fold_stack_marks(r);
+    if (r->ctx.stack_low < r->size) { /* inside the stack window: the group's check came first */
+        restore_range(r, r->ctx.stack_low, r->size, drop);
+        r->ctx.stack_low = r->size;
+    }
     for (int i = 0; i < r->n_core; i++) restore_range(r, r->core_lo[i], r->core_hi[i], drop);
     r->n_core = 0;
     uint8_t *coarse = r->ctx.coarse, *dirty = r->ctx.dirty;
@@ -169,14 +176,16 @@ static void reset_memory(berm_region *r, int drop) {
         for (uint64_t cc = c; cc < c + 8; cc++) {
             if (!coarse[cc]) continue;
             coarse[cc] = 0;
-            uint64_t p0 = cc * PAGES_PER_COARSE, p1 = p0 + PAGES_PER_COARSE;
-            if (p1 > r->npages) p1 = r->npages;
-            for (uint64_t p = p0; p < p1; p++) {
-                if (!dirty[p]) continue;
-                dirty[p] = 0;
-                restore(r, p << BERM_PAGE_SHIFT, PAGE, drop);
-                /* a store of up to 8 bytes at the end of page p spills into the start of page p+1 */
-                if (p + 1 < r->npages) restore(r, (p + 1) << BERM_PAGE_SHIFT, 8, drop);
+            for (uint64_t p0 = cc * PAGES_PER_COARSE; p0 < (cc + 1) * PAGES_PER_COARSE; p0 += 8) {
+                uint64_t marks = load8(dirty + p0); /* one byte per page, 0 or 1 */
+                if (!marks) continue;
+                memset(dirty + p0, 0, 8);
+                for (; marks; marks &= marks - 1) {
+                    uint64_t p = p0 + (uint64_t)__builtin_ctzll(marks) / 8;
+                    restore(r, p << BERM_PAGE_SHIFT, PAGE, drop);
+                    /* a store of up to 8 bytes at the end of page p spills into the start of page p+1 */
+                    if (p + 1 < r->npages) restore(r, (p + 1) << BERM_PAGE_SHIFT, 8, drop);
+                }
             }
         }
     }
@@ -507,7 +516,7 @@ berm_region *berm_region_new(const berm_image *im) {
     r->size = im->size;
     r->npages = im->size >> BERM_PAGE_SHIFT;
     r->ncoarse = ((im->size >> BERM_COARSE_SHIFT) + 1 + 7) & ~(uint64_t)7;
-    r->ctx.dirty = calloc(1, r->npages);
+    r->ctx.dirty = calloc(1, (r->npages + PAGES_PER_COARSE - 1) / PAGES_PER_COARSE * PAGES_PER_COARSE);
     r->ctx.coarse = calloc(1, r->ncoarse);
     r->touched = malloc(r->ncoarse);
     r->ctx.shadow = malloc((BERM_MAX_CALL_DEPTH + 1) * sizeof *r->ctx.shadow);
