@@ -178,7 +178,7 @@ class Harness:
         if entry is None:
             raise HostError(f"harness {self.name} has no tool {tool!r} (it has: {', '.join(self._entries)})")
         blob = args if type(args) is bytes else _blob(args)
-        timeout = self._timeout(deadline)
+        timeout = self._engine.deadline if deadline is None else self._timeout(deadline)  # the common case inline
         if self._call_tool is not None:
             trap, failure, data, a0, a1 = self._call_tool(entry, blob, self.linker, self._log, timeout)
         else:
@@ -186,7 +186,8 @@ class Harness:
                                                   deadline=time.monotonic() + timeout, read_result=True,
                                                   max_result=self._max_result))
             trap, failure, data, a0, a1 = r.trap, r.failure, r.result, r.a0, r.a1
-        _raise_outcome(trap, failure, tool)
+        if trap is not None or failure is not None:
+            _raise_outcome(trap, failure, tool)
         if data is None:
             cap = self._max_result
             if a1 > cap and self.image.backend.layout.readable(a0, a1):
