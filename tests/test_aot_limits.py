@@ -123,7 +123,7 @@ def test_run_path_trims_too(elf, cache_dir):
 STACK_SOURCE = r"""
 typedef unsigned long u64;
 /* Recursion whose frames are written only by the prologue's group of sp-relative stores (berm_code.h,
-   BERM_SP_GROUP_MARK: they lower the stack's low-water mark and mark no page). */
+   BERM_GROUP_MARK: they lower the stack's low-water mark and mark no page). */
 __asm__(".globl deep\n deep:\n addi sp, sp, -2032\n sd ra, 8(sp)\n sd s0, 0(sp)\n beqz a0, 1f\n"
         " addi a0, a0, -1\n call deep\n 1: ld ra, 8(sp)\n ld s0, 0(sp)\n addi sp, sp, 2032\n ret\n");
 u64 deep(u64 n);

@@ -25,7 +25,7 @@ ACCESSES = [
     ("sbpos", "sb a1, 2047(sp)\\n lbu t3, 2047(sp)"),
     ("csdsp", "c.sdsp a1, 504(sp)\\n c.ldsp t3, 504(sp)"),
     ("twice", "sd a1, 8(sp)\\n addi sp, sp, -16\\n sd a1, 8(sp)\\n ld t3, 24(sp)\\n addi sp, sp, 16"),
-    # several accesses in one block, checked as a group (berm_aot/emit/spgroup.py), spread over two pages
+    # several accesses in one block, checked as a group (berm_aot/emit/groups.py), spread over two pages
     ("group", "sd a1, -2048(sp)\\n sw a1, 2000(sp)\\n sh a1, 8(sp)\\n ld t3, -2048(sp)\\n lhu t3, 8(sp)"),
     # a group whose members straddle an edge when sp is near one: the first member runs, a later one traps
     ("straddle", "sd a1, 0(sp)\\n sd a1, 16(sp)\\n ld t3, 0(sp)"),

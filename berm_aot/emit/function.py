@@ -19,7 +19,7 @@ from berm_aot.isa import Instruction
 from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants
-from .spgroup import sp_groups
+from .groups import access_groups
 from .stackptr import stack_pointers
 from .insn import BRANCH_CONDS, compute, dst, lit, reg
 
@@ -69,7 +69,7 @@ class FunctionEmitter:
             self.labels.add(info.start)
         #: where a return goes: the expected link of the current frame, and the code that returns to it
         self.ret, self.returns = ("exp_", "do_ret") if self.self_calls else ("ret", "exit_ret")
-        self.sp_groups, self.sp_grouped = sp_groups(insns, self.labels, self.follows)
+        self.groups, self.grouped = access_groups(insns, self.labels, self.follows, self.stack_at)
 
     # ---------------------------------------------------------------- helpers
 
@@ -119,8 +119,10 @@ class FunctionEmitter:
                    "(void)zz; (void)jt_; (void)jpc_; (void)fa_; (void)fd_;")
         if touched:
             out.append("    uint64_t " + ", ".join(f"x{r} = ctx->regs[{r}]" for r in touched) + ";")
-        if self.sp_groups:
-            out.append("    int spg_ = 0; /* the current group of sp-relative accesses is in the stack window */")
+        slots = 1 + max((g.slot for g in self.groups.values()), default=-1)
+        if slots:
+            flags = ", ".join(f"g{k}_ = 0" for k in range(slots))
+            out.append(f"    int {flags}; /* each: the current group of accesses through one register is in its window */")
         if self.self_calls:
             out.append("    /* frames of this function's calls to itself run in this C frame: exp_ is the current frame's")
             out.append("       expected return address, depth its depth (depth0_ this C frame's own) */")
@@ -137,8 +139,8 @@ class FunctionEmitter:
                 out.append(f"L_{insn.addr:x}:;")
                 self.consts.enter(self.known_at.get(insn.addr, {}))
             out.append(f"    /* {insn.addr:x}: {disassemble(insn)} */")
-            if insn.addr in self.sp_groups:
-                out.append("    " + self.sp_groups[insn.addr].header())
+            if insn.addr in self.groups:
+                out.append("    " + self.groups[insn.addr].header())
             falls = self._insn(insn)
             self.consts.step(insn)
             prev_next = insn.next_pc if falls else None
@@ -165,7 +167,8 @@ class FunctionEmitter:
     def _insn(self, insn: Instruction) -> bool:
         """Emit ``insn``; True when it may fall through to ``insn.next_pc``."""
         out, op, pc = self.out, insn.op, lit(insn.addr)
-        stmt = compute(insn, insn.rs1 in self.stack_at.get(insn.addr, ()), insn.addr in self.sp_grouped)
+        group = self.grouped.get(insn.addr)
+        stmt = compute(insn, insn.rs1 in self.stack_at.get(insn.addr, ()), group.flag if group else None)
         if stmt is not None:
             out.append("    " + stmt)
             return True

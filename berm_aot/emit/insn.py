@@ -65,11 +65,11 @@ BRANCH_CONDS = {
 }
 
 
-def compute(insn: Instruction, stack_base: bool = False, grouped: bool = False) -> str | None:
+def compute(insn: Instruction, stack_base: bool = False, group: str | None = None) -> str | None:
     """The C statement for a computing instruction, or None when ``insn`` is not one. ``stack_base``: the base
     register of a load or store holds a stack address (berm_aot.emit.stackptr), so the stack window is tested
-    first, as for sp itself. ``grouped``: an sp-relative access whose group was checked already
-    (berm_aot.emit.spgroup)."""
+    first, as for sp itself. ``group``: the flag of the group this access belongs to, checked already at its first
+    member (berm_aot.emit.groups)."""
     op = insn.op
     a, b = reg(insn.rs1), reg(insn.rs2)
     if op in _BIN:
@@ -80,10 +80,10 @@ def compute(insn: Instruction, stack_base: bool = False, grouped: bool = False) 
         return f"{dst(insn.rd)} = {lit(insn.imm)};"
     if op == "auipc":
         return f"{dst(insn.rd)} = {lit(insn.addr + insn.imm)};"
-    if op in LOAD_TYPES and grouped:
-        return f"BERM_SPG_LD({dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, {lit(insn.addr)});"
-    if op in STORE_TYPES and grouped:
-        return f"BERM_SPG_ST({STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b}, {lit(insn.addr)});"
+    if op in LOAD_TYPES and group:
+        return f"BERM_G_LD({group}, {dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, {lit(insn.addr)});"
+    if op in STORE_TYPES and group:
+        return f"BERM_G_ST({group}, {STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b}, {lit(insn.addr)});"
     if op in LOAD_TYPES:
         # stack accesses test the stack window first (the order changes no outcome, only the common path)
         ok = "BERM_SP_LOAD_OK" if insn.rs1 == 2 or stack_base else "BERM_LOAD_OK"

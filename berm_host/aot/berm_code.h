@@ -130,59 +130,71 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
 #define BERM_ST(T, addr, val, pc) BERM_ST_(BERM_IN_STORE, BERM_MARK, BERM_IN_STACK, BERM_MARK_STACK, T, addr, val, pc)
 #define BERM_SP_ST(T, addr, val, pc) BERM_ST_(BERM_IN_STACK, BERM_MARK_STACK, BERM_IN_STORE, BERM_MARK, T, addr, val, pc)
 
-/* A group of sp-relative loads and stores in one straight run of code, sp unchanged between them, all inside
- * [sp + lo, sp + lo + n) (berm_aot/emit/spgroup.py): BERM_SP_GROUP checks the whole range against the stack window
- * once and BERM_SP_GROUP_MARK lowers ctx->stack_low to the lowest byte the group's stores write (on a recursion that
- * is a compare that rarely stores, where marking pages cost two stores per call); the members then need no check
- * and no mark. When the range is not all in the stack window, every member takes the per-access check (out of
- * line, the same outcome as BERM_LD / BERM_SP_ST), so a trap is exactly the interpreter's. */
-#define BERM_SP_GROUP(sp, lo, n) (spg_ = ((n) <= KSPAN + 8) & ((uint64_t)((sp) + (uint64_t)(lo) - KLO) <= KSPAN + 8 - (n)))
-#define BERM_SP_GROUP_MARK(sp, first)                                                               \
+/* A group of loads and stores through one base register in one straight run of code, the base unchanged between
+ * them, all inside [base + lo, base + lo + n) (berm_aot/emit/groups.py). BERM_GROUP checks the whole range against
+ * the two windows its accesses may use, the likelier first (W1, W2: STACK, LOAD or STORE), and sets the group's flag
+ * g to 1 or 2 for the window that holds all of it, else 0. The stores then account for themselves at once
+ * (BERM_GROUP_MARK; `stack` is the flag value of the stack window): in the stack they lower ctx->stack_low to the
+ * lowest byte they write (on a recursion that is a compare that rarely stores, where marking pages cost two stores
+ * per call), in the store window they mark the (at most two) pages they start in. The members need no check and no
+ * mark. When the range is in neither window, every member takes the per-access check (out of line, the same
+ * outcome as BERM_LD / BERM_ST), so a trap is exactly the interpreter's. */
+#define BERM_RANGE_IN(LO, SPAN, a, n) (((n) <= (SPAN) + 8) & ((uint64_t)((a) - (LO)) <= (SPAN) + 8 - (n)))
+#define BERM_GROUP(g, W1, W2, base, lo, n)                                                          \
+    (g = BERM_RANGE_IN(BERM_##W1##_LO, BERM_##W1##_SPAN, (base) + (uint64_t)(lo), (n))   ? 1      \
+         : BERM_RANGE_IN(BERM_##W2##_LO, BERM_##W2##_SPAN, (base) + (uint64_t)(lo), (n)) ? 2      \
+                                                                                          : 0)
+#define BERM_GROUP_MARK(g, stack, base, first, last)                                                \
     do {                                                                                            \
-        uint64_t low_ = (sp) + (uint64_t)(first);                                                   \
-        if (BERM_LIKELY(spg_) && BERM_UNLIKELY(low_ < ctx->stack_low)) ctx->stack_low = low_;       \
+        if (BERM_LIKELY(g == (stack))) {                                                            \
+            uint64_t low_ = (base) + (uint64_t)(first);                                             \
+            if (BERM_UNLIKELY(low_ < ctx->stack_low)) ctx->stack_low = low_;                        \
+        } else if (g) {                                                                             \
+            BERM_MARK((base) + (uint64_t)(first));                                                  \
+            BERM_MARK((base) + (uint64_t)(last));                                                   \
+        }                                                                                           \
     } while (0)
-static __attribute__((noinline, cold)) int berm_sp_load_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t *out) {
+static __attribute__((noinline, cold)) int berm_load_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t *out) {
     BERM_LOCALS;
-    if (!BERM_SP_LOAD_OK(a, n)) return 0;
+    if (!BERM_LOAD_OK(a, n)) return 0;
     uint64_t v = 0;
     memcpy(&v, M + a, n); /* little-endian: the low n bytes */
     *out = v;
     return 1;
 }
-static __attribute__((noinline, cold)) int berm_sp_store_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t v) {
+static __attribute__((noinline, cold)) int berm_store_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t v) {
     BERM_LOCALS;
-    if (BERM_IN_STACK(a, n)) {
-        memcpy(M + a, &v, n);
-        BERM_MARK_STACK(a);
-    } else if (BERM_IN_STORE(a, n)) {
+    if (BERM_IN_STORE(a, n)) {
         memcpy(M + a, &v, n);
         BERM_MARK(a);
+    } else if (BERM_IN_STACK(a, n)) {
+        memcpy(M + a, &v, n);
+        BERM_MARK_STACK(a);
     } else {
         return 0;
     }
     return 1;
 }
-#define BERM_SPG_LD(dst, T, addr, pc)                                                               \
+#define BERM_G_LD(g, dst, T, addr, pc)                                                              \
     do {                                                                                            \
         uint64_t a_ = (addr);                                                                       \
-        if (BERM_LIKELY(spg_)) {                                                                    \
+        if (BERM_LIKELY(g)) {                                                                       \
             T v_;                                                                                   \
             memcpy(&v_, M + a_, sizeof v_);                                                         \
             dst = (uint64_t)(int64_t)v_;                                                            \
         } else {                                                                                    \
             uint64_t w_;                                                                            \
-            if (!berm_sp_load_slow(ctx, a_, sizeof(T), &w_)) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc); \
+            if (!berm_load_slow(ctx, a_, sizeof(T), &w_)) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc); \
             dst = (uint64_t)(int64_t)(T)w_;                                                         \
         }                                                                                           \
     } while (0)
-#define BERM_SPG_ST(T, addr, val, pc)                                                               \
+#define BERM_G_ST(g, T, addr, val, pc)                                                              \
     do {                                                                                            \
         uint64_t a_ = (addr);                                                                       \
         T v_ = (T)(val);                                                                            \
-        if (BERM_LIKELY(spg_)) {                                                                    \
+        if (BERM_LIKELY(g)) {                                                                       \
             memcpy(M + a_, &v_, sizeof v_);                                                         \
-        } else if (!berm_sp_store_slow(ctx, a_, sizeof(T), (uint64_t)v_)) {                          \
+        } else if (!berm_store_slow(ctx, a_, sizeof(T), (uint64_t)v_)) {                           \
             BERM_FAULT(a_, BERM_STORE, sizeof(T), pc);                                              \
         }                                                                                           \
     } while (0)

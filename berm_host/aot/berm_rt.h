@@ -13,9 +13,10 @@
  *   - a function's direct calls to itself run in the same C frame: ctx->shadow[depth] keeps the expected return
  *     address of each frame they interrupt.
  *   - memory: guest address a is ctx->mem + a; every access is bounds-checked against two windows (exact, one
- *     compare each, against constants of the layout the unit was translated for: berm_code.h), every store marks its page dirty so the core can restore only what changed (an sp-based
- *     store into the stack marks only the fine map; the core folds the stack's marks in after each run; a group
- *     of sp-relative stores lowers ctx->stack_low instead, and the core restores the stack from there up).
+ *     compare each, against constants of the layout the unit was translated for: berm_code.h), every store marks
+ *     its page dirty so the core can restore only what changed (a store into the stack marks only the fine map;
+ *     the core folds the stack's marks in after each run; a group of stores into the stack lowers
+ *     ctx->stack_low instead, and the core restores the stack from there up).
  */
 #ifndef BERM_RT_H
 #define BERM_RT_H
@@ -66,8 +67,8 @@ struct berm_ctx {
     /* Bumped by every dynamic transfer (indirect call, indirect jump to a function entry): a caller that sees it
      * change across a call reloads all of its registers, since the static write summaries did not cover it. */
     uint64_t wild;
-    /* The lowest address a group of sp-relative stores (BERM_SP_GROUP_MARK) wrote since the last reset, or the end
-     * of memory: the core restores every stack page from there to the top (core.c, fold_stack_marks). */
+    /* The lowest address a group of stores into the stack (BERM_GROUP_MARK) wrote since the last reset, or
+     * the end of memory: the core restores the stack from there to the top, byte-exactly (core.c, reset_memory). */
     uint64_t stack_low;
 
     /* --- the trap, when trap_kind != 0 --- */

@@ -144,9 +144,10 @@ static void note_write(berm_region *r, uint64_t a, uint64_t n) {
     mark_range(r, a, n);
 }
 
-/* Translated stores into the stack window mark only the fine map (berm_rt.h, BERM_MARK_STACK): set the coarse
- * bytes of the stack's dirty pages, and of the blocks from ctx.stack_low up (what groups of sp-relative stores wrote,
- * BERM_SP_GROUP_MARK; restored byte-exactly by reset_memory), so the coarse pass there and over_resident see them. */
+/* Translated stores into the stack window mark only the fine map (berm_code.h, BERM_MARK_STACK): set the coarse
+ * bytes of the stack's dirty pages, and of the blocks from ctx.stack_low up (what groups of stores into the stack
+ * wrote, BERM_GROUP_MARK; restored byte-exactly by reset_memory), so the coarse pass there and over_resident
+ * see them. */
 static void fold_stack_marks(berm_region *r) {
     const uint8_t *dirty = r->ctx.dirty;
     uint64_t low_block = r->ctx.stack_low >> BERM_COARSE_SHIFT; /* the end of memory when no group stored */
@@ -162,8 +163,9 @@ static void fold_stack_marks(berm_region *r) {
 
 static void reset_memory(berm_region *r, int drop) {
     fold_stack_marks(r);
-    if (r->ctx.stack_low < r->size) { /* inside the stack window: the group's check came first */
-        restore_range(r, r->ctx.stack_low, r->size, drop);
+    if (r->ctx.stack_low < r->size) { /* inside the stack window (the group's check came first); never below it */
+        uint64_t low = r->ctx.stack_low < r->image->stack_lo ? r->image->stack_lo : r->ctx.stack_low;
+        restore_range(r, low, r->size, drop);
         r->ctx.stack_low = r->size;
     }
     for (int i = 0; i < r->n_core; i++) restore_range(r, r->core_lo[i], r->core_hi[i], drop);

@@ -1,0 +1,113 @@
+"""Groups of loads and stores through one base register, checked together (berm_code.h, BERM_GROUP): a prologue's
+register saves and an epilogue's restores through sp, a run of spills, neighbouring fields or array elements
+(SHA-256's message schedule reads w[i-16], w[i-15], w[i-7] and w[i-2] and writes w[i] through one register). One
+range check, and for the stores one compare with the stack's low-water mark (in the stack window) or one dirty mark
+per page they start in (at most two: offsets are 12-bit), replace one check (and one mark) per access: on recursive
+``fib`` the per-access checks were half the run time; grouping the message schedule took a tenth off SHA-256.
+
+A group is a run of at least two loads and stores through the same base register in one basic block — no label in
+between (no other way in), no branch, call or other transfer (every member runs once the first does) — with the base
+unchanged between them (a member may load into its own base: that ends the group). Groups through different
+registers may interleave; each has a flag of its own (``g0_``, ``g1_``, …, numbered afresh in every block). Groups
+spanning conditional branches measured slower on tools/kernels/tokenize: their check ran on paths that then reached
+one member only.
+
+A group is checked against the stack window and the store window when a member stores (it lies inside the load
+window), else the load window, the stack's first when the base is sp or holds a stack address
+(berm_aot/emit/stackptr.py). Checking one window only cost SHA-256 a fifth and tokenize two thirds more time: a
+pointer argument into the caller's stack, or a local array the analysis does not see, failed the check and sent
+every member to the slow path. When the group's range is in neither window, every member takes the per-access check
+(out of line, both windows, the same outcome as BERM_LD / BERM_ST), so a trap is exactly the interpreter's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
+
+from berm_aot.analysis import BRANCHES, writes
+from berm_aot.isa import Instruction
+
+from .insn import LOAD_TYPES, STORE_TYPES
+
+#: Bytes each load and store accesses.
+ACCESS_BYTES = {"lb": 1, "lbu": 1, "sb": 1, "lh": 2, "lhu": 2, "sh": 2, "lw": 4, "lwu": 4, "sw": 4, "ld": 8, "sd": 8}
+SP = 2
+
+
+@dataclass(frozen=True)
+class Group:
+    base: int  # the base register
+    slot: int  # the flag ``g<slot>_`` that says the group's range is inside its window
+    windows: tuple[str, str]  # the two it may use, the likelier first: "STACK", "STORE", "LOAD" (berm_code.h)
+    lo: int  # the lowest offset from the base a member touches
+    size: int  # bytes from base + lo past the last byte a member touches
+    stores: tuple[int, int] | None  # the lowest and highest offsets a store starts at (None: loads only)
+
+    @property
+    def flag(self) -> str:
+        return f"g{self.slot}_"
+
+    def header(self) -> str:
+        """The C that checks the group (and accounts for its stores) at its first member."""
+        base, (w1, w2) = f"x{self.base}", self.windows
+        check = f"BERM_GROUP({self.flag}, {w1}, {w2}, {base}, {self.lo}, {self.size}u);"
+        if self.stores is None:
+            return check
+        first, last = self.stores
+        return f"{check} BERM_GROUP_MARK({self.flag}, {1 + self.windows.index('STACK')}, {base}, {first}, {last});"
+
+
+def _member(insn: Instruction) -> bool:
+    return insn.rs1 != 0 and (insn.op in LOAD_TYPES or insn.op in STORE_TYPES)
+
+
+def _ends_block(insn: Instruction, falls_through: bool) -> bool:
+    """No member after ``insn`` may share a group with one before it."""
+    return (not falls_through or insn.op in BRANCHES
+            or insn.op in ("jal", "jalr", "ebreak", "illegal", "unsupported"))
+
+
+def access_groups(insns: list[Instruction], labels: Container[int], follows: Mapping[int, bool],
+                  stack_at: Mapping[int, Container[int]]) -> tuple[dict[int, Group], dict[int, Group]]:
+    """``(group by the address of its first member, group by the address of every member)`` for one function's
+    instructions in emission order; ``follows[addr]``: the next instruction emitted is the one ``addr`` falls
+    through to; ``stack_at[addr]``: the registers holding a stack address there."""
+    by_first: dict[int, Group] = {}
+    by_member: dict[int, Group] = {}
+    runs: dict[int, list[Instruction]] = {}  # open runs in the current block, by base register
+    slots = 0  # flags handed out in the current block
+
+    def close(base: int) -> None:
+        nonlocal slots
+        run = runs.pop(base)
+        if len(run) < 2:
+            return
+        first = run[0]
+        stores = [i.imm for i in run if i.op in STORE_TYPES]
+        data = "STORE" if stores else "LOAD"
+        windows = ("STACK", data) if base == SP or base in stack_at.get(first.addr, ()) else (data, "STACK")
+        lo = min(i.imm for i in run)
+        group = Group(base, slots, windows, lo, max(i.imm + ACCESS_BYTES[i.op] for i in run) - lo,
+                      (min(stores), max(stores)) if stores else None)
+        slots += 1
+        by_first[first.addr] = group
+        by_member.update((i.addr, group) for i in run)
+
+    def close_all() -> None:
+        nonlocal slots
+        for base in sorted(runs, key=lambda b: runs[b][0].addr):
+            close(base)
+        slots = 0
+
+    for insn in insns:
+        if insn.addr in labels:
+            close_all()
+        if _member(insn):
+            runs.setdefault(insn.rs1, []).append(insn)
+        for base in writes(insn) & runs.keys():
+            close(base)
+        if _ends_block(insn, follows.get(insn.addr, False)):
+            close_all()
+    close_all()
+    return by_first, by_member
