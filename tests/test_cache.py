@@ -123,3 +123,18 @@ def test_two_processes_compile_the_same_image(tmp_path, elf):
     assert built == [0, 1]  # the second waited on the lock and found the first's entry
     assert len(paths) == 1
     assert triple(Engine(cache_dir=tmp_path / "cache"), elf) == 42
+
+
+def test_the_headers_translated_code_needs_ship_with_the_package():
+    """A wheel holds only the package data pyproject.toml names: every header the translated code is compiled
+    against must match it (a wheel built without them could translate nothing)."""
+    import fnmatch
+    import tomllib
+
+    from berm_host.aot.objects import HEADERS
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["berm_host"]
+    package = ROOT / "berm_host"
+    for header in HEADERS:
+        name = str(header.relative_to(package))
+        assert any(fnmatch.fnmatch(name, g) for g in globs), f"{name} is not in berm_host's package data"
