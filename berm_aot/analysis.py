@@ -18,6 +18,8 @@ from berm_aot.program import Function, Program
 
 BRANCHES = frozenset({"beq", "bne", "blt", "bge", "bltu", "bgeu"})
 LOADS = frozenset({"lb", "lh", "lw", "ld", "lbu", "lhu", "lwu"})
+#: Instructions after which execution never continues at the next address.
+_NO_FALL_THROUGH = frozenset({"ebreak", "illegal", "unsupported"})
 STORES = frozenset({"sb", "sh", "sw", "sd"})
 _R_TYPE = frozenset("""add sub sll slt sltu xor srl sra or and addw subw sllw srlw sraw
     mul mulh mulhsu mulhu div divu rem remu mulw divw divuw remw remuw""".split())
@@ -127,19 +129,17 @@ def _scan(info: FunctionInfo, program: Program, starts: frozenset[int]) -> None:
                     info.callees.add(target)
                 if info.contains(insn.next_pc):
                     info.labels.add(insn.next_pc)
-                elif insn.next_pc in starts:
-                    info.callees.add(insn.next_pc)
             elif info.contains(target):
                 info.labels.add(target)
             elif target in starts:
                 info.callees.add(target)
         elif op == "jalr" and insn.rd and info.contains(insn.next_pc):
             info.labels.add(insn.next_pc)
-    # falling off the end continues in the next function
-    if info.insns:
-        last = info.insns[-1]
-        if last.next_pc == info.end and info.end in starts:
-            info.callees.add(info.end)
+        # continuing past the function — off its end, out of an instruction that straddles it (another
+        # function can start inside one), after a call whose link lies outside — is a tail transfer
+        if op not in _NO_FALL_THROUGH and not (op in ("jal", "jalr") and not insn.rd):
+            if not info.contains(insn.next_pc) and insn.next_pc in starts:
+                info.callees.add(insn.next_pc)
     info.local_targets = sorted(t for t in program.indirect_targets
                                 if info.start < t < info.end and t in program.code)
     info.labels.update(info.local_targets)

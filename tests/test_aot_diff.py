@@ -71,3 +71,38 @@ def test_aot_matches_interpreter():
     for gen, expected, results in run_both(gens, repeat=2):
         for got in results:
             assert_same(gen, expected, got)
+
+
+def straddling_program() -> progen.GenProgram:
+    """Found by tools/fuzz_diff.py (seed 1029, a mutated halfword): a branch in f1, never taken, names the middle
+    of f2's ``mulhsu`` as a target, so a function starts inside that instruction and another where it ends. f2's
+    ``mulhsu`` then falls through into that other function, which writes a3 and returns to f1. The translator did
+    not count that fall-through as a transfer to the other function, so f1 kept its own a3 after calling f2."""
+    from tests.rvenc import Op
+
+    def build(offset: int):
+        f0 = [Op("addi", rd=2, rs1=2, imm=-256), Op("sd", rs1=2, rs2=1), Op("lui", rd=9, imm=1 << 24),
+              Op("addi", rd=12, imm=1), Op("jal", rd=1, target="f1"), Op("ld", rd=1, rs1=2),
+              Op("addi", rd=2, rs1=2, imm=256), Op("jalr", rs1=1)]
+        f1 = [Op("addi", rd=2, rs1=2, imm=-256), Op("sd", rs1=2, rs2=1), Op("c.beqz", rs1=12, imm=offset),
+              Op("addi", rd=13, imm=1), Op("jal", rd=1, target="f2"), Op("ld", rd=1, rs1=2),
+              Op("addi", rd=2, rs1=2, imm=256), Op("jalr", rs1=1)]
+        f2 = [Op("addi", rd=2, rs1=2, imm=-256), Op("sd", rs1=2, rs2=1), Op("mulhsu", rd=5, rs1=16, rs2=17),
+              Op("c.sub", rd=12, rs2=14), Op("c.li", rd=7, imm=1), Op("sraiw", rd=13, rs1=9, imm=11),
+              Op("ld", rd=1, rs1=2), Op("addi", rd=2, rs1=2, imm=256), Op("jalr", rs1=1)]
+        functions = [progen.Function(name, ops) for name, ops in (("f0", f0), ("f1", f1), ("f2", f2))]
+        return progen.build_image(functions), functions
+
+    image, _ = build(2)
+    at = {s.name: s.value for s in image.symbols}
+    image, functions = build(at["f2"] + 10 - (at["f1"] + 8))  # the middle of mulhsu (f2 + 8)
+    listing = "\n".join(f"{f.name}:\n" + "\n".join(f"    {x}" for x in f.items) for f in functions)
+    return progen.GenProgram(image, image.entry, listing)
+
+
+def test_fall_through_out_of_an_instruction_straddling_two_functions():
+    gen = straddling_program()
+    assert len(Program.from_image(gen.image).functions) > 3  # the branch target and the fall-through split f2
+    for _, expected, results in run_both([gen]):
+        assert expected.trap is None and expected.regs[13] == 0x2000  # (1 << 24) >> 11, written past f2's end
+        assert_same(gen, expected, results[0])
