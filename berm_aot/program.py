@@ -225,12 +225,14 @@ def _close_starts(starts: set[int], code: dict[int, Instruction], codemap: _Code
     """Add direct call targets, then iterate: a direct jump or branch whose target lies in another function
     than its source makes the target a function start; adding a start splits a function, so repeat until no
     jump crosses a boundary. Fall-through counts as a jump: a 4-byte instruction straddling a function start falls
-    into the middle of that function, so its fall-through address becomes a start too."""
+    into the middle of that function, so its fall-through address becomes a start too — a call's as well, since
+    its callee returns there."""
     starts = set(starts)
     jumps = []
     straddlers = []  # (addr + 2, next_pc) of 4-byte instructions that may fall through
     for insn in code.values():
-        if insn.size == 4 and insn.op not in _NO_FALL_THROUGH and insn.op not in ("jal", "jalr") \
+        jumps_away = insn.op in ("jal", "jalr") and insn.rd == 0
+        if insn.size == 4 and insn.op not in _NO_FALL_THROUGH and not jumps_away \
                 and codemap.section_of(insn.next_pc) is not None:
             straddlers.append((insn.addr + 2, insn.next_pc))
         if insn.op == "jal" or insn.op in _BRANCHES:

@@ -106,3 +106,34 @@ def test_fall_through_out_of_an_instruction_straddling_two_functions():
     for _, expected, results in run_both([gen]):
         assert expected.trap is None and expected.regs[13] == 0x2000  # (1 << 24) >> 11, written past f2's end
         assert_same(gen, expected, results[0])
+
+
+def test_return_into_the_middle_of_a_function_that_starts_inside_the_call():
+    """Found by tools/fuzz_diff.py (seed 9059, a mutated halfword): a branch, never taken, names the middle of f2's
+    ``jal`` to f3 as a target, so a function starts inside that call. f3 returns to the call's link, which lay in
+    that function but not at its start: the translated code trapped there (illegal instruction) while the
+    interpreter went on. A call that straddles a function start now makes its link a function start too."""
+    from tests.rvenc import Op
+
+    def build(offset: int):
+        f0 = [Op("addi", rd=2, rs1=2, imm=-256), Op("sd", rs1=2, rs2=1), Op("addi", rd=12, imm=1),
+              Op("jal", rd=1, target="f1"), Op("ld", rd=1, rs1=2), Op("addi", rd=2, rs1=2, imm=256),
+              Op("jalr", rs1=1)]
+        f1 = [Op("addi", rd=2, rs1=2, imm=-256), Op("sd", rs1=2, rs2=1), Op("c.beqz", rs1=12, imm=offset),
+              Op("jal", rd=1, target="f2"), Op("ld", rd=1, rs1=2), Op("addi", rd=2, rs1=2, imm=256),
+              Op("jalr", rs1=1)]
+        f2 = [Op("addi", rd=2, rs1=2, imm=-256), Op("sd", rs1=2, rs2=1), Op("jal", rd=1, target="f3"),
+              Op("addi", rd=13, imm=0x55), Op("ld", rd=1, rs1=2), Op("addi", rd=2, rs1=2, imm=256),
+              Op("jalr", rs1=1)]
+        f3 = [Op("jalr", rs1=1)]
+        functions = [progen.Function(n, ops) for n, ops in (("f0", f0), ("f1", f1), ("f2", f2), ("f3", f3))]
+        return progen.build_image(functions), functions
+
+    image, _ = build(2)
+    at = {s.name: s.value for s in image.symbols}
+    image, functions = build(at["f2"] + 10 - (at["f1"] + 8))  # the middle of f2's jal (f2 + 8)
+    listing = "\n".join(f"{f.name}:\n" + "\n".join(f"    {x}" for x in f.items) for f in functions)
+    gen = progen.GenProgram(image, image.entry, listing)
+    for _, expected, results in run_both([gen]):
+        assert expected.trap is None and expected.regs[13] == 0x55
+        assert_same(gen, expected, results[0])
