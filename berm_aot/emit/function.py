@@ -122,7 +122,7 @@ class FunctionEmitter:
         slots = 1 + max((g.slot for g in self.groups.values()), default=-1)
         if slots:
             flags = ", ".join(f"g{k}_ = 0" for k in range(slots))
-            out.append(f"    int {flags}; /* each: the current group of accesses through one register is in its window */")
+            out.append(f"    int {flags}; /* per group of accesses through one register: the window holding it (0: none) */")
         if self.self_calls:
             out.append("    /* frames of this function's calls to itself run in this C frame: exp_ is the current frame's")
             out.append("       expected return address, depth its depth (depth0_ this C frame's own) */")

@@ -50,8 +50,9 @@ class AotBackend:
     ``source`` is a ``Program``, or an ``ElfImage`` or ``ElfFacts`` whose program model is built only when needed
     (compiling on a cache miss, describing a trap). ``code`` names an already-built object and the prefix of the
     program's symbols in it; without it the object comes from ``cache`` (compiled on a miss). Either way the code
-    must have been translated for this memory's layout (the core checks). ``compiled`` says whether this construction ran the C
-    compiler. ``max_result``: ``call_tool`` gives no bytes for a result longer than this (None: no cap).
+    must have been translated for this memory's layout (the core checks). ``compiled`` says whether this
+    construction ran the C compiler. ``max_result``: ``call_tool`` gives no bytes for a result longer than this
+    (None: no cap).
     """
 
     def __init__(self, source: Program | ElfImage | ElfFacts, memory_size: int = DEFAULT_MEMORY, *,

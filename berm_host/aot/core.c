@@ -656,17 +656,15 @@ void *berm_load(const char *path, const char *symbol, const char *layout_symbol,
     const uint64_t *built_for = dlsym(h, layout_symbol);
     if (!abi || !enter || !built_for) {
         snprintf(err, errlen, "%s is not a translated image (no berm_rt_abi, %s or %s)", path, symbol, layout_symbol);
-        return NULL;
-    }
-    if (*abi != BERM_RT_ABI) {
+    } else if (*abi != BERM_RT_ABI) {
         snprintf(err, errlen, "%s was built for runtime ABI %d, this runtime is %d", path, *abi, BERM_RT_ABI);
-        return NULL;
-    }
-    /* the code checks bounds against constants (berm_code.h): run on other memory, they would be wrong */
-    if (memcmp(built_for, layout, BERM_LAYOUT_WORDS * sizeof *layout) != 0) {
+    } else if (memcmp(built_for, layout, BERM_LAYOUT_WORDS * sizeof *layout) != 0) {
+        /* the code checks bounds against constants (berm_code.h): run on other memory, they would be wrong */
         snprintf(err, errlen, "%s was translated for another memory layout (stack window at 0x%llx, not 0x%llx)",
                  path, (unsigned long long)built_for[4], (unsigned long long)layout[4]);
-        return NULL;
+    } else {
+        return enter; /* the handle stays open for the life of the process */
     }
-    return enter;
+    dlclose(h);
+    return NULL;
 }
