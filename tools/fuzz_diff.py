@@ -9,11 +9,18 @@ are not compared (docs/SEMANTICS.md).
 
     python tools/fuzz_diff.py --minutes 5
     python tools/fuzz_diff.py --seed 1234 --rounds 1 --verbose    # replay one round
+    python tools/fuzz_diff.py --minutes 5 --dump cases/           # also save each finding's program ...
+    python tools/fuzz_diff.py --replay cases/seed1234-p7.pickle   # ... and run it alone on both engines
+
+A dumped case is a pickle of the generated program (image, entry, snapshot ranges, listing): load only files this
+tool wrote. Replaying one is how to debug it (it is built, translated and compared exactly as in its round), and
+its listing is what a regression test in tests/test_aot_diff.py is written from.
 """
 
 from __future__ import annotations
 
 import hashlib
+import pickle
 import random
 import tempfile
 import time
@@ -61,7 +68,39 @@ def mutate(gen: progen.GenProgram, rng: random.Random, edits: int, targets: int)
     return progen.GenProgram(image, gen.entry, gen.listing + "\nmutated: " + " ".join(notes))
 
 
-def run_round(campaign: Campaign, seed_value: int, batch: int, edits: int, targets: int, verbose: bool) -> None:
+def dump(directory: Path, seed_value: int, index: int, gen: progen.GenProgram) -> Path:
+    """Save ``gen`` for ``--replay``; returns the file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"seed{seed_value}-p{index}.pickle"
+    path.write_bytes(pickle.dumps((gen.image, gen.entry, gen.listing)))
+    return path
+
+
+def replay(path: Path) -> int:
+    """Run one dumped program on both engines, as a round does; exit status 1 when they differ."""
+    image, entry, listing = pickle.loads(path.read_bytes())
+    gen = progen.GenProgram(image, entry, listing)
+    program = Program.from_image(image)
+    windows = layout_for(image, progen.MEMORY_SIZE).windows()
+    with tempfile.TemporaryDirectory(prefix="berm-fuzz-replay-") as tmp:
+        so = Path(tmp) / "case.so"
+        compile_programs([(program, windows, "")], so)
+        request = RunRequest(entry=entry, snapshot=gen.snapshot, deadline=time.monotonic() + DEADLINE)
+        expected = InterpBackend(program, progen.MEMORY_SIZE).run(request)
+        got = AotBackend(program, progen.MEMORY_SIZE, code=(so, "")).run(
+            RunRequest(entry=entry, snapshot=gen.snapshot, deadline=time.monotonic() + DEADLINE))
+    print(f"interpreter: {expected.trap or 'returned'}\ntranslated:  {got.trap or 'returned'}")
+    try:
+        assert_same(gen, expected, got)
+    except AssertionError as exc:
+        print(f"differ: {exc}")
+        return 1
+    print("same end state")
+    return 0
+
+
+def run_round(campaign: Campaign, seed_value: int, batch: int, edits: int, targets: int, verbose: bool,
+              dump_dir: Path | None = None) -> None:
     gens = draw_examples(progen.programs(), batch, seed_value)
     rng = random.Random(seed_value)
     if edits or targets:
@@ -99,7 +138,8 @@ def run_round(campaign: Campaign, seed_value: int, batch: int, edits: int, targe
                 try:
                     assert_same(gen, expected, got)
                 except AssertionError as exc:
-                    campaign.finding(seed_value, f"program {i}, run {attempt + 1}: {exc}")
+                    saved = f" (saved: {dump(dump_dir, seed_value, i, gen)})" if dump_dir else ""
+                    campaign.finding(seed_value, f"program {i}, run {attempt + 1}{saved}: {exc}")
                     break
             if verbose:
                 print(f"  program {i}: {expected.trap or 'returned'}", flush=True)
@@ -113,11 +153,15 @@ def main() -> int:
     p.add_argument("--targets", type=int, default=0, metavar="N",
                    help="make 0..N random text addresses legal indirect targets (default: none)")
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--dump", type=Path, metavar="DIR", help="save each finding's program in DIR (for --replay)")
+    p.add_argument("--replay", type=Path, metavar="FILE", help="run one saved program on both engines, and stop")
     args = p.parse_args()
+    if args.replay:
+        return replay(args.replay)
     campaign = Campaign("fuzz_diff", args)
     for s in campaign.seeds():
         print(f"[fuzz_diff] round seed {s}", flush=True)
-        run_round(campaign, s, args.batch, args.mutate, args.targets, args.verbose)
+        run_round(campaign, s, args.batch, args.mutate, args.targets, args.verbose, args.dump)
     return campaign.summary()
 
 
