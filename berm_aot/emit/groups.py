@@ -1,9 +1,10 @@
 """Groups of loads and stores through one base register, checked together (berm_code.h, BERM_GROUP): a prologue's
 register saves and an epilogue's restores through sp, a run of spills, neighbouring fields or array elements
 (SHA-256's message schedule reads w[i-16], w[i-15], w[i-7] and w[i-2] and writes w[i] through one register). One
-range check, and for the stores one compare with the stack's low-water mark (in the stack window) or one dirty mark
-per page they start in (at most two: offsets are 12-bit), replace one check (and one mark) per access: on recursive
-``fib`` the per-access checks were half the run time; grouping the message schedule took a tenth off SHA-256.
+range check (at most two compares: see below), and for the stores one compare with the stack's low-water mark (in
+the stack window) or one dirty mark per page they start in (at most two: offsets are 12-bit), replace one check (and
+one mark) per access: on recursive ``fib`` the per-access checks were half the run time; grouping the message
+schedule took about 6% off SHA-256.
 
 A group is a run of at least two loads and stores through the same base register in one basic block — no label in
 between (no other way in), no branch, call or other transfer (every member runs once the first does) — with the base
@@ -38,7 +39,7 @@ SP = 2
 @dataclass(frozen=True)
 class Group:
     base: int  # the base register
-    slot: int  # the flag ``g<slot>_`` that says the group's range is inside its window
+    slot: int  # its flag ``g<slot>_``: which of its windows holds all of its range (1 or 2; 0: neither)
     windows: tuple[str, str]  # the two it may use, the likelier first: "STACK", "STORE", "LOAD" (berm_code.h)
     lo: int  # the lowest offset from the base a member touches
     size: int  # bytes from base + lo past the last byte a member touches
