@@ -25,6 +25,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from berm_aot.errors import CompileError
@@ -61,33 +62,45 @@ def identity(opt: tuple[str, ...] | None = None) -> str:
     return "\0".join([" ".join(cmd), _version(cmd), " ".join(flags), " ".join(BASE_FLAGS)])
 
 
-def compile_shared(sources: list[str], out: Path, *, include_dirs: tuple[Path, ...] = (), jobs: int = 2,
+def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Path, ...] = (), jobs: int = 2,
                    opt: tuple[str, ...] | None = None) -> None:
-    """Compile C ``sources`` (texts) into the shared object ``out``, ``jobs`` compilers at a time."""
+    """Compile C ``sources`` (texts) into the shared object ``out``, ``jobs`` compilers at a time. ``sources`` may be
+    a generator that translates as it goes: each unit starts compiling as soon as it is there and a compiler is
+    free, so the translation overlaps the compiles instead of preceding them all."""
     cmd = compiler()
     flags = [*(opt if opt is not None else opt_flags()), *BASE_FLAGS, *[f"-I{d}" for d in include_dirs]]
     with tempfile.TemporaryDirectory(prefix="berm-cc-", dir=out.parent) as tmp:
         work = Path(tmp)
-        pending = []
-        for i, text in enumerate(sources):
-            src = work / f"unit{i}.c"
-            src.write_text(text)
-            pending.append((src, work / f"unit{i}.o"))
+        pending: list[tuple[Path, Path]] = []
         running: list[tuple[subprocess.Popen, Path]] = []
         objects = []
+
+        def start_what_fits() -> None:
+            while pending and len(running) < max(1, jobs):
+                src, obj = pending.pop(0)
+                proc = subprocess.Popen([*cmd, *flags, "-c", str(src), "-o", str(obj)],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                running.append((proc, src))
+                objects.append(obj)
+
+        def reap(proc: subprocess.Popen, src: Path) -> None:
+            output, _ = proc.communicate(timeout=COMPILE_TIMEOUT)
+            if proc.returncode != 0:
+                raise CompileError(f"cc failed on {src.name} (kept nowhere; emitted code is a translator "
+                                   f"bug):\n{output[-4000:]}")
+
         try:
+            for i, text in enumerate(sources):
+                src = work / f"unit{i}.c"
+                src.write_text(text)
+                pending.append((src, work / f"unit{i}.o"))
+                for done in [r for r in running if r[0].poll() is not None]:  # finished while translating
+                    running.remove(done)
+                    reap(*done)
+                start_what_fits()
             while pending or running:
-                while pending and len(running) < max(1, jobs):
-                    src, obj = pending.pop(0)
-                    proc = subprocess.Popen([*cmd, *flags, "-c", str(src), "-o", str(obj)],
-                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                    running.append((proc, src))
-                    objects.append(obj)
-                proc, src = running.pop(0)
-                output, _ = proc.communicate(timeout=COMPILE_TIMEOUT)
-                if proc.returncode != 0:
-                    raise CompileError(f"cc failed on {src.name} (kept nowhere; emitted code is a translator "
-                                       f"bug):\n{output[-4000:]}")
+                start_what_fits()
+                reap(*running.pop(0))
         except subprocess.TimeoutExpired:
             raise CompileError(f"cc took longer than {COMPILE_TIMEOUT} s") from None
         except OSError as exc:

@@ -9,6 +9,8 @@ programs into one compile).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from berm_aot.analysis import Analysis, analyse
 from berm_aot.program import Program
 
@@ -79,27 +81,37 @@ def _lookups(analysis: Analysis, prefix: str) -> list[str]:
     return lines
 
 
-def emit_program(program: Program, *, windows: Windows, prefix: str = "") -> list[str]:
+def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Iterator[str]:
     """The C translation units of ``program`` for memory with ``windows`` (one unit per ~1500 guest instructions,
-    at most ``MAX_UNITS``)."""
+    at most ``MAX_UNITS``), each yielded as soon as it is complete, so the C compiler can start on it
+    (berm_aot.cc.compile_shared) while the rest are translated."""
     analysis = analyse(program)
     total = sum(len(f.insns) for f in analysis.functions)
     n = max(1, min(MAX_UNITS, -(-total // _UNIT_INSNS)))
     share = -(-total // n)
     header = _header(analysis, prefix, windows)
-    bodies: list[list[str]] = [[] for _ in range(n)]
+    body: list[str] = []
     k, filled = 0, 0
     for info in analysis.functions:
         if filled >= share and k + 1 < n:
-            k, filled = k + 1, 0
-        bodies[k] += FunctionEmitter(analysis, info, prefix).emit()
-        bodies[k].append("")
+            yield _unit(analysis, prefix, header, body, k)
+            body, k, filled = [], k + 1, 0
+        body += FunctionEmitter(analysis, info, prefix).emit()
+        body.append("")
         filled += len(info.insns)
-    sources = []
-    for i, body in enumerate(bodies):
-        extra = _lookups(analysis, prefix) if i == 0 else []
-        sources.append("\n".join(header + body + extra) + "\n")
-    return sources
+    yield _unit(analysis, prefix, header, body, k)
+    for k in range(k + 1, n):  # units left empty (a program smaller than its share estimate)
+        yield _unit(analysis, prefix, header, [], k)
+
+
+def _unit(analysis: Analysis, prefix: str, header: list[str], body: list[str], k: int) -> str:
+    extra = _lookups(analysis, prefix) if k == 0 else []
+    return "\n".join(header + body + extra) + "\n"
+
+
+def emit_program(program: Program, *, windows: Windows, prefix: str = "") -> list[str]:
+    """All of ``emit_units`` at once."""
+    return list(emit_units(program, windows=windows, prefix=prefix))
 
 
 #: The unit every shared object gets once: the runtime ABI it was built against (checked before it runs).

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
 import berm_aot
 from berm_aot import cc
 from berm_aot.cache import CodeCache, cache_key
-from berm_aot.emit import ABI_UNIT, TRANSLATOR_VERSION, emit_program
+from berm_aot.emit import ABI_UNIT, TRANSLATOR_VERSION, emit_units
 from berm_aot.emit.windows import Windows
 from berm_aot.image import ElfImage
 from berm_aot.program import Program
@@ -54,10 +55,10 @@ def object_key(image: ElfImage, windows: Windows, prefix: str = "") -> str:
 
 
 def compile_programs(programs: list[tuple[Program, Windows, str]], out: Path, *, jobs: int = 2) -> None:
-    """Emit every (program, windows, prefix) and compile them all into the one shared object ``out``."""
-    sources = [ABI_UNIT]
-    for program, windows, prefix in programs:
-        sources += emit_program(program, windows=windows, prefix=prefix)
+    """Emit every (program, windows, prefix) and compile them all into the one shared object ``out``: each unit
+    starts compiling as soon as it is emitted."""
+    sources = itertools.chain([ABI_UNIT], *(emit_units(program, windows=windows, prefix=prefix)
+                                            for program, windows, prefix in programs))
     cc.compile_shared(sources, out, include_dirs=(RUNTIME_DIR,), jobs=jobs)
 
 
