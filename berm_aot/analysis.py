@@ -14,13 +14,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from berm_aot.isa import Instruction
+from berm_aot.isa import BRANCHES, Instruction
 from berm_aot.program import Function, Program
 
-BRANCHES = frozenset({"beq", "bne", "blt", "bge", "bltu", "bgeu"})
 LOADS = frozenset({"lb", "lh", "lw", "ld", "lbu", "lhu", "lwu"})
-#: Instructions after which execution never continues at the next address.
-_NO_FALL_THROUGH = frozenset({"ebreak", "illegal", "unsupported"})
 STORES = frozenset({"sb", "sh", "sw", "sd"})
 _R_TYPE = frozenset("""add sub sll slt sltu xor srl sra or and addw subw sllw srlw sraw
     mul mulh mulhsu mulhu div divu rem remu mulw divw divuw remw remuw""".split())
@@ -142,9 +139,8 @@ def _scan(info: FunctionInfo, program: Program, starts: frozenset[int]) -> None:
             info.labels.add(insn.next_pc)
         # continuing past the function — off its end, out of an instruction that straddles it (another
         # function can start inside one), after a call whose link lies outside — is a tail transfer
-        if op not in _NO_FALL_THROUGH and not (op in ("jal", "jalr") and not insn.rd):
-            if not info.contains(insn.next_pc) and insn.next_pc in starts:
-                info.callees.add(insn.next_pc)
+        if insn.falls_through and not info.contains(insn.next_pc) and insn.next_pc in starts:
+            info.callees.add(insn.next_pc)
     info.labels.update(info.local_targets)
     _static_jalrs(info, program)
     info.touched = frozenset(touched)

@@ -16,14 +16,13 @@ Where Berm and LLVM differ on purpose:
 
 from __future__ import annotations
 
-from berm_aot.isa import Instruction
+from berm_aot.isa import BRANCHES, Instruction
 
 ABI_NAMES = (
     "zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1", "a0", "a1", "a2", "a3", "a4", "a5",
     "a6", "a7", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "t3", "t4", "t5", "t6",
 )
 
-_BRANCHES = frozenset({"beq", "bne", "blt", "bge", "bltu", "bgeu"})
 _LOADS = frozenset({"lb", "lh", "lw", "ld", "lbu", "lhu", "lwu"})
 _STORES = frozenset({"sb", "sh", "sw", "sd"})
 _R_TYPE = frozenset("""
@@ -168,7 +167,7 @@ def disassemble(insn: Instruction) -> str:
         return f"{op} {_reg(insn.rd)}, {insn.imm}({_reg(insn.rs1)})"
     if op in _STORES:
         return f"{op} {_reg(insn.rs2)}, {insn.imm}({_reg(insn.rs1)})"
-    if op in _BRANCHES:
+    if op in BRANCHES:
         return _branch(insn)
     if op == "jal":
         if insn.rd == 0:

@@ -28,6 +28,10 @@ OPS: frozenset[str] = frozenset(
     illegal unsupported
     """.split()
 )
+#: The conditional branches.
+BRANCHES: frozenset[str] = frozenset({"beq", "bne", "blt", "bge", "bltu", "bgeu"})
+#: Operations after which execution never continues at the next instruction, whatever their operands.
+NO_FALL_THROUGH: frozenset[str] = frozenset({"ebreak", "illegal", "unsupported"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +63,8 @@ class Instruction:
     @property
     def next_pc(self) -> int:
         return self.addr + self.size
+
+    @property
+    def falls_through(self) -> bool:
+        """Execution may continue at ``next_pc``: at once, or (a call) when the callee returns."""
+        return self.op not in NO_FALL_THROUGH and not (self.op in ("jal", "jalr") and self.rd == 0)

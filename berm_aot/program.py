@@ -25,16 +25,13 @@ from typing import Mapping
 from berm_aot.decode import decode
 from berm_aot.errors import DecodeError
 from berm_aot.image import ElfImage, Section, Symbol
-from berm_aot.isa import Instruction
+from berm_aot.isa import BRANCHES, NO_FALL_THROUGH, Instruction
 
 #: Relocation types whose ``S + A`` names a legal indirect target by itself (ABI.md §6; an unrelaxed ``call`` is an
 #: ``auipc``/``jalr`` pair carrying ``R_RISCV_CALL``/``R_RISCV_CALL_PLT``).
 TARGET_RELOCATIONS = frozenset({"R_RISCV_64", "R_RISCV_32", "R_RISCV_PCREL_HI20", "R_RISCV_CALL",
                                 "R_RISCV_CALL_PLT"})
 
-_BRANCHES = frozenset({"beq", "bne", "blt", "bge", "bltu", "bgeu"})
-# Operations after which execution never falls through to the next instruction.
-_NO_FALL_THROUGH = frozenset({"ebreak", "illegal", "unsupported"})
 _BINDING_RANK = {"global": 0, "weak": 1, "local": 2}
 
 
@@ -90,14 +87,14 @@ class _CodeMap:
             while base <= addr < end and addr not in code:
                 insn = code[addr] = decode(data, addr - base, addr)
                 op = insn.op
-                if op in _NO_FALL_THROUGH or (op == "jalr" and insn.rd == 0):
+                if op in NO_FALL_THROUGH or (op == "jalr" and insn.rd == 0):
                     break
                 if op == "jal":
                     if insn.rd == 0:
                         work.append(addr + insn.imm)
                         break
                     work.append(addr + insn.imm)
-                elif op in _BRANCHES:
+                elif op in BRANCHES:
                     work.append(addr + insn.imm)
                 addr += insn.size
         return code
@@ -231,11 +228,9 @@ def _close_starts(starts: set[int], code: dict[int, Instruction], codemap: _Code
     jumps = []
     straddlers = []  # (addr + 2, next_pc) of 4-byte instructions that may fall through
     for insn in code.values():
-        jumps_away = insn.op in ("jal", "jalr") and insn.rd == 0
-        if insn.size == 4 and insn.op not in _NO_FALL_THROUGH and not jumps_away \
-                and codemap.section_of(insn.next_pc) is not None:
+        if insn.size == 4 and insn.falls_through and codemap.section_of(insn.next_pc) is not None:
             straddlers.append((insn.addr + 2, insn.next_pc))
-        if insn.op == "jal" or insn.op in _BRANCHES:
+        if insn.op == "jal" or insn.op in BRANCHES:
             target = insn.addr + insn.imm
             if codemap.section_of(target) is None:
                 continue

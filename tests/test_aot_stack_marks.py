@@ -1,4 +1,4 @@
-"""Stores into the stack mark only the fine dirty map (berm_rt.h, BERM_MARK_STACK); the core folds those marks
+"""Stores into the stack mark only the fine dirty map (berm_code.h, BERM_MARK_STACK); the core folds those marks
 into the coarse map after each run. A run that finds the stack slots a previous run wrote below its sp — across
 pages and 256 KiB blocks of the 1 MiB stack, stored through sp and through another register — must still read zero
 on both engines."""

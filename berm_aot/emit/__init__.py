@@ -99,9 +99,7 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
         body += FunctionEmitter(analysis, info, prefix).emit()
         body.append("")
         filled += len(info.insns)
-    yield _unit(analysis, prefix, header, body, k)
-    for k in range(k + 1, n):  # units left empty (a program smaller than its share estimate)
-        yield _unit(analysis, prefix, header, [], k)
+    yield _unit(analysis, prefix, header, body, k)  # units past it would hold no function: none is emitted
 
 
 def _unit(analysis: Analysis, prefix: str, header: list[str], body: list[str], k: int) -> str:

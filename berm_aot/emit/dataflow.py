@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sized
 from typing import TypeVar
 
-from berm_aot.analysis import BRANCHES
+from berm_aot.isa import BRANCHES
 from berm_aot.isa import Instruction
 
 MASK = (1 << 64) - 1

@@ -14,8 +14,8 @@ return pops it and resumes after that call, a tail transfer out of such a frame 
 from __future__ import annotations
 
 from berm_abi.names import core_number
-from berm_aot.analysis import BRANCHES, Analysis, FunctionInfo
-from berm_aot.isa import Instruction
+from berm_aot.analysis import Analysis, FunctionInfo
+from berm_aot.isa import BRANCHES, Instruction
 from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants

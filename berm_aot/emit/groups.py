@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
 
-from berm_aot.analysis import BRANCHES, writes
-from berm_aot.isa import Instruction
+from berm_aot.analysis import writes
+from berm_aot.isa import BRANCHES, Instruction
 
 from .insn import LOAD_TYPES, STORE_TYPES
 

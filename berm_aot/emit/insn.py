@@ -2,7 +2,7 @@
 in ``berm_aot.emit.function``, which knows the function around them.
 
 Every statement refers to guest registers as C locals ``x1``…``x31`` (``x0`` reads as 0, writes go to the
-sink ``zz``) and to the macros of berm_host/aot/berm_rt.h. A fault jumps to the function's ``trap`` label
+sink ``zz``) and to the macros of berm_host/aot/berm_code.h. A fault jumps to the function's ``trap`` label
 before the instruction has any effect.
 """
 
