@@ -8,8 +8,6 @@ at a time; the pool hands them out (``list.pop``/``append`` are atomic under the
 
 from __future__ import annotations
 
-import weakref
-
 from berm_abi.names import ERROR_BIT, core_number
 from berm_aot.emit.windows import Windows
 from berm_host.backend import LogSink
@@ -36,9 +34,6 @@ _ACCESS = {0: "load {n} bytes", 1: "store {n} bytes", 2: "misaligned {n}-byte at
 _STACK = {0: f"more than {MAX_CALL_DEPTH} nested calls", 1: "the host thread's stack is exhausted"}
 POOL_LIMIT = 16
 LOG = core_number("berm.log")
-#: Every live Region (weakly): a region leaves it when freed, which shows that the core's reference to each
-#: region's HostCalls.serve keeps no Region alive (tests/test_aot_boundary.py).
-_REGIONS: weakref.WeakSet[Region] = weakref.WeakSet()
 NO_CAPABILITIES = {}.get  # the lookup of an invocation without a linker
 
 
@@ -99,7 +94,6 @@ class Region:
         serve = self.calls.serve  # alive across the call: the core takes its own reference from its address
         if not lib.berm_region_serve(raw, id(serve)):
             raise HostError("the interpreter is shutting down")
-        _REGIONS.add(self)
 
     # -- reading guest memory after a run -----------------------------------------------------------------------
 
