@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def compile_one(path: Path, cache: CodeCache, jobs: int, memory: int = DEFAULT_MEMORY) -> str:
+def compile_one(path: Path, cache: CodeCache, jobs: int, memory: int) -> str:
     """Compile ``path`` for ``memory`` bytes of guest memory into ``cache``; the report line."""
     start = time.perf_counter()
     try:

@@ -27,15 +27,13 @@ from berm_aot.elf import read_elf
 from berm_aot.manifest import TOOL_PREFIX, load_manifest, tool_exports
 from berm_aot.program import Program
 
-from .cache import cache_root
+from .cache import SDK_DIR, cache_root, cached_dir
 from .entry import ENTRY_NAME, entry_source
 from .errors import BuildError
 from .harness_toml import TOML_NAME, HarnessSpec, load_harness_toml
 from .header import calls_header, write_calls_header
 from .toolchain import GUEST_CFLAGS, compile_object, guest_toolchain, link
 
-#: harnesses/sdk: berm.h, the SDK's C sources, the linker script and the build profile.
-SDK_DIR = Path(__file__).resolve().parent.parent / "harnesses" / "sdk"
 #: Parallel compiler processes; the machines are small and shared.
 JOBS = 2
 
@@ -124,18 +122,11 @@ def _sdk_objects(work: Path, profile: Profile) -> list[Path]:
         digest.update(part.encode() + b"\0")
     for path in [SDK_DIR / "berm.h", *sources]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    cached = cache_root() / "sdk-objects" / digest.hexdigest()[:32]
-    if not cached.is_dir():
-        fresh = _compile_all(sources, work / "sdk", profile, (SDK_DIR, work))
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cached.parent))
-        for obj in fresh.values():
+    def fill(staging: Path) -> None:
+        for obj in _compile_all(sources, work / "sdk", profile, (SDK_DIR, work)).values():
             shutil.copyfile(obj, staging / obj.name)
-        try:
-            os.replace(staging, cached)  # atomic: a directory in the cache is always complete
-        except OSError:  # another build got there first
-            shutil.rmtree(staging, ignore_errors=True)
-    return sorted(cached.glob("*.o"))
+
+    return sorted(cached_dir(cache_root() / "sdk-objects" / digest.hexdigest()[:32], fill).glob("*.o"))
 
 
 def verify_image(path: Path, spec: HarnessSpec) -> None:

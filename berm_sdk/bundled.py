@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .build import SDK_DIR, build_harness
-from .cache import cache_root
+from .build import build_harness
+from .cache import SDK_DIR, cache_root
 from .errors import BuildError
 from .harness_toml import TOML_NAME
 from .header import calls_header

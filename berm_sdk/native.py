@@ -22,7 +22,8 @@ from berm_abi.names import CORE_BY_NAME, fnv1a64
 from berm_host.linker import CapabilityError
 from berm_host.traps import HostError, ToolFailure
 
-from .build import SDK_DIR, sdk_sources
+from .build import sdk_sources
+from .cache import SDK_DIR
 from .errors import BuildError
 from .header import write_calls_header
 

@@ -18,13 +18,11 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from .cache import cache_root
+from .cache import SDK_DIR, cache_root, cached_dir
 from .toolchain import GUEST_CFLAGS, ToolchainError, _run, compile_object, zig_toolchain
 
 #: How compiler-rt is compiled: the guest target and code model (code addresses via auipc, ABI.md §6), small
@@ -40,7 +38,7 @@ RUNTIME_FLAGS = (
     "-fno-stack-protector", "-fno-emit-h",
 )
 #: The C that replaces compiler-rt members, compiled like guest code by the zig toolchain.
-OVERRIDES = (Path(__file__).resolve().parent.parent / "harnesses" / "sdk" / "runtime" / "divide.c",)
+OVERRIDES = (SDK_DIR / "runtime" / "divide.c",)
 _ARCHIVE = "libcompiler_rt.a"
 
 
@@ -55,7 +53,8 @@ def _zig_version() -> str:
 def runtime_key() -> str:
     """A digest of what the runtime is built from (the zig version, the flags, the overriding C): its cache key, and
     part of the key of anything cached that links it."""
-    digest = hashlib.sha256("\0".join(["compiler-rt", _zig_version(), *RUNTIME_FLAGS, *GUEST_CFLAGS]).encode())
+    parts = ["compiler-rt", _zig_version(), *RUNTIME_FLAGS, *zig_toolchain().cc, *GUEST_CFLAGS]  # overrides: zig cc
+    digest = hashlib.sha256("\0".join(parts).encode())
     for path in OVERRIDES:
         digest.update(b"\0" + path.read_bytes())
     return digest.hexdigest()[:24]
@@ -87,16 +86,5 @@ def _build(work: Path) -> None:
 def runtime_inputs() -> list[Path]:
     """What every guest link appends after its own objects: the override objects, then the compiler-rt archive.
     Built into the cache the first time (a few seconds)."""
-    cached = cache_root() / "compiler-rt" / runtime_key()
-    if not cached.is_dir():
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cached.parent))
-        try:
-            _build(staging)
-            try:
-                os.replace(staging, cached)  # atomic: a directory in the cache is always complete
-            except OSError:  # another build got there first
-                pass
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    cached = cached_dir(cache_root() / "compiler-rt" / runtime_key(), _build)
     return [*(cached / f"{source.stem}.o" for source in OVERRIDES), cached / _ARCHIVE]
