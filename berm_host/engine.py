@@ -77,14 +77,12 @@ class Engine:
                 image = self._images.get(digest)
             if image is not None:  # another thread loaded it while this one waited at the gate
                 return image
-            try:
-                image = Image(self, self._facts(data, digest))
-                with self._lock:
-                    self._images[digest] = image
-            finally:
-                with self._lock:
-                    if self._loading.get(digest) is gate:
-                        del self._loading[digest]
+            image = Image(self, self._facts(data, digest))
+            with self._lock:
+                self._images[digest] = image
+                # only now: after a failed load the gate stays, so a thread already waiting on it and one that
+                # comes later cannot load the same bytes side by side
+                del self._loading[digest]
             return image
 
     def _facts(self, data: bytes, digest: str) -> ElfFacts:
