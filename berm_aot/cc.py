@@ -84,7 +84,12 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
                 objects.append(obj)
 
         def reap(proc: subprocess.Popen, src: Path) -> None:
-            output, _ = proc.communicate(timeout=COMPILE_TIMEOUT)
+            try:
+                output, _ = proc.communicate(timeout=COMPILE_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # no longer in ``running``: the cleanup below would not see it
+                proc.wait()
+                raise
             if proc.returncode != 0:
                 raise CompileError(f"cc failed on {src.name} (kept nowhere; emitted code is a translator "
                                    f"bug):\n{output[-4000:]}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from berm_aot.emit.windows import Windows
+from berm_aot.windows import Windows
 from berm_aot.errors import ElfError
 from berm_aot.image import ElfImage
 

@@ -131,6 +131,17 @@ def test_a_broken_server_is_a_host_call_failed_trap(monkeypatch, tmp_path, elf, 
     assert trap.detail.startswith(detail)
 
 
+def _return_a_length(self, number, request):
+    return 100_000 if number == ECHO else 0  # as if it had staged a 100,000-byte reply: it staged nothing
+
+
+def test_a_server_returning_a_length_it_did_not_stage_leaves_nothing_to_read(monkeypatch, tmp_path, elf):
+    """berm.result.read copies only what the core staged itself. A server's integer is the guest's a0, never a
+    length to read: taken as one, it read 100,000 bytes from an empty staging buffer (the host crashed)."""
+    monkeypatch.setattr(runtime.HostCalls, "serve", _return_a_length)
+    assert _harness(elf, tmp_path).call("echo", "hi") == ""
+
+
 def test_regions_serve_again_after_a_broken_server_trapped(monkeypatch, tmp_path, elf):
     monkeypatch.setattr(runtime.HostCalls, "serve", _raise_escape)
     with pytest.raises(Trap):

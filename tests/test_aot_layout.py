@@ -67,6 +67,16 @@ def test_windows_say_exactly_what_the_layout_allows(elf, size):
             assert storable == layout.writable(addr, n), (hex(addr), n)
 
 
+def test_the_core_compares_every_layout_number():
+    """berm_load compares BERM_LAYOUT_WORDS numbers: exactly the fields of Windows, which the object exports."""
+    from dataclasses import fields
+
+    from berm_aot.windows import C_NAMES, Windows
+    from berm_host.aot.runtime import lib
+
+    assert len(fields(Windows)) == len(C_NAMES) == lib.BERM_LAYOUT_WORDS
+
+
 def test_a_window_of_one_to_seven_bytes_is_refused():
     base = dict(size=1 << 20, image_lo=0x1000, image_end=0x2000, heap_start=0x2000, stack_lo=0xC0000)
     with pytest.raises(ElfError, match="leaves only 5 bytes before the guard page"):

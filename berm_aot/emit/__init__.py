@@ -1,8 +1,8 @@
 """Emit C for a whole program: several translation units that compile in parallel into one shared object.
 
 Unit 0 holds the lookups (function start → C function; legal indirect entry → C function) and the export
-``<prefix>berm_enter`` and the memory layout the code is specialised to, ``<prefix>berm_layout`` (six uint64_t:
-``Windows``); every unit holds some of the guest functions (``berm_aot.emit.function``) and declares all of them.
+``<prefix>berm_enter`` and the memory layout the code is specialised to, ``<prefix>berm_layout`` (the uint64_t
+fields of ``berm_aot.windows.Windows``); every unit holds some of the guest functions (``berm_aot.emit.function``) and declares all of them.
 ``prefix`` namespaces every global symbol, so several programs can share one object (tests batch many random
 programs into one compile).
 """
@@ -16,7 +16,7 @@ from berm_aot.program import Program
 
 from .function import FunctionEmitter, fn_name
 from .insn import lit
-from .windows import Windows
+from berm_aot.windows import C_NAMES, Windows
 
 #: Bumped whenever the emitted code changes meaning or shape: part of the cache key.
 TRANSLATOR_VERSION = "1"
@@ -53,8 +53,7 @@ def _header(analysis: Analysis, prefix: str, windows: Windows) -> list[str]:
 def _lookups(analysis: Analysis, prefix: str) -> list[str]:
     p = prefix
     lines = ["/* The layout the code is specialised to: the core refuses to run it on other memory. */",
-             f"BERM_EXPORT const uint64_t {p}berm_layout[6] = {{BERM_LOAD_LO, BERM_LOAD_SPAN, BERM_STORE_LO, "
-             "BERM_STORE_SPAN, BERM_STACK_LO, BERM_STACK_SPAN};", ""]
+             f"BERM_EXPORT const uint64_t {p}berm_layout[{len(C_NAMES)}] = {{{', '.join(C_NAMES)}}};", ""]
     lines += [f"static berm_fn {p}start_fn(uint64_t t) {{", "    switch (t) {"]
     lines += [f"    case {lit(f.start)}: return {fn_name(p, f.start)};" for f in analysis.functions]
     lines += ["    default: return 0;", "    }", "}", ""]

@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define BERM_RT_ABI 5
+#define BERM_RT_ABI 6
 
 /* Guest memory is little-endian and is read and written with memcpy of host integers. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated code needs a little-endian host");
@@ -62,7 +62,6 @@ struct berm_ctx {
     uint8_t *coarse;  /* one byte per 256 KiB */
     uintptr_t native_limit; /* the lowest host stack address translated code may reach */
     volatile int32_t interrupt;
-    uint32_t depth; /* unused: translated code passes the shadow call stack depth as a C argument */
     uint64_t next;  /* tail call target when a function returns BERM_TAIL */
     /* Bumped by every dynamic transfer (indirect call, indirect jump to a function entry): a caller that sees it
      * change across a call reloads all of its registers, since the static write summaries did not cover it. */

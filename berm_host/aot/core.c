@@ -161,19 +161,22 @@ static void fold_stack_marks(berm_region *r) {
     }
 }
 
+/* Before a run (and at a trim): restore what the last run wrote. over_resident, after every run, has folded the
+ * stack's fine marks into the coarse map already. */
 static void reset_memory(berm_region *r, int drop) {
-    fold_stack_marks(r);
-    if (r->ctx.stack_low < r->size) { /* inside the stack window (the group's check came first); never below it */
+    if (r->ctx.stack_low < r->size) {
+        /* the group's check put stack_low in the stack window; the clamp only guards the core against a bad one */
         uint64_t low = r->ctx.stack_low < r->image->stack_lo ? r->image->stack_lo : r->ctx.stack_low;
         restore_range(r, low, r->size, drop);
+        uint64_t p = (low + PAGE - 1) >> BERM_PAGE_SHIFT; /* pages wholly restored just now: not again below */
+        memset(r->ctx.dirty + p, 0, r->npages - p);
         r->ctx.stack_low = r->size;
     }
     for (int i = 0; i < r->n_core; i++) restore_range(r, r->core_lo[i], r->core_hi[i], drop);
     r->n_core = 0;
     uint8_t *coarse = r->ctx.coarse, *dirty = r->ctx.dirty;
     for (uint64_t c = 0; c < r->ncoarse; c += 8) {
-        uint64_t word;
-        memcpy(&word, coarse + c, 8); /* the coarse map is padded to a multiple of 8 */
+        uint64_t word = load8(coarse + c); /* the coarse map is padded to a multiple of 8 */
         if (!word) continue;
         for (uint64_t cc = c; cc < c + 8; cc++) {
             if (!coarse[cc]) continue;
@@ -216,9 +219,7 @@ static int over_resident(berm_region *r) {
     fold_stack_marks(r);
     uint8_t *coarse = r->ctx.coarse, *touched = r->touched;
     for (uint64_t c = 0; c < r->ncoarse; c += 8) {
-        uint64_t word, seen;
-        memcpy(&word, coarse + c, 8);
-        memcpy(&seen, touched + c, 8);
+        uint64_t word = load8(coarse + c), seen = load8(touched + c);
         uint64_t fresh = word & ~seen; /* bytes are 0 or 1 */
         if (!fresh) continue;
         seen |= fresh;
@@ -298,21 +299,19 @@ static void python_trap(berm_region *r, uint64_t n) {
 /* With the GIL held (or from berm_region_stage): copy a reply into the staging buffer, a new one when it does not
  * fit or when a large one (over BERM_STAGE_KEEP) can be given back; returns n, or sets the trap. */
 static uint64_t stage(berm_region *r, const char *data, uint64_t n) {
-    if (n > r->staged_cap || (r->staged_cap > BERM_STAGE_KEEP && n <= BERM_STAGE_KEEP)) {
-        uint64_t want = n < 256 ? 256 : n;
-        uint8_t *p = malloc(want);
-        if (p) {
-            free(r->staged);
-            r->staged = p;
-            r->staged_cap = want;
-        } else if (n > r->staged_cap) {
-            berm_set_trap(&r->ctx, BERM_TRAP_CALL_FAILED, 0, r->call_number, 0);
-            snprintf(r->trap_msg, sizeof r->trap_msg, "out of host memory for a reply of %llu bytes",
-                     (unsigned long long)n);
-            return 0;
-        }
+    if (r->staged_cap > BERM_STAGE_KEEP && n <= BERM_STAGE_KEEP) { /* give a large buffer back */
+        free(r->staged);
+        r->staged = NULL;
+        r->staged_cap = r->staged_len = 0;
+    }
+    if (!grow(&r->staged, &r->staged_cap, n)) {
+        berm_set_trap(&r->ctx, BERM_TRAP_CALL_FAILED, 0, r->call_number, 0);
+        snprintf(r->trap_msg, sizeof r->trap_msg, "out of host memory for a reply of %llu bytes",
+                 (unsigned long long)n);
+        return 0;
     }
     if (n) memcpy(r->staged, data, n);
+    r->staged_len = n; /* what berm.result.read copies from: never more than was staged */
     return n;
 }
 
@@ -427,11 +426,11 @@ static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, ui
         r->fail_len = a1;
         r->has_fail = 1;
         return 0;
-    default: { /* berm.log and capabilities: Python. A capability's reply is staged in r->staged by now; its
-                * length is the result without the error bit. */
+    default: { /* berm.log and capabilities: Python. A capability's reply (or error text) is staged by now
+                * (stage() sets staged_len); a capability that staged nothing leaves no reply to read. */
+        if (n != BERM_CALL_LOG) r->staged_len = 0;
         uint64_t ret = py_ecall(r, n, a0, a1, !a1 || readable(r->image, a0, a1));
         if (c->trap_kind != BERM_TRAP_NONE) c->trap_pc = pc; /* a trap raised by Python names the ecall */
-        else if (n != BERM_CALL_LOG) r->staged_len = ret & ~BERM_ERROR_BIT;
         return ret;
     }
     }
@@ -623,7 +622,6 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     c->trap_kind = BERM_TRAP_NONE;
     c->trap_pc = c->trap_addr = 0;
     c->trap_detail = 0;
-    c->depth = 0;
     c->native_limit = native_limit();
     pthread_mutex_lock(&live_lock);
     r->deadline = deadline;

@@ -86,7 +86,7 @@ void berm_region_trim(berm_region *r);
 int berm_interrupt(berm_region *r, uint64_t generation);
 int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double timeout);
 int berm_watchdog_start(double interval);
-/* The six numbers of a translated object's layout export (berm_aot/emit/windows.py, Windows). */
+/* The six numbers of a translated object's layout export (berm_aot/windows.py, Windows). */
 #define BERM_LAYOUT_WORDS 6
 /* dlopen a translated object and return its `symbol` entry point, once its runtime ABI and the layout it was
  * translated for (the uint64_t[6] at `layout_symbol`) match this runtime and `layout`; else NULL and a message. */

@@ -4,7 +4,7 @@ The cache key covers every input of the object: the ELF bytes (their SHA-256), t
 source of every module that shapes the emitted code (decoder, program model, analysis, emitter: editing one
 invalidates the cache without anyone remembering to bump a number), the compiler's identity and flags, the
 runtime headers the code is compiled against, the memory layout it is specialised to (its bounds windows, from the
-image and the memory size: berm_aot/emit/windows.py) and the symbol prefix.
+image and the memory size: berm_aot/windows.py) and the symbol prefix.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import berm_aot
 from berm_aot import cc
 from berm_aot.cache import CodeCache, cache_key
 from berm_aot.emit import ABI_UNIT, TRANSLATOR_VERSION, emit_units
-from berm_aot.emit.windows import Windows
+from berm_aot.windows import Windows
 from berm_aot.image import ElfImage
 from berm_aot.program import Program
 

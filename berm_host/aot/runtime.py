@@ -9,7 +9,7 @@ at a time; the pool hands them out (``list.pop``/``append`` are atomic under the
 from __future__ import annotations
 
 from berm_abi.names import ERROR_BIT, core_number
-from berm_aot.emit.windows import Windows
+from berm_aot.windows import Windows
 from berm_host.backend import LogSink
 from berm_host.layout import MAX_CALL_DEPTH, Layout, failure_text
 from berm_host.linker import CapabilityError, Linker, unknown_call_detail
@@ -222,7 +222,7 @@ def load_code(path: str, prefix: str, windows: Windows) -> object:
     """dlopen a translated object and return the entry point of its program ``prefix`` (a ``void *`` for
     ``berm_run``), once the core has checked it was translated for memory with ``windows``."""
     err = ffi.new("char[512]")
-    layout = ffi.new("uint64_t[]", list(windows.values()))
+    layout = ffi.new("uint64_t[]", list(windows.values()))  # BERM_LAYOUT_WORDS of them (tests/test_aot_layout.py)
     enter = lib.berm_load(path.encode(), (prefix + ENTRY_SYMBOL).encode(), (prefix + LAYOUT_SYMBOL).encode(),
                           layout, err, 512)
     if enter == ffi.NULL:
