@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from .cache import SDK_DIR, cache_root, cached_dir
-from .toolchain import GUEST_CFLAGS, ToolchainError, _run, compile_object, zig_toolchain
+from .toolchain import GUEST_CFLAGS, ToolchainError, compile_object, run_tool, zig_toolchain
 
 #: How compiler-rt is compiled: the guest target and code model (code addresses via auipc, ABI.md §6), small
 #: code, one section per function so unused helpers are garbage-collected, and no unwind tables (.eh_frame would
@@ -75,7 +75,7 @@ def _build(work: Path) -> None:
     for source in OVERRIDES:
         compile_object(source, work / f"{source.stem}.o", toolchain=zig_toolchain())
     # cwd=work: zig names the archive's member after its (relative) cache path.
-    _run([sys.executable, "-m", "ziglang", "build-lib", "-static", *RUNTIME_FLAGS, "-j1", "--name", "compiler_rt",
+    run_tool([sys.executable, "-m", "ziglang", "build-lib", "-static", *RUNTIME_FLAGS, "-j1", "--name", "compiler_rt",
           "--cache-dir", "zig-cache", f"-femit-bin={work / _ARCHIVE}", str(_compiler_rt_source())],
          "building compiler-rt", cwd=work)
     shutil.rmtree(work / "zig-cache", ignore_errors=True)

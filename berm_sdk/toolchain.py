@@ -71,7 +71,7 @@ def guest_toolchain() -> Toolchain:
     raise ToolchainError(f"BERM_GUEST_TOOLCHAIN must be 'zig' or 'llvm', not {choice!r}")
 
 
-def _run(cmd: list[str], what: str, cwd: Path | None = None) -> None:
+def run_tool(cmd: list[str], what: str, cwd: Path | None = None) -> None:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300, cwd=cwd)
     except FileNotFoundError as exc:
@@ -88,7 +88,7 @@ def compile_object(source: Path, out: Path, *, opt: str = "-O2", include: tuple[
     tc = toolchain or guest_toolchain()
     cmd = [*tc.cc, opt, *GUEST_CFLAGS, *flags, *[f"-I{p}" for p in include], *[f"-D{d}" for d in defines],
            "-c", str(source), "-o", str(out)]
-    _run(cmd, f"compiling {source}")
+    run_tool(cmd, f"compiling {source}")
     return out
 
 
@@ -104,7 +104,7 @@ def link(objects: list[Path], out: Path, *, entry: str = "_start", linker_script
     if linker_script is not None:
         cmd += ["-T", str(linker_script)]
     cmd += [str(o) for o in [*objects, *runtime_inputs()]] + ["-o", str(out)]
-    _run(cmd, f"linking {out.name}")
+    run_tool(cmd, f"linking {out.name}")
     return out
 
 
