@@ -137,3 +137,26 @@ def test_return_into_the_middle_of_a_function_that_starts_inside_the_call():
     for _, expected, results in run_both([gen]):
         assert expected.trap is None and expected.regs[13] == 0x55
         assert_same(gen, expected, results[0])
+
+
+def test_srliw_at_every_shift_amount():
+    """``srliw`` by 1..31 is emitted as a plain 32-bit shift (its result's bit 31 is 0, so sign and zero extension
+    agree); by 0 it is ``sext.w`` and must still sign-extend. Every amount, on values with bit 31 set and clear."""
+    from tests.rvenc import Op
+
+    gens = []
+    for k in range(32):
+        ops = [Op("lui", rd=10, imm=-(1 << 31)), Op("addi", rd=11, imm=-1), Op("lui", rd=12, imm=0x7FFFF << 12),
+               Op("srliw", rd=13, rs1=10, imm=k), Op("srliw", rd=14, rs1=11, imm=k),
+               Op("srliw", rd=15, rs1=12, imm=k), Op("jalr", rs1=1)]
+        image = progen.build_image([progen.Function("f0", ops)])
+        gens.append(progen.GenProgram(image, image.entry, f"srliw by {k}"))
+
+    def sext32(v: int) -> int:
+        return (v - (1 << 32) if v & (1 << 31) else v) & ((1 << 64) - 1)
+
+    for k, (gen, expected, results) in enumerate(run_both(gens)):
+        assert expected.trap is None
+        assert [expected.regs[r] for r in (13, 14, 15)] == [sext32(0x8000_0000 >> k), sext32(0xFFFF_FFFF >> k),
+                                                            sext32(0x7FFF_F000 >> k)]
+        assert_same(gen, expected, results[0])
