@@ -27,10 +27,12 @@ from berm_aot.errors import DecodeError
 from berm_aot.image import ElfImage, Section, Symbol
 from berm_aot.isa import BRANCHES, NO_FALL_THROUGH, Instruction
 
-#: Relocation types whose ``S + A`` names a legal indirect target by itself (ABI.md §6; an unrelaxed ``call`` is an
-#: ``auipc``/``jalr`` pair carrying ``R_RISCV_CALL``/``R_RISCV_CALL_PLT``).
-TARGET_RELOCATIONS = frozenset({"R_RISCV_64", "R_RISCV_32", "R_RISCV_PCREL_HI20", "R_RISCV_CALL",
-                                "R_RISCV_CALL_PLT"})
+#: Relocation types of a ``call``/``tail``: unrelaxed, an ``auipc``/``jalr`` pair (an indirect call or tail call),
+#: so its ``S + A`` is a legal indirect target; relaxed or not, a function entry, so also a function start.
+CALL_RELOCATIONS = frozenset({"R_RISCV_CALL", "R_RISCV_CALL_PLT"})
+
+#: Relocation types whose ``S + A`` names a legal indirect target by itself (ABI.md §6).
+TARGET_RELOCATIONS = frozenset({"R_RISCV_64", "R_RISCV_32", "R_RISCV_PCREL_HI20"}) | CALL_RELOCATIONS
 
 _BINDING_RANK = {"global": 0, "weak": 1, "local": 2}
 
@@ -109,6 +111,13 @@ def _legal_targets(image: ElfImage) -> set[int]:
             or (r.type_name == "R_RISCV_ADD32" and (r.section, r.offset) in sub32)}
 
 
+def _call_targets(image: ElfImage) -> set[int]:
+    """``S + A`` of every ``call``/``tail`` relocation: a function entry even without a ``FUNC`` symbol there (an
+    assembler-local ``.L`` label, as zig's compiler-rt names internal functions), which an unrelaxed call reaches
+    by ``jalr`` — and only a function start is a legal indirect call. Not yet filtered to executable sections."""
+    return {r.target for r in image.relocations if r.type_name in CALL_RELOCATIONS}
+
+
 def _symbol_rank(sym: Symbol) -> tuple:
     """Sort key of the symbols naming one address: global over weak over local, FUNC over other kinds."""
     return (_BINDING_RANK.get(sym.binding, 3), sym.kind != "func", sym.name)
@@ -155,6 +164,7 @@ class Program:
         starts = {s.value for s in image.symbols
                   if s.kind == "func" and s.section in codemap.names and _is_label(s) and in_code(s.value)}
         starts |= {s.section.addr for s in codemap.sections}
+        starts |= _call_targets(image) & targets
         code = codemap.descend(starts | targets)
         starts = _close_starts(starts, code, codemap)
         program = cls(image, codemap, _functions(image, codemap, starts), targets, code)

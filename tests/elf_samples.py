@@ -3,6 +3,8 @@
 ``harness_elf`` builds a harness with a chosen ``.berm.abi`` manifest and exported tools; ``DISPATCH_SOURCE``
 exercises the two relocation kinds the host's CFI relies on: a switch compiled to a jump table (``R_RISCV_64``
 words in ``.rodata``) and a function address taken in code (``R_RISCV_PCREL_HI20`` on an ``auipc``).
+``LABEL_CALLS_SOURCE`` calls and tail-calls a function that has no symbol through unrelaxed ``auipc``/``jalr``
+pairs (``R_RISCV_CALL_PLT``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,50 @@ Pair berm_tool_dispatch(void) {
 }
 void _start(void) { berm_tool_dispatch(); }
 """
+
+
+#: ``caller`` calls, and ``tailer`` tail-calls, ``.Lhelper`` (a0 + 22): an assembler-local label, so no symbol
+#: makes it a function; it follows ``other`` in another section, so a relocation names it (with relaxation off the
+#: assembler resolves a call inside one section itself). ``.option norelax`` (as ``-mno-relax``) keeps each call an
+#: ``auipc``/``jalr`` pair: the linker relaxes only calls marked ``R_RISCV_RELAX``.
+LABEL_CALLS_SOURCE = r"""
+    .option norelax
+    .text
+    .globl _start
+    .type _start, @function
+_start:
+    ret
+
+    .section .text.caller, "ax", @progbits
+    .globl caller, tailer
+    .type caller, @function
+caller:
+    addi sp, sp, -16
+    sd ra, 8(sp)
+    li a0, 20
+    call .Lhelper
+    ld ra, 8(sp)
+    addi sp, sp, 16
+    ret
+    .type tailer, @function
+tailer:
+    li a0, 30
+    tail .Lhelper
+
+    .section .text.other, "ax", @progbits
+    .globl other
+    .type other, @function
+other:
+    li a0, 1
+    ret
+.Lhelper:
+    addi a0, a0, 22
+    ret
+"""
+
+
+def label_calls_elf() -> bytes:
+    return guest_elf(LABEL_CALLS_SOURCE, suffix=".S", keep=("caller", "tailer"))
 
 
 def manifest_json(tools: list[str], **extra) -> str:

@@ -1,14 +1,17 @@
 """Dynamic transfers the static register summaries cannot see, against the interpreter: a ``ret`` whose return
 address was replaced by a legal entry (a tail call through ``ret``), indirect calls and indirect tail calls that
-read registers their caller's caller set and write registers the caller holds. The translated code must end in
-the interpreter's exact registers and memory (see berm_aot/analysis.py: ``ctx->wild``)."""
+read registers their caller's caller set and write registers the caller holds, and unrelaxed calls (``auipc``/
+``jalr``) to a function with no symbol. The translated code must end in the interpreter's exact registers and
+memory (see berm_aot/analysis.py: ``ctx->wild``)."""
 
 from __future__ import annotations
 
+from berm_aot.elf import read_elf
 from berm_aot.program import Program
 from berm_host.backend import RunRequest
 from berm_host.interp import InterpBackend
 from tests import progen
+from tests.elf_samples import label_calls_elf
 from tests.progen import Function
 from tests.rvenc import Op, la, li
 from tests.test_aot_diff import assert_same, run_both
@@ -56,3 +59,15 @@ def test_dynamic_transfers_match_the_interpreter():
     for _, want, results in run_both([gen], repeat=2):
         for got in results:
             assert_same(gen, want, got)
+
+
+def test_unrelaxed_call_and_tail_call_to_a_label_without_a_symbol():
+    """``caller`` calls, and ``tailer`` tail-calls, an assembler-local label through an ``auipc``/``jalr`` pair:
+    legal (its relocation makes the label a function start), so both reach it and return its answer."""
+    image = read_elf(label_calls_elf())
+    program = Program.from_image(image)
+    answers = {"caller": 20 + 22, "tailer": 30 + 22}
+    gens = [progen.GenProgram(image, program.symbol(name), name) for name in answers]
+    for gen, expected, results in run_both(gens):
+        assert expected.trap is None and expected.a0 == answers[gen.listing], expected.trap
+        assert_same(gen, expected, results[0])

@@ -8,7 +8,7 @@ from berm_aot.elf import read_elf
 from berm_aot.errors import DecodeError
 from berm_aot.image import ElfImage, Relocation, Section, Segment, Symbol
 from berm_aot.program import Function, Program
-from tests.elf_samples import DISPATCH_SOURCE
+from tests.elf_samples import DISPATCH_SOURCE, label_calls_elf
 from tests.guests import guest_elf
 from tests.rvenc import Label, Op, assemble, la
 
@@ -160,6 +160,8 @@ def test_legal_indirect_targets_from_relocations():
     img, at = image(items, symbols=[sym("f", TEXT)], relocations=relocations, data=bytes(40))
     p = Program.from_image(img)
     assert p.indirect_targets == {at[k] for k in ("g", "case1", "case2", "case3", "callee", "callee_plt")}
+    # A call's target is a function entry, symbol or not (the rest are not starts: nothing else calls them).
+    assert p.function_starts == {TEXT, at["callee"], at["callee_plt"]}
     # Legal targets are descent roots; case4 and h are reached by nothing.
     assert {at["g"], at["case1"], at["case2"], at["case3"]} <= set(p.code)
     assert at["case4"] not in p.code and at["h"] not in p.code
@@ -241,3 +243,18 @@ def test_real_guest_code_agrees_with_llvm_objdump(dispatch):
              if line.startswith(" ") and ":" in line and line.split(":")[0].strip()}
     assert set(dispatch.code) <= addrs
     assert len(dispatch.code) > 20
+
+
+def test_unrelaxed_calls_to_a_label_without_a_symbol_reach_a_function_start():
+    p = Program.from_image(read_elf(label_calls_elf()))
+    helper = p.symbol("other") + 4  # .Lhelper, after other's c.li and c.ret
+    assert all(s.kind != "func" for s in p.image.symbols if s.value == helper)
+    for name, how in (("caller", "call"), ("tailer", "tail")):
+        f = p.function_at(p.symbol(name))
+        (call,) = [r for r in p.image.relocations if r.type_name in ("R_RISCV_CALL", "R_RISCV_CALL_PLT")
+                   and f.start <= r.offset < f.end]
+        assert call.target == helper
+        auipc, jalr = p.code[call.offset], p.code[call.offset + 4]
+        assert auipc.op == "auipc" and jalr.op == "jalr"  # an unrelaxed pair, not a jal
+        assert p.check_indirect(jalr.addr, helper, is_call=jalr.rd != 0) == how
+    assert helper in p.function_starts and p.function_at(helper) == Function(f"fn_{helper:x}", helper, helper + 4)
