@@ -242,14 +242,16 @@ class FunctionEmitter:
 
     def _self_call(self, insn: Instruction) -> None:
         """A direct call of this function by itself: the new frame runs in this C frame (no C call, no register
-        traffic through ctx->regs): the expected return address of the interrupted frame is kept at
-        ctx->shadow[depth], and the return (``do_ret``) resumes after the call."""
+        traffic through ctx->regs), and the return (``do_ret``) resumes after the call. The expected return
+        address of the interrupted frame is kept at ctx->shadow[depth] — unless this is the function's only
+        self-call site: then every nested frame expects its link, and depth alone tells the frames apart."""
         out, start = self.out, lit(self.f.start)
         out.append("        /* a call of this function by itself: the new frame runs in this C frame */")
         out.append(f"        BERM_PUSH({lit(insn.addr)});")
         out.append(f"        {dst(insn.rd)} = {lit(insn.next_pc)};")
         out.append(f"        BERM_POLL({start});")
-        out.append(f"        ctx->shadow[depth] = exp_; exp_ = {lit(insn.next_pc)}; depth++;")
+        keep = "" if len(self.self_calls) == 1 else "ctx->shadow[depth] = exp_; "
+        out.append(f"        {keep}exp_ = {lit(insn.next_pc)}; depth++;")
         out.append(f"        goto L_{self.f.start:x};")
         out.append("    }")
 
@@ -259,11 +261,13 @@ class FunctionEmitter:
         f = self.f
         lines = ["do_ret: __attribute__((unused)); /* the current frame returns to exp_ (in jt_) */",
                  "    if (depth == depth0_) goto exit_ret;",
-                 "    depth--; exp_ = ctx->shadow[depth];"]
+                 "    depth--;"]
         links = self.self_calls
-        if len(links) == 1:  # a nested frame's exp_ is always this link: no compare (fib: ~10%)
+        if len(links) == 1:  # every nested frame expects this link: no shadow, no compare (fib: ~10% each)
+            lines.append(f"    exp_ = depth == depth0_ ? ret : {lit(links[0])};")
             lines.append(f"    {self._leave_to(links[0])}")
         else:
+            lines.append("    exp_ = ctx->shadow[depth];")
             lines.append("    switch (jt_) {")
             lines += [f"    case {lit(link)}: {self._leave_to(link)}" for link in links]
             lines += ["    default: break;", "    }",
