@@ -263,7 +263,7 @@ class FunctionEmitter:
                  "    if (depth == depth0_) goto exit_ret;",
                  "    depth--;"]
         links = self.self_calls
-        if len(links) == 1:  # every nested frame expects this link: no shadow, no compare (fib: ~10% each)
+        if len(links) == 1:  # every nested frame expects this link: no shadow, no compare (fib: 7% fewer instructions)
             lines.append(f"    exp_ = depth == depth0_ ? ret : {lit(links[0])};")
             lines.append(f"    {self._leave_to(links[0])}")
         else:
