@@ -1,9 +1,11 @@
-"""``berm-compile ELF... [--memory SIZE] [--jobs N] [--cache-dir D]``: translate and compile images into the code
-cache ahead of time (what a package manager runs at install), so a daemon only loads them. Prints, per image, its
-digest, the ELF size, the object size and the time taken ("cached" when it was already there).
+"""``berm-compile [ELF...] [--declarations FILE] [--memory SIZE] [--jobs N] [--cache-dir D]``: translate and compile
+images into the code cache ahead of time (what a package manager runs at install), so a daemon only loads them.
+Prints, per image, its digest, the ELF size, the object size and the time taken ("cached" when it was already there).
 
 Translated code is specialised to the guest memory size it runs with (its bounds checks compare against constants):
-compile with the ``memory`` a harness's declaration gives it, 64M when it gives none."""
+compile with the ``memory`` a harness's declaration gives it, 64M when it gives none. ``--declarations`` does that
+by itself: it compiles every harness an agent's TOML declares, from the harnesses directory, each for its own
+declared memory (``--memory`` where it declares none), and refuses an image whose digest is not the pinned one."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from berm_abi.errors import BermError
@@ -18,13 +23,17 @@ from berm_aot.cache import CodeCache
 from berm_aot.elf import read_elf
 from berm_aot.program import Program
 from berm_host.aot.objects import cached_object
-from berm_host.declaration import DeclarationError, parse_memory
+from berm_host.declaration import DeclarationError, load_declarations, parse_memory
 from berm_host.layout import DEFAULT_MEMORY, layout_for
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="berm-compile", description=__doc__.split("\n\n")[0])
-    p.add_argument("elf", nargs="+", type=Path, help="harness images to compile")
+    p.add_argument("elf", nargs="*", type=Path, help="harness images to compile")
+    p.add_argument("--declarations", metavar="FILE", type=Path, default=None,
+                   help="also compile every harness this TOML declares ([[harnesses]]), each for its memory")
+    p.add_argument("--harnesses-dir", metavar="DIR", default=None,
+                   help="where declared images live (default: $BERM_HARNESSES_DIR or the user config directory)")
     p.add_argument("--memory", metavar="SIZE", default=str(DEFAULT_MEMORY),
                    help="the guest memory the images will run with: 65536, 64K, 64M, 1G (default 64M)")
     p.add_argument("--jobs", "-j", type=int, default=min(2, os.cpu_count() or 1),
@@ -34,42 +43,68 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def compile_one(path: Path, cache: CodeCache, jobs: int, memory: int) -> str:
-    """Compile ``path`` for ``memory`` bytes of guest memory into ``cache``; the report line."""
-    start = time.perf_counter()
+@dataclass(frozen=True)
+class Job:
+    """One image to compile: what the report calls it, how to read its bytes, and the memory it will run with."""
+
+    label: str
+    read: Callable[[], bytes]
+    memory: int
+
+
+def _read(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise BermError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def jobs_for(elves: list[Path], declarations: Path | None, harnesses: str | None, memory: int) -> list[Job]:
+    """The images named on the command line (for ``memory``), then every declared harness (for its own memory,
+    else ``memory``, as the daemon runs it; its pinned digest checked when it is read)."""
+    jobs = [Job(path.name, partial(_read, path), memory) for path in elves]
+    if declarations is not None:
+        jobs += [Job(decl.name, partial(decl.load_image, harnesses), decl.memory or memory)
+                 for decl in load_declarations(declarations)]
+    return jobs
+
+
+def compile_one(job: Job, cache: CodeCache, jobs: int) -> str:
+    """Compile ``job``'s image for its memory into ``cache``; the report line."""
+    start = time.perf_counter()
+    data = job.read()
     image = read_elf(data)
-    windows = layout_for(image, memory).windows()
+    windows = layout_for(image, job.memory).windows()
     so, built = cached_object(image, windows, cache, lambda: Program.from_image(image), jobs=jobs)
     took = time.perf_counter() - start
     status = f"compiled in {took:.2f} s" if built else "cached"
-    return (f"{image.sha256[:16]}  {path.name}: elf {len(data):,} B, object {so.stat().st_size:,} B, "
-            f"{status}")
+    return (f"{image.sha256[:16]}  {job.label}: elf {len(data):,} B, memory {job.memory >> 10:,} KiB, "
+            f"object {so.stat().st_size:,} B, {status}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.elf and args.declarations is None:
+        parser.error("name at least one ELF or --declarations")
     if args.jobs < 1:
         print("berm-compile: --jobs must be at least 1", file=sys.stderr)
         return 2
     try:
-        memory = parse_memory(args.memory, "--memory")
+        todo = jobs_for(args.elf, args.declarations, args.harnesses_dir, parse_memory(args.memory, "--memory"))
     except DeclarationError as exc:
         print(f"berm-compile: {exc}", file=sys.stderr)
         return 2
     cache = CodeCache(args.cache_dir)
     tty = sys.stdout.isatty()
     status = 0
-    for i, path in enumerate(args.elf, 1):
+    for i, job in enumerate(todo, 1):
         if tty:
-            print(f"[{i}/{len(args.elf)}] compiling {path.name}…", end="\r", flush=True)
+            print(f"[{i}/{len(todo)}] compiling {job.label}…", end="\r", flush=True)
         try:
-            line = compile_one(path, cache, args.jobs, memory)
+            line = compile_one(job, cache, args.jobs)
         except BermError as exc:
-            line, status = f"{path.name}: {exc}", 2
+            line, status = f"{job.label}: {exc}", 2
             print(("\x1b[2K" if tty else "") + line, file=sys.stderr)
             continue
         print(("\x1b[2K" if tty else "") + line, flush=True)

@@ -49,3 +49,49 @@ def test_bad_memory_size(tmp_path, capsys):
     elf.write_bytes(guest_elf(SOURCE, keep=("inc",)))
     assert main([str(elf), "--cache-dir", str(tmp_path), "--memory", "3M"]) == 2
     assert "power of two" in capsys.readouterr().err
+
+
+def _declared(tmp_path, pins: dict[str, str]) -> tuple:
+    """Two harness images in a harnesses directory and a declarations file: ``small`` with 16M of memory, ``plain``
+    with none (so the default), each pinned to the digest ``pins`` gives (else its own)."""
+    import hashlib
+
+    harnesses = tmp_path / "harnesses"
+    harnesses.mkdir()
+    table = []
+    for k, (name, extra) in enumerate((("small", 'memory = "16M"\n'), ("plain", ""))):
+        data = guest_elf(SOURCE.replace("x + 1", f"x + {k + 2}"), keep=("inc",))
+        (harnesses / f"{name}.elf").write_bytes(data)
+        pin = pins.get(name, hashlib.sha256(data).hexdigest())
+        table.append(f'[[harnesses]]\nname = "{name}"\nsha256 = "{pin}"\n{extra}')
+    toml = tmp_path / "agent.toml"
+    toml.write_text("\n".join(table))
+    return harnesses, toml
+
+
+def test_declarations_compile_every_harness_for_its_own_memory(tmp_path, capsys):
+    harnesses, toml = _declared(tmp_path, {})
+    cache = tmp_path / "cache"
+    assert main(["--declarations", str(toml), "--harnesses-dir", str(harnesses), "--cache-dir", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert "small: " in out and "memory 16,384 KiB" in out and "plain: " in out and "memory 65,536 KiB" in out
+    # what the daemon loads for each (its declared memory, else the default) is already compiled
+    assert Engine(cache_dir=cache, memory_size=16 << 20).load(harnesses / "small.elf").backend.compiled is False
+    assert Engine(cache_dir=cache).load(harnesses / "plain.elf").backend.compiled is False
+    assert Engine(cache_dir=cache).load(harnesses / "small.elf").backend.compiled is True
+
+
+def test_declarations_refuse_an_image_that_is_not_the_pinned_one(tmp_path, capsys):
+    harnesses, toml = _declared(tmp_path, {"small": "0" * 64})
+    (harnesses / "plain.elf").unlink()
+    assert main(["--declarations", str(toml), "--harnesses-dir", str(harnesses), "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "small: " in err and "refusing" in err and "plain: " in err and "no image at" in err
+
+
+def test_nothing_to_compile_is_a_usage_error(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2 and "--declarations" in capsys.readouterr().err
