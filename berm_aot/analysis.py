@@ -87,6 +87,33 @@ class Analysis:
     functions: list[FunctionInfo]
     entries: list[int]  # legal indirect targets that are function starts: reachable by indirect calls
     by_start: dict[int, FunctionInfo]
+    #: jump tables (and other tables of code addresses), for telling which one a ``jr`` reads
+    #: (berm_aot.emit.sites): start → (entry width, entries)
+    jump_tables: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+
+
+_SLOT_WIDTHS = {"R_RISCV_64": 8, "R_RISCV_32": 4}
+#: Relocations by which code takes an address (``lla``/``la``: ``auipc`` + ``addi``, or ``lui`` + ``addi``).
+_ADDRESS_TAKEN = frozenset({"R_RISCV_PCREL_HI20", "R_RISCV_HI20"})
+
+
+def jump_tables(program: Program) -> dict[int, tuple[int, tuple[int, ...]]]:
+    """Every address code takes that starts a run of absolute relocation slots (8 or 4 bytes, as LLVM writes jump
+    tables), with the code addresses of that run; a run ends at a gap, a slot of the other width, or the next
+    address code takes (compilers place one function's tables side by side)."""
+    slots = {r.offset: (r.target, _SLOT_WIDTHS[r.type_name]) for r in program.image.relocations
+             if r.type_name in _SLOT_WIDTHS}
+    taken = {r.target for r in program.image.relocations if r.type_name in _ADDRESS_TAKEN}
+    tables = {}
+    for start in taken & slots.keys():
+        width = slots[start][1]
+        entries, addr = [], start
+        while (slot := slots.get(addr)) is not None and slot[1] == width and (addr == start or addr not in taken):
+            entries.append(slot[0])
+            addr += width
+        if all(program.in_code(e) for e in entries):
+            tables[start] = (width, tuple(entries))
+    return tables
 
 
 def analyse(program: Program) -> Analysis:
@@ -112,7 +139,7 @@ def analyse(program: Program) -> Analysis:
         i = j
     _close_writes(infos)
     entries = sorted(t for t in program.indirect_targets if t in starts)
-    return Analysis(program, infos, entries, {f.start: f for f in infos})
+    return Analysis(program, infos, entries, {f.start: f for f in infos}, jump_tables(program))
 
 
 def _scan(info: FunctionInfo, program: Program, starts: frozenset[int]) -> None:

@@ -44,18 +44,21 @@ void _start(void) { berm_tool_dispatch(); }
 """
 
 
-#: ``caller`` calls, and ``tailer`` tail-calls, ``.Lhelper`` (a0 + 22): an assembler-local label, so no symbol
-#: makes it a function; it follows ``other`` in another section, so a relocation names it (with relaxation off the
-#: assembler resolves a call inside one section itself). ``.option norelax`` (as ``-mno-relax``) keeps each call an
-#: ``auipc``/``jalr`` pair: the linker relaxes only calls marked ``R_RISCV_RELAX``.
-LABEL_CALLS_SOURCE = r"""
+#: The start of an assembly guest: nothing relaxed (each instruction stays as written) and an empty ``_start``.
+ASM_PRELUDE = r"""
     .option norelax
     .text
     .globl _start
     .type _start, @function
 _start:
     ret
+"""
 
+#: ``caller`` calls, and ``tailer`` tail-calls, ``.Lhelper`` (a0 + 22): an assembler-local label, so no symbol
+#: makes it a function; it follows ``other`` in another section, so a relocation names it (with relaxation off the
+#: assembler resolves a call inside one section itself). ``.option norelax`` (as ``-mno-relax``) keeps each call an
+#: ``auipc``/``jalr`` pair: the linker relaxes only calls marked ``R_RISCV_RELAX``.
+LABEL_CALLS_SOURCE = ASM_PRELUDE + r"""
     .section .text.caller, "ax", @progbits
     .globl caller, tailer
     .type caller, @function

@@ -95,7 +95,12 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
         if filled >= share and k + 1 < n:
             yield _unit(analysis, prefix, header, body, k)
             body, k, filled = [], k + 1, 0
-        body += FunctionEmitter(analysis, info, prefix).emit()
+        emitter = FunctionEmitter(analysis, info, prefix)
+        code = emitter.emit()
+        if emitter.needs_resume:  # defined before the function that leaves for it
+            body += FunctionEmitter(analysis, info, prefix, resume=True).emit()
+            body.append("")
+        body += code
         body.append("")
         filled += len(info.insns)
     yield _unit(analysis, prefix, header, body, k)  # units past it would hold no function: none is emitted

@@ -9,6 +9,8 @@ segments never change, since stores to them trap).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from berm_aot.image import ElfImage
 from berm_aot.isa import Instruction
 
@@ -45,7 +47,8 @@ class Constants:
         if op in ("ecall",):
             self._known.pop(10, None)
         elif op in ("jal", "jalr"):
-            self._known.clear()  # a call: the callee may change anything
+            if rd:
+                self._known.clear()  # a call: the callee may change anything (a jump changes no register)
         elif rd:
             if value is None:
                 self._known.pop(rd, None)
@@ -92,7 +95,13 @@ class Constants:
 def block_entry_constants(image: ElfImage, insns: list[Instruction], start: int,
                           local_targets: list[int]) -> dict[int, dict[int, int]]:
     """The registers known constant at the start of each instruction of one function (``insns`` in address
-    order), by a forward dataflow to a fixpoint."""
+    order), by a forward dataflow to a fixpoint; nothing is known at the start and at each local target."""
+    return constants_from(image, insns, {root: {} for root in (start, *local_targets)})
+
+
+def constants_from(image: ElfImage, insns: list[Instruction], seeds: Mapping[int, dict[int, int]]
+                   ) -> dict[int, dict[int, int]]:
+    """The same, from the instructions ``seeds`` names, each entered with the constants it maps them to."""
     consts = Constants(image)
 
     def transfer(insn: Instruction, state: dict[int, int]) -> dict[int, int]:
@@ -100,7 +109,9 @@ def block_entry_constants(image: ElfImage, insns: list[Instruction], start: int,
         consts.step(insn)
         return consts.state()
 
-    def meet(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
-        return {r: v for r, v in a.items() if b.get(r) == v}
+    return forward(insns, seeds, {}, transfer, meet_constants)
 
-    return forward(insns, [start, *local_targets], {}, transfer, meet)
+
+def meet_constants(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
+    """What two paths agree on."""
+    return {r: v for r, v in a.items() if b.get(r) == v}

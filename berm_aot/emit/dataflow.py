@@ -8,7 +8,7 @@ a fixpoint. Calls continue at their link address; indirect jumps end a path (the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Mapping, Sized
 from typing import TypeVar
 
 from berm_aot.isa import BRANCHES
@@ -19,7 +19,7 @@ MASK = (1 << 64) - 1
 S = TypeVar("S", bound=Sized)
 
 
-def _successors(insn: Instruction) -> list[int]:
+def successors(insn: Instruction) -> list[int]:
     """Where control goes after ``insn`` without an indirect jump (a call: its link address)."""
     op = insn.op
     if op in ("ebreak", "illegal", "unsupported"):
@@ -33,9 +33,10 @@ def _successors(insn: Instruction) -> list[int]:
     return [insn.next_pc]
 
 
-def forward(insns: list[Instruction], roots: Iterable[int], empty: S, transfer: Callable[[Instruction, S], S],
-            meet: Callable[[S, S], S]) -> dict[int, S]:
-    """The entry state of every instruction reachable from ``roots`` (each starting at ``empty``)."""
+def forward(insns: list[Instruction], roots: Iterable[int] | Mapping[int, S], empty: S,
+            transfer: Callable[[Instruction, S], S], meet: Callable[[S, S], S]) -> dict[int, S]:
+    """The entry state of every instruction reachable from ``roots`` (each starting at ``empty``, or at the state
+    ``roots`` maps it to)."""
     at = {i.addr: i for i in insns}
     state_in: dict[int, S] = {}
     work: list[int] = []
@@ -50,10 +51,10 @@ def forward(insns: list[Instruction], roots: Iterable[int], empty: S, transfer: 
             work.append(addr)
 
     for root in roots:
-        flow(root, empty)
+        flow(root, roots[root] if isinstance(roots, Mapping) else empty)
     while work:
         insn = at[work.pop()]
         out = transfer(insn, state_in[insn.addr])
-        for nxt in _successors(insn):
+        for nxt in successors(insn):
             flow(nxt, out)
     return state_in

@@ -20,6 +20,7 @@ from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants
 from .groups import access_groups
+from .sites import jump_targets
 from .stackptr import stack_pointers
 from .insn import BRANCH_CONDS, compute, dst, lit, reg
 
@@ -37,8 +38,18 @@ def fn_name(prefix: str, addr: int) -> str:
     return f"{prefix}f_{addr:x}"
 
 
+def resume_name(prefix: str, addr: int) -> str:
+    """The function's resume copy (``FunctionEmitter(resume=True)``)."""
+    return f"{prefix}f_{addr:x}_r"
+
+
 class FunctionEmitter:
-    def __init__(self, analysis: Analysis, info: FunctionInfo, prefix: str):
+    """``emit()`` translates one function. ``resume=True`` translates its resume copy instead: the same code, every
+    indirect jump able to branch to every local target, entered at one of them (``at``) by a jump the function
+    itself does not branch to directly (berm_aot.emit.sites); it finishes the function's C frame (its nested
+    self-call frames included) and returns what the function would have."""
+
+    def __init__(self, analysis: Analysis, info: FunctionInfo, prefix: str, *, resume: bool = False):
         self.a = analysis
         self.f = info
         self.p = prefix
@@ -50,6 +61,11 @@ class FunctionEmitter:
         self.stack_at = stack_pointers(info.insns, info.start, info.local_targets)
         self.out: list[str] = []
         self.has_indirect = False
+        self.resume = resume
+        #: per indirect jump, the local targets it branches to directly (None: all, and no resume copy)
+        self.expect = None if resume else jump_targets(info, analysis.jump_tables, analysis.program.image)
+        self.needs_resume = self.expect is not None
+        self.sites: list[int] = []  # the indirect jumps emitted, in order
         insns = info.insns
         #: instructions emitted after one that does not fall through to them, and fall-through addresses that
         #: are not emitted next: both need a label
@@ -112,8 +128,13 @@ class FunctionEmitter:
         f = self.f
         touched = sorted(f.touched)
         out = self.out
-        out.append(f"/* {f.func.name} [{f.start:#x}, {f.end:#x}) */")
-        out.append(f"BERM_HIDDEN uint64_t {fn_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{")
+        if self.resume:
+            out.append(f"/* {f.func.name} [{f.start:#x}, {f.end:#x}), resumed at a local target `at` */")
+            out.append(f"static uint64_t {resume_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth, "
+                       "uint64_t at, uint64_t exp, uint32_t depth0) {")
+        else:
+            out.append(f"/* {f.func.name} [{f.start:#x}, {f.end:#x}) */")
+            out.append(f"BERM_HIDDEN uint64_t {fn_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{")
         out.append("    BERM_LOCALS;")
         out.append("    uint64_t zz = 0, jt_ = 0, jpc_ = 0, fa_ = 0; uint32_t fd_ = 0; "
                    "(void)zz; (void)jt_; (void)jpc_; (void)fa_; (void)fd_;")
@@ -126,8 +147,18 @@ class FunctionEmitter:
         if self.self_calls:
             out.append("    /* frames of this function's calls to itself run in this C frame: exp_ is the current frame's")
             out.append("       expected return address, depth its depth (depth0_ this C frame's own) */")
-            out.append("    uint64_t exp_ = ret; const uint32_t depth0_ = depth;")
-        out.append(f"    BERM_ENTRY({lit(f.start)});")
+            out.append(f"    uint64_t exp_ = {'exp' if self.resume else 'ret'}; "
+                       f"const uint32_t depth0_ = {'depth0' if self.resume else 'depth'};")
+        if self.resume:
+            if not self.self_calls:
+                out.append("    (void)exp; (void)depth0;")
+            out.append("    BERM_ENTRY(at);")
+            out.append("    switch (at) {")
+            out += [f"    case {lit(t)}: goto L_{t:x};" for t in f.local_targets]
+            out += ["    default: break;", "    }",
+                    "    BERM_TRAP(BERM_TRAP_ILLEGAL, at, at, 0); /* never: only local targets are resumed at */"]
+        else:
+            out.append(f"    BERM_ENTRY({lit(f.start)});")
         if not f.insns or f.insns[0].addr != f.start:
             out.append(f"    BERM_TRAP(BERM_TRAP_ILLEGAL, {lit(f.start)}, {lit(f.start)}, 0);")
         prev_next = f.start
@@ -320,19 +351,40 @@ class FunctionEmitter:
             self.out.append(f"    {go}")
             return
         ret = f"{{ jt_ = t_; goto {self.returns}; }}" if self.self_calls else f"goto {self.returns};"
+        block = "indirect" if self.expect is None else f"ind_{insn.addr:x}"
         self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; if (BERM_LIKELY(t_ == {self.ret})) {ret} "
-                        f"jt_ = t_; jpc_ = {lit(insn.addr)}; goto indirect; }}")
+                        f"jt_ = t_; jpc_ = {lit(insn.addr)}; goto {block}; }}")
         self.has_indirect = True
+        self.sites.append(insn.addr)
 
     def _indirect_block(self) -> list[str]:
-        lines = ["indirect:", "    BERM_POLL(jpc_);"]
-        if self.f.local_targets:
-            lines.append("    switch (jt_) {")
-            lines += [f"    case {lit(t)}: goto L_{t:x};" for t in self.f.local_targets]
-            lines += ["    default: break;", "    }"]
-        lines.append(f"    if ({self.p}entry_fn(jt_)) {{ ctx->next = jt_; ctx->wild++; goto exit_tail; }}")
-        lines.append("    BERM_TRAP(BERM_TRAP_BAD_TARGET, jpc_, jt_, 0);")
+        """Where an indirect jump goes: a local target (a goto), a function entry (a tail transfer), else a trap.
+        With expectations (berm_aot.emit.sites), each jump first tries the local targets it expects; another
+        local target leaves this C frame for the resume copy."""
+        if self.expect is None:
+            return ["indirect:", "    BERM_POLL(jpc_);", *self._local_switch(self.f.local_targets, "goto L_{t:x};"),
+                    *self._not_local()]
+        lines = []
+        for site in self.sites:
+            lines += [f"ind_{site:x}:", "    BERM_POLL(jpc_);", *self._local_switch(self.expect[site], "goto L_{t:x};"),
+                      "    goto indirect;"]
+        exp, depth0 = ("exp_", "depth0_") if self.self_calls else ("ret", "depth")
+        lines += ["indirect: /* not a local target this jump expects */",
+                  *self._local_switch(self.f.local_targets, "goto resume;"), *self._not_local(),
+                  f"resume: /* the rest of this C frame runs in the resume copy, from jt_ */ {self._store(self.f.written)}",
+                  f"    return {resume_name(self.p, self.f.start)}(ctx, ret, depth, jt_, {exp}, {depth0});"]
         return lines
+
+    @staticmethod
+    def _local_switch(targets, go: str) -> list[str]:
+        if not targets:
+            return []
+        return ["    switch (jt_) {", *(f"    case {lit(t)}: {go.format(t=t)}" for t in targets),
+                "    default: break;", "    }"]
+
+    def _not_local(self) -> list[str]:
+        return [f"    if ({self.p}entry_fn(jt_)) {{ ctx->next = jt_; ctx->wild++; goto exit_tail; }}",
+                "    BERM_TRAP(BERM_TRAP_BAD_TARGET, jpc_, jt_, 0);"]
 
     def _ecall(self, insn: Instruction) -> None:
         number = self.consts.get(17)
