@@ -9,6 +9,10 @@ A direct call of the function by itself is no C call: the new frame runs in the 
 the same locals, and the expected return address of the frame it interrupts goes to ``ctx->shadow[depth]``; a
 return pops it and resumes after that call, a tail transfer out of such a frame runs as its continuation
 (``_self_call``, ``_nested_exits``). Recursion then costs no register traffic through ctx->regs.
+
+An indirect jump branches directly only to the local targets berm_aot.emit.sites expects it to reach (its jump
+table's cases); another local target ends this C frame in the function's resume copy (``resume=True``: the same
+code, where every indirect jump may branch to every local target), which finishes the frame exactly.
 """
 
 from __future__ import annotations
