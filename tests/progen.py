@@ -2,14 +2,16 @@
 
 Two layers:
 
-- ``build_image(functions, rodata=…, data=…, table=…)`` lays assembled functions (lists of ``rvenc.Op`` and
-  ``rvenc.Label``) into a text segment at ``TEXT``, a read-only segment at ``RODATA`` (``table`` = function names
-  whose addresses fill its first words, each an ``R_RISCV_64`` relocation, like a vtable) and a writable segment at
-  ``DATA``, with FUNC symbols and PCREL_HI20 relocations for every ``la``. Tests use it for hand-written programs.
+- ``build_image(functions, rodata=…, data=…, table=…, jump_tables=…)`` lays assembled functions (lists of
+  ``rvenc.Op`` and ``rvenc.Label``) into a text segment at ``TEXT``, a read-only segment at ``RODATA`` (``table`` =
+  function names whose addresses fill its first words, each an ``R_RISCV_64`` relocation, like a vtable; then the
+  ``jump_tables`` of case labels, the same way) and a writable segment at ``DATA``, with FUNC symbols and
+  PCREL_HI20 relocations for every ``la``. Tests use it for hand-written programs.
 - ``programs()``: a hypothesis strategy of ``GenProgram`` — random straight-line ALU (every op, M and w-forms),
   loads/stores into the data, read-only and stack regions, aligned AMOs/lr/sc, forward branches, bounded loops,
-  compressed forms, direct and table-driven indirect calls, and (optionally) one access at an edge of the memory
-  layout that may fault. The entry function ends with ``ret`` to 0.
+  compressed forms, direct and table-driven indirect calls, ``switch`` loops through jump tables (with an index run
+  into the next table and a return forged to a case: what the translator runs in a resume copy), and (optionally)
+  one access at an edge of the memory layout that may fault. The entry function ends with ``ret`` to 0.
 
 Register conventions of generated code: ``ra``, ``sp`` behave as the ABI says; ``gp`` points at ``DATA + 2048``
 and ``tp`` at ``RODATA`` (set by the entry function and never written again); function ``fi`` counts its loops in
@@ -58,15 +60,21 @@ class Function:
 
 
 def build_image(functions: list[Function], *, rodata: bytes = b"", data: bytes = b"", table: tuple[str, ...] = (),
-                entry: str | None = None) -> ElfImage:
+                jump_tables: tuple[tuple[str, tuple[str, ...]], ...] = (), entry: str | None = None) -> ElfImage:
     """An ``ElfImage`` holding ``functions`` (laid out in order from ``TEXT``), ``rodata`` at ``RODATA`` after the
-    function-pointer ``table``, and ``data`` at ``DATA`` (both segments are at least one byte)."""
+    function-pointer ``table`` and the ``jump_tables``, and ``data`` at ``DATA`` (both segments are at least one
+    byte). ``jump_tables`` are ``(name, case labels)`` laid side by side, 8 bytes a case, as a compiler lays out one
+    function's ``switch`` tables; ``la`` may name them, which gives the PCREL_HI20 relocation that marks a table."""
+    slots = [*table, *(case for _, cases in jump_tables for case in cases)]
+    starts, at = {}, RODATA + 8 * len(table)
+    for name, cases in jump_tables:
+        starts[name], at = at, at + 8 * len(cases)
     items: list = []
     for f in functions:
         items += [Label(f.name), *f.items]
-    asm = rvenc.assemble(items, TEXT)
+    asm = rvenc.assemble(items, TEXT, extern=starts)
     ends = [asm.labels[f.name] for f in functions[1:]] + [TEXT + len(asm.code)]
-    ro = bytearray(b"".join(asm.labels[name].to_bytes(8, "little") for name in table) + rodata) or bytearray(8)
+    ro = bytearray(b"".join(asm.labels[name].to_bytes(8, "little") for name in slots) + rodata) or bytearray(8)
     rw = bytes(data) or bytes(8)
     segments = (
         Segment(TEXT, len(asm.code), asm.code, readable=True, writable=False, executable=True),
@@ -83,7 +91,7 @@ def build_image(functions: list[Function], *, rodata: bytes = b"", data: bytes =
     symbols += (Symbol("rodata", RODATA, len(ro), "object", "local", ".rodata"),
                 Symbol("data", DATA, len(rw), "object", "local", ".data"))
     relocs = tuple(Relocation(RODATA + 8 * i, R_RISCV_64, "R_RISCV_64", name, asm.labels[name], 0, ".rodata")
-                   for i, name in enumerate(table))
+                   for i, name in enumerate(slots))
     relocs += tuple(Relocation(site, R_RISCV_PCREL_HI20, "R_RISCV_PCREL_HI20", name, asm.labels[name], 0, ".text")
                     for site, name in asm.pcrel_sites)
     # Engines may key caches by the file bytes: make ``raw`` a faithful serialisation of everything above.
@@ -96,10 +104,12 @@ def build_image(functions: list[Function], *, rodata: bytes = b"", data: bytes =
 class GenProgram:
     """A generated program: its image, entry address and a listing (also its repr, for failing examples)."""
 
-    def __init__(self, image: ElfImage, entry: int, listing: str):
+    def __init__(self, image: ElfImage, entry: int, listing: str, features: frozenset[str] = frozenset()):
         self.image = image
         self.entry = entry
         self.listing = listing
+        #: what the generator put in (``switch``, ``overrun``, ``forged return``): tests check their batches have it
+        self.features = features
 
     def __repr__(self) -> str:
         return f"GenProgram(\n{self.listing}\n)"
@@ -263,9 +273,29 @@ def call(draw, callees: tuple[int, ...]) -> list[Op]:
     return [load, Op("c.jalr", rs1=ptr) if how == "c.jalr" else Op("jalr", rd=RA, rs1=ptr)]
 
 
+class _Switches:
+    """One generated function's ``switch`` constructs: how often a block is one (``weight``, 0: never), their jump
+    tables in program order (laid side by side in rodata, so an index can run from one into the next) and the
+    features they used."""
+
+    #: constructs per function, so that every function's tables fit in the read-only page with the random bytes
+    MAX = 2
+
+    def __init__(self, weight: int):
+        self.weight = weight
+        self.count = 0
+        self.tables: list[tuple[str, tuple[str, ...]]] = []
+        self.features: set[str] = set()
+
+    def choices(self) -> list[str]:
+        return ["switch"] * self.weight if self.count < self.MAX else []
+
+
 @st.composite
-def block(draw, labels: _Labels, callees: tuple[int, ...], counter: int, in_loop: bool) -> list:
+def block(draw, labels: _Labels, callees: tuple[int, ...], counter: int, in_loop: bool,
+          switches: _Switches | None = None) -> list:
     choices = ["simple"] * 6 + ["branch"] * 2 + (["call"] if callees else []) + ([] if in_loop else ["loop"])
+    choices += switches.choices() if switches else []
     kind = draw(st.sampled_from(choices))
     if kind == "simple":
         return draw(simple_op())
@@ -273,10 +303,75 @@ def block(draw, labels: _Labels, callees: tuple[int, ...], counter: int, in_loop
         return draw(forward_branch(labels))
     if kind == "call":
         return draw(call(callees))
+    if kind == "switch":
+        return draw(switch(labels, counter, switches, in_loop))
     head = labels("loop")
-    body = [x for _ in range(draw(st.integers(1, 5))) for x in draw(block(labels, callees, counter, True))]
+    body = [x for _ in range(draw(st.integers(1, 5))) for x in draw(block(labels, callees, counter, True, switches))]
     return [*li(counter, draw(st.integers(1, 4))), Label(head), *body, Op("addi", rd=counter, rs1=counter, imm=-1),
             Op("bne", rs1=counter, rs2=0, target=head)]
+
+
+def _work(avoid: frozenset[int]) -> st.SearchStrategy[list[Op]]:
+    """A few ALU instructions that leave the registers in ``avoid`` alone."""
+    op = alu_op().filter(lambda ops: all(o.rd not in avoid for o in ops)) if avoid else alu_op()
+    return st.lists(op, max_size=3).map(lambda ops: [o for x in ops for o in x])
+
+
+@st.composite
+def switch(draw, labels: _Labels, counter: int, switches: _Switches, in_loop: bool) -> list:
+    """One or two ``switch`` statements on a loop, compiled as a compiler does (``lla``; ``andi``/``slli``/``add``/
+    ``ld``/``jr``; 8-byte tables of case labels in rodata; cases jumping to a join), so that the translator's per-site
+    expectations (berm_aot.emit.sites) apply and the function gets a resume copy. Two transfers go where no site
+    expects, into the resume copy: the first switch's index mask may run past its table into the second's
+    (``overrun``), and the loop may set ``ra`` to a case before a ``ret`` (``forged return``).
+
+    Why it terminates: inside a loop of ``block`` (``in_loop``), control only moves forward to that loop's end. At
+    top level the construct is its own loop on the function's counter, the base addresses maybe hoisted out of it
+    (the cases then leave them alone); the forged return runs only right after the counter's decrement, when it
+    equals ``j >= 1``, and lands before the next decrement, so the counter still falls at every turn."""
+    tables = []
+    for _ in range(draw(st.integers(1, 2))):
+        cases = [labels("case") for _ in range(draw(st.integers(1, 4)))]
+        size = 1 << (len(cases) - 1).bit_length()  # a power of two: an index masked with size - 1 stays inside
+        extra = draw(st.lists(st.sampled_from(cases), min_size=size - len(cases), max_size=size - len(cases)))
+        tables.append((labels("table"), tuple(draw(st.permutations(cases + extra))), cases))
+    switches.count += 1
+    switches.tables += [(name, entries) for name, entries, _ in tables]
+    switches.features.add("switch")
+    hoisted = () if in_loop or not draw(st.booleans()) else tuple(draw(st.permutations(FREE))[:len(tables)])
+    spare = [r for r in FREE if r not in hoisted]  # for the index, the target and the cases' work
+    code = []
+    for k, (name, entries, cases) in enumerate(tables):
+        mask = len(entries) - 1
+        if k + 1 < len(tables) and draw(st.booleans()):
+            mask = draw(st.integers(len(entries), len(entries) + len(tables[k + 1][1]) - 1))
+            switches.features.add("overrun")
+        base = hoisted[k] if hoisted else draw(st.sampled_from(FREE))
+        index, target = (draw(st.sampled_from([r for r in spare if r != base])) for _ in range(2))
+        code += [] if hoisted else la(base, name)
+        a, b = draw(st.permutations((index, base)))
+        code += [Op("andi", rd=index, rs1=draw(st.sampled_from((counter, *FREE))), imm=mask),
+                 Op("slli", rd=index, rs1=index, imm=3), Op("add", rd=index, rs1=a, rs2=b),
+                 Op("ld", rd=target, rs1=index),
+                 Op("c.jr", rs1=target) if draw(st.booleans()) else Op("jalr", rs1=target)]
+        join = labels("join")
+        for c, case in enumerate(cases):
+            code += [Label(case), *draw(_work(frozenset(hoisted)))]
+            if c + 1 < len(cases) or draw(st.booleans()):
+                code.append(Op(draw(st.sampled_from(["jal", "c.j"])), target=join))
+        code.append(Label(join))
+    if in_loop:
+        return code
+    head, turns = labels("loop"), draw(st.integers(2, 4))
+    code = [*(op for k, base in enumerate(hoisted) for op in la(base, tables[k][0])), *li(counter, turns),
+            Label(head), *code, Op("addi", rd=counter, rs1=counter, imm=-1)]
+    if draw(st.booleans()):
+        bound, skip = draw(st.sampled_from(spare)), labels("skip")
+        case = draw(st.sampled_from([c for _, _, cases in tables for c in cases]))
+        code += [*li(bound, draw(st.integers(1, turns - 1))), Op("bne", rs1=counter, rs2=bound, target=skip),
+                 *la(RA, case), Op("c.jr", rs1=RA) if draw(st.booleans()) else Op("jalr", rs1=RA), Label(skip)]
+        switches.features.add("forged return")
+    return code + [Op("bne", rs1=counter, rs2=0, target=head)]
 
 
 _EDGES = {
@@ -320,27 +415,36 @@ def _epilogue(compressed: bool) -> list[Op]:
 
 
 @st.composite
-def programs(draw, *, faults: bool = True, max_blocks: int = 12) -> GenProgram:
-    """A random program: ``f0`` (the entry) and helpers ``f1…fN``; ``fi`` calls only ``fj`` with ``j > i``."""
+def programs(draw, *, faults: bool = True, max_blocks: int = 12, switches: int = 1) -> GenProgram:
+    """A random program: ``f0`` (the entry) and helpers ``f1…fN``; ``fi`` calls only ``fj`` with ``j > i``.
+    ``switches``: the weight of a ``switch`` construct among a block's other kinds (about 10; 0: none, and then the
+    programs are those drawn before switches existed)."""
     labels = _Labels()
     n_funcs = draw(st.integers(1, MAX_FUNCTIONS))
     functions = []
+    jump_tables: list[tuple[str, tuple[str, ...]]] = []
+    features: set[str] = set()
     for i in range(n_funcs):
         callees = tuple(range(i + 1, n_funcs)) if i else tuple(range(1, n_funcs))
+        own = _Switches(switches)
         body = []
         if i == 0:
             body += li(GP, DATA + GP_BIAS) + li(TP, RODATA)
             for r in draw(st.lists(st.sampled_from(FREE), unique=True, max_size=len(FREE))):
                 body += li(r, draw(VALUES))
         for _ in range(draw(st.integers(1, max_blocks))):
-            body += draw(block(labels, callees, COUNTERS[i], False))
+            body += draw(block(labels, callees, COUNTERS[i], False, own))
         if i == 0 and faults and draw(st.integers(0, 3)) == 0:
             body += draw(edge_probe())
         functions.append(Function(f"f{i}", _prologue() + body + _epilogue(draw(st.booleans()))))
+        jump_tables += own.tables
+        features |= own.features
     table = tuple(f"f{k}" for k in range(1, n_funcs))
     fill = random.Random(draw(st.integers(0, 1 << 32)))  # page contents: a seed, not 5 KiB of hypothesis data
-    rodata = fill.randbytes(RODATA_SIZE - 8 * len(table))
+    slots = len(table) + sum(len(entries) for _, entries in jump_tables)
+    rodata = fill.randbytes(RODATA_SIZE - 8 * slots)
     data = fill.randbytes(DATA_SIZE)
-    image = build_image(functions, rodata=rodata, data=data, table=table)
+    image = build_image(functions, rodata=rodata, data=data, table=table, jump_tables=tuple(jump_tables))
     listing = "\n".join(f"{f.name}:\n" + "\n".join(f"    {x}" for x in f.items) for f in functions)
-    return GenProgram(image=image, entry=image.entry, listing=listing)
+    listing += "".join(f"\n{name}: {' '.join(entries)}" for name, entries in jump_tables)
+    return GenProgram(image=image, entry=image.entry, listing=listing, features=frozenset(features))

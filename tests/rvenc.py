@@ -5,13 +5,14 @@ so that tests built with it check the decoder too.
 ``Op(name, rd=…, rs1=…, rs2=…, imm=…)`` is one instruction: ``name`` is a base mnemonic (``"add"``, ``"amoadd.w"``),
 a compressed one (``"c.add"``) or raw bits (``".half"``/``".word"`` with the bits in ``imm``). Branches and jumps may name a label (``target=``) instead of an offset;
 ``la(rd, label)`` is the ``auipc``/``addi`` pair that materialises an address (recorded as a PCREL_HI20 site).
-``assemble(items, base)`` lays a list of ``Op`` and ``Label`` out at ``base`` and returns the bytes, the label
-addresses and the PCREL_HI20 sites.
+``assemble(items, base, extern)`` lays a list of ``Op`` and ``Label`` out at ``base`` and returns the bytes, the label
+addresses (``extern`` ones included) and the PCREL_HI20 sites.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 MASK64 = (1 << 64) - 1
@@ -283,9 +284,10 @@ class Assembled:
     pcrel_sites: tuple[tuple[int, str], ...]  # (address of an auipc, label it names): PCREL_HI20 relocations
 
 
-def assemble(items: list[Op | Label], base: int) -> Assembled:
-    """Lay ``items`` out from ``base``, resolve label references, encode."""
-    labels: dict[str, int] = {}
+def assemble(items: list[Op | Label], base: int, extern: Mapping[str, int] | None = None) -> Assembled:
+    """Lay ``items`` out from ``base``, resolve label references, encode. ``extern``: addresses of labels defined
+    outside the code (a jump table in read-only data), which ``la`` may name."""
+    labels: dict[str, int] = dict(extern or {})
     pc = base
     for item in items:
         if isinstance(item, Label):

@@ -9,6 +9,7 @@ listing (there is no shrinking across a batch).
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -37,18 +38,21 @@ def collect(strategy, n: int) -> list:
     return out
 
 
-def run_both(gens: list[progen.GenProgram], *, repeat: int = 1):
-    """Yield (gen, interp result, [aot results]) for each program, all translated into one object."""
+def run_both(gens: list[progen.GenProgram], *, repeat: int = 1, deadline: float | None = None):
+    """Yield (gen, interp result, [aot results]) for each program, all translated into one object. ``deadline``:
+    seconds each run may take before it is interrupted (a translation that loops forever then fails, not hangs)."""
     programs = [Program.from_image(g.image) for g in gens]
     with tempfile.TemporaryDirectory(prefix="berm-diff-") as tmp:
         so = Path(tmp) / "batch.so"
         compile_programs([(p, layout_for(p.image, progen.MEMORY_SIZE).windows(), f"p{i}_")
                           for i, p in enumerate(programs)], so)
         for i, (gen, program) in enumerate(zip(gens, programs)):
-            request = RunRequest(entry=gen.entry, snapshot=gen.snapshot)
-            expected = InterpBackend(program, progen.MEMORY_SIZE).run(request)
+            def request() -> RunRequest:
+                return RunRequest(entry=gen.entry, snapshot=gen.snapshot,
+                                  deadline=None if deadline is None else time.monotonic() + deadline)
+            expected = InterpBackend(program, progen.MEMORY_SIZE).run(request())
             aot = AotBackend(program, progen.MEMORY_SIZE, code=(so, f"p{i}_"))
-            yield gen, expected, [aot.run(request) for _ in range(repeat)]
+            yield gen, expected, [aot.run(request()) for _ in range(repeat)]
 
 
 def assert_same(gen, expected, got) -> None:
