@@ -4,8 +4,9 @@ Prints, per image, its digest, the ELF size, the object size and the time taken 
 
 Translated code is specialised to the guest memory size it runs with (its bounds checks compare against constants):
 compile with the ``memory`` a harness's declaration gives it, 64M when it gives none. ``--declarations`` does that
-by itself: it compiles every harness an agent's TOML declares, from the harnesses directory, each for its own
-declared memory (``--memory`` where it declares none), and refuses an image whose digest is not the pinned one."""
+by itself: it compiles every harness an agent's TOML declares, from the harnesses directory, each for the memory
+the daemon gives it (its declared ``memory``, else 64M; ``--memory`` is for the ELFs named), and refuses an image
+whose digest is not the pinned one."""
 
 from __future__ import annotations
 
@@ -60,11 +61,12 @@ def _read(path: Path) -> bytes:
 
 
 def jobs_for(elves: list[Path], declarations: Path | None, harnesses: str | None, memory: int) -> list[Job]:
-    """The images named on the command line (for ``memory``), then every declared harness (for its own memory,
-    else ``memory``, as the daemon runs it; its pinned digest checked when it is read)."""
+    """The images named on the command line (for ``memory``), then every declared harness for the memory the
+    daemon runs it with: its declared ``memory``, else the default (berm_host/queue/harness.py), whatever
+    ``--memory`` says; its pinned digest is checked when it is read."""
     jobs = [Job(path.name, partial(_read, path), memory) for path in elves]
     if declarations is not None:
-        jobs += [Job(decl.name, partial(decl.load_image, harnesses), decl.memory or memory)
+        jobs += [Job(decl.name, partial(decl.load_image, harnesses), decl.memory or DEFAULT_MEMORY)
                  for decl in load_declarations(declarations)]
     return jobs
 
@@ -87,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.elf and args.declarations is None:
         parser.error("name at least one ELF or --declarations")
+    if args.harnesses_dir is not None and args.declarations is None:
+        parser.error("--harnesses-dir only says where declared images live: it needs --declarations")
     if args.jobs < 1:
         print("berm-compile: --jobs must be at least 1", file=sys.stderr)
         return 2

@@ -72,7 +72,9 @@ def _declared(tmp_path, pins: dict[str, str]) -> tuple:
 def test_declarations_compile_every_harness_for_its_own_memory(tmp_path, capsys):
     harnesses, toml = _declared(tmp_path, {})
     cache = tmp_path / "cache"
-    assert main(["--declarations", str(toml), "--harnesses-dir", str(harnesses), "--cache-dir", str(cache)]) == 0
+    # --memory is for the ELFs named: a harness that declares none runs with the daemon's default, 64M
+    assert main(["--declarations", str(toml), "--harnesses-dir", str(harnesses), "--cache-dir", str(cache),
+                 "--memory", "16M"]) == 0
     out = capsys.readouterr().out
     assert "small: " in out and "memory 16,384 KiB" in out and "plain: " in out and "memory 65,536 KiB" in out
     # what the daemon loads for each (its declared memory, else the default) is already compiled

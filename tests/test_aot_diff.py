@@ -25,11 +25,13 @@ from tests import progen
 PROGRAMS = 80
 
 
-def collect(strategy, n: int) -> list:
-    """``n`` examples drawn from ``strategy`` (hypothesis as a generator)."""
+def collect(strategy, n: int, *, derandomize: bool = False) -> list:
+    """``n`` examples drawn from ``strategy`` (hypothesis as a generator); ``derandomize``: the same ones every run
+    (for a test that also asserts what the batch contains)."""
     out = []
 
-    @settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck),
+              derandomize=derandomize)
     @given(strategy)
     def draw(example):
         out.append(example)

@@ -184,3 +184,31 @@ def test_unexpected_local_targets_run_exactly_as_the_interpreter_runs_them():
     # the unusual paths were taken (and went where the interpreter went)
     assert answers["overrun"] != answers["plain"] and answers["forged"] != answers["plain"]
     assert answers["rec_overrun"] == 6 * 2 * 3 - 3 + 7
+
+
+def test_many_jumps_through_one_table_share_one_dispatch_block():
+    """A crafted image: 300 jumps, each through the same 300-entry table, plus one target outside it (so the
+    function gets expectations and a resume copy). One switch over the table serves all 300 jumps; a switch per
+    jump would be 90,000 case lines, a quadratic translation a hostile image could use against the host."""
+    n = 300
+    body = "\n".join(f".Lc{i}:\n    ld t0, 0(s2)\n    c.jr t0" for i in range(n))
+    quads = "\n".join(f"    .quad .Lc{i}" for i in range(n))
+    source = ASM_PRELUDE + f"""
+    .globl h
+    .type h, @function
+h:
+    lla s2, .Ltab
+{body}
+.Lextra:
+    ret
+    .section .rodata
+    .p2align 3
+.Ltab:
+{quads}
+    .quad 0
+    .quad .Lextra
+"""
+    program = Program.from_image(read_elf(guest_elf(source, suffix=".S", keep=("h",))))
+    text = "".join(emit_program(program, windows=layout_for(program.image).windows()))
+    assert "_r(berm_ctx *ctx" in text  # the expectations are in force
+    assert text.count("    case ") < 8 * n  # the table once in the fast copy, all targets in the resume copy

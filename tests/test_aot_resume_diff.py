@@ -36,7 +36,8 @@ def _resumed(gen: progen.GenProgram) -> bool:
 
 
 def test_random_switch_loops_match_the_interpreter():
-    gens = collect(progen.programs(switches=WEIGHT), PROGRAMS)
+    # one fixed batch: drawn afresh each run, about one in 200 fell short of the feature counts asserted below
+    gens = collect(progen.programs(switches=WEIGHT), PROGRAMS, derandomize=True)
     assert len(gens) >= PROGRAMS // 2
     features = Counter(f for g in gens for f in g.features)
     assert min(features[f] for f in ("switch", "overrun", "forged return")) >= len(gens) // 10, features

@@ -100,6 +100,7 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
         if emitter.needs_resume:  # defined before the function that leaves for it
             body += FunctionEmitter(analysis, info, prefix, resume=True).emit()
             body.append("")
+            filled += len(info.insns)  # the copy is as much for the compiler as the function
         body += code
         body.append("")
         filled += len(info.insns)

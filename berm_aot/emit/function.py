@@ -69,7 +69,7 @@ class FunctionEmitter:
         #: per indirect jump, the local targets it branches to directly (None: all, and no resume copy)
         self.expect = None if resume else jump_targets(info, analysis.jump_tables, analysis.program.image)
         self.needs_resume = self.expect is not None
-        self.sites: list[int] = []  # the indirect jumps emitted, in order
+        self.dispatch: dict[int, tuple[tuple[int, ...], str]] = {}  # id(expected set) → (set, its dispatch block)
         insns = info.insns
         #: instructions emitted after one that does not fall through to them, and fall-through addresses that
         #: are not emitted next: both need a label
@@ -342,9 +342,11 @@ class FunctionEmitter:
         self._after_call(insn, set())
 
     def _indirect_jump(self, insn: Instruction) -> None:
-        """``t == ret`` returns; anything else goes to the function's one shared dispatch block (one switch per
-        function, not per jump: a switch at every ``ret`` makes gcc's range propagation quadratic). A target known
-        at translation time (an unrelaxed ``tail``) is checked now."""
+        """``t == ret`` returns; anything else goes to a dispatch block shared by every jump that expects the same
+        local targets (berm_aot.emit.sites; without expectations, the function's one block): one switch per set of
+        targets, not per jump — a switch at every ``ret`` makes gcc's range propagation quadratic, and many jumps
+        through one table would multiply the C. A target known at translation time (an unrelaxed ``tail``) is
+        checked now."""
         target = self.f.static_targets.get(insn.addr)
         if target is not None:
             kind = self.program.check_indirect(insn.addr, target, False)
@@ -355,11 +357,14 @@ class FunctionEmitter:
             self.out.append(f"    {go}")
             return
         ret = f"{{ jt_ = t_; goto {self.returns}; }}" if self.self_calls else f"goto {self.returns};"
-        block = "indirect" if self.expect is None else f"ind_{insn.addr:x}"
+        if self.expect is None:
+            block = "indirect"
+        else:  # every jump sites.dynamic_jumps names has its set, one object per distinct set
+            targets = self.expect[insn.addr]
+            block = self.dispatch.setdefault(id(targets), (targets, f"dispatch{len(self.dispatch)}"))[1]
         self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; if (BERM_LIKELY(t_ == {self.ret})) {ret} "
                         f"jt_ = t_; jpc_ = {lit(insn.addr)}; goto {block}; }}")
         self.has_indirect = True
-        self.sites.append(insn.addr)
 
     def _indirect_block(self) -> list[str]:
         """Where an indirect jump goes: a local target (a goto), a function entry (a tail transfer), else a trap.
@@ -369,8 +374,8 @@ class FunctionEmitter:
             return ["indirect:", "    BERM_POLL(jpc_);", *self._local_switch(self.f.local_targets, "goto L_{t:x};"),
                     *self._not_local()]
         lines = []
-        for site in self.sites:
-            lines += [f"ind_{site:x}:", "    BERM_POLL(jpc_);", *self._local_switch(self.expect[site], "goto L_{t:x};"),
+        for targets, label in self.dispatch.values():
+            lines += [f"{label}:", "    BERM_POLL(jpc_);", *self._local_switch(targets, "goto L_{t:x};"),
                       "    goto indirect;"]
         exp, depth0 = ("exp_", "depth0_") if self.self_calls else ("ret", "depth")
         lines += ["indirect: /* not a local target this jump expects */",

@@ -32,71 +32,123 @@ from berm_aot.image import ElfImage
 from berm_aot.isa import Instruction
 
 from .consts import constants_from, meet_constants
-from .dataflow import successors
+from .dataflow import MASK, successors
 
-MASK = (1 << 64) - 1
 _TABLE_LOADS = {"ld": 8, "lw": 4, "lwu": 4}
 RA = 1
 #: Rounds of refining expectations and constants together (tokenize's two tables settle in two).
 _ROUNDS = 4
+_HUB = -1  # stands for "any local target" in the cycle search: one edge per jump, not one per (jump, target)
+
+
+def dynamic_jumps(info: FunctionInfo) -> list[Instruction]:
+    """The jumps decided here: each ``jalr x0`` whose target is not known at translation time (exactly those that
+    berm_aot.emit.function sends to a dispatch block)."""
+    return [insn for insn in info.insns
+            if insn.op == "jalr" and insn.rd == 0 and insn.addr not in info.static_targets]
+
+
+def _is_return(insn: Instruction) -> bool:
+    return insn.rs1 == RA and insn.imm == 0
 
 
 def jump_targets(info: FunctionInfo, tables: Mapping[int, tuple[int, tuple[int, ...]]], image: ElfImage
                  ) -> dict[int, tuple[int, ...]] | None:
-    """For each indirect jump of ``info`` (a ``jalr x0`` whose target is not known at translation time), the local
-    targets it branches to directly, in address order; None when every one of them may branch to every local
-    target (the function then needs no resume copy). ``tables``: ``Analysis.jump_tables``."""
+    """For each of ``dynamic_jumps(info)``, the local targets it branches to directly, in address order; None when
+    every one of them may branch to every local target (the function then needs no resume copy). ``tables``:
+    ``Analysis.jump_tables``. Linear in the function's size and its tables' (a crafted image must not make the
+    translation quadratic: many jumps over one big table, many targets)."""
     if not info.local_targets:
         return None
     everything = tuple(info.local_targets)
     local = set(everything)
-    sites = [insn for insn in info.insns
-             if insn.op == "jalr" and insn.rd == 0 and insn.addr not in info.static_targets]
-    if not _in_loops(info, {site.addr: everything for site in sites if site.rs1 != RA}, local):
+    sites = dynamic_jumps(info)
+    if not _in_loops(info, [site.addr for site in sites if not _is_return(site)], local):
         return None  # no loop to keep whole, whatever the jumps expect (the common case: skip the work)
+    position = {insn.addr: k for k, insn in enumerate(info.insns)}
+    sets = _TargetSets(tables, local, everything)
     expected: dict[int, tuple[int, ...]] = {}
     seeds: dict[int, dict[int, int]] = {info.start: {}}
     for _ in range(_ROUNDS):
         known = constants_from(image, info.insns, seeds)
-        new = {site.addr: _expected(info, site, tables, known, local, everything) for site in sites}
-        if new == expected:
+        new = {site.addr: _expected(info, position, site, sets, known) for site in sites}
+        if all(new[a] is expected.get(a) for a in new):
             break
         expected = new
-        seeds = {info.start: {}}
-        for site in sites:
-            for target in expected[site.addr] if site.addr in known else ():
-                state = known[site.addr]
-                seeds[target] = meet_constants(seeds[target], state) if target in seeds else dict(state)
-    if all(targets == everything for targets in expected.values()):
+        seeds = _seeds(info, sites, expected, known)
+    if all(targets is everything for targets in expected.values()):
         return None
     return expected
 
 
-def _expected(info: FunctionInfo, site: Instruction, tables: Mapping[int, tuple[int, tuple[int, ...]]],
-              known: Mapping[int, dict[int, int]], local: set[int], everything: tuple[int, ...]) -> tuple[int, ...]:
-    if site.rs1 == RA and site.imm == 0:
-        return ()
-    block = _block_before(info, site)
+class _TargetSets:
+    """The expected-target tuples, one object per distinct set (the return's, every target's, each table's), so
+    that jumps sharing a set are told apart from others by identity: hashing or comparing a table's tuple once per
+    jump would make many jumps over one big table quadratic."""
+
+    def __init__(self, tables: Mapping[int, tuple[int, tuple[int, ...]]], local: set[int],
+                 everything: tuple[int, ...]):
+        self.tables, self.local, self.everything = tables, local, everything
+        self.none: tuple[int, ...] = ()
+        self._of_table: dict[tuple[int, int], tuple[int, ...] | None] = {}
+
+    def table(self, start: int, width: int) -> tuple[int, ...] | None:
+        """The local targets of the ``width``-byte table at ``start``; None when there is none of only local
+        targets there."""
+        key = (start, width)
+        if key not in self._of_table:
+            size, entries = self.tables.get(start, (0, ()))
+            found = None
+            if entries and size == width and self.local.issuperset(entries):
+                found = tuple(sorted(set(entries)))
+                found = self.everything if found == self.everything else found
+            self._of_table[key] = found
+        return self._of_table[key]
+
+
+def _seeds(info: FunctionInfo, sites: list[Instruction], expected: Mapping[int, tuple[int, ...]],
+           known: Mapping[int, dict[int, int]]) -> dict[int, dict[int, int]]:
+    """Each local target's entry constants: what the jumps expected to reach it agree on (the jumps sharing one
+    set of targets are met first, so the work is per set, not per jump and target)."""
+    by_set: dict[int, tuple[tuple[int, ...], dict[int, int]]] = {}  # by the set's identity (see _TargetSets)
+    for site in sites:
+        targets = expected[site.addr]
+        if targets and site.addr in known:
+            state = known[site.addr]
+            if id(targets) in by_set:
+                state = meet_constants(by_set[id(targets)][1], state)
+            by_set[id(targets)] = (targets, dict(state))
+    seeds: dict[int, dict[int, int]] = {info.start: {}}
+    for targets, state in by_set.values():
+        for target in targets:
+            seeds[target] = meet_constants(seeds[target], state) if target in seeds else dict(state)
+    return seeds
+
+
+def _expected(info: FunctionInfo, position: Mapping[int, int], site: Instruction, sets: _TargetSets,
+              known: Mapping[int, dict[int, int]]) -> tuple[int, ...]:
+    if _is_return(site):
+        return sets.none
+    block = _block_before(info, position[site.addr])
     load = _last_write(block, site.rs1)
     if load is None or load.op not in _TABLE_LOADS:
-        return everything
+        return sets.everything
     bases = [(load, load.rs1)]
     index = _last_write(block[:block.index(load)], load.rs1)
     if index is not None and index.op == "add":
         bases = [(index, index.rs1), (index, index.rs2)]
     for at, base in bases:
         value = known.get(at.addr, {}).get(base) if base else None
-        width, entries = tables.get((value + load.imm) & MASK, (0, ())) if value is not None else (0, ())
-        if entries and width == _TABLE_LOADS[load.op] and local.issuperset(entries):
-            return tuple(sorted(set(entries)))
-    return everything
+        found = None if value is None else sets.table((value + load.imm) & MASK, _TABLE_LOADS[load.op])
+        if found is not None:
+            return found
+    return sets.everything
 
 
-def _block_before(info: FunctionInfo, site: Instruction) -> list[Instruction]:
-    """The instructions that run straight into ``site``: back from it while each falls through to the next and no
-    jump lands between them."""
+def _block_before(info: FunctionInfo, k: int) -> list[Instruction]:
+    """The instructions that run straight into ``info.insns[k]``: back from it while each falls through to the next
+    and no jump lands between them."""
     insns = info.insns
-    k = next(i for i, insn in enumerate(insns) if insn.addr == site.addr)
     j = k
     while (j > 0 and insns[j].addr not in info.labels and insns[j - 1].next_pc == insns[j].addr
            and insns[j - 1].falls_through):
@@ -111,24 +163,55 @@ def _last_write(block: list[Instruction], reg: int) -> Instruction | None:
     return None
 
 
-def _in_loops(info: FunctionInfo, jumps: Mapping[int, tuple[int, ...]], local: set[int]) -> bool:
-    """Whether some local target lies on a cycle of the function's control flow, with ``jumps`` (indirect jump →
-    its targets) as edges too. Only there do the other jumps' edges cost anything (a loop entered in the middle,
-    facts merged inside it); a ``switch`` after a loop needs no resume copy, which would double its function's
-    compile."""
+def _in_loops(info: FunctionInfo, jumps: list[int], local: set[int]) -> bool:
+    """Whether some local target lies on a cycle of the function's control flow, where each of ``jumps`` may go to
+    any local target. Only there do the other jumps' edges cost anything (a loop entered in the middle, facts merged
+    inside it); a ``switch`` after a loop needs no resume copy, which would double its function's compile."""
     code = {insn.addr: insn for insn in info.insns}
+    edges = {addr: [n for n in successors(insn) if n in code] for addr, insn in code.items()}
+    for addr in jumps:
+        edges[addr].append(_HUB)
+    edges[_HUB] = sorted(local & code.keys())
+    return any((len(component) > 1 or node in edges[node]) and node in local
+               for component in _components(edges) for node in component)
 
-    def after(addr: int) -> list[int]:
-        return [n for n in successors(code[addr]) if n in code] + list(jumps.get(addr, ()))
 
-    for target in local & code.keys():
-        seen: set[int] = set()
-        work = after(target)
+def _components(edges: Mapping[int, list[int]]) -> list[list[int]]:
+    """The strongly connected components of a graph (Tarjan's algorithm, iterative: functions can be long)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    stack: list[int] = []
+    on_stack: set[int] = set()
+    out: list[list[int]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, 0)]
         while work:
-            addr = work.pop()
-            if addr == target:
-                return True
-            if addr not in seen:
-                seen.add(addr)
-                work += after(addr)
-    return False
+            node, k = work.pop()
+            if k == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            succ = edges[node]
+            if k < len(succ):
+                work.append((node, k + 1))
+                nxt = succ[k]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                out.append(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return out
