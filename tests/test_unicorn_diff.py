@@ -2,8 +2,9 @@
 ``InterpBackend`` and on unicorn (QEMU's RISC-V) from the same image and memory layout must end with the same
 registers, pc, data and stack memory — and fault at the same instruction when one of them faults.
 
-Unicorn knows nothing of the shadow call stack or CFI; progen's programs only make calls and returns that are
-legal under both (direct calls, calls through an R_RISCV_64 function table or an auipc/addi pair)."""
+Unicorn knows nothing of the shadow call stack or CFI; progen's programs only make transfers that are legal under
+both (direct calls, calls through an R_RISCV_64 function table or an auipc/addi pair, jumps through a switch's
+table — past its end into the next table too — and returns forged to one of those cases)."""
 
 from __future__ import annotations
 
