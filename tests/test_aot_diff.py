@@ -146,8 +146,8 @@ def test_return_into_the_middle_of_a_function_that_starts_inside_the_call():
 
 
 def test_srliw_at_every_shift_amount():
-    """``srliw`` by 1..31 is emitted as a plain 32-bit shift (its result's bit 31 is 0, so sign and zero extension
-    agree); by 0 it is ``sext.w`` and must still sign-extend. Every amount, on values with bit 31 set and clear."""
+    """``srliw`` at every shift amount, on values with bit 31 set and clear: by 1..31 the result's bit 31 is 0 (sign
+    and zero extension agree), by 0 it is ``sext.w`` and must sign-extend."""
     from tests.rvenc import Op
 
     gens = []
