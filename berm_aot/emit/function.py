@@ -92,8 +92,15 @@ class FunctionEmitter:
                                  if starts_here and self._call_target(insn) == info.start)
         if self.self_calls:
             self.labels.add(info.start)
-        #: where a return goes: the expected link of the current frame, and the code that returns to it
-        self.ret, self.returns = ("exp_", "do_ret") if self.self_calls else ("ret", "exit_ret")
+        #: where a return goes: the expected link of the current frame (a C expression), and the code that returns
+        #: to it. With one self-call site every nested frame expects its link, so depth alone says which: no
+        #: variable to keep (fib: 9% fewer instructions than keeping exp_)
+        if not self.self_calls:
+            self.ret, self.returns = "ret", "exit_ret"
+        elif len(self.self_calls) == 1:
+            self.ret, self.returns = f"(depth == depth0_ ? ret : {lit(self.self_calls[0])})", "do_ret"
+        else:
+            self.ret, self.returns = "exp_", "do_ret"
         self.groups, self.grouped = access_groups(insns, self.labels, self.follows, self.stack_at)
 
     # ---------------------------------------------------------------- helpers
@@ -153,14 +160,20 @@ class FunctionEmitter:
         if slots:
             flags = ", ".join(f"g{k}_ = 0" for k in range(slots))
             out.append(f"    int {flags}; /* per group of accesses through one register: the window holding it (0: none) */")
-        if self.self_calls:
+        depth0 = f"const uint32_t depth0_ = {'depth0' if self.resume else 'depth'};"
+        if len(self.self_calls) == 1:
+            out.append("    /* frames of this function's calls to itself run in this C frame: depth is the current frame's")
+            out.append(f"       depth (depth0_ this C frame's own), each nested frame returns to {lit(self.self_calls[0])} */")
+            out.append(f"    {depth0}")
+        elif self.self_calls:
             out.append("    /* frames of this function's calls to itself run in this C frame: exp_ is the current frame's")
             out.append("       expected return address, depth its depth (depth0_ this C frame's own) */")
-            out.append(f"    uint64_t exp_ = {'exp' if self.resume else 'ret'}; "
-                       f"const uint32_t depth0_ = {'depth0' if self.resume else 'depth'};")
+            out.append(f"    uint64_t exp_ = {'exp' if self.resume else 'ret'}; {depth0}")
         if self.resume:
             if not self.self_calls:
                 out.append("    (void)exp; (void)depth0;")
+            elif len(self.self_calls) == 1:
+                out.append("    (void)exp;")
             out.append("    BERM_ENTRY(at);")
             out.append("    switch (at) {")
             out += [f"    case {lit(t)}: goto L_{t:x};" for t in f.local_targets]
@@ -290,8 +303,8 @@ class FunctionEmitter:
         out.append(f"        BERM_PUSH({lit(insn.addr)});")
         out.append(f"        {dst(insn.rd)} = {lit(insn.next_pc)};")
         out.append(f"        BERM_POLL({start});")
-        keep = "" if len(self.self_calls) == 1 else "ctx->shadow[depth] = exp_; "
-        out.append(f"        {keep}exp_ = {lit(insn.next_pc)}; depth++;")
+        keep = "" if len(self.self_calls) == 1 else f"ctx->shadow[depth] = exp_; exp_ = {lit(insn.next_pc)}; "
+        out.append(f"        {keep}depth++;")
         out.append(f"        goto L_{self.f.start:x};")
         out.append("    }")
 
@@ -299,12 +312,11 @@ class FunctionEmitter:
         """How a frame started by ``_self_call`` ends: a return resumes after the call that started it; a tail
         transfer out of it (``exit_tail`` with ctx->next) runs here, as that frame's continuation."""
         f = self.f
-        lines = ["do_ret: __attribute__((unused)); /* the current frame returns to exp_ (in jt_) */",
+        lines = ["do_ret: __attribute__((unused)); /* the current frame returns to its expected link (in jt_) */",
                  "    if (depth == depth0_) goto exit_ret;",
                  "    depth--;"]
         links = self.self_calls
         if len(links) == 1:  # every nested frame expects this link: no shadow, no compare (fib: 7% fewer instructions)
-            lines.append(f"    exp_ = depth == depth0_ ? ret : {lit(links[0])};")
             lines.append(f"    {self._leave_to(links[0])}")
         else:
             lines.append("    exp_ = ctx->shadow[depth];")
@@ -316,12 +328,13 @@ class FunctionEmitter:
                   "    {"]
         if f.written:
             lines.append("        " + self._store(f.written))
-        lines.append(f"        uint64_t t_ = {self.p}finish(ctx, {self.p}dispatch(ctx, ctx->next, exp_, depth), exp_, depth);")
+        lines.append(f"        uint64_t link_ = {self.ret};")
+        lines.append(f"        uint64_t t_ = {self.p}finish(ctx, {self.p}dispatch(ctx, ctx->next, link_, depth), link_, depth);")
         if f.touched:
             lines.append("        " + self._load(f.touched))
         lines += ["        if (BERM_UNLIKELY(t_ == BERM_TRAPPED)) goto trap;",
                   "    }",
-                  "    jt_ = exp_;",
+                  f"    jt_ = {self.ret};",
                   "    goto do_ret;"]
         return lines
 
@@ -385,7 +398,7 @@ class FunctionEmitter:
         for targets, label in self.dispatch.values():
             lines += [f"{label}:", "    BERM_POLL(jpc_);", *self._local_switch(targets, "goto L_{t:x};"),
                       "    goto indirect;"]
-        exp, depth0 = ("exp_", "depth0_") if self.self_calls else ("ret", "depth")
+        exp, depth0 = (self.ret, "depth0_") if self.self_calls else ("ret", "depth")
         lines += ["indirect: /* not a local target this jump expects */",
                   *self._local_switch(self.f.local_targets, "goto resume;"), *self._not_local(),
                   f"resume: /* the rest of this C frame runs in the resume copy, from jt_ */ {self._store(self.f.written)}",
