@@ -1,8 +1,8 @@
 """A function's direct calls to itself run the new frame in the same C frame (berm_aot/emit/function.py,
 _self_call): the expected return address of each interrupted frame lives in ctx->shadow (or, with one self-call
-site, follows from depth). Everything a frame can do
-must end exactly as on the reference interpreter — the whole register file, pc and trap — from any depth: return,
-trap, hit the depth limit, leave by a direct or an indirect tail call, return to a forged address."""
+site, follows from depth). Everything a frame can do must end exactly as on the reference interpreter — the whole
+register file, pc and trap — from any depth: return, trap, hit the depth limit, leave by a direct or an indirect
+tail call, return to a forged address."""
 
 from __future__ import annotations
 
