@@ -9,7 +9,7 @@ import pytest
 from berm_abi.names import fnv1a64
 from berm_host.aot.runtime import lib
 from berm_host.engine import Engine
-from berm_host.layout import MAX_FAIL_TEXT
+from berm_host.layout import MAX_CALL_DEPTH, MAX_FAIL_TEXT
 from berm_host.linker import Linker
 from berm_host.traps import HostError, ToolFailure, Trap, TrapKind
 from tests.guests import raw_harness_elf
@@ -254,5 +254,10 @@ def test_interrupt_for_an_ended_invocation_affects_no_later_one(elf, cache_dir):
 
 def test_interrupt_flag_left_on_an_idle_region_is_cleared_at_the_next_start(elf, cache_dir):
     h, region = _signalled(elf, cache_dir, lambda r: None)
-    region.ptr.ctx.interrupt = 1  # as a watchdog scan racing the end of the last run could leave it
+    # as a watchdog scan racing the end of the last run could leave it: the flag and the two limits it drops
+    region.ptr.ctx.interrupt = 1
+    region.ptr.ctx.native_limit = 2**64 - 1
+    region.ptr.ctx.depth_limit = 0
     assert h.call("signal") == "done"
+    # and the limits are back, or every call would take the slow path of its check
+    assert region.ptr.ctx.native_limit < 2**64 - 1 and region.ptr.ctx.depth_limit == MAX_CALL_DEPTH

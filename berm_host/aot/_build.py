@@ -20,6 +20,8 @@ from berm_abi.names import CORE_CALLS, ERROR_BIT  # noqa: E402
 CDEF_TEMPLATE = """
 typedef struct berm_ctx {
     volatile int32_t interrupt;
+    volatile uintptr_t native_limit;
+    volatile uint32_t depth_limit;
     int32_t trap_kind;
     uint32_t trap_detail;
     uint64_t trap_pc;

@@ -228,20 +228,32 @@ static __attribute__((noinline, cold)) int berm_store_slow(berm_ctx *ctx, uint64
 #define BERM_HOST_SP(v) ((v) = (uintptr_t)__builtin_frame_address(0))
 #endif
 
-/* At function entry: the interrupt flag and the host thread's stack. */
+/* At function entry: the interrupt flag and the host thread's stack, in one compare (native_limit is raised past
+ * any stack address once interrupted: berm_rt.h); the slow path is the two checks in full. */
 #define BERM_ENTRY(pc)                                                                             \
     do {                                                                                           \
         uintptr_t sp_;                                                                             \
         BERM_HOST_SP(sp_);                                                                         \
-        BERM_POLL(pc);                                                                             \
-        if (BERM_UNLIKELY(sp_ < ctx->native_limit))                                                \
-            BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_NATIVE);                               \
+        if (BERM_UNLIKELY(sp_ < ctx->native_limit)) {                                              \
+            BERM_POLL(pc);                                                                         \
+            if (sp_ < ctx->native_floor) BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_NATIVE);  \
+        }                                                                                          \
     } while (0)
 
 /* Before a call pushes a frame (the call passes depth + 1). */
 #define BERM_PUSH(pc)                                                                                   \
     do {                                                                                                \
         if (BERM_UNLIKELY(depth >= BERM_MAX_CALL_DEPTH)) BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_DEPTH); \
+    } while (0)
+
+/* A call of the function by itself (at pc, to start): BERM_PUSH, then the poll of the entry, in one compare
+ * (depth_limit drops to 0 once interrupted: berm_rt.h). */
+#define BERM_SELF_CALL(pc, start)                          \
+    do {                                                   \
+        if (BERM_UNLIKELY(depth >= ctx->depth_limit)) {    \
+            BERM_PUSH(pc);                                 \
+            BERM_POLL(start);                              \
+        }                                                  \
     } while (0)
 
 #endif

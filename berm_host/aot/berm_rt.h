@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define BERM_RT_ABI 6
+#define BERM_RT_ABI 7
 
 /* Guest memory is little-endian and is read and written with memcpy of host integers. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated code needs a little-endian host");
@@ -60,8 +60,14 @@ struct berm_ctx {
     uint8_t *mem;     /* guest address a lives at mem + a */
     uint8_t *dirty;   /* one byte per 4 KiB page */
     uint8_t *coarse;  /* one byte per 256 KiB */
-    uintptr_t native_limit; /* the lowest host stack address translated code may reach */
+    /* The watchdog's interrupt flag, and two limits it also drops so that one compare both checks and polls
+     * (berm_code.h, BERM_ENTRY and BERM_SELF_CALL): native_limit is native_floor, the lowest host stack
+     * address translated code may reach, and UINTPTR_MAX once interrupted; depth_limit is BERM_MAX_CALL_DEPTH,
+     * and 0 once interrupted. The slow path then tells the two apart, from interrupt and native_floor. */
+    volatile uintptr_t native_limit;
     volatile int32_t interrupt;
+    volatile uint32_t depth_limit;
+    uintptr_t native_floor;
     uint64_t next;  /* tail call target when a function returns BERM_TAIL */
     /* Bumped by every dynamic transfer (indirect call, indirect jump to a function entry): a caller that sees it
      * change across a call reloads all of its registers, since the static write summaries did not cover it. */

@@ -455,6 +455,10 @@ static double monotonic_now(void) {
 static int interrupt_locked(berm_region *r, uint64_t generation) {
     if (r->generation != generation || !__atomic_load_n(&r->running, __ATOMIC_ACQUIRE)) return 0;
     r->ctx.interrupt = 1;
+    /* after the flag, so code that sees a limit drop sees the flag too (and a slow path that does not yet, only
+     * polls again later) */
+    __atomic_store_n(&r->ctx.native_limit, UINTPTR_MAX, __ATOMIC_RELEASE);
+    __atomic_store_n(&r->ctx.depth_limit, 0, __ATOMIC_RELEASE);
     return 1;
 }
 
@@ -580,7 +584,7 @@ void berm_region_free(berm_region *r) {
  * core, Python callbacks and the frame that notices. Computed once per thread. */
 static __thread uintptr_t thread_limit;
 
-static uintptr_t native_limit(void) {
+static uintptr_t native_floor(void) {
     if (thread_limit) return thread_limit;
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
     uintptr_t limit = here > ((uintptr_t)1 << 20) ? here - ((uintptr_t)1 << 20) : 0; /* fallback: 1 MiB */
@@ -622,10 +626,12 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     c->trap_kind = BERM_TRAP_NONE;
     c->trap_pc = c->trap_addr = 0;
     c->trap_detail = 0;
-    c->native_limit = native_limit();
+    c->native_floor = native_floor();
     pthread_mutex_lock(&live_lock);
     r->deadline = deadline;
     c->interrupt = 0;
+    c->native_limit = c->native_floor;
+    c->depth_limit = BERM_MAX_CALL_DEPTH;
     r->generation++;
     r->running = 1;
     pthread_mutex_unlock(&live_lock);
