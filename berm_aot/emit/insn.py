@@ -86,8 +86,8 @@ def compute(insn: Instruction, stack_base: bool = False, group: str | None = Non
         return f"BERM_G_ST({group}, {STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b}, {lit(insn.addr)});"
     if op in LOAD_TYPES:
         # stack accesses test the stack window first (the order changes no outcome, only the common path)
-        ok = "BERM_SP_LOAD_OK" if insn.rs1 == 2 or stack_base else "BERM_LOAD_OK"
-        return f"BERM_LD({ok}, {dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, {lit(insn.addr)});"
+        kind = "SP_LD" if insn.rs1 == 2 or stack_base else "LD"
+        return f"BERM_{kind}({dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, {lit(insn.addr)});"
     if op in STORE_TYPES:
         kind = "SP_ST" if insn.rs1 == 2 or stack_base else "ST"
         return f"BERM_{kind}({STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b}, {lit(insn.addr)});"

@@ -1,7 +1,7 @@
 """Registers that hold an address in the guest's stack — sp plus an offset (``addi a3, sp, 24``, a loop's
 ``addi a3, a3, 4`` over a local array, ``add a5, a3, a4``) — at each instruction of a function.
 
-A load or store through such a register tests the stack window first (berm_code.h, BERM_SP_LOAD_OK / BERM_SP_ST):
+A load or store through such a register tests the stack window first (berm_code.h, BERM_SP_LD / BERM_SP_ST):
 both windows are always tested before a fault, so the order never changes an outcome, only which test succeeds
 first. Testing the data window first for a local array costs a failed compare on every access (SHA-256's message
 schedule: 3.1× native with it, 2.5× without).

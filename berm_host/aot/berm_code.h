@@ -78,8 +78,6 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
 #define BERM_IN_STACK(a, n) ((uint64_t)((a) - KLO) <= KSPAN + (8 - (n)))
 #define BERM_LOAD_OK(a, n) (BERM_IN_LOAD(a, n) || BERM_IN_STACK(a, n))
 #define BERM_STORE_OK(a, n) (BERM_IN_STORE(a, n) || BERM_IN_STACK(a, n))
-/* The same windows, the stack's first: for accesses based on the guest's sp, nearly always on the stack. */
-#define BERM_SP_LOAD_OK(a, n) (BERM_IN_STACK(a, n) || BERM_IN_LOAD(a, n))
 
 /* A store of at most 8 bytes starting in page p can reach only the first 7 bytes of page p+1; the core restores
  * those along with page p, so one mark per store is enough. */
@@ -101,15 +99,20 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
         goto fault;                              \
     } while (0)
 
-/* dst = *(T *)(M + a), sign- or zero-extended by T; OK is BERM_LOAD_OK or BERM_SP_LOAD_OK. */
-#define BERM_LD(OK, dst, T, addr, pc)                                                               \
+/* One load, dst = *(T *)(M + a) sign- or zero-extended by T: in window IN1, else in IN2, else a fault. BERM_LD tests
+ * the load window first, BERM_SP_LD (sp-based loads) the stack's. The second test is nested, not an `||`: gcc
+ * computes both halves of an `||` before its one branch (sort: 6% more instructions). */
+#define BERM_LD_(IN1, IN2, dst, T, addr, pc)                                                        \
     do {                                                                                            \
         uint64_t a_ = (addr);                                                                       \
-        if (BERM_UNLIKELY(!OK(a_, sizeof(T)))) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc);            \
+        if (BERM_UNLIKELY(!IN1(a_, sizeof(T))))                                                     \
+            if (BERM_UNLIKELY(!IN2(a_, sizeof(T)))) BERM_FAULT(a_, BERM_LOAD, sizeof(T), pc);       \
         T v_;                                                                                       \
         memcpy(&v_, M + a_, sizeof v_);                                                             \
         dst = (uint64_t)(int64_t)v_;                                                                \
     } while (0)
+#define BERM_LD(dst, T, addr, pc) BERM_LD_(BERM_IN_LOAD, BERM_IN_STACK, dst, T, addr, pc)
+#define BERM_SP_LD(dst, T, addr, pc) BERM_LD_(BERM_IN_STACK, BERM_IN_LOAD, dst, T, addr, pc)
 
 /* One store: in window IN1 (marked by MARK1), else in IN2 (MARK2), else a fault. BERM_ST tests the store
  * window first, BERM_SP_ST (sp-based stores) the stack's. */
