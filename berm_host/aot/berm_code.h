@@ -63,14 +63,13 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
 }
 
 /* ---- the locals every translated function sets up (copies, so guest stores cannot alias them) ---- */
+#define BERM_MEM_SIZE (BERM_STACK_LO + BERM_STACK_SPAN + 8) /* the stack window ends memory */
 #define BERM_LOCALS                                                                        \
     uint8_t *const M = ctx->mem;                                                           \
-    uint8_t *const DIRTY = ctx->dirty;                                                     \
-    uint8_t *const COARSE = ctx->coarse;                                                   \
     const uint64_t LLO = BERM_LOAD_LO, LSPAN = BERM_LOAD_SPAN;                             \
     const uint64_t SLO = BERM_STORE_LO, SSPAN = BERM_STORE_SPAN;                           \
     const uint64_t KLO = BERM_STACK_LO, KSPAN = BERM_STACK_SPAN;                           \
-    (void)M; (void)DIRTY; (void)COARSE; (void)LLO; (void)LSPAN; (void)SLO; (void)SSPAN; (void)KLO; (void)KSPAN
+    (void)M; (void)LLO; (void)LSPAN; (void)SLO; (void)SSPAN; (void)KLO; (void)KSPAN
 
 /* Each window in one compare; a load or store of n bytes at a is inside when all n bytes are. */
 #define BERM_IN_LOAD(a, n) ((uint64_t)((a) - LLO) <= LSPAN + (8 - (n)))
@@ -79,16 +78,23 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
 #define BERM_LOAD_OK(a, n) (BERM_IN_LOAD(a, n) || BERM_IN_STACK(a, n))
 #define BERM_STORE_OK(a, n) (BERM_IN_STORE(a, n) || BERM_IN_STACK(a, n))
 
+/* The dirty maps' bytes for address a, addressed from M (berm_rt.h, BERM_MAPS_BYTES): a constant displacement in
+ * the store's own address arithmetic. A pointer local for each map instead costs two registers (spilled in
+ * sort's partition loop, one reload per mark: 3% of its instructions). */
+#define BERM_FINE_AT(a) M[(int64_t)((a) >> BERM_PAGE_SHIFT) - (int64_t)BERM_MAPS_BYTES(BERM_MEM_SIZE)]
+#define BERM_COARSE_AT(a) \
+    M[(int64_t)((a) >> BERM_COARSE_SHIFT) - (int64_t)(BERM_MAPS_BYTES(BERM_MEM_SIZE) - BERM_FINE_BYTES(BERM_MEM_SIZE))]
+
 /* A store of at most 8 bytes starting in page p can reach only the first 7 bytes of page p+1; the core restores
  * those along with page p, so one mark per store is enough. */
-#define BERM_MARK(a)                                  \
-    do {                                              \
-        DIRTY[(a) >> BERM_PAGE_SHIFT] = 1;            \
-        COARSE[(a) >> BERM_COARSE_SHIFT] = 1;         \
+#define BERM_MARK(a)                \
+    do {                            \
+        BERM_FINE_AT(a) = 1;        \
+        BERM_COARSE_AT(a) = 1;      \
     } while (0)
 /* A store into the stack window marks only the fine map: the core folds the stack's fine marks (at most 256
  * pages) into the coarse map after every run (core.c, fold_stack_marks). */
-#define BERM_MARK_STACK(a) (DIRTY[(a) >> BERM_PAGE_SHIFT] = 1)
+#define BERM_MARK_STACK(a) (BERM_FINE_AT(a) = 1)
 
 /* A memory fault: every site shares the function's one `fault` block (small code, fast compiles). */
 #define BERM_FAULT(a, access, n, pc)             \

@@ -34,6 +34,16 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated cod
 
 #define BERM_PAGE_SHIFT 12
 #define BERM_COARSE_SHIFT 18 /* one coarse dirty byte per 64 pages */
+#define BERM_PAGES_PER_COARSE ((uint64_t)1 << (BERM_COARSE_SHIFT - BERM_PAGE_SHIFT))
+
+/* The dirty maps of a region of guest memory of `size` bytes live just below it, in the same mapping, so that
+ * translated code reaches them at constant offsets from ctx->mem and no register holds them:
+ * [fine map][coarse map][padding to a page][guest memory]. The fine map has one byte per page, padded to whole
+ * coarse blocks (a multiple of 8 bytes); the coarse map one byte per 64 pages, plus one, padded to 8 bytes. */
+#define BERM_FINE_BYTES(size) \
+    (((uint64_t)(size) >> BERM_PAGE_SHIFT) + BERM_PAGES_PER_COARSE - 1) / BERM_PAGES_PER_COARSE * BERM_PAGES_PER_COARSE
+#define BERM_COARSE_BYTES(size) ((((uint64_t)(size) >> BERM_COARSE_SHIFT) + 1 + 7) & ~(uint64_t)7)
+#define BERM_MAPS_BYTES(size) ((BERM_FINE_BYTES(size) + BERM_COARSE_BYTES(size) + 4095) & ~(uint64_t)4095)
 #define BERM_MAX_CALL_DEPTH 10000u
 
 enum berm_trap_kind {
@@ -58,8 +68,8 @@ typedef struct berm_ctx berm_ctx;
 struct berm_ctx {
     /* --- read by translated code on every function entry --- */
     uint8_t *mem;     /* guest address a lives at mem + a */
-    uint8_t *dirty;   /* one byte per 4 KiB page */
-    uint8_t *coarse;  /* one byte per 256 KiB */
+    uint8_t *dirty;   /* one byte per 4 KiB page: mem - BERM_MAPS_BYTES(size) */
+    uint8_t *coarse;  /* one byte per 256 KiB: dirty + BERM_FINE_BYTES(size) */
     /* The watchdog's interrupt flag, and two limits it also drops so that one compare both checks and polls
      * (berm_code.h, BERM_ENTRY and BERM_SELF_CALL): native_limit is native_floor, the lowest host stack
      * address translated code may reach, and UINTPTR_MAX once interrupted; depth_limit is BERM_MAX_CALL_DEPTH,

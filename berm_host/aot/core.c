@@ -29,7 +29,7 @@
 #include "core.h"
 
 #define PAGE ((uint64_t)1 << BERM_PAGE_SHIFT)
-#define PAGES_PER_COARSE ((uint64_t)1 << (BERM_COARSE_SHIFT - BERM_PAGE_SHIFT))
+#define PAGES_PER_COARSE BERM_PAGES_PER_COARSE
 
 struct berm_image {
     uint64_t size, image_lo, writable_lo, image_end, heap_start, guard_lo, stack_lo;
@@ -520,22 +520,22 @@ berm_region *berm_region_new(const berm_image *im) {
     r->max_result = UINT64_MAX;
     r->size = im->size;
     r->npages = im->size >> BERM_PAGE_SHIFT;
-    r->ncoarse = ((im->size >> BERM_COARSE_SHIFT) + 1 + 7) & ~(uint64_t)7;
-    r->ctx.dirty = calloc(1, (r->npages + PAGES_PER_COARSE - 1) / PAGES_PER_COARSE * PAGES_PER_COARSE);
-    r->ctx.coarse = calloc(1, r->ncoarse);
+    r->ncoarse = BERM_COARSE_BYTES(im->size);
     r->touched = malloc(r->ncoarse);
     r->ctx.shadow = malloc((BERM_MAX_CALL_DEPTH + 1) * sizeof *r->ctx.shadow);
-    void *mem = mmap(NULL, im->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (!r->ctx.dirty || !r->ctx.coarse || !r->touched || !r->ctx.shadow || mem == MAP_FAILED) {
-        if (mem != MAP_FAILED) munmap(mem, im->size);
-        free(r->ctx.dirty);
-        free(r->ctx.coarse);
+    /* the dirty maps, then guest memory (berm_rt.h, BERM_MAPS_BYTES) */
+    uint8_t *base = mmap(NULL, BERM_MAPS_BYTES(im->size) + im->size, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (!r->touched || !r->ctx.shadow || base == MAP_FAILED) {
+        if (base != MAP_FAILED) munmap(base, BERM_MAPS_BYTES(im->size) + im->size);
         free(r->touched);
         free(r->ctx.shadow);
         free(r);
         return NULL;
     }
-    r->ctx.mem = mem;
+    r->ctx.dirty = base;
+    r->ctx.coarse = base + BERM_FINE_BYTES(im->size);
+    r->ctx.mem = base + BERM_MAPS_BYTES(im->size);
     touched_clear(r);
     /* copy in the non-zero pages of the image; zero pages (.bss) stay untouched */
     for (uint64_t a = im->hull_lo; a < im->pristine_end; a += PAGE) {
@@ -568,9 +568,8 @@ void berm_region_free(berm_region *r) {
     if (r->next) r->next->prev = r->prev;
     pthread_mutex_unlock(&live_lock);
     drop_serve(r);
-    munmap(r->ctx.mem, r->size); /* never r->image: it may be freed first at interpreter exit */
-    free(r->ctx.dirty);
-    free(r->ctx.coarse);
+    /* never r->image: it may be freed first at interpreter exit */
+    munmap(r->ctx.dirty, BERM_MAPS_BYTES(r->size) + r->size);
     free(r->touched);
     free(r->ctx.shadow);
     free(r->fail);
