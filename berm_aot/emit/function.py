@@ -24,7 +24,7 @@ from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants
 from .groups import access_groups
-from .sites import jump_targets
+from .sites import dynamic_jumps, jump_targets
 from .stackptr import stack_pointers
 from .insn import BRANCH_CONDS, compute, dst, lit, reg
 
@@ -73,6 +73,8 @@ class FunctionEmitter:
         #: per indirect jump, the local targets it branches to directly (None: all, and no resume copy)
         self.expect = None if resume else jump_targets(info, analysis.jump_tables, analysis.program.image)
         self.needs_resume = self.expect is not None
+        #: the jumps whose target is decided at run time: the one definition, which the expectations also cover
+        self.dynamic = {jump.addr for jump in dynamic_jumps(info)}
         #: ("jump", its address) for small sets, else ("set", id(expected set)) → (set, its dispatch block)
         self.dispatch: dict[tuple[str, int], tuple[tuple[int, ...], str]] = {}
         insns = info.insns
@@ -237,10 +239,12 @@ class FunctionEmitter:
             self._direct_call(insn, target)
             return False
         if op == "jalr":
-            if insn.rd == 0:
+            if insn.rd != 0:
+                self._indirect_call(insn)
+            elif insn.addr in self.dynamic:
                 self._indirect_jump(insn)
             else:
-                self._indirect_call(insn)
+                self._static_jump(insn, self.f.static_targets[insn.addr])
             return False
         if op == "ecall":
             self._ecall(insn)
@@ -358,21 +362,20 @@ class FunctionEmitter:
         out.append(f"        t_ = fn_(ctx, {lit(insn.next_pc)}, depth + 1);")
         self._after_call(insn, set())
 
+    def _static_jump(self, insn: Instruction, target: int) -> None:
+        """A ``jalr x0`` whose target is known at translation time (an unrelaxed ``tail``): checked now."""
+        kind = self.program.check_indirect(insn.addr, target, False)
+        go = {"local": f"{{ BERM_POLL({lit(insn.addr)}); goto L_{target:x}; }}",
+              "tail": f"{{ ctx->next = {lit(target)}; goto exit_tail; }}"}.get(
+            kind, f"BERM_TRAP(BERM_TRAP_BAD_TARGET, {lit(insn.addr)}, {lit(target)}, 0);")
+        self.out.append(f"    if (BERM_UNLIKELY({lit(target)} == {self.ret})) {{ jt_ = {lit(target)}; goto {self.returns}; }}")
+        self.out.append(f"    {go}")
+
     def _indirect_jump(self, insn: Instruction) -> None:
-        """``t == ret`` returns; anything else goes to a dispatch block: without expectations (berm_aot.emit.sites)
-        the function's one block (a switch at every ``ret`` makes gcc's range propagation quadratic); with them, a
-        block of its own for a jump expecting a few targets, else one shared by every jump expecting the same set
-        (many jumps through one big table would multiply the C). A target known at translation time (an unrelaxed
-        ``tail``) is checked now."""
-        target = self.f.static_targets.get(insn.addr)
-        if target is not None:
-            kind = self.program.check_indirect(insn.addr, target, False)
-            go = {"local": f"{{ BERM_POLL({lit(insn.addr)}); goto L_{target:x}; }}",
-                  "tail": f"{{ ctx->next = {lit(target)}; goto exit_tail; }}"}.get(
-                kind, f"BERM_TRAP(BERM_TRAP_BAD_TARGET, {lit(insn.addr)}, {lit(target)}, 0);")
-            self.out.append(f"    if (BERM_UNLIKELY({lit(target)} == {self.ret})) {{ jt_ = {lit(target)}; goto {self.returns}; }}")
-            self.out.append(f"    {go}")
-            return
+        """One of ``sites.dynamic_jumps``: ``t == ret`` returns; anything else goes to a dispatch block: without
+        expectations (berm_aot.emit.sites) the function's one block (a switch at every ``ret`` makes gcc's range
+        propagation quadratic); with them, a block of its own for a jump expecting a few targets, else one shared by
+        every jump expecting the same set (many jumps through one big table would multiply the C)."""
         ret = f"{{ jt_ = t_; goto {self.returns}; }}" if self.self_calls else f"goto {self.returns};"
         if self.expect is None:
             block = "indirect"

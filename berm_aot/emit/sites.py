@@ -42,8 +42,8 @@ _HUB = -1  # stands for "any local target" in the cycle search: one edge per jum
 
 
 def dynamic_jumps(info: FunctionInfo) -> list[Instruction]:
-    """The jumps decided here: each ``jalr x0`` whose target is not known at translation time (exactly those that
-    berm_aot.emit.function sends to a dispatch block)."""
+    """The jumps decided here: each ``jalr x0`` whose target is not known at translation time. berm_aot.emit.function
+    sends exactly these to a dispatch block (it asks this function which they are)."""
     return [insn for insn in info.insns
             if insn.op == "jalr" and insn.rd == 0 and insn.addr not in info.static_targets]
 
