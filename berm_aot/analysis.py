@@ -90,6 +90,9 @@ class Analysis:
     #: jump tables (and other tables of code addresses), for telling which one a ``jr`` reads
     #: (berm_aot.emit.sites): start → (entry width, entries)
     jump_tables: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    #: the link address of every call (``jal``/``jalr`` writing a register): with 0, where the host enters, every
+    #: value a translated function's ``ret`` (the link its caller expects back) can hold
+    links: frozenset[int] = frozenset()
 
 
 _SLOT_WIDTHS = {"R_RISCV_64": 8, "R_RISCV_32": 4}
@@ -139,7 +142,8 @@ def analyse(program: Program) -> Analysis:
         i = j
     _close_writes(infos)
     entries = sorted(t for t in program.indirect_targets if t in starts)
-    return Analysis(program, infos, entries, {f.start: f for f in infos}, jump_tables(program))
+    links = frozenset(i.next_pc for i in code.values() if i.op in ("jal", "jalr") and i.rd)
+    return Analysis(program, infos, entries, {f.start: f for f in infos}, jump_tables(program), links)
 
 
 def _scan(info: FunctionInfo, program: Program, starts: frozenset[int]) -> None:

@@ -17,6 +17,8 @@ code, where every indirect jump may branch to every local target), which finishe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from berm_abi.names import core_number
 from berm_aot.analysis import Analysis, FunctionInfo
 from berm_aot.isa import BRANCHES, Instruction
@@ -40,6 +42,15 @@ _TWO_ARG_CALLS = frozenset(core_number(n) for n in ("berm.args.read", "berm.resu
 
 #: Jumps expecting at most this many local targets get a dispatch switch of their own (berm_aot.emit.sites).
 _OWN_SWITCH = 16
+
+
+@dataclass(frozen=True)
+class _Dispatch:
+    """A dispatch block: where jumps expecting ``targets`` branch to them (``FunctionEmitter._indirect_jump``)."""
+    targets: tuple[int, ...]
+    label: str
+    poll: bool  # it polls the interrupt flag: one of its jumps may close a loop
+    cases_first: bool  # its jumps test their cases before ``t == ret`` (the test is then here, after the cases)
 
 
 def fn_name(prefix: str, addr: int) -> str:
@@ -75,8 +86,10 @@ class FunctionEmitter:
         self.needs_resume = self.expect is not None
         #: the jumps whose target is decided at run time: the one definition, which the expectations also cover
         self.dynamic = {jump.addr for jump in dynamic_jumps(info)}
-        #: ("jump", its address) for small sets, else ("set", id(expected set)) → (set, its dispatch block)
-        self.dispatch: dict[tuple[str, int], tuple[tuple[int, ...], str]] = {}
+        #: ("jump", its address) for small sets, else ("set", id(expected set)) → its dispatch block
+        self.dispatch: dict[tuple[str, int], _Dispatch] = {}
+        self._first_by_set: dict[int, bool] = {}  # _cases_first, by the set's identity
+        self.links = analysis.links
         insns = info.insns
         #: instructions emitted after one that does not fall through to them, and fall-through addresses that
         #: are not emitted next: both need a label
@@ -376,18 +389,37 @@ class FunctionEmitter:
         expectations (berm_aot.emit.sites) the function's one block (a switch at every ``ret`` makes gcc's range
         propagation quadratic); with them, a block of its own for a jump expecting a few targets, else one shared by
         every jump expecting the same set (many jumps through one big table would multiply the C)."""
+        self.has_indirect = True
         ret = f"{{ jt_ = t_; goto {self.returns}; }}" if self.self_calls else f"goto {self.returns};"
         if self.expect is None:
-            block = "indirect"
-        else:  # every jump sites.dynamic_jumps names has its set, one object per distinct set
-            targets = self.expect[insn.addr]
-            # a small switch of its own per jump predicts better (tokenize: 1.35x native against 1.64x with one
-            # block per table); a big one is shared, so the C stays linear in the image
-            key = ("jump", insn.addr) if len(targets) <= _OWN_SWITCH else ("set", id(targets))
-            block = self.dispatch.setdefault(key, (targets, f"dispatch{len(self.dispatch)}"))[1]
-        self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; if (BERM_LIKELY(t_ == {self.ret})) {ret} "
-                        f"jt_ = t_; jpc_ = {lit(insn.addr)}; goto {block}; }}")
-        self.has_indirect = True
+            self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; if (BERM_LIKELY(t_ == {self.ret})) {ret} "
+                            f"jt_ = t_; jpc_ = {lit(insn.addr)}; goto indirect; }}")
+            return
+        # every jump sites.dynamic_jumps names has its set, one object per distinct set
+        targets = self.expect[insn.addr]
+        # a small switch of its own per jump predicts better (tokenize: 1.35x native against 1.64x with one block
+        # per table); a big one is shared, so the C stays linear in the image
+        if len(targets) <= _OWN_SWITCH:
+            key, poll = ("jump", insn.addr), any(t <= insn.addr for t in targets)
+        else:
+            key, poll = ("set", id(targets)), True
+        if key not in self.dispatch:
+            self.dispatch[key] = _Dispatch(targets, f"dispatch{len(self.dispatch)}", poll, self._cases_first(targets))
+        block = self.dispatch[key]
+        if block.cases_first:
+            self.out.append(f"    jt_ = {self._target_expr(insn)}; jpc_ = {lit(insn.addr)}; goto {block.label};")
+        else:
+            self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; if (BERM_LIKELY(t_ == {self.ret})) {ret} "
+                            f"jt_ = t_; jpc_ = {lit(insn.addr)}; goto {block.label}; }}")
+
+    def _cases_first(self, targets: tuple[int, ...]) -> bool:
+        """Whether jumps expecting ``targets`` test them before ``t == ret``: for a table's cases (not a return's
+        empty set, not every local target), when no case is a call's link, so none can be what ret holds and the
+        order changes no outcome (tokenize's per-character switch: no compare with ret before its case)."""
+        if id(targets) not in self._first_by_set:
+            self._first_by_set[id(targets)] = (0 < len(targets) < len(self.f.local_targets)
+                                               and self.links.isdisjoint(targets))
+        return self._first_by_set[id(targets)]
 
     def _indirect_block(self) -> list[str]:
         """Where an indirect jump goes: a local target (a goto), a function entry (a tail transfer), else a trap.
@@ -397,9 +429,14 @@ class FunctionEmitter:
             return ["indirect:", "    BERM_POLL(jpc_);", *self._local_switch(self.f.local_targets, "goto L_{t:x};"),
                     *self._not_local()]
         lines = []
-        for targets, label in self.dispatch.values():
-            lines += [f"{label}:", "    BERM_POLL(jpc_);", *self._local_switch(targets, "goto L_{t:x};"),
-                      "    goto indirect;"]
+        for block in self.dispatch.values():
+            lines.append(f"{block.label}:")
+            if block.poll:  # a jump whose cases all lie ahead of it closes no loop
+                lines.append("    BERM_POLL(jpc_);")
+            lines += self._local_switch(block.targets, "goto L_{t:x};")
+            if block.cases_first:
+                lines.append(f"    if (jt_ == {self.ret}) goto {self.returns};")
+            lines.append("    goto indirect;")
         exp, depth0 = (self.ret, "depth0_") if self.self_calls else ("ret", "depth")
         lines += ["indirect: /* not a local target this jump expects */",
                   *self._local_switch(self.f.local_targets, "goto resume;"), *self._not_local(),
