@@ -77,12 +77,12 @@ class FunctionEmitter:
         self.by_start = analysis.by_start
         self.consts = Constants(analysis.program.image)
         self.known_at = block_entry_constants(analysis.program.image, info.insns, info.start, info.local_targets)
-        self.stack_at = stack_pointers(info.insns, info.start, info.local_targets)
         self.out: list[str] = []
         self.has_indirect = False
         self.resume = resume
         #: per indirect jump, the local targets it branches to directly (None: all, and no resume copy)
         self.expect = None if resume else jump_targets(info, analysis.jump_tables, analysis.program.image)
+        self.stack_at = stack_pointers(info.insns, info.start, info.local_targets, self.expect)
         self.needs_resume = self.expect is not None
         #: the jumps whose target is decided at run time: the one definition, which the expectations also cover
         self.dynamic = {jump.addr for jump in dynamic_jumps(info)}

@@ -25,7 +25,8 @@ what is legal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from berm_aot.analysis import FunctionInfo, writes
 from berm_aot.image import ElfImage
@@ -36,8 +37,9 @@ from .dataflow import MASK, successors
 
 _TABLE_LOADS = {"ld": 8, "lw": 4, "lwu": 4}
 RA = 1
+S = TypeVar("S")
 #: Rounds of refining expectations and constants together (tokenize's two tables settle in two).
-_ROUNDS = 4
+ROUNDS = 4
 _HUB = -1  # stands for "any local target" in the cycle search: one edge per jump, not one per (jump, target)
 
 
@@ -69,13 +71,13 @@ def jump_targets(info: FunctionInfo, tables: Mapping[int, tuple[int, tuple[int, 
     sets = _TargetSets(tables, local, everything)
     expected: dict[int, tuple[int, ...]] = {}
     seeds: dict[int, dict[int, int]] = {info.start: {}}
-    for _ in range(_ROUNDS):
+    for _ in range(ROUNDS):
         known = constants_from(image, info.insns, seeds)
         new = {site.addr: _expected(info, position, site, sets, known) for site in sites}
         if all(new[a] is expected.get(a) for a in new):
             break
         expected = new
-        seeds = _seeds(info, sites, expected, known)
+        seeds = entry_seeds(info.start, sites, expected, known, meet_constants, {})
     if all(targets is everything for targets in expected.values()):
         return None
     return expected
@@ -106,22 +108,23 @@ class _TargetSets:
         return self._of_table[key]
 
 
-def _seeds(info: FunctionInfo, sites: list[Instruction], expected: Mapping[int, tuple[int, ...]],
-           known: Mapping[int, dict[int, int]]) -> dict[int, dict[int, int]]:
-    """Each local target's entry constants: what the jumps expected to reach it agree on (the jumps sharing one
-    set of targets are met first, so the work is per set, not per jump and target)."""
-    by_set: dict[int, tuple[tuple[int, ...], dict[int, int]]] = {}  # by the set's identity (see _TargetSets)
+def entry_seeds(start: int, sites: list[Instruction], expected: Mapping[int, tuple[int, ...]],
+                known: Mapping[int, S], meet: Callable[[S, S], S], empty: S) -> dict[int, S]:
+    """The entry state of the function's start (``empty``) and of each local target: what the jumps expected to
+    reach it agree on, from ``known`` (a state before each instruction of a dataflow: constants, stack pointers).
+    The jumps sharing one set of targets are met first, so the work is per set, not per jump and target."""
+    by_set: dict[int, tuple[tuple[int, ...], S]] = {}  # by the set's identity (see _TargetSets)
     for site in sites:
         targets = expected[site.addr]
         if targets and site.addr in known:
             state = known[site.addr]
             if id(targets) in by_set:
-                state = meet_constants(by_set[id(targets)][1], state)
-            by_set[id(targets)] = (targets, dict(state))
-    seeds: dict[int, dict[int, int]] = {info.start: {}}
+                state = meet(by_set[id(targets)][1], state)
+            by_set[id(targets)] = (targets, state)
+    seeds: dict[int, S] = {start: empty}
     for targets, state in by_set.values():
         for target in targets:
-            seeds[target] = meet_constants(seeds[target], state) if target in seeds else dict(state)
+            seeds[target] = meet(seeds[target], state) if target in seeds else state
     return seeds
 
 

@@ -9,18 +9,21 @@ schedule: 3.1× native with it, 2.5× without).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from berm_aot.analysis import writes
 from berm_aot.isa import Instruction
 
 from .dataflow import forward
+from .sites import ROUNDS, entry_seeds
 
 SP = 2
 
 
 def _transfer(insn: Instruction, state: frozenset[int]) -> frozenset[int]:
     op, rd = insn.op, insn.rd
-    if op in ("jal", "jalr"):
-        return frozenset()  # a call: the callee may change anything
+    if op in ("jal", "jalr") and rd:
+        return frozenset()  # a call: the callee may change anything (a plain jump changes nothing)
     written = writes(insn)
     if not written:
         return state
@@ -31,6 +34,27 @@ def _transfer(insn: Instruction, state: frozenset[int]) -> frozenset[int]:
     return (state | {rd}) if derived and rd != SP else state - written
 
 
-def stack_pointers(insns: list[Instruction], start: int, local_targets: list[int]) -> dict[int, frozenset[int]]:
-    """For each instruction, the registers (sp itself excluded) holding sp plus something on every path to it."""
-    return forward(insns, [start, *local_targets], frozenset(), _transfer, lambda a, b: a & b)
+def _meet(a: frozenset[int], b: frozenset[int]) -> frozenset[int]:
+    return a & b
+
+
+def stack_pointers(insns: list[Instruction], start: int, local_targets: list[int],
+                   expected: Mapping[int, tuple[int, ...]] | None = None) -> dict[int, frozenset[int]]:
+    """For each instruction, the registers (sp itself excluded) holding sp plus something on every path to it.
+
+    A local target is entered by indirect jumps. Without ``expected`` (berm_aot.emit.sites: each jump's expected
+    targets) it starts knowing nothing; with it, it starts with what the jumps expected to reach it agree on,
+    refined a few rounds as sites does for constants: a guess (a jump it did not expect may enter it with
+    anything), which is all this needs to be. tokenize's local counts array, whose address is taken before its
+    ``switch`` loop, is then still known inside the cases (one failed compare per increment without it)."""
+    if expected is None:
+        return forward(insns, [start, *local_targets], frozenset(), _transfer, _meet)
+    sites = [insn for insn in insns if insn.addr in expected]
+    seeds: dict[int, frozenset[int]] = {start: frozenset()}
+    for _ in range(ROUNDS):
+        known = forward(insns, seeds, frozenset(), _transfer, _meet)
+        new = entry_seeds(start, sites, expected, known, _meet, frozenset())
+        if new == seeds:
+            break
+        seeds = new
+    return forward(insns, {**{t: frozenset() for t in local_targets}, **seeds}, frozenset(), _transfer, _meet)
