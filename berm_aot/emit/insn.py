@@ -74,6 +74,10 @@ def compute(insn: Instruction, stack_base: bool = False, group: str | None = Non
     a, b = reg(insn.rs1), reg(insn.rs2)
     if op in _BIN:
         return f"{dst(insn.rd)} = {_BIN[op].format(a=a, b=b)};"
+    if op == "srliw" and insn.imm & 31:
+        # bit 31 of the result is 0: the sign extension is a zero extension, which x86's 32-bit shift does for
+        # free once gcc's -free sees it (berm_aot/cc.py)
+        return f"{dst(insn.rd)} = (uint64_t)((uint32_t){a} >> {insn.imm & 31});"
     if op in _IMM:
         return f"{dst(insn.rd)} = {_IMM[op].format(a=a, i=lit(insn.imm), s=insn.imm & 63)};"
     if op == "lui":
