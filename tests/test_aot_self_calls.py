@@ -10,10 +10,14 @@ import time
 
 import pytest
 
+from berm_abi.names import core_number
 from berm_aot.elf import read_elf
+from berm_aot.program import Program
+from berm_host.aot.runtime import lib
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
 from berm_host.traps import TrapKind
+from tests.elf_samples import ASM_PRELUDE
 from tests.guests import guest_elf
 
 SOURCE = r"""
@@ -168,3 +172,48 @@ def test_the_deadline_stops_recursion_that_never_loops(kind, tmp_path):
     backend = Engine(kind=kind, cache_dir=tmp_path).load(elf).backend
     result = backend.run(RunRequest(entry=entry, int_args=(30,), deadline=time.monotonic() + 0.3))
     assert result.trap is not None and result.trap.kind == TrapKind.INTERRUPTED
+
+
+INTERRUPTED_AT_A_SELF_CALL = ASM_PRELUDE + r"""
+    .globl selfrec
+    .type selfrec, @function
+selfrec:                    # a0 = 0: log (the host interrupts this run then), then call itself with a0 = 1
+    bnez a0, .Lout
+    mv a0, sp
+    li a1, 1
+    li a7, %d
+    ecall
+    li a0, 1
+    addi sp, sp, -16
+    sd ra, 8(sp)
+    li ra, 0x1234
+    jal ra, selfrec
+.Llink:
+    ld ra, 8(sp)
+    addi sp, sp, 16
+    ret
+.Lout:
+    ret
+""" % core_number("berm.log")
+
+
+def test_an_interrupt_seen_at_a_self_call_shows_the_written_link(tmp_path):
+    """The interrupt is noticed by the self-call's check (BERM_SELF_CALL): the trap is at the callee's first
+    instruction, so the call has run and ra holds its link — as the interpreter would show — not what it held
+    before (a regression: the fused check once polled before writing the link). The host's log callback interrupts
+    the run, so the moment is exact."""
+    elf = guest_elf(INTERRUPTED_AT_A_SELF_CALL, suffix=".S", keep=("selfrec",))
+    program = Program.from_image(read_elf(elf))
+    regions = []
+
+    def interrupt(*_):
+        lib.berm_interrupt(regions[0].ptr, regions[0].ptr.generation)
+
+    backend = Engine(kind="aot", cache_dir=tmp_path).load(elf).backend
+    entry = program.symbol("selfrec")
+    backend.run(RunRequest(entry=entry, int_args=(1,)))  # makes the region the next run uses
+    regions.append(backend.memory.pool[-1])
+    result = backend.run(RunRequest(entry=entry, int_args=(0,), log=interrupt))
+    assert result.trap is not None and result.trap.kind is TrapKind.INTERRUPTED
+    link = next(a for a, i in sorted(program.code.items()) if i.op == "jal" and i.rd == 1) + 4
+    assert result.pc == entry and result.regs[1] == link

@@ -317,8 +317,7 @@ class FunctionEmitter:
         self-call site: then every nested frame expects its link, and depth alone tells the frames apart."""
         out, start = self.out, lit(self.f.start)
         out.append("        /* a call of this function by itself: the new frame runs in this C frame */")
-        out.append(f"        BERM_SELF_CALL({lit(insn.addr)}, {start});")
-        out.append(f"        {dst(insn.rd)} = {lit(insn.next_pc)};")
+        out.append(f"        BERM_SELF_CALL({lit(insn.addr)}, {start}, {dst(insn.rd)} = {lit(insn.next_pc)});")
         keep = "" if len(self.self_calls) == 1 else f"ctx->shadow[depth] = exp_; exp_ = {lit(insn.next_pc)}; "
         out.append(f"        {keep}depth++;")
         out.append(f"        goto L_{self.f.start:x};")

@@ -255,13 +255,17 @@ static __attribute__((noinline, cold)) int berm_store_slow(berm_ctx *ctx, uint64
         if (BERM_UNLIKELY(depth >= BERM_MAX_CALL_DEPTH)) BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_DEPTH); \
     } while (0)
 
-/* A call of the function by itself (at pc, to start): BERM_PUSH, then the poll of the entry, in one compare
- * (depth_limit drops to 0 once interrupted: berm_rt.h). */
-#define BERM_SELF_CALL(pc, start)                          \
+/* A call of the function by itself (at pc, to start) that writes its link with `link`: BERM_PUSH, the link, then
+ * the poll of the entry — in that order, so a trap shows the registers the interpreter's does — with one compare on
+ * the fast path (depth_limit drops to 0 once interrupted: berm_rt.h). */
+#define BERM_SELF_CALL(pc, start, link)                    \
     do {                                                   \
         if (BERM_UNLIKELY(depth >= ctx->depth_limit)) {    \
             BERM_PUSH(pc);                                 \
+            link;                                          \
             BERM_POLL(start);                              \
+        } else {                                           \
+            link;                                          \
         }                                                  \
     } while (0)
 

@@ -455,8 +455,8 @@ static double monotonic_now(void) {
 static int interrupt_locked(berm_region *r, uint64_t generation) {
     if (r->generation != generation || !__atomic_load_n(&r->running, __ATOMIC_ACQUIRE)) return 0;
     r->ctx.interrupt = 1;
-    /* after the flag, so code that sees a limit drop sees the flag too (and a slow path that does not yet, only
-     * polls again later) */
+    /* after the flag. On x86-64 code that sees a limit drop then sees the flag too; elsewhere its slow path may
+     * not yet, finds nothing to trap on, and goes on to the next poll, which sees it */
     __atomic_store_n(&r->ctx.native_limit, UINTPTR_MAX, __ATOMIC_RELEASE);
     __atomic_store_n(&r->ctx.depth_limit, 0, __ATOMIC_RELEASE);
     return 1;
