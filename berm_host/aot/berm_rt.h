@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define BERM_RT_ABI 8
+#define BERM_RT_ABI 9
 
 /* Guest memory is little-endian and is read and written with memcpy of host integers. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated code needs a little-endian host");
@@ -38,12 +38,13 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated cod
 
 /* The dirty maps of a region of guest memory of `size` bytes live just below it, in the same mapping, so that
  * translated code reaches them at constant offsets from ctx->mem and no register holds them:
- * [fine map][coarse map][padding to a page][guest memory]. The fine map has one byte per page, padded to whole
- * coarse blocks (a multiple of 8 bytes); the coarse map one byte per 64 pages, plus one, padded to 8 bytes. */
+ * [fine map][coarse map][padding to 64 KiB][guest memory], so guest memory stays aligned to host pages of up to
+ * 64 KiB (madvise needs that). The fine map has one byte per page, padded to whole coarse blocks (a multiple of 8
+ * bytes); the coarse map one byte per 64 pages, plus one, padded to 8 bytes. */
 #define BERM_FINE_BYTES(size) \
     (((uint64_t)(size) >> BERM_PAGE_SHIFT) + BERM_PAGES_PER_COARSE - 1) / BERM_PAGES_PER_COARSE * BERM_PAGES_PER_COARSE
 #define BERM_COARSE_BYTES(size) ((((uint64_t)(size) >> BERM_COARSE_SHIFT) + 1 + 7) & ~(uint64_t)7)
-#define BERM_MAPS_BYTES(size) ((BERM_FINE_BYTES(size) + BERM_COARSE_BYTES(size) + 4095) & ~(uint64_t)4095)
+#define BERM_MAPS_BYTES(size) ((BERM_FINE_BYTES(size) + BERM_COARSE_BYTES(size) + 65535) & ~(uint64_t)65535)
 #define BERM_MAX_CALL_DEPTH 10000u
 
 enum berm_trap_kind {
