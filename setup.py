@@ -1,5 +1,17 @@
-"""Only the cffi build of the runtime core lives here; pyproject.toml holds the metadata."""
+"""The native parts of the runtime live here; pyproject.toml holds the metadata.
 
-from setuptools import setup
+- ``berm_host.aot._core``: the runtime core, built by cffi (berm_host/aot/_build.py);
+- ``berm_host.aot._invoke``: the harness fast path, a plain CPython extension (berm_host/aot/invoke.c) that calls
+  the core through a pointer it is given at import (berm_host/aot/runtime.py).
+"""
 
-setup(cffi_modules=["berm_host/aot/_build.py:ffibuilder"])
+from setuptools import Extension, setup
+
+invoke = Extension(
+    "berm_host.aot._invoke",
+    sources=["berm_host/aot/invoke.c"],  # setuptools insists on paths relative to setup.py's directory
+    include_dirs=["berm_host/aot"],
+    extra_compile_args=["-O2", "-std=gnu11"],
+)
+
+setup(cffi_modules=["berm_host/aot/_build.py:ffibuilder"], ext_modules=[invoke])

@@ -178,7 +178,10 @@ class Harness:
         blob = args if type(args) is bytes else _blob(args)
         timeout = self._engine.deadline if deadline is None else self._timeout(deadline)  # the common case inline
         if self._call_tool is not None:
-            trap, failure, data, a0, a1 = self._call_tool(entry, blob, self.linker, self._log, timeout)
+            out = self._call_tool(entry, blob, self.linker, self._log, timeout)
+            if type(out) is str:
+                return out
+            trap, failure, data, a0, a1 = out
         else:
             r = self.image.backend.run(RunRequest(entry=entry, args=blob, linker=self.linker, log=self._log,
                                                   deadline=time.monotonic() + timeout, read_result=True,

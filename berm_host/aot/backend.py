@@ -23,7 +23,7 @@ from berm_host.traps import TrapInfo, TrapKind
 ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
 
 from .objects import cached_object
-from .runtime import POOL_LIMIT, MemoryImage, Region, capability_lookup, lib, load_code
+from .runtime import POOL_LIMIT, MemoryImage, Region, capability_lookup, lib, load_code, run_text
 
 _OK, _TRAPPED, _FAILED, _BIG = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAILED, lib.BERM_RUN_BIG_RESULT
 _TRIM = lib.BERM_RUN_TRIM
@@ -108,15 +108,17 @@ class AotBackend:
         return RunResult(regs=regs, pc=trap.pc if trap else 0, trap=trap, failure=failure, result=result,
                          snapshot=snapshot)
 
-    def call_tool(self, entry: int, args: bytes, linker, log, timeout: float) -> ToolOutcome:
+    def call_tool(self, entry: int, args: bytes, linker, log, timeout: float) -> str | ToolOutcome:
         """The harness fast path: ``run`` minus the register file and snapshots, interrupted ``timeout`` seconds
-        from now. Returns (trap, failure text, result bytes — None when (a0, a1) is not readable or a1 is over
-        the backend's ``max_result``, a0, a1).
+        from now. Returns the result text when the tool returned a readable UTF-8 result within the backend's
+        ``max_result``; otherwise (trap, failure text, result bytes — None when (a0, a1) is not readable or a1 is
+        over the cap, a0, a1).
 
-        Every step is inlined (a Python call costs ~50 ns): pool pop, one core call (reset + run, GIL released),
-        two register reads and one slice of guest memory. Nothing here can raise between taking the region and
-        giving it back, except out of memory — and then the region is merely not pooled again. An idle region keeps
-        its last linker and log (so the next invocation with the same ones rebinds nothing)."""
+        Every step is inlined (a Python call costs ~50 ns): pool pop, one call into invoke.c's run_text (reset +
+        run with the GIL released, then the result str built from guest memory), pool push. Nothing here can raise
+        between taking the region and giving it back, except out of memory — and then the region is merely not
+        pooled again. An idle region keeps its last linker and log (so the next invocation with the same ones
+        rebinds nothing)."""
         pool = self.memory.pool
         region = pool.pop() if pool else Region(self.memory)
         calls = region.calls
@@ -125,14 +127,10 @@ class AotBackend:
             calls.lookup = capability_lookup(linker)
         calls.log = log
         calls.detail = ""
-        outcome = _run(region.ptr, entry, args, len(args), 0, timeout)
-        regs = region.regs
-        a0 = regs[10]
-        a1 = regs[11]
-        if outcome == _OK:
-            out = None, None, region.memory[a0:a0 + a1], a0, a1
-        else:
-            out = self._outcome(region, outcome, a0, a1)
+        out = run_text(region.addr, entry, args, timeout)
+        if type(out) is not str:
+            regs = region.regs
+            out = self._outcome(region, out, regs[10], regs[11])
         if len(pool) < POOL_LIMIT:
             pool.append(region)
         return out

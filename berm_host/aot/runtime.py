@@ -19,9 +19,14 @@ from .objects import ENTRY_SYMBOL, LAYOUT_SYMBOL
 
 try:
     from ._core import ffi, lib
+    from . import _invoke
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("the Berm runtime core is not built: run `pip install -e .` "
                       f"(or `python berm_host/aot/_build.py`): {exc}") from None
+
+# The harness fast path (invoke.c, used by AotBackend.call_tool) calls the core's berm_run through this pointer.
+_invoke.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "berm_run"))))
+run_text = _invoke.run_text
 
 #: The core's trap kinds (berm_rt.h), by number.
 KINDS = {
@@ -73,7 +78,7 @@ class Region:
     ``HostCalls`` — the callable the core calls for berm.log and capabilities holds no reference back to this
     object, so the core's strong reference to it makes no cycle the garbage collector cannot see."""
 
-    __slots__ = ("image", "ptr", "ctx", "regs", "memory", "int_args", "calls", "__weakref__")
+    __slots__ = ("image", "ptr", "addr", "ctx", "regs", "memory", "int_args", "calls", "__weakref__")
 
     def __init__(self, image: MemoryImage):
         self.image = image  # keeps the core's berm_image alive as long as the region
@@ -81,6 +86,7 @@ class Region:
         if raw == ffi.NULL:
             raise HostError(f"cannot map {image.layout.size} bytes of guest memory")
         self.ptr = ffi.gc(raw, lib.berm_region_free)
+        self.addr = int(ffi.cast("uintptr_t", raw))  # for run_text (invoke.c); alive as long as ptr
         raw.enter = image.enter
         if image.max_result is not None:
             raw.max_result = image.max_result

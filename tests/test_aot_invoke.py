@@ -1,0 +1,87 @@
+"""The harness fast path (berm_host/aot/invoke.c, ``run_text``): one CPython call that runs a tool and builds its
+result text from guest memory. Whatever it cannot answer with a str it answers with berm_run's outcome, and
+``Harness.call`` then takes the general path: every outcome must come out exactly as ``backend.run`` reports it."""
+
+from __future__ import annotations
+
+import pytest
+
+from berm_host.aot.runtime import lib, run_text
+from berm_host.engine import Engine
+from berm_host.traps import HostError, ToolFailure, Trap, TrapKind
+from tests.guests import raw_harness_elf
+
+SOURCE = r"""
+static const char hello[] = "h\xc3\xa9llo, w\xc3\xb6rld";
+static const char broken[] = "ok\xff\xfe";
+static Pair text(const char *s, u64 n) { Pair p = { (u64)s, n }; return p; }
+
+Pair berm_tool_hello(void) { return text(hello, sizeof hello - 1); }
+Pair berm_tool_empty(void) { return text(hello, 0); }
+Pair berm_tool_broken(void) { return text(broken, sizeof broken - 1); }
+Pair berm_tool_outside(void) { return text((const char *)0x10, 4); }
+Pair berm_tool_failing(void) { ecall2(FAIL, (u64)hello, 5); return text(hello, 1); }
+Pair berm_tool_trapping(void) { return text(*(const char **)8, 1); }
+/* The argument blob, echoed: the fast path must pass it whole. */
+Pair berm_tool_echo(void) {
+    u64 n = ecall2(ARGS_LEN, 0, 0);
+    char *heap = (char *)ecall2(HEAP_START, 0, 0);
+    ecall2(ARGS_READ, (u64)heap, n);
+    return text(heap, n);
+}
+"""
+
+TOOLS = ("hello", "empty", "broken", "outside", "failing", "trapping", "echo")
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    elf = raw_harness_elf(SOURCE, TOOLS)
+    return Engine(kind="aot", cache_dir=tmp_path_factory.mktemp("cache"), deadline=10.0).load(elf).harness()
+
+
+def test_results_come_back_as_text(harness):
+    assert harness.call("hello") == "héllo, wörld"
+    assert harness.call("empty") == ""
+    blob = "añb\0" * 300
+    assert harness.call("echo", blob.encode()) == blob
+
+
+def test_every_other_outcome_takes_the_general_path(harness):
+    with pytest.raises(HostError, match="not UTF-8"):
+        harness.call("broken")
+    with pytest.raises(HostError, match="not inside guest memory"):
+        harness.call("outside")
+    with pytest.raises(ToolFailure, match="^héll$"):
+        harness.call("failing")
+    with pytest.raises(Trap) as info:
+        harness.call("trapping")
+    assert info.value.info.kind is TrapKind.MEMORY_FAULT
+    assert harness.call("hello") == "héllo, wörld"  # and the pooled region still serves the next call
+
+
+def test_run_text_answers_an_outcome_it_cannot_turn_into_text(harness):
+    backend = harness.image.backend
+    region = backend.memory.acquire()
+    try:
+        entry = harness._entries
+        assert run_text(region.addr, entry["hello"], b"", 10.0) == "héllo, wörld"
+        assert run_text(region.addr, entry["broken"], b"", 10.0) == lib.BERM_RUN_OK
+        assert run_text(region.addr, entry["outside"], b"", 10.0) == lib.BERM_RUN_BAD_RESULT
+        assert run_text(region.addr, entry["failing"], b"", 10.0) == lib.BERM_RUN_FAILED
+        assert run_text(region.addr, entry["trapping"], b"", 10.0) == lib.BERM_RUN_TRAPPED
+    finally:
+        backend.memory.release(region)
+
+
+@pytest.mark.parametrize("args, error", [
+    ((), TypeError),
+    ((1, 2, b"", 1.0, 5), TypeError),
+    ((0, 0, b"", 1.0), ValueError),  # a NULL region is refused, not dereferenced
+    ((1, 0, "text", 1.0), TypeError),  # the blob must be bytes
+    ((1, -1, b"", 1.0), OverflowError),
+    ((1, 0, b"", "soon"), TypeError),
+])
+def test_run_text_refuses_bad_arguments_before_running_anything(args, error):
+    with pytest.raises(error):
+        run_text(*args)
