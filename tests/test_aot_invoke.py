@@ -85,3 +85,21 @@ def test_run_text_answers_an_outcome_it_cannot_turn_into_text(harness):
 def test_run_text_refuses_bad_arguments_before_running_anything(args, error):
     with pytest.raises(error):
         run_text(*args)
+
+
+def test_bind_refuses_a_core_of_another_layout_and_keeps_its_binding(harness):
+    """A stale _invoke (built against an older berm_rt.h) would read a0, a1 and the memory pointer at the wrong
+    offsets: binding it to a core whose layout differs is an ImportError, and the good binding stays."""
+    from berm_host.aot import _invoke
+    from berm_host.aot.runtime import ffi
+
+    run = int(ffi.cast("uintptr_t", ffi.addressof(lib, "berm_run")))
+    regs = ffi.offsetof("berm_region", "ctx") + ffi.offsetof("berm_ctx", "regs")
+    mem = ffi.offsetof("berm_region", "ctx") + ffi.offsetof("berm_ctx", "mem")
+    with pytest.raises(ImportError, match="another runtime layout"):
+        _invoke.bind(run, regs + 8, mem)
+    with pytest.raises(ImportError, match="another runtime layout"):
+        _invoke.bind(run, regs, mem - 8)
+    with pytest.raises(ValueError):
+        _invoke.bind(0, regs, mem)
+    assert harness.call("hello") == "héllo, wörld"

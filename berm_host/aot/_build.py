@@ -76,6 +76,7 @@ ffibuilder.set_source(
     "berm_host.aot._core",
     '#include "core.h"',
     sources=["berm_host/aot/core.c"],  # setuptools insists on paths relative to setup.py's directory
+    depends=["berm_host/aot/core.h", "berm_host/aot/berm_rt.h"],  # rebuilt when they change, not only core.c
     include_dirs=[str(HERE)],
     define_macros=CALL_MACROS,
     extra_compile_args=["-O2", "-std=gnu11"],

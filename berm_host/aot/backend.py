@@ -19,7 +19,7 @@ from berm_host.image_facts import ElfFacts
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
 from berm_host.traps import TrapInfo, TrapKind
 
-#: What ``call_tool`` returns: (trap, failure, result, a0, a1).
+#: What ``call_tool`` returns when the result is not plain text: (trap, failure, result, a0, a1).
 ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
 
 from .objects import cached_object

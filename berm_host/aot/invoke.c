@@ -14,16 +14,33 @@
 
 #include "core.h"
 
-typedef int (*berm_run_fn)(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int,
-                           double timeout);
+#include <stddef.h>
+
+typedef __typeof__(berm_run) *berm_run_fn;
 static berm_run_fn run;
 
-/* bind(address of berm_run) */
-static PyObject *bind(PyObject *self, PyObject *address) {
+/* bind(address of berm_run, offsetof(berm_region, ctx.regs), offsetof(berm_region, ctx.mem)) as the cffi module
+ * sees them: a module built against another layout of the region (setup.py rebuilds this one when core.h or
+ * berm_rt.h change, but a stale build can be copied around) is refused instead of reading the wrong words. */
+static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     (void)self;
-    void *fn = PyLong_AsVoidPtr(address);
+    if (argc != 3) {
+        PyErr_SetString(PyExc_TypeError, "bind(berm_run, regs offset, mem offset) takes 3 arguments");
+        return NULL;
+    }
+    void *fn = PyLong_AsVoidPtr(argv[0]);
     if (!fn) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bind: berm_run's address is NULL");
+        return NULL;
+    }
+    Py_ssize_t regs = PyLong_AsSsize_t(argv[1]), mem = PyLong_AsSsize_t(argv[2]);
+    if (PyErr_Occurred()) return NULL;
+    if (regs != (Py_ssize_t)offsetof(berm_region, ctx.regs) || mem != (Py_ssize_t)offsetof(berm_region, ctx.mem)) {
+        PyErr_Format(PyExc_ImportError,
+                     "berm_host.aot._invoke was built against another runtime layout (registers at %zd, memory "
+                     "pointer at %zd; the core has them at %zd and %zd): rebuild with `pip install -e .`",
+                     (Py_ssize_t)offsetof(berm_region, ctx.regs), (Py_ssize_t)offsetof(berm_region, ctx.mem), regs,
+                     mem);
         return NULL;
     }
     run = (berm_run_fn)fn;
@@ -71,7 +88,8 @@ static PyObject *run_text(PyObject *self, PyObject *const *argv, Py_ssize_t argc
 }
 
 static PyMethodDef methods[] = {
-    {"bind", bind, METH_O, "bind(address): the berm_run that run_text calls"},
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
+     "bind(address, regs offset, mem offset): the berm_run that run_text calls, and the layout it expects"},
     {"run_text", (PyCFunction)(void (*)(void))run_text, METH_FASTCALL,
      "run_text(region, entry, args, timeout) -> str | int"},
     {NULL, NULL, 0, NULL},

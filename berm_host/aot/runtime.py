@@ -24,8 +24,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("the Berm runtime core is not built: run `pip install -e .` "
                       f"(or `python berm_host/aot/_build.py`): {exc}") from None
 
-# The harness fast path (invoke.c, used by AotBackend.call_tool) calls the core's berm_run through this pointer.
-_invoke.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "berm_run"))))
+# The harness fast path (invoke.c, used by AotBackend.call_tool) calls the core's berm_run through this pointer
+# and reads a0, a1 and guest memory at these offsets (it refuses to bind if it was built for others).
+_invoke.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "berm_run"))),
+             ffi.offsetof("berm_region", "ctx") + ffi.offsetof("berm_ctx", "regs"),
+             ffi.offsetof("berm_region", "ctx") + ffi.offsetof("berm_ctx", "mem"))
 run_text = _invoke.run_text
 
 #: The core's trap kinds (berm_rt.h), by number.
