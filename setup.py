@@ -1,11 +1,29 @@
-"""The native parts of the runtime live here; pyproject.toml holds the metadata.
+"""The build steps pyproject.toml cannot declare; it holds the metadata.
 
 - ``berm_host.aot._core``: the runtime core, built by cffi (berm_host/aot/_build.py);
 - ``berm_host.aot._invoke``: the harness fast path, a plain CPython extension (berm_host/aot/invoke.c) that calls
-  the core through a pointer it is given at import (berm_host/aot/runtime.py).
+  the core through a pointer it is given at import (berm_host/aot/runtime.py);
+- the SDK and bundled harness sources (``harnesses/``) copied into a built ``berm_sdk`` as ``berm_sdk/harnesses``,
+  where berm_sdk/cache.py looks first: a wheel has no source tree beside it. An editable install uses the tree.
 """
 
+import shutil
+from pathlib import Path
+
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+HARNESSES = Path(__file__).resolve().parent / "harnesses"
+
+
+class build_py_with_harnesses(build_py):
+    def run(self):
+        super().run()
+        if not getattr(self, "editable_mode", False):
+            target = Path(self.build_lib) / "berm_sdk" / "harnesses"
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(HARNESSES, target, ignore=shutil.ignore_patterns("target", "__pycache__", "*.o"))
+
 
 invoke = Extension(
     "berm_host.aot._invoke",
@@ -15,4 +33,5 @@ invoke = Extension(
     extra_compile_args=["-O2", "-std=gnu11"],
 )
 
-setup(cffi_modules=["berm_host/aot/_build.py:ffibuilder"], ext_modules=[invoke])
+setup(cffi_modules=["berm_host/aot/_build.py:ffibuilder"], ext_modules=[invoke],
+      cmdclass={"build_py": build_py_with_harnesses})

@@ -10,8 +10,16 @@ from pathlib import Path
 
 import platformdirs
 
+
+def _harnesses_root() -> Path:
+    """harnesses/: the SDK and the bundled harnesses' sources. An installed wheel carries a copy inside this package
+    (setup.py's build_py puts it there); a source tree (the editable install, the tests) has it beside the package."""
+    installed = Path(__file__).resolve().parent / "harnesses"
+    return installed if (installed / "sdk").is_dir() else Path(__file__).resolve().parent.parent / "harnesses"
+
+
 #: harnesses/sdk: berm.h, the SDK's C sources, the compiler-runtime overrides, the linker script, the build profile.
-SDK_DIR = Path(__file__).resolve().parent.parent / "harnesses" / "sdk"
+SDK_DIR = _harnesses_root() / "sdk"
 
 
 def cache_root() -> Path:
