@@ -19,20 +19,28 @@
 typedef __typeof__(berm_run) *berm_run_fn;
 static berm_run_fn run;
 
+/* The argument checks both functions open with: `argc` is `want` (else a TypeError naming `usage`), and `arg`, an
+ * address, is not NULL (else a ValueError naming `what`). Each returns 0 with the exception set. */
+static int has_args(Py_ssize_t argc, Py_ssize_t want, const char *usage) {
+    if (argc == want) return 1;
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", usage, want);
+    return 0;
+}
+
+static void *address_arg(PyObject *arg, const char *what) {
+    void *p = PyLong_AsVoidPtr(arg);
+    if (!p && !PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s is NULL", what);
+    return p;
+}
+
 /* bind(address of berm_run, offsetof(berm_region, ctx.regs), offsetof(berm_region, ctx.mem)) as the cffi module
  * sees them: a module built against another layout of the region (setup.py rebuilds this one when core.h or
  * berm_rt.h change, but a stale build can be copied around) is refused instead of reading the wrong words. */
 static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     (void)self;
-    if (argc != 3) {
-        PyErr_SetString(PyExc_TypeError, "bind(berm_run, regs offset, mem offset) takes 3 arguments");
-        return NULL;
-    }
-    void *fn = PyLong_AsVoidPtr(argv[0]);
-    if (!fn) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bind: berm_run's address is NULL");
-        return NULL;
-    }
+    if (!has_args(argc, 3, "bind(berm_run, regs offset, mem offset)")) return NULL;
+    void *fn = address_arg(argv[0], "bind: berm_run's address");
+    if (!fn) return NULL;
     Py_ssize_t regs = PyLong_AsSsize_t(argv[1]), mem = PyLong_AsSsize_t(argv[2]);
     if (PyErr_Occurred()) return NULL;
     if (regs != (Py_ssize_t)offsetof(berm_region, ctx.regs) || mem != (Py_ssize_t)offsetof(berm_region, ctx.mem)) {
@@ -52,19 +60,13 @@ static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
  * the region. The GIL is released while the guest runs, as a cffi call releases it. */
 static PyObject *run_text(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     (void)self;
-    if (argc != 4) {
-        PyErr_SetString(PyExc_TypeError, "run_text(region, entry, args, timeout) takes 4 arguments");
-        return NULL;
-    }
+    if (!has_args(argc, 4, "run_text(region, entry, args, timeout)")) return NULL;
     if (!run) {
         PyErr_SetString(PyExc_RuntimeError, "run_text: bind() was not called");
         return NULL;
     }
-    berm_region *r = PyLong_AsVoidPtr(argv[0]);
-    if (!r) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "run_text: NULL region");
-        return NULL;
-    }
+    berm_region *r = address_arg(argv[0], "run_text: the region");
+    if (!r) return NULL;
     uint64_t entry = PyLong_AsUnsignedLongLong(argv[1]);
     if (entry == (uint64_t)-1 && PyErr_Occurred()) return NULL;
     char *args;
