@@ -5,6 +5,7 @@ against (unicorn on the same ELF, wasmtime on the wasm32 build). Also checks the
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -81,3 +82,17 @@ def test_boundary_guest(engine):
     caps = guest.run("bench_capability_loop", int_args=(3, fnv1a64("bench.noop")), linker=linker)
     assert caps.a0 == 3 * 2 * len(NOOP_REPLY)
     assert requests == [b"\x08\x00\x00\x00benchmrk"] * 3
+
+
+@pytest.mark.skipif(not BERM_ENGINES, reason="the AOT engine is not built")
+@pytest.mark.parametrize("config", ["no-memory-checks", "no-checks"])
+def test_bench_limits_configurations_do_the_same_work(config, guest_elf, native, tmp_path, monkeypatch):
+    """tools/bench_limits.py's reduced builds still compile against berm_code.h and compute every kernel's
+    answer, in a cache of their own (the user's stays clean)."""
+    import bench_limits
+
+    monkeypatch.setenv("BERM_CACHE_DIR", str(tmp_path / "user-cache"))
+    runner = bench_limits.runner(guest_elf, bench_limits.CONFIGS[config], tmp_path / config)
+    assert [runner.call(k, 3) for k in KERNELS] == [native.call(k, 3) for k in KERNELS]
+    assert not (tmp_path / "user-cache").exists() and any((tmp_path / config).iterdir())
+    assert os.environ["BERM_CACHE_DIR"] == str(tmp_path / "user-cache")

@@ -64,15 +64,19 @@ def main(argv: list[str] | None = None) -> int:
     runners = [runner(spec) for spec in args.configs]
     native = NativeRunner(build_native())
     kernels = args.kernel or list(KERNELS)
-    table = {k: ratios(runners, native, k, args.rounds) for k in kernels}
-    print("| kernel | " + " | ".join(args.configs) + " |")
-    print("|---|" + "---|" * len(args.configs))
+    print_table(args.configs, {k: ratios(runners, native, k, args.rounds) for k in kernels})
+    return 0
+
+
+def print_table(columns: list[str], table: dict[str, list[float]]) -> None:
+    """A Markdown table of ``table`` (kernel → one ratio per column), with the geometric mean over kernels."""
+    print("| kernel | " + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
     for k, row in table.items():
         print(f"| {k} | " + " | ".join(f"{x:.3f}×" for x in row) + " |")
-    if len(kernels) > 1:
-        means = [math.exp(statistics.fmean(math.log(table[k][i]) for k in kernels)) for i in range(len(runners))]
+    if len(table) > 1:
+        means = [math.exp(statistics.fmean(math.log(row[i]) for row in table.values())) for i in range(len(columns))]
         print("| geometric mean | " + " | ".join(f"{x:.3f}×" for x in means) + " |")
-    return 0
 
 
 if __name__ == "__main__":
