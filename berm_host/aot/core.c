@@ -235,7 +235,17 @@ static int over_resident(berm_region *r) {
 void berm_region_trim(berm_region *r) {
     const berm_image *im = r->image;
     reset_memory(r, 1);
-    if (im->pristine_end < r->size) madvise(r->ctx.mem + im->pristine_end, r->size - im->pristine_end, MADV_DONTNEED);
+    /* Everything from pristine_end up starts as zero, and reset_memory left it alone. madvise needs a start aligned
+     * to the host's page, which may be 16 or 64 KiB where pristine_end is only 4 KiB-aligned: the bytes below that
+     * start are zeroed by hand, and so is the rest if madvise fails (it is never left as the last run wrote it). */
+    if (im->pristine_end < r->size) {
+        uint64_t host_page = (uint64_t)sysconf(_SC_PAGESIZE);
+        uint64_t from = (im->pristine_end + host_page - 1) & ~(host_page - 1);
+        if (from > r->size) from = r->size;
+        memset(r->ctx.mem + im->pristine_end, 0, from - im->pristine_end);
+        if (from < r->size && madvise(r->ctx.mem + from, r->size - from, MADV_DONTNEED) != 0)
+            memset(r->ctx.mem + from, 0, r->size - from);
+    }
     touched_clear(r);
     r->used = 0;
 }
