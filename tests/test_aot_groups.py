@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from berm_aot.elf import read_elf
 from berm_host.backend import RunRequest
-from berm_host.engine import Engine
-from berm_host.layout import DEFAULT_MEMORY, layout_for, stack_size
+from tests.edge_runs import LOW, TOP, both_engines, outcome
 from tests.guests import guest_elf
 
 #: (name, the group through t0 = the first argument; t1 = the second; the result is t3 ^ t4).
@@ -46,23 +44,12 @@ u64 on_my_stack(u64 unused, u64 value) {
 void _start(void) {}
 """
 
-TOP = DEFAULT_MEMORY
-LOW = DEFAULT_MEMORY - stack_size(DEFAULT_MEMORY)
 
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     elf = guest_elf(SOURCE, keep=("data_area", "ro_area", "on_my_stack", *(name for name, _ in GROUPS)))
-    image = read_elf(elf)
-    symbols = {s.name: s.value for s in image.symbols}
-    cache = tmp_path_factory.mktemp("cache")
-    backends = {kind: Engine(kind=kind, cache_dir=cache).load(elf).backend for kind in ("aot", "interp")}
-    return symbols, layout_for(image), backends
-
-
-def outcome(result):
-    trap = result.trap
-    return (result.a0 if trap is None else None, trap and (trap.kind, trap.pc, trap.addr), result.failure)
+    return both_engines(elf, tmp_path_factory.mktemp("cache"))
 
 
 def bases(symbols, layout) -> list[int]:

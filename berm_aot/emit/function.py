@@ -10,6 +10,9 @@ the same locals, and the expected return address of the frame it interrupts goes
 return pops it and resumes after that call, a tail transfer out of such a frame runs as its continuation
 (``_self_call``, ``_nested_exits``). Recursion then costs no register traffic through ctx->regs.
 
+A counted loop (berm_aot.emit.loops) checks its accesses once at its head for all of its iterations and, when
+they all passed, runs a second copy of itself (``LF_<head>``) in which they take no check.
+
 An indirect jump branches directly only to the local targets berm_aot.emit.sites expects it to reach (its jump
 table's cases); another local target ends this C frame in the function's resume copy (``resume=True``: the same
 code, where every indirect jump may branch to every local target), which finishes the frame exactly.
@@ -26,6 +29,7 @@ from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants
 from .groups import access_groups
+from .loops import CountedLoop, counted_loops
 from .sites import dynamic_jumps, jump_targets
 from .stackptr import stack_pointers
 from .insn import BRANCH_CONDS, compute, dst, lit, reg
@@ -101,6 +105,7 @@ class FunctionEmitter:
                     self.labels.add(insns[k + 1].addr)
         self.follows = {insn.addr: k + 1 < len(insns) and insns[k + 1].addr == insn.next_pc
                         for k, insn in enumerate(insns)}
+        self.index = {insn.addr: k for k, insn in enumerate(insns)}
         #: the links of the function's direct calls to itself, whose frames run in this C frame (see _self_call)
         starts_here = bool(insns) and insns[0].addr == info.start
         self.self_calls = sorted(insn.next_pc for insn in insns
@@ -116,7 +121,13 @@ class FunctionEmitter:
             self.ret, self.returns = f"(depth == depth0_ ? ret : {lit(self.self_calls[0])})", "do_ret"
         else:
             self.ret, self.returns = "exp_", "do_ret"
-        self.groups, self.grouped = access_groups(insns, self.labels, self.follows, self.stack_at)
+        self.loops = counted_loops(insns, self.labels, self.follows, self.stack_at)
+        self.loop_branches = {loop.branch: loop for loop in self.loops.values()}
+        self.labels.update(insns[self.index[loop.branch]].next_pc for loop in self.loops.values())
+        self._fast: CountedLoop | None = None  # the counted loop whose second copy is being emitted
+        self.in_loops = {addr: g for loop in self.loops.values() for g in loop.groups for addr in g.members}
+        self.groups, self.grouped = access_groups(insns, self.labels, self.follows, self.stack_at, self.in_loops)
+        self.grouped.update(self.in_loops)
 
     # ---------------------------------------------------------------- helpers
 
@@ -148,7 +159,11 @@ class FunctionEmitter:
 
     def _jump(self, insn: Instruction, target: int) -> str:
         """A direct jump or taken branch from ``insn`` to ``target``; a back-edge polls first."""
-        go = self._leave_to(target)
+        loop = self.loop_branches.get(insn.addr)
+        if loop is None:
+            go = self._leave_to(target)
+        else:
+            go = f"goto {loop.fast_label if self._fast is loop else loop.body_label};"
         if target <= insn.addr and go.startswith("goto"):
             return f"{{ BERM_POLL({lit(insn.addr)}); {go} }}"
         return go
@@ -175,6 +190,9 @@ class FunctionEmitter:
         if slots:
             flags = ", ".join(f"g{k}_ = 0" for k in range(slots))
             out.append(f"    int {flags}; /* per group of accesses through one register: the window holding it (0: none) */")
+        loop_flags = [g.flag for loop in self.loops.values() for g in loop.groups]
+        if loop_flags:
+            out.append(f"    int {' = 0, '.join(loop_flags)} = 0; /* per counted loop's group: the same, for all its iterations */")
         depth0 = f"const uint32_t depth0_ = {'depth0' if self.resume else 'depth'};"
         if len(self.self_calls) == 1:
             out.append("    /* frames of this function's calls to itself run in this C frame: depth is the current frame's")
@@ -206,13 +224,19 @@ class FunctionEmitter:
             if insn.addr in self.labels:
                 out.append(f"L_{insn.addr:x}:;")
                 self.consts.enter(self.known_at.get(insn.addr, {}))
+            if insn.addr in self.loops:
+                out += self.loops[insn.addr].header()
             out.append(f"    /* {insn.addr:x}: {disassemble(insn)} */")
             if insn.addr in self.groups:
                 out.append("    " + self.groups[insn.addr].header())
             falls = self._insn(insn)
             self.consts.step(insn)
             prev_next = insn.next_pc if falls else None
-            if falls and not self.follows[insn.addr]:
+            if insn.addr in self.loop_branches:
+                out.append("    " + self._leave_to(insn.next_pc))
+                self._fast_copy(self.loop_branches[insn.addr])
+                prev_next = None
+            elif falls and not self.follows[insn.addr]:
                 out.append("    " + self._leave_to(insn.next_pc))
                 prev_next = None
         if prev_next is not None:
@@ -230,13 +254,30 @@ class FunctionEmitter:
         out.append("}")
         return out
 
+    def _fast_copy(self, loop: CountedLoop) -> None:
+        """The counted loop's second copy (berm_aot.emit.loops): the same instructions, every member of its groups
+        unchecked; it leaves where the first copy does."""
+        out = self.out
+        out.append(f"{loop.fast_label}:; /* {loop.head:#x}: the loop again, every group's range in its window */")
+        self.consts.enter(self.known_at.get(loop.head, {}))
+        self._fast = loop
+        for insn in self.f.insns[self.index[loop.head]:self.index[loop.branch] + 1]:
+            out.append(f"    /* {insn.addr:x}: {disassemble(insn)} */")
+            self._insn(insn)
+            self.consts.step(insn)
+        self._fast = None
+        out.append("    " + self._leave_to(self.f.insns[self.index[loop.branch]].next_pc))
+
     # ---------------------------------------------------------------- one instruction
 
     def _insn(self, insn: Instruction) -> bool:
         """Emit ``insn``; True when it may fall through to ``insn.next_pc``."""
         out, op, pc = self.out, insn.op, lit(insn.addr)
         group = self.grouped.get(insn.addr)
-        stmt = compute(insn, insn.rs1 in self.stack_at.get(insn.addr, ()), group.flag if group else None)
+        flag = group.flag if group else None
+        if self._fast is not None and insn.addr in self.in_loops:
+            flag = "1"  # a member of the loop's groups, in the copy that runs only when all of them passed
+        stmt = compute(insn, insn.rs1 in self.stack_at.get(insn.addr, ()), flag)
         if stmt is not None:
             out.append("    " + stmt)
             return True

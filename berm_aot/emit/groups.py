@@ -70,10 +70,12 @@ def _ends_block(insn: Instruction, falls_through: bool) -> bool:
 
 
 def access_groups(insns: list[Instruction], labels: Container[int], follows: Mapping[int, bool],
-                  stack_at: Mapping[int, Container[int]]) -> tuple[dict[int, Group], dict[int, Group]]:
+                  stack_at: Mapping[int, Container[int]], taken: Container[int] = ()
+                  ) -> tuple[dict[int, Group], dict[int, Group]]:
     """``(group by the address of its first member, group by the address of every member)`` for one function's
     instructions in emission order; ``follows[addr]``: the next instruction emitted is the one ``addr`` falls
-    through to; ``stack_at[addr]``: the registers holding a stack address there."""
+    through to; ``stack_at[addr]``: the registers holding a stack address there; ``taken``: accesses checked
+    otherwise (members of a counted loop's groups, berm_aot.emit.loops), in no group here."""
     by_first: dict[int, Group] = {}
     by_member: dict[int, Group] = {}
     runs: dict[int, list[Instruction]] = {}  # open runs in the current block, by base register
@@ -104,7 +106,7 @@ def access_groups(insns: list[Instruction], labels: Container[int], follows: Map
     for insn in insns:
         if insn.addr in labels:
             close_all()
-        if _member(insn):
+        if _member(insn) and insn.addr not in taken:
             runs.setdefault(insn.rs1, []).append(insn)
         for base in writes(insn) & runs.keys():
             close(base)

@@ -208,6 +208,37 @@ static __attribute__((noinline, cold)) int berm_store_slow(berm_ctx *ctx, uint64
         }                                                                                           \
     } while (0)
 
+/* Counted loops (berm_aot/emit/loops.py): a loop closed by `bne iv, bound` with `iv` stepped by `step` once per
+ * iteration runs (bound - iv) / step iterations, iv read at its entry; 0 when that is not a whole number of at
+ * most BERM_LOOP_MAX (its groups then leave every member to its own check). */
+#define BERM_LOOP_MAX ((uint64_t)1 << 32)
+static inline uint64_t berm_trips(uint64_t iv, uint64_t bound, int64_t step) {
+    uint64_t d = step > 0 ? bound - iv : iv - bound;
+    uint64_t s = step > 0 ? (uint64_t)step : -(uint64_t)step;
+    if (d == 0 || d % s != 0) return 0; /* d == 0: the loop comes back to bound only after wrapping */
+    return d / s <= BERM_LOOP_MAX ? d / s : 0;
+}
+/* A loop group: [first, first + n) is every byte its members touch in all `trips` iterations (n computed only
+ * for trips >= 1). Then its stores account for themselves as a group's do (BERM_GROUP_MARK), over [low, low + span],
+ * the addresses they start at: the stack's low-water mark, or a mark on every page of the store window in it. */
+#define BERM_LOOP_GROUP(g, trips, W1, W2, first, n)   \
+    do {                                              \
+        if (trips)                                    \
+            BERM_GROUP(g, W1, W2, first, 0, n);       \
+        else                                          \
+            g = 0;                                    \
+    } while (0)
+#define BERM_LOOP_MARK(g, stack, low, span)                                                            \
+    do {                                                                                               \
+        uint64_t low_ = (low);                                                                         \
+        if (BERM_LIKELY(g == (stack))) {                                                               \
+            if (BERM_UNLIKELY(low_ < ctx->stack_low)) ctx->stack_low = low_;                           \
+        } else if (g) {                                                                                \
+            for (uint64_t p_ = low_ >> BERM_PAGE_SHIFT; p_ <= (low_ + (span)) >> BERM_PAGE_SHIFT; p_++) \
+                BERM_MARK(p_ << BERM_PAGE_SHIFT);                                                      \
+        }                                                                                              \
+    } while (0)
+
 /* Atomics: naturally aligned, else a fault; then the load (lr) or store (everything else) bounds. */
 #define BERM_ATOMIC_ADDR(a_, T, addr, store, pc)                                                    \
     uint64_t a_ = (addr);                                                                           \

@@ -1,0 +1,130 @@
+"""Counted loops check their accesses once per entry, for all of their iterations (berm_aot/emit/loops.py), and run
+a second, unchecked copy when every range passed. With the loop's range at every edge of every window — data,
+read-only data, the heap's end at the guard, the stack, 0, near 2^64 — in both directions, with the step before and
+after the access, each loop must end exactly as on the reference interpreter (the iterations before a faulting
+access have run, the trap names it), and what a loop stored must be gone in the next run."""
+
+from __future__ import annotations
+
+import pytest
+
+from berm_aot.analysis import analyse
+from berm_aot.elf import read_elf
+from berm_aot.emit.function import FunctionEmitter
+from berm_aot.program import Program
+from berm_host.backend import RunRequest
+from tests.edge_runs import LOW, TOP, both_engines, outcome
+from tests.guests import guest_elf
+
+#: (name, setup, loop body): t0 = the first argument (an address), t1 = the second (a count); each loop adds what
+#: it loads into t4, and stores t6 = 0x5a5a...; the result is t4.
+LOOPS = [
+    # up by 4, the step after the access; the exit compares the pointer itself with t0 + 4 * count
+    ("up_after", "slli t2, t1, 2\\n add t2, t2, t0", "lw t3, 0(t0)\\n add t4, t4, t3\\n addi t0, t0, 4\\n bne t0, t2, 1b"),
+    # the step before the accesses, which reach behind and ahead of the pointer
+    ("up_before", "slli t2, t1, 2\\n add t2, t2, t0",
+     "addi t0, t0, 4\\n lw t3, -4(t0)\\n lbu t5, 9(t0)\\n add t4, t4, t3\\n add t4, t4, t5\\n bne t2, t0, 1b"),
+    # down by 8
+    ("down", "slli t2, t1, 3\\n sub t2, t0, t2", "addi t0, t0, -8\\n ld t3, 0(t0)\\n add t4, t4, t3\\n bne t0, t2, 1b"),
+    # a counter ends the loop; the pointer that stores steps by 8 beside it
+    ("stores", "mv t5, t1",
+     "sd t6, 0(t0)\\n ld t3, 0(t0)\\n add t4, t4, t3\\n addi t0, t0, 8\\n addi t5, t5, -1\\n bnez t5, 1b"),
+    # a base the loop leaves alone
+    ("fixed", "mv t5, t1", "ld t3, 8(t0)\\n sd t3, 16(t0)\\n add t4, t4, t3\\n addi t5, t5, -1\\n bnez t5, 1b"),
+    # bytes, across pages
+    ("bytes", "add t2, t0, t1", "sb t6, 0(t0)\\n lbu t3, 0(t0)\\n add t4, t4, t3\\n addi t0, t0, 1\\n bne t0, t2, 1b"),
+    # never reaches its bound (t0 + 4 * count + 2): the trip count is unknown, every access is checked
+    ("odd", "slli t2, t1, 2\\n add t2, t2, t0\\n addi t2, t2, 2",
+     "lw t3, 0(t0)\\n add t4, t4, t3\\n addi t0, t0, 4\\n bne t0, t2, 1b"),
+]
+
+SOURCE = "typedef unsigned long u64;\n" + "\n".join(
+    f"""u64 {name}(u64 base, u64 count) {{
+    u64 out;
+    __asm__ volatile("mv t0, %1\\n mv t1, %2\\n li t4, 0\\n li t6, 0x5a5a5a5a5a5a5a5a\\n {setup}\\n 1:\\n {body}\\n mv %0, t4"
+                     : "=r"(out) : "r"(base), "r"(count) : "t0", "t1", "t2", "t3", "t4", "t5", "t6", "memory");
+    return out;
+}}""" for name, setup, body in LOOPS) + """
+u64 data_area[2048] = {[2047] = 1};  /* in .data, zero where the tests read */
+const u64 ro_area[512] = {2};
+u64 (*const loops[])(u64, u64) = {""" + ", ".join(name for name, _, _ in LOOPS) + """};  /* relocations */
+void _start(void) {}
+"""
+
+NAMES = tuple(name for name, _, _ in LOOPS)
+
+
+@pytest.fixture(scope="module")
+def elf():
+    return guest_elf(SOURCE, keep=("data_area", "ro_area", "loops", *NAMES))
+
+
+@pytest.fixture(scope="module")
+def engines(elf, tmp_path_factory):
+    return both_engines(elf, tmp_path_factory.mktemp("cache"))
+
+
+def edges(symbols, layout) -> list[int]:
+    return sorted({symbols["data_area"], symbols["data_area"] + 8 * 2048, symbols["ro_area"], layout.image_lo,
+                   layout.writable_lo, layout.heap_start, layout.guard_lo, LOW, TOP})
+
+
+def test_every_loop_here_is_a_counted_loop(elf):
+    """Else the tests below would only test the per-access checks."""
+    program = Program.from_image(read_elf(elf))
+    analysis = analyse(program)
+    for name in NAMES:
+        info = analysis.by_start[program.symbol(name)]
+        loops = FunctionEmitter(analysis, info, "").loops
+        assert len(loops) == 1, name
+        assert all(g.members for loop in loops.values() for g in loop.groups)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "odd"])
+def test_loop_at_every_edge_matches_the_interpreter(engines, name):
+    symbols, layout, backends = engines
+    results = []
+    for edge in edges(symbols, layout):
+        for count in (1, 2, 3, 7):
+            # the loop's range starting, ending or straddling the edge, byte by byte
+            for base in range(edge - 8 * count - 24, edge + 8 * count + 25):
+                request = RunRequest(entry=symbols[name], int_args=(base % 2**64, count))
+                got, want = (outcome(backends[k].run(request)) for k in ("aot", "interp"))
+                assert got == want, f"{name} base={base % 2**64:#x} count={count}: aot {got} vs interp {want}"
+                results.append(got)
+    assert any(r[1] is None for r in results) and any(r[1] is not None for r in results)  # edges really straddle
+
+
+@pytest.mark.parametrize("base", [0, 8, 2**64 - 8, 2**64 - 4096])
+@pytest.mark.parametrize("name", ["up_after", "down", "stores", "bytes"])
+def test_loop_wrapping_around_the_address_space_traps_as_the_interpreter(engines, name, base):
+    symbols, _, backends = engines
+    request = RunRequest(entry=symbols[name], int_args=(base, 4096))
+    got, want = (outcome(backends[k].run(request)) for k in ("aot", "interp"))
+    assert got == want and got[1] is not None
+
+
+def test_a_loop_whose_trip_count_is_unknown_traps_as_the_interpreter(engines):
+    """``odd`` never meets its bound: it runs until an access faults, every access checked."""
+    symbols, layout, backends = engines
+    for end in (layout.guard_lo, TOP):  # where loads going up meet a fault soon
+        for base in range(end - 64, end + 4):
+            request = RunRequest(entry=symbols["odd"], int_args=(base, 5))
+            got, want = (outcome(backends[k].run(request)) for k in ("aot", "interp"))
+            assert got == want and got[1] is not None, f"odd base={base:#x}: aot {got} vs interp {want}"
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+@pytest.mark.parametrize("name", ["stores", "bytes", "fixed"])
+def test_stored_by_a_loop_is_gone_in_the_next_run(engines, kind, name):
+    symbols, layout, backends = engines
+    backend = backends[kind]
+    spots = [symbols["data_area"] + 8, layout.heap_start + 4000, layout.guard_lo - 3 * 4096 - 8, LOW + 2048,
+             TOP - 3 * 4096]
+    count = 3 * 4096 // (1 if name == "bytes" else 8) if name != "fixed" else 5  # three pages and more
+    for base in spots:
+        result = backend.run(RunRequest(entry=symbols[name], int_args=(base, count)))
+        assert result.trap is None, (name, hex(base), result.trap)
+    for base in spots:
+        result = backend.run(RunRequest(entry=symbols["up_after"], int_args=(base, 3 * 4096 // 4)))
+        assert result.trap is None and result.a0 == 0, f"{name}: stale bytes from {base:#x}"
