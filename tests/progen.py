@@ -294,7 +294,7 @@ class _Switches:
 @st.composite
 def block(draw, labels: _Labels, callees: tuple[int, ...], counter: int, in_loop: bool,
           switches: _Switches | None = None) -> list:
-    choices = ["simple"] * 6 + ["branch"] * 2 + (["call"] if callees else []) + ([] if in_loop else ["loop"])
+    choices = ["simple"] * 6 + ["branch"] * 2 + (["call"] if callees else []) + ([] if in_loop else ["loop", "stride"])
     choices += switches.choices() if switches else []
     kind = draw(st.sampled_from(choices))
     if kind == "simple":
@@ -305,10 +305,44 @@ def block(draw, labels: _Labels, callees: tuple[int, ...], counter: int, in_loop
         return draw(call(callees))
     if kind == "switch":
         return draw(switch(labels, counter, switches, in_loop))
+    if kind == "stride":
+        return draw(strided_loop(labels, counter))
     head = labels("loop")
     body = [x for _ in range(draw(st.integers(1, 5))) for x in draw(block(labels, callees, counter, True, switches))]
     return [*li(counter, draw(st.integers(1, 4))), Label(head), *body, Op("addi", rd=counter, rs1=counter, imm=-1),
             Op("bne", rs1=counter, rs2=0, target=head)]
+
+
+@st.composite
+def strided_loop(draw, labels: _Labels, counter: int) -> list:
+    """A pointer walking the data, read-only or stack area — or off its edge — in a counted loop (closed by ``bne``
+    on the pointer against a bound, or on the function's counter), loading through it (and in the data area maybe
+    storing), the step before or after: what the translator checks once for all iterations
+    (berm_aot/emit/loops.py)."""
+    ptr, bound = draw(st.permutations(FREE))[:2]
+    step = draw(st.sampled_from([1, 2, 4, 8, -4, -8, 12, 2040, -2048]))
+    n = draw(st.integers(1, 6))
+    area = draw(st.sampled_from(["data", "data", "rodata", "stack"]))
+    if area == "stack":  # inside the frame, above the saved ra: loads only
+        start = [Op("addi", rd=ptr, rs1=SP, imm=draw(st.integers(8, FRAME - 8)))]
+    else:  # not below the read-only page: unicorn's mapping of the gap under it is writable (tests/test_unicorn_diff.py)
+        lo, size = (DATA, DATA_SIZE) if area == "data" else (RODATA, RODATA_SIZE)
+        start = li(ptr, lo + draw(st.integers(-64 if area == "data" else 0, size + 64)))
+    dest = st.sampled_from([r for r in (0, *FREE) if r not in (ptr, bound)])
+    body = [Op(draw(st.sampled_from(rvenc.LOAD_OPS)), rd=draw(dest), rs1=ptr, imm=draw(st.integers(-16, 16)))]
+    if area == "data" and step >= -8 and draw(st.booleans()):  # stores stay above that gap too
+        store = Op(draw(st.sampled_from(rvenc.STORE_OPS)), rs1=ptr, rs2=draw(_src), imm=draw(st.integers(-16, 16)))
+        body.insert(draw(st.integers(0, 1)), store)
+    body.insert(draw(st.integers(0, len(body))), Op("addi", rd=ptr, rs1=ptr, imm=step))
+    head = labels("stride")
+    if draw(st.booleans()):  # the pointer ends the loop
+        setup = [*start, Op("addi", rd=bound, rs1=ptr, imm=0), *li(counter, n * step),
+                 Op("add", rd=bound, rs1=bound, rs2=counter)]
+        close = [Op("bne", rs1=ptr, rs2=bound, target=head)]
+    else:
+        setup = [*start, *li(counter, n)]
+        close = [Op("addi", rd=counter, rs1=counter, imm=-1), Op("bne", rs1=counter, rs2=0, target=head)]
+    return [*setup, Label(head), *body, *close]
 
 
 def _work(avoid: frozenset[int]) -> st.SearchStrategy[list[Op]]:
