@@ -42,14 +42,13 @@ def bases() -> list[bytes]:
 def _header_fields(data: bytes) -> list[tuple[int, str]]:
     """(file offset, struct format) of every header field worth corrupting."""
     out = [(at, fmt) for at, fmt in EHDR_FIELDS.values()]
-    for base in phdr_offsets(data):
-        out += [(base + off, fmt) for off, fmt in PHDR_FIELDS.values()]
-    try:
-        headers = shdr_offsets(data).values()
-    except Exception:  # noqa: BLE001 - an earlier mutation broke the tables: no section fields to pick
-        headers = ()
-    for base in headers:
-        out += [(base + off, fmt) for off, fmt in SHDR_FIELDS.values()]
+    for offsets, fields in ((phdr_offsets, PHDR_FIELDS), (lambda d: shdr_offsets(d).values(), SHDR_FIELDS)):
+        try:
+            bases = list(offsets(data))
+        except Exception:  # noqa: BLE001 - an earlier mutation broke the tables (or cut the file): none to pick
+            bases = []
+        for base in bases:
+            out += [(base + off, fmt) for off, fmt in fields.values()]
     return out
 
 
