@@ -108,8 +108,9 @@ class FunctionEmitter:
         self.index = {insn.addr: k for k, insn in enumerate(insns)}
         #: the links of the function's direct calls to itself, whose frames run in this C frame (see _self_call)
         starts_here = bool(insns) and insns[0].addr == info.start
-        self.self_calls = sorted(insn.next_pc for insn in insns
-                                 if starts_here and self._call_target(insn) == info.start)
+        #: (a set first: two call sites decoded from overlapping bytes may share a link, and a link is a `case`)
+        self.self_calls = sorted({insn.next_pc for insn in insns
+                                  if starts_here and self._call_target(insn) == info.start})
         if self.self_calls:
             self.labels.add(info.start)
         #: where a return goes: the expected link of the current frame (a C expression), and the code that returns

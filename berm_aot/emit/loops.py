@@ -13,9 +13,11 @@ first iteration and the register's step (a member after the ``addi`` sees the st
 checks that range against the two windows the members may use and sets the group's flag ``l<k>_``
 (``BERM_LOOP_GROUP``), and the stores account for themselves there: the stack's low-water mark, or a dirty mark
 on every page a store starts in (``BERM_LOOP_MARK``; a trap may leave pages marked that were not written, which
-costs their restore, nothing else). The members then run unchecked, like a group's (``BERM_G_LD`` /
-``BERM_G_ST``); when the range is in neither window, or the trip count is not known, every member takes the
-per-access check, so a trap is exactly the interpreter's. The back-edge polls and branches past the checks.
+costs their restore, nothing else). When every group of the loop passed, the loop runs a second copy of itself
+(``LF_<head>``) whose members take no check at all; else the first, whose members test their group's flag
+(``BERM_G_LD`` / ``BERM_G_ST``): a group whose range is in neither window, or whose loop's trip count is not
+known, leaves every member to the per-access check, so a trap is exactly the interpreter's. Either copy's
+back-edge polls and branches back to itself, past the checks.
 
 Measured on tools/kernels (2026-12-01, interleaved against the previous translation in one process): SHA-256's
 three loops (message load, schedule, rounds) are counted loops — 14.5% fewer instructions, 11-13% less time;
