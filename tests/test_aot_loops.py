@@ -45,9 +45,21 @@ SOURCE = "typedef unsigned long u64;\n" + "\n".join(
                      : "=r"(out) : "r"(base), "r"(count) : "t0", "t1", "t2", "t3", "t4", "t5", "t6", "memory");
     return out;
 }}""" for name, setup, body in LOOPS) + """
+/* A group through sp before a counted loop, then in the loop a group through a register the loop loads: both
+   groups' flags are g0_, each set in its own block. */
+u64 chase(u64 base, u64 count) {
+    u64 out;
+    __asm__ volatile("mv t0, %1\\n mv t1, %2\\n li t4, 0\\n addi sp, sp, -16\\n sd t0, 0(sp)\\n sd t1, 8(sp)\\n"
+                     " slli t2, t1, 3\\n add t2, t2, t0\\n"
+                     " 1:\\n ld t5, 0(t0)\\n ld t3, 0(t5)\\n ld t6, 8(t5)\\n add t4, t4, t3\\n add t4, t4, t6\\n"
+                     " addi t0, t0, 8\\n bne t0, t2, 1b\\n addi sp, sp, 16\\n mv %0, t4"
+                     : "=r"(out) : "r"(base), "r"(count) : "t0", "t1", "t2", "t3", "t4", "t5", "t6", "memory");
+    return out;
+}
+u64 pointers[4] = {0x100, 0x100, 0x100, 0x100};  /* below the image: every access through them faults */
 u64 data_area[2048] = {[2047] = 1};  /* in .data, zero where the tests read */
 const u64 ro_area[512] = {2};
-u64 (*const loops[])(u64, u64) = {""" + ", ".join(name for name, _, _ in LOOPS) + """};  /* relocations */
+u64 (*const loops[])(u64, u64) = {chase, """ + ", ".join(name for name, _, _ in LOOPS) + """};  /* relocations */
 void _start(void) {}
 """
 
@@ -56,7 +68,7 @@ NAMES = tuple(name for name, _, _ in LOOPS)
 
 @pytest.fixture(scope="module")
 def elf():
-    return guest_elf(SOURCE, keep=("data_area", "ro_area", "loops", *NAMES))
+    return guest_elf(SOURCE, keep=("data_area", "ro_area", "loops", "chase", "pointers", *NAMES))
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +140,14 @@ def test_stored_by_a_loop_is_gone_in_the_next_run(engines, kind, name):
     for base in spots:
         result = backend.run(RunRequest(entry=symbols["up_after"], int_args=(base, 3 * 4096 // 4)))
         assert result.trap is None and result.a0 == 0, f"{name}: stale bytes from {base:#x}"
+
+
+def test_a_group_inside_a_counted_loop_is_checked_in_both_copies(engines):
+    """Found in review: the loop's second copy left out the checks of groups not its own, so a member ran on the
+    flag another block had set (here the one through sp before the loop) — an access through a loaded pointer
+    with no check at all. Both engines must trap at the first access through the bad pointer."""
+    symbols, _, backends = engines
+    request = RunRequest(entry=symbols["chase"], int_args=(symbols["pointers"], 4))
+    got, want = (outcome(backends[k].run(request)) for k in ("aot", "interp"))
+    assert want[1] is not None and want[1][2] == 0x100
+    assert got == want

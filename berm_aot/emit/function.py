@@ -227,11 +227,7 @@ class FunctionEmitter:
                 self.consts.enter(self.known_at.get(insn.addr, {}))
             if insn.addr in self.loops:
                 out += self.loops[insn.addr].header()
-            out.append(f"    /* {insn.addr:x}: {disassemble(insn)} */")
-            if insn.addr in self.groups:
-                out.append("    " + self.groups[insn.addr].header())
-            falls = self._insn(insn)
-            self.consts.step(insn)
+            falls = self._emit_insn(insn)
             prev_next = insn.next_pc if falls else None
             if insn.addr in self.loop_branches:
                 out.append("    " + self._leave_to(insn.next_pc))
@@ -263,13 +259,22 @@ class FunctionEmitter:
         self.consts.enter(self.known_at.get(loop.head, {}))
         self._fast = loop
         for insn in self.f.insns[self.index[loop.head]:self.index[loop.branch] + 1]:
-            out.append(f"    /* {insn.addr:x}: {disassemble(insn)} */")
-            self._insn(insn)
-            self.consts.step(insn)
+            self._emit_insn(insn)
         self._fast = None
         out.append("    " + self._leave_to(self.f.insns[self.index[loop.branch]].next_pc))
 
     # ---------------------------------------------------------------- one instruction
+
+    def _emit_insn(self, insn: Instruction) -> bool:
+        """``insn`` with its comment and, at the first member of a group, the group's check (in both copies of a
+        counted loop: a group's flag is set afresh in every block, so the second copy must not reuse the value
+        another block left in it); True when it may fall through."""
+        self.out.append(f"    /* {insn.addr:x}: {disassemble(insn)} */")
+        if insn.addr in self.groups:
+            self.out.append("    " + self.groups[insn.addr].header())
+        falls = self._insn(insn)
+        self.consts.step(insn)
+        return falls
 
     def _insn(self, insn: Instruction) -> bool:
         """Emit ``insn``; True when it may fall through to ``insn.next_pc``."""
