@@ -119,18 +119,23 @@ def counted_loops(insns: list[Instruction], labels: Container[int], follows: Map
     ``follows[addr]``: the next instruction emitted is the one ``addr`` falls through to; ``stack_at[addr]``: the
     registers holding a stack address there. Flags are numbered from ``first_slot``, one per group."""
     index = {insn.addr: k for k, insn in enumerate(insns)}
+    # straight[k]: the first instruction of the straight run ending at k — from it up to k no label but its own, and
+    # every instruction before k straight and falling through to the next. A loop's head must lie in it: one pass
+    # here, where checking each backward branch's body took time quadratic in a run of branches to one head.
+    straight, first = [], 0
+    for k, insn in enumerate(insns):
+        if k == 0 or insn.addr in labels or not (_straight(insns[k - 1]) and follows[insns[k - 1].addr]):
+            first = k
+        straight.append(first)
     loops: dict[int, CountedLoop] = {}
     slot = first_slot
     for k, branch in enumerate(insns):
         if branch.op != "bne" or branch.rs1 == branch.rs2:
             continue
         j = index.get((branch.addr + branch.imm) & MASK)
-        if j is None or j >= k or insns[j].addr in loops:
+        if j is None or not straight[k] <= j < k:
             continue
         body = insns[j:k]
-        if (any(insn.addr in labels for insn in insns[j + 1:k + 1]) or not all(follows[i.addr] for i in body)
-                or not all(_straight(insn) for insn in body)):
-            continue
         written = Counter(r for insn in body for r in writes(insn))
         steps = {insn.rd: (pos, insn.imm) for pos, insn in enumerate(body)
                  if insn.op == "addi" and insn.rd == insn.rs1 and insn.imm and written[insn.rd] == 1}
