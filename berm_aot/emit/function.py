@@ -105,7 +105,6 @@ class FunctionEmitter:
                     self.labels.add(insns[k + 1].addr)
         self.follows = {insn.addr: k + 1 < len(insns) and insns[k + 1].addr == insn.next_pc
                         for k, insn in enumerate(insns)}
-        self.index = {insn.addr: k for k, insn in enumerate(insns)}
         #: the links of the function's direct calls to itself, whose frames run in this C frame (see _self_call)
         starts_here = bool(insns) and insns[0].addr == info.start
         #: (a set first: two call sites decoded from overlapping bytes may share a link, and a link is a `case`)
@@ -124,7 +123,7 @@ class FunctionEmitter:
             self.ret, self.returns = "exp_", "do_ret"
         self.loops = counted_loops(insns, self.labels, self.follows, self.stack_at)
         self.loop_branches = {loop.branch: loop for loop in self.loops.values()}
-        self.labels.update(insns[self.index[loop.branch]].next_pc for loop in self.loops.values())
+        self.labels.update(loop.after for loop in self.loops.values())
         self._fast: CountedLoop | None = None  # the counted loop whose second copy is being emitted
         self.in_loops = {addr: g for loop in self.loops.values() for g in loop.groups for addr in g.members}
         self.groups, self.grouped = access_groups(insns, self.labels, self.follows, self.stack_at, self.in_loops)
@@ -230,7 +229,7 @@ class FunctionEmitter:
             falls = self._emit_insn(insn)
             prev_next = insn.next_pc if falls else None
             if insn.addr in self.loop_branches:
-                out.append("    " + self._leave_to(insn.next_pc))
+                out.append("    " + self._leave_to(insn.next_pc))  # where the first copy ends
                 self._fast_copy(self.loop_branches[insn.addr])
                 prev_next = None
             elif falls and not self.follows[insn.addr]:
@@ -258,10 +257,10 @@ class FunctionEmitter:
         out.append(f"{loop.fast_label}:; /* {loop.head:#x}: the loop again, every group's range in its window */")
         self.consts.enter(self.known_at.get(loop.head, {}))
         self._fast = loop
-        for insn in self.f.insns[self.index[loop.head]:self.index[loop.branch] + 1]:
+        for insn in loop.insns:
             self._emit_insn(insn)
         self._fast = None
-        out.append("    " + self._leave_to(self.f.insns[self.index[loop.branch]].next_pc))
+        out.append("    " + self._leave_to(loop.after))
 
     # ---------------------------------------------------------------- one instruction
 

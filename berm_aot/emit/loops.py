@@ -76,12 +76,24 @@ class LoopGroup:
 
 @dataclass(frozen=True)
 class CountedLoop:
-    head: int  # the address of its first instruction
-    branch: int  # the address of its closing ``bne``
+    insns: tuple[Instruction, ...]  # from its head to its closing ``bne``, in order
     iv: int
     bound: int
     step: int
     groups: tuple[LoopGroup, ...]
+
+    @property
+    def head(self) -> int:
+        return self.insns[0].addr
+
+    @property
+    def branch(self) -> int:
+        return self.insns[-1].addr
+
+    @property
+    def after(self) -> int:
+        """Where it goes when it ends: the branch's fall-through."""
+        return self.insns[-1].next_pc
 
     @property
     def body_label(self) -> str:
@@ -163,5 +175,5 @@ def counted_loops(insns: list[Instruction], labels: Container[int], follows: Map
                                     tuple(insn.addr for _, insn in run)))
             slot += 1
         if groups:
-            loops[insns[j].addr] = CountedLoop(insns[j].addr, branch.addr, iv, bound, steps[iv][1], tuple(groups))
+            loops[insns[j].addr] = CountedLoop(tuple(insns[j:k + 1]), iv, bound, steps[iv][1], tuple(groups))
     return loops
