@@ -29,7 +29,7 @@ invoke = Extension(
     "berm_host.aot._invoke",
     sources=["berm_host/aot/invoke.c"],  # setuptools insists on paths relative to setup.py's directory
     include_dirs=["berm_host/aot"],
-    depends=["berm_host/aot/core.h", "berm_host/aot/berm_rt.h"],  # the region's layout: rebuild when it changes
+    depends=["berm_host/aot/core.h", "berm_host/aot/berm_rt.h", "berm_host/aot/native_stack.h"],  # its layout
     extra_compile_args=["-O2", "-std=gnu11"],
 )
 

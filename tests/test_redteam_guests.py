@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from berm_abi.names import core_number, fnv1a64
+from berm_host.aot.runtime import lib
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine, Image
 from berm_host.layout import MAX_CALL_DEPTH
@@ -82,6 +83,13 @@ __attribute__((noinline)) u64 rec_to(u64 n, u64 depth) {
     if (n >= depth) return ecall2(LOG, (u64)&data_word, 8) + 1;
     return rec_to(n + 1, depth) + v;
 }
+/* the same through two functions: each level is a native frame (a function calling itself shares one) */
+u64 mrec_b(u64 n, u64 depth);
+__attribute__((noinline)) u64 mrec_a(u64 n, u64 depth) {
+    if (n >= depth) return ecall2(LOG, (u64)&data_word, 8) + 1;
+    return mrec_b(n + 1, depth) + v;
+}
+__attribute__((noinline)) u64 mrec_b(u64 n, u64 depth) { return mrec_a(n + 1, depth) + v; }
 
 /* ---- indirect calls ---- */
 u64 plain(u64 x) { return x * 3 + v; }
@@ -183,7 +191,7 @@ __asm__(
 """
 
 NAMES = ("ld1", "ld2", "ld4", "ld8", "st1", "st2", "st4", "st8", "hc", "hc_const_args_read", "hc_const_log", "stage_then_read", "big_frames", "mut_a", "ind_rec",
-         "log_rec", "rec_to", "plain", "plain_addr", "call_at", "scribble", "stage", "nothing", "self_tail", "ping",
+         "log_rec", "rec_to", "mrec_a", "mrec_b", "plain", "plain_addr", "call_at", "scribble", "stage", "nothing", "self_tail", "ping",
          "jt_spin", "jt_owner", "jalr_same", "pair_call", "jt_thief_jump", "jt_thief_call", "jt_thief_ret", "overlap", "overlap_mid")
 TOOLS = ("reverse", "reenter", "empty_null", "empty_wild")
 
@@ -317,33 +325,35 @@ def _reenter(kind: str, cache_dir: str) -> dict:
 
 
 def _small_stack(kind: str, cache_dir: str) -> dict:
-    """Recursion as deep as the host thread allows, on a 256 KiB thread, then a host call at the very bottom."""
+    """Recursion through native frames (two functions calling each other) as deep as the guest may go, on a
+    256 KiB host thread and on the main thread, then a host call at the very bottom whose Python code recurses
+    deeply in C (json parsing 900 levels of nesting)."""
     image = load(kind, cache_dir)
-    out = {}
+    nested = "[" * 900 + "]" * 900
 
-    def work():
-        lo, hi = 0, MAX_CALL_DEPTH - 1
-        if run(image, "rec_to", 0, hi, log=lambda line: None).trap is None:
-            lo = hi  # the host stack is not the limit (the interpreter keeps its frames on the heap)
+    def deepest(out: dict) -> None:
+        lo, hi = 0, MAX_CALL_DEPTH  # the deepest run without a trap, by bisection
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if run(image, "rec_to", 0, mid, log=lambda line: None).trap is None:
+            if run(image, "mrec_a", 0, mid, log=lambda line: None).trap is None:
                 lo = mid
             else:
                 hi = mid - 1
         seen = []
-        deepest = run(image, "rec_to", 0, lo, log=lambda line: seen.append(json.dumps([[[[line.hex()]]]])))
-        beyond = run(image, "rec_to", 0, lo + 1, log=seen.append)
-        out.update(depth=lo, deepest=_trap(deepest), lines=len(seen), beyond=_trap(beyond))
+        bottom = run(image, "mrec_a", 0, lo, log=lambda line: seen.append(json.loads(nested)))
+        beyond = run(image, "mrec_a", 0, lo + 1, log=seen.append)
+        out.update(depth=lo, deepest=_trap(bottom), lines=len(seen), beyond=_trap(beyond))
 
+    small, main = {}, {}
     old = threading.stack_size(256 << 10)
     try:
-        t = threading.Thread(target=work)
+        t = threading.Thread(target=deepest, args=(small,))
         t.start()
         t.join()
     finally:
         threading.stack_size(old)
-    return out
+    deepest(main)
+    return {"small thread": small, "main thread": main}
 
 
 ATTACKS = {"buffers": _buffers, "recursion": _recursion, "reenter": _reenter, "small_stack": _small_stack}
@@ -435,12 +445,38 @@ def test_recursion_of_every_shape_ends_in_a_trap_in_a_live_host(cache_dir):
 
 
 def test_deep_recursion_then_a_host_call_on_a_small_host_thread(cache_dir):
-    for kind in ("aot", "interp"):
-        out = isolated(cache_dir, "small_stack", kind)
-        assert out["deepest"]["trap"] is None, kind
-        assert out["lines"] == 1, kind
-        if out["depth"] < MAX_CALL_DEPTH - 1:  # the host stack, not the depth limit, stopped it: a clean trap
-            assert out["beyond"]["trap"] == "STACK_EXHAUSTED", kind
+    """Translated code runs on a native stack of its own: the host thread's size changes nothing, and the Python
+    code a host call runs at the bottom of the recursion has the host thread's stack to itself (on the 256 KiB
+    thread, the old design left it 64 KiB: the json parse crashed the process)."""
+    aot, interp = isolated(cache_dir, "small_stack", "aot"), isolated(cache_dir, "small_stack", "interp")
+    assert aot == interp
+    assert aot["small thread"] == aot["main thread"]
+    out = aot["main thread"]
+    assert out["depth"] == MAX_CALL_DEPTH - 2  # mrec_a's own frame and the host call's
+    assert out["deepest"]["trap"] is None and out["lines"] == 1
+    assert out["beyond"]["trap"] == "STACK_EXHAUSTED"
+    assert out["beyond"]["detail"] == f"more than {MAX_CALL_DEPTH} nested calls"
+
+
+def test_recursion_that_reaches_the_bottom_of_the_native_stack_is_a_trap(images):
+    """Translated frames larger than BERM_NATIVE_STACK / MAX_CALL_DEPTH bytes would reach the bottom of the native
+    stack before the depth limit: the entry check traps there, and the region runs normally afterwards. This guest's
+    frames are small, so the test raises one region's floor to leave it 256 KiB of the stack."""
+    aot = images[0]
+    memory = aot.backend.memory
+    region = memory.acquire()
+    floor = region.ctx.native_floor
+    region.ctx.native_floor = floor + lib.BERM_NATIVE_STACK - lib.BERM_NATIVE_MARGIN - (256 << 10)
+    memory.release(region)  # the next run takes it from the pool
+    try:
+        r = run(aot, "mrec_a", 0, MAX_CALL_DEPTH - 2, log=lambda line: None)
+    finally:
+        region.ctx.native_floor = floor
+    assert memory.pool[-1] is region
+    assert r.trap is not None and r.trap.kind is TrapKind.STACK_EXHAUSTED
+    assert r.trap.detail == "the native stack translated code runs on is exhausted"
+    lines = []
+    assert run(aot, "mrec_a", 0, MAX_CALL_DEPTH - 2, log=lines.append).trap is None and len(lines) == 1
 
 
 def test_a_log_sink_that_raises_is_a_trap_on_both_engines(images):

@@ -21,6 +21,7 @@ CDEF_TEMPLATE = """
 typedef struct berm_ctx {
     volatile int32_t interrupt;
     volatile uintptr_t native_limit;
+    uintptr_t native_floor;
     volatile uint32_t depth_limit;
     int32_t trap_kind;
     uint32_t trap_detail;
@@ -56,6 +57,8 @@ typedef struct berm_region {
 #define BERM_RUN_TRIM ...
 #define BERM_RESIDENT_KEEP ...
 #define BERM_FAIL_KEEP ...
+#define BERM_NATIVE_STACK ...
+#define BERM_NATIVE_MARGIN ...
 
 {api}"""
 
@@ -75,8 +78,9 @@ ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "berm_host.aot._core",
     '#include "core.h"',
-    sources=["berm_host/aot/core.c"],  # setuptools insists on paths relative to setup.py's directory
-    depends=["berm_host/aot/core.h", "berm_host/aot/berm_rt.h"],  # rebuilt when they change, not only core.c
+    # setuptools insists on paths relative to setup.py's directory
+    sources=["berm_host/aot/core.c", "berm_host/aot/native_stack.c"],
+    depends=["berm_host/aot/core.h", "berm_host/aot/berm_rt.h", "berm_host/aot/native_stack.h"],  # rebuilt on change
     include_dirs=[str(HERE)],
     define_macros=CALL_MACROS,
     extra_compile_args=["-O2", "-std=gnu11"],

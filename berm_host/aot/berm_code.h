@@ -265,10 +265,10 @@ static inline uint64_t berm_trips(uint64_t iv, uint64_t bound, int64_t step) {
 #elif defined(__aarch64__)
 #define BERM_HOST_SP(v) __asm__("mov %0, sp" : "=r"(v))
 #else
-#define BERM_HOST_SP(v) ((v) = (uintptr_t)__builtin_frame_address(0))
+#error "berm: translated code runs on x86-64 and AArch64 hosts (the core's native_stack.c)"
 #endif
 
-/* At function entry: the interrupt flag and the host thread's stack, in one compare (native_limit is raised past
+/* At function entry: the interrupt flag and the native stack's floor, in one compare (native_limit is raised past
  * any stack address once interrupted: berm_rt.h); the slow path is the two checks in full. */
 #define BERM_ENTRY(pc)                                                                             \
     do {                                                                                           \

@@ -72,9 +72,10 @@ struct berm_ctx {
     uint8_t *dirty;   /* one byte per 4 KiB page: mem - BERM_MAPS_BYTES(size) */
     uint8_t *coarse;  /* one byte per 256 KiB: dirty + BERM_FINE_BYTES(size) */
     /* The watchdog's interrupt flag, and two limits it also drops so that one compare both checks and polls
-     * (berm_code.h, BERM_ENTRY and BERM_SELF_CALL): native_limit is native_floor, the lowest host stack
-     * address translated code may reach, and UINTPTR_MAX once interrupted; depth_limit is BERM_MAX_CALL_DEPTH,
-     * and 0 once interrupted. The slow path then tells the two apart, from interrupt and native_floor. */
+     * (berm_code.h, BERM_ENTRY and BERM_SELF_CALL): native_limit is native_floor, the lowest address translated
+     * code may reach on its region's native stack (core.h, BERM_NATIVE_STACK), and UINTPTR_MAX once interrupted;
+     * depth_limit is BERM_MAX_CALL_DEPTH, and 0 once interrupted. The slow path then tells the two apart, from
+     * interrupt and native_floor. */
     volatile uintptr_t native_limit;
     volatile int32_t interrupt;
     volatile uint32_t depth_limit;

@@ -346,7 +346,7 @@ static PyObject *number_object(berm_region *r, uint64_t n) {
  * result is the reply, staged here (the guest's a0 is its length); an int is the guest's a0; a trap the server
  * records lands in the context. Any exception that escapes the server, and any other result, becomes the
  * host-call-failed trap, never an escape into translated code. */
-static uint64_t py_ecall(berm_region *r, uint64_t n, uint64_t a0, uint64_t a1, int ok) {
+static uint64_t serve_in_python(berm_region *r, uint64_t n, uint64_t a0, uint64_t a1, int ok) {
     uint64_t ret = 0;
     PyGILState_STATE gil = PyGILState_Ensure();
     if (!r->serve) {
@@ -380,6 +380,25 @@ static uint64_t py_ecall(berm_region *r, uint64_t n, uint64_t a0, uint64_t a1, i
     }
     PyGILState_Release(gil);
     return ret;
+}
+
+struct python_call {
+    berm_region *r;
+    uint64_t n, a0, a1;
+    int ok;
+};
+
+static uint64_t python_call_on_host_stack(void *p) {
+    struct python_call *c = p;
+    return serve_in_python(c->r, c->n, c->a0, c->a1, c->ok);
+}
+
+/* From translated code, on the region's native stack: the Python part runs on the host thread's stack again, just
+ * below the frame that entered the guest, with all the room the thread had then (native_stack.h). */
+static uint64_t py_ecall(berm_region *r, uint64_t n, uint64_t a0, uint64_t a1, int ok) {
+    struct python_call call = {r, n, a0, a1, ok};
+    uintptr_t native_sp;
+    return berm_switch_call(berm_resume_top(r->host_sp), python_call_on_host_stack, &call, &native_sp);
 }
 
 int berm_region_serve(berm_region *r, uintptr_t fn) {
@@ -533,11 +552,13 @@ berm_region *berm_region_new(const berm_image *im) {
     r->ncoarse = BERM_COARSE_BYTES(im->size);
     r->touched = malloc(r->ncoarse);
     r->ctx.shadow = malloc((BERM_MAX_CALL_DEPTH + 1) * sizeof *r->ctx.shadow);
+    int stack_ok = berm_native_stack_new(&r->native, BERM_NATIVE_STACK);
     /* the dirty maps, then guest memory (berm_rt.h, BERM_MAPS_BYTES) */
     uint8_t *base = mmap(NULL, BERM_MAPS_BYTES(im->size) + im->size, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (!r->touched || !r->ctx.shadow || base == MAP_FAILED) {
+    if (!r->touched || !r->ctx.shadow || !stack_ok || base == MAP_FAILED) {
         if (base != MAP_FAILED) munmap(base, BERM_MAPS_BYTES(im->size) + im->size);
+        berm_native_stack_free(&r->native);
         free(r->touched);
         free(r->ctx.shadow);
         free(r);
@@ -559,6 +580,7 @@ berm_region *berm_region_new(const berm_image *im) {
     }
     berm_ctx *c = &r->ctx;
     c->stack_low = im->size; /* no stack store yet */
+    c->native_floor = r->native.lo + BERM_NATIVE_MARGIN;
     c->heap_start = im->heap_start;
     c->heap_size = im->guard_lo - im->heap_start;
     pthread_mutex_lock(&live_lock);
@@ -580,6 +602,7 @@ void berm_region_free(berm_region *r) {
     drop_serve(r);
     /* never r->image: it may be freed first at interpreter exit */
     munmap(r->ctx.dirty, BERM_MAPS_BYTES(r->size) + r->size);
+    berm_native_stack_free(&r->native);
     free(r->touched);
     free(r->ctx.shadow);
     free(r->fail);
@@ -587,36 +610,18 @@ void berm_region_free(berm_region *r) {
     free(r);
 }
 
-/* ---------------------------------------------------------------- the host thread's stack */
-
-/* The lowest stack address guest code may reach on this thread: the stack's bottom plus a wide margin for the
- * core, Python callbacks and the frame that notices. Computed once per thread. */
-static __thread uintptr_t thread_limit;
-
-static uintptr_t native_floor(void) {
-    if (thread_limit) return thread_limit;
-    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
-    uintptr_t limit = here > ((uintptr_t)1 << 20) ? here - ((uintptr_t)1 << 20) : 0; /* fallback: 1 MiB */
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-        void *lo;
-        size_t size;
-        if (pthread_attr_getstack(&attr, &lo, &size) == 0 && (uintptr_t)lo < here) {
-            uintptr_t avail = here - (uintptr_t)lo;
-            uintptr_t margin = avail / 4;
-            if (margin > ((uintptr_t)1 << 20)) margin = (uintptr_t)1 << 20;
-            if (margin < ((uintptr_t)64 << 10)) margin = (uintptr_t)64 << 10;
-            limit = (uintptr_t)lo + margin;
-            /* an "unlimited" main-thread stack is not all mapped: never go deeper than 256 MiB */
-            if (avail > ((uintptr_t)256 << 20)) limit = here - ((uintptr_t)256 << 20);
-        }
-        pthread_attr_destroy(&attr);
-    }
-    thread_limit = limit;
-    return limit;
-}
-
 /* ---------------------------------------------------------------- invocation */
+
+struct guest_entry {
+    berm_enter_fn enter;
+    berm_ctx *ctx;
+    uint64_t entry;
+};
+
+static uint64_t enter_on_native_stack(void *p) {
+    struct guest_entry *e = p;
+    return e->enter(e->ctx, e->entry);
+}
 
 int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double timeout) {
     double deadline = timeout > 0 ? monotonic_now() + timeout : 0;
@@ -635,7 +640,6 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     c->trap_kind = BERM_TRAP_NONE;
     c->trap_pc = c->trap_addr = 0;
     c->trap_detail = 0;
-    c->native_floor = native_floor();
     pthread_mutex_lock(&live_lock);
     r->deadline = deadline;
     c->interrupt = 0;
@@ -644,7 +648,8 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     r->generation++;
     r->running = 1;
     pthread_mutex_unlock(&live_lock);
-    uint64_t t = ((berm_enter_fn)r->enter)(c, entry);
+    struct guest_entry e = {r->enter, c, entry};
+    uint64_t t = berm_switch_call(r->native.top, enter_on_native_stack, &e, &r->host_sp);
     /* No lock to stop: a watchdog that still saw this run as running may set the interrupt flag of the idle
      * region, and the next run clears it under the lock (after that scan has released it). */
     __atomic_store_n(&r->running, 0, __ATOMIC_RELEASE);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "berm_rt.h"
+#include "native_stack.h"
 
 typedef struct berm_image berm_image;
 
@@ -24,6 +25,13 @@ typedef struct berm_image berm_image;
 
 /* The longest berm.fail text kept (longer ones are cut here; the Python side adds the truncation marker). */
 #define BERM_FAIL_KEEP ((uint64_t)64 << 10)
+
+/* The native stack translated code runs on, per region (native_stack.h): BERM_MAX_CALL_DEPTH nested calls of
+ * frames up to ~400 bytes. Its pages cost memory only once a guest recursed that deep. */
+#define BERM_NATIVE_STACK ((size_t)4 << 20)
+/* Kept free below native_floor (the lowest address translated code may reach): the frame that notices, the trap
+ * path, the core host calls and any signal handler that runs on this stack. */
+#define BERM_NATIVE_MARGIN ((size_t)64 << 10)
 
 /* One reusable guest memory region and the state of the invocation running in it. */
 typedef struct berm_region {
@@ -55,6 +63,8 @@ typedef struct berm_region {
     int running;        /* set under the watchdog's lock, cleared by an atomic store */
     uint64_t generation; /* counts runs (under the watchdog's lock): an interrupt names the run it is meant for */
     struct berm_region *prev, *next; /* every live region, for the watchdog */
+    berm_native_stack native; /* what translated code runs on */
+    uintptr_t host_sp; /* during a run: the host thread's stack pointer where it switched to `native` */
 } berm_region;
 
 /* Outcome of berm_run. */
