@@ -324,6 +324,23 @@ def _reenter(kind: str, cache_dir: str) -> dict:
     return {"error": None}
 
 
+def _stack_pointer() -> int:
+    """This thread's stack pointer (Linux: the second-to-last field of the syscall it is in, the read of that
+    very file)."""
+    with open("/proc/thread-self/syscall") as f:
+        return int(f.read().split()[-2], 16)
+
+
+def _on_a_native_stack(image: Image):
+    """Whether an address is on the native stack of one of the image's regions (idle after a run: in the pool)."""
+    if image.engine.kind != "aot":
+        return lambda sp: False
+    stacks = [(r.ctx.native_floor - lib.BERM_NATIVE_MARGIN, r.ctx.native_floor - lib.BERM_NATIVE_MARGIN
+               + lib.BERM_NATIVE_STACK) for r in image.backend.memory.pool]
+    assert stacks
+    return lambda sp: any(lo <= sp < hi for lo, hi in stacks)
+
+
 def _small_stack(kind: str, cache_dir: str) -> dict:
     """Recursion through native frames (two functions calling each other) as deep as the guest may go, on a
     256 KiB host thread and on the main thread, then a host call at the very bottom whose Python code recurses
@@ -339,10 +356,16 @@ def _small_stack(kind: str, cache_dir: str) -> dict:
                 lo = mid
             else:
                 hi = mid - 1
-        seen = []
-        bottom = run(image, "mrec_a", 0, lo, log=lambda line: seen.append(json.loads(nested)))
+        seen, sps = [], []
+
+        def sink(line: bytes) -> None:
+            sps.append(_stack_pointer())
+            seen.append(json.loads(nested))
+
+        bottom = run(image, "mrec_a", 0, lo, log=sink)
         beyond = run(image, "mrec_a", 0, lo + 1, log=seen.append)
-        out.update(depth=lo, deepest=_trap(bottom), lines=len(seen), beyond=_trap(beyond))
+        out.update(depth=lo, deepest=_trap(bottom), lines=len(seen), beyond=_trap(beyond),
+                   python_on_native_stack=any(map(_on_a_native_stack(image), sps)))
 
     small, main = {}, {}
     old = threading.stack_size(256 << 10)
@@ -454,6 +477,7 @@ def test_deep_recursion_then_a_host_call_on_a_small_host_thread(cache_dir):
     out = aot["main thread"]
     assert out["depth"] == MAX_CALL_DEPTH - 2  # mrec_a's own frame and the host call's
     assert out["deepest"]["trap"] is None and out["lines"] == 1
+    assert not out["python_on_native_stack"]  # the host call switched back to the thread's own stack
     assert out["beyond"]["trap"] == "STACK_EXHAUSTED"
     assert out["beyond"]["detail"] == f"more than {MAX_CALL_DEPTH} nested calls"
 
