@@ -21,6 +21,7 @@ ACCESSES = [
     ("ldpos", "ld t3, 2040(sp)"),
     ("lwtop", "lw t3, 2044(sp)"),
     ("sd0", "sd a1, 0(sp)\\n ld t3, 0(sp)"),
+    ("sdalone", "sd a1, 0(sp)\\n mv t3, a1"),  # the only access through sp: BERM_SP_ST, not a group
     ("sdwide", "sd a1, -2048(sp)\\n sd a1, 2040(sp)\\n ld t3, -2048(sp)"),
     ("sbpos", "sb a1, 2047(sp)\\n lbu t3, 2047(sp)"),
     ("csdsp", "c.sdsp a1, 504(sp)\\n c.ldsp t3, 504(sp)"),
@@ -110,6 +111,7 @@ def test_some_edges_trap_and_some_do_not(engines):
 #: Where each storing function leaves its value, as (reading function, its sp relative to the storing sp).
 READ_BACK = {
     "sd0": [("ld0", 0)],
+    "sdalone": [("ld0", 0)],
     "sdwide": [("ldneg", 0), ("ldpos", 0)],
     "sbpos": [("lwtop", 3)],
     "csdsp": [("ld0", 504)],
@@ -133,6 +135,17 @@ def test_stored_through_sp_is_gone_in_the_next_run(engines, kind, name):
         for reader, delta in READ_BACK[name]:
             result = backend.run(RunRequest(entry=symbols[reader], int_args=(sp + delta, 0)))
             assert result.trap is None and result.a0 == 0, f"{name}: stale stack at {sp:#x} read by {reader}"
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+def test_a_lone_store_through_sp_into_data_is_gone_in_the_next_run(engines, kind):
+    """sp may point anywhere: a store through it that misses the stack window and lands in .data (BERM_SP_ST's
+    second window) must mark its page like any other store, or the next run would see the value."""
+    symbols, backends = engines
+    backend = backends[kind]
+    stored = backend.run(RunRequest(entry=symbols["sdalone"], int_args=(symbols["data_slot"], 0xFF)))
+    assert stored.trap is None and stored.a0 == 0xFF
+    assert backend.run(RunRequest(entry=symbols["read_data_slot"], int_args=(0, 0))).a0 == 7 + 9
 
 
 def test_a_register_holding_a_stack_address_may_point_anywhere(engines):
