@@ -12,6 +12,7 @@ import time
 import pytest
 
 from berm_abi.names import fnv1a64
+from berm_aot.analysis import analyse
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
 from berm_host.layout import MAX_CALL_DEPTH
@@ -34,7 +35,8 @@ u64 rodata_addr(void) { return (u64)&ro_word; }
 u64 data_addr(void) { return (u64)&data_word; }
 
 __attribute__((noinline)) u64 target(u64 x) { return x * 3 + v; }
-u64 call_at(u64 addr) { return ((u64 (*)(u64))addr)(1); }
+u64 call_at(u64 addr) { return ((u64 (*)(u64))addr)(1); }  /* a tail call at -O1: an indirect jump */
+u64 call_back_at(u64 addr) { return ((u64 (*)(u64))addr)(1) + v; }  /* an indirect call (jalr ra) */
 u64 target_addr(void) { return (u64)&target; }
 u64 jump_mid(void) { volatile u64 off = 2; return call_at((u64)&target + off); }
 u64 jump_data(void) { return call_at((u64)&data_word); }
@@ -61,7 +63,7 @@ Pair berm_tool_huge(void) { Pair p = { 0x1000, ~0ul }; return p; }
 Pair berm_tool_hello(void) { static char s[] = "hello"; Pair p = { (u64)s, 5 }; return p; }
 """
 
-NAMES = ("load_at", "load_byte_at", "store_at", "store_rodata", "rodata_addr", "data_addr", "call_at",
+NAMES = ("load_at", "load_byte_at", "store_at", "store_rodata", "rodata_addr", "data_addr", "call_at", "call_back_at",
          "target_addr", "jump_mid", "jump_data", "forged_return", "spin", "deep", "tail_a", "unknown_call",
          "breakpoint", "illegal")
 TOOLS = ("outside", "not_utf8", "huge", "hello")
@@ -153,16 +155,32 @@ def bad_target(images, name, *args, addr):
 def test_jump_into_the_middle_of_an_instruction(images):
     t = both(images, "target_addr").a0
     bad_target(images, "jump_mid", addr=t + 2)
+    for how in ("call_at", "call_back_at"):  # the address known only at run time: by jump, then by call
+        bad_target(images, how, t + 2, addr=t + 2)
 
 
 def test_jump_to_data(images):
-    bad_target(images, "jump_data", addr=both(images, "data_addr").a0)
+    d = both(images, "data_addr").a0
+    bad_target(images, "jump_data", addr=d)  # clang folds the address in: the translator traps statically
+    for how in ("call_at", "call_back_at"):
+        bad_target(images, how, d, addr=d)
 
 
 def test_jump_to_an_unnamed_code_address(images):
     deep = images[0].program.symbol("deep")
-    bad_target(images, "call_at", deep + 4, addr=deep + 4)
-    assert both(images, "call_at", both(images, "target_addr").a0).a0 == 3  # a named entry is fine
+    for how in ("call_at", "call_back_at"):
+        bad_target(images, how, deep + 4, addr=deep + 4)
+        assert both(images, how, both(images, "target_addr").a0).a0 == 3  # a named entry is fine
+
+
+def test_the_call_guests_call_and_jump_as_named(images):
+    """call_back_at's indirect transfer is a call (jalr with a link), call_at's a tail jump: the tests above
+    cover both run-time checks."""
+    program = images[0].program
+    by_start = analyse(program).by_start
+    for name, link in (("call_at", False), ("call_back_at", True)):
+        jalrs = [i for i in by_start[program.symbol(name)].insns if i.op == "jalr" and i.rs1 != 1]
+        assert [i.rd != 0 for i in jalrs] == [link], name
 
 
 def test_return_to_a_forged_address(images):

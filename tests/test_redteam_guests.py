@@ -94,7 +94,8 @@ __attribute__((noinline)) u64 mrec_b(u64 n, u64 depth) { return mrec_a(n + 1, de
 /* ---- indirect calls ---- */
 u64 plain(u64 x) { return x * 3 + v; }
 u64 plain_addr(void) { return (u64)&plain; }
-u64 call_at(u64 addr, u64 x) { return ((u64 (*)(u64))addr)(x); }
+u64 call_at(u64 addr, u64 x) { return ((u64 (*)(u64))addr)(x); }  /* a tail call at -O1: an indirect jump */
+u64 call_back_at(u64 addr, u64 x) { return ((u64 (*)(u64))addr)(x) + v; }  /* an indirect call (jalr ra) */
 
 /* ---- memory writes by every mechanism, for dirty-page tracking; trap afterwards when asked ---- */
 u64 scribble(u64 addr, u64 how, u64 then_trap) {
@@ -190,9 +191,11 @@ __asm__(
 
 """
 
-NAMES = ("ld1", "ld2", "ld4", "ld8", "st1", "st2", "st4", "st8", "hc", "hc_const_args_read", "hc_const_log", "stage_then_read", "big_frames", "mut_a", "ind_rec",
-         "log_rec", "rec_to", "mrec_a", "mrec_b", "plain", "plain_addr", "call_at", "scribble", "stage", "nothing", "self_tail", "ping",
-         "jt_spin", "jt_owner", "jalr_same", "pair_call", "jt_thief_jump", "jt_thief_call", "jt_thief_ret", "overlap", "overlap_mid")
+NAMES = ("ld1", "ld2", "ld4", "ld8", "st1", "st2", "st4", "st8", "hc", "hc_const_args_read", "hc_const_log",
+         "stage_then_read", "big_frames", "mut_a", "ind_rec", "log_rec", "rec_to", "mrec_a", "mrec_b", "plain",
+         "plain_addr", "call_at", "call_back_at", "scribble", "stage", "nothing", "self_tail", "ping", "jt_spin",
+         "jt_owner", "jalr_same", "pair_call", "jt_thief_jump", "jt_thief_call", "jt_thief_ret", "overlap",
+         "overlap_mid")
 TOOLS = ("reverse", "reenter", "empty_null", "empty_wild")
 
 
@@ -553,10 +556,11 @@ def test_another_functions_jump_table_target_is_not_reachable(images, name):
     assert r.trap.addr != images[0].program.symbol("jt_owner")
 
 
+@pytest.mark.parametrize("how", ["call_at", "call_back_at"])
 @pytest.mark.parametrize("offset", [0, 1, 2, 3])
-def test_odd_and_unaligned_indirect_call_targets(images, offset):
+def test_odd_and_unaligned_indirect_call_targets(images, offset, how):
     base = both(images, "plain_addr").a0
-    r = both(images, "call_at", base + offset, 7)
+    r = both(images, how, base + offset, 7)
     if offset < 2:  # jalr clears bit 0: plain's own entry
         assert r.trap is None and r.a0 == 21
     else:
