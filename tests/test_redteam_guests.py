@@ -296,8 +296,9 @@ def _buffers(kind: str, cache_dir: str) -> dict:
                 out[f"result.read {p:#x} {n:#x}"] = _trap(r)
     for p in ptrs:
         for n in lens:
-            out[f"const args.read {p:#x} {n:#x}"] = _trap(run(image, "hc_const_args_read", p, n, blob=blob))
-            out[f"const log {p:#x} {n:#x}"] = _trap(run(image, "hc_const_log", p, n))
+            # the call number a constant in the code: the translator passes it to the core as a literal
+            out[f"const berm.args.read {p:#x} {n:#x}"] = _trap(run(image, "hc_const_args_read", p, n, blob=blob))
+            out[f"const berm.log {p:#x} {n:#x}"] = _trap(run(image, "hc_const_log", p, n))
     return out
 
 
@@ -426,12 +427,14 @@ def test_host_call_buffers_at_every_edge_and_wrapping_length(cache_dir):
         assert got == interp[key], key
         name, p, n = key.rsplit(" ", 2)
         p, n = int(p, 16), int(n, 16)
+        name = name.removeprefix("const ")
         if name in ("berm.args.read", "berm.log", "berm.fail", ECHO):
             ok = _expected_buffer_outcome(lay, name, p, n, 64)
             assert (got["trap"] is None) == ok, key
             if not ok:
                 assert got["trap"] == "HOST_CALL_FAILED" and got["addr"] == p, key
-                assert got["snapshot"] == aot[f"{name} {lay.writable_lo:#x} 0x0"]["snapshot"], key
+                if "snapshot" in got:
+                    assert got["snapshot"] == aot[f"{name} {lay.writable_lo:#x} 0x0"]["snapshot"], key
         elif name == "result.read":  # 16 bytes are staged (the echo of 8 bytes, doubled)
             ok = min(n, 16) == 0 or lay.writable(p, min(n, 16))
             assert (got["trap"] is None) == ok, key
