@@ -25,9 +25,7 @@ limit at its self-calls.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -42,6 +40,7 @@ from berm_host.backend import Backend, RunRequest, RunResult
 from berm_host.engine import Engine
 from berm_host.layout import MAX_CALL_DEPTH, layout_for
 from berm_host.traps import TrapKind
+from tests.bounded import ends_within
 from tests.elf_samples import ASM_PRELUDE
 from tests.guests import guest_elf
 
@@ -164,27 +163,6 @@ def walk_both(guest: Guest, *args: int) -> RunResult:
     for r in range(32):
         assert aot.regs[r] == interp.regs[r], f"walk{args}: x{r} aot {aot.regs[r]:#x} vs interp {interp.regs[r]:#x}"
     return aot
-
-
-def ends_within(seconds: float, run: Callable[[], RunResult]) -> RunResult:
-    """``run()`` in a daemon thread: its result, or a test failure when it has not ended after ``seconds``. A loop
-    that does not poll the interrupt flag ignores every deadline; this fails instead of hanging the test run (the
-    thread is left spinning until the process exits)."""
-    outcome: list[RunResult | BaseException] = []
-
-    def target() -> None:
-        try:
-            outcome.append(run())
-        except BaseException as e:  # re-raised below, in the test's thread
-            outcome.append(e)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert outcome, f"the run ignored its deadline: still running after {seconds} s"
-    if isinstance(outcome[0], BaseException):
-        raise outcome[0]
-    return outcome[0]
 
 
 def expected_walk(n: int, sites: int, overrun_at: int = NOWHERE) -> int:
