@@ -315,19 +315,42 @@ def _recursion(kind: str, cache_dir: str) -> dict:
 
 
 def _reenter(kind: str, cache_dir: str) -> dict:
-    """A log sink that calls the harness again from inside its host call, without end."""
-    box = {}
+    """A log sink that calls the harness again from inside its host call, without end: on the main thread; on a
+    256 KiB thread; and (translated code only) on the main thread with Python's recursion limit raised far past
+    what its stack holds, so that the host stack, not Python's count, runs out first. The interpreter is Python
+    code, and like any Python code relies on that limit: with it raised, it overflows the stack (SIGSEGV)."""
+    def attempt(out: dict) -> None:
+        box = {}
 
-    def sink(name, line):
-        box["harness"].call("reenter")
+        def sink(name, line):
+            box["harness"].call("reenter")
 
-    harness = load(kind, cache_dir, log=sink).harness(name="reenter")
-    box["harness"] = harness
+        harness = load(kind, cache_dir, log=sink).harness(name="reenter")
+        box["harness"] = harness
+        try:
+            harness.call("reenter")
+            out["error"] = None
+        except Exception as exc:  # noqa: BLE001 - the point is which exception it is
+            out.update(error=type(exc).__name__, berm=isinstance(exc, Trap))
+
+    main, small, unlimited = {}, {}, {}
+    attempt(main)
+    old = threading.stack_size(256 << 10)
     try:
-        harness.call("reenter")
-    except Exception as exc:  # noqa: BLE001 - the point is which exception it is
-        return {"error": type(exc).__name__, "berm": isinstance(exc, Trap)}
-    return {"error": None}
+        t = threading.Thread(target=attempt, args=(small,))
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old)
+    if kind == "interp":
+        return {"main thread": main, "256 KiB thread": small}
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(100_000)
+    try:
+        attempt(unlimited)
+    finally:
+        sys.setrecursionlimit(limit)
+    return {"main thread": main, "256 KiB thread": small, "recursion limit 100000": unlimited}
 
 
 def _stack_pointer() -> int:
@@ -524,10 +547,12 @@ def test_a_log_sink_that_raises_is_a_trap_on_both_engines(images):
 
 def test_a_log_sink_that_reenters_the_harness_ends_in_a_trap(cache_dir):
     """Recursion across host calls: the log sink calls the same harness again from inside berm.log, forever. It
-    ends in a Trap (the innermost RecursionError or stack trap is host-call-failed), in a live host."""
+    ends in a Trap (the innermost RecursionError or stack trap is host-call-failed), in a live host: the core starts
+    no run below a floor of the host thread's stack (the old core crashed on a 256 KiB thread and with a raised
+    recursion limit once translated code left the host stack; found by a review)."""
     for kind in ("aot", "interp"):
-        out = isolated(cache_dir, "reenter", kind)
-        assert out["error"] == "Trap" and out["berm"], (kind, out)
+        for where, out in isolated(cache_dir, "reenter", kind).items():
+            assert out["error"] == "Trap" and out["berm"], (kind, where, out)
 
 
 # ---------------------------------------------------------------- loops the translated code must still poll

@@ -610,6 +610,37 @@ void berm_region_free(berm_region *r) {
     free(r);
 }
 
+/* ---------------------------------------------------------------- the host thread's stack */
+
+/* Translated code runs on its region's stack, but the Python code a host call runs, and any run it starts in turn
+ * (a capability that calls a harness), use the host thread's: a run starts only above this floor, the stack's
+ * bottom plus a margin for the Python code that then runs at the bottom (a quarter of the stack, 64 KiB to 1 MiB).
+ * Below it, nesting runs inside host calls is the stack trap, not a crash. Computed once per thread. */
+static __thread uintptr_t host_floor;
+
+static uintptr_t host_stack_floor(void) {
+    if (host_floor) return host_floor;
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    uintptr_t floor = here > ((uintptr_t)1 << 20) ? here - ((uintptr_t)1 << 20) : 0; /* fallback: 1 MiB */
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void *lo;
+        size_t size;
+        if (pthread_attr_getstack(&attr, &lo, &size) == 0 && (uintptr_t)lo < here) {
+            uintptr_t avail = here - (uintptr_t)lo;
+            uintptr_t margin = avail / 4;
+            if (margin > ((uintptr_t)1 << 20)) margin = (uintptr_t)1 << 20;
+            if (margin < ((uintptr_t)64 << 10)) margin = (uintptr_t)64 << 10;
+            floor = (uintptr_t)lo + margin;
+            /* an "unlimited" main-thread stack is not all mapped: never go deeper than 256 MiB */
+            if (avail > ((uintptr_t)256 << 20)) floor = here - ((uintptr_t)256 << 20);
+        }
+        pthread_attr_destroy(&attr);
+    }
+    host_floor = floor;
+    return floor;
+}
+
 /* ---------------------------------------------------------------- invocation */
 
 struct guest_entry {
@@ -648,8 +679,14 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     r->generation++;
     r->running = 1;
     pthread_mutex_unlock(&live_lock);
-    struct guest_entry e = {r->enter, c, entry};
-    uint64_t t = berm_switch_call(r->native.top, enter_on_native_stack, &e, &r->host_sp);
+    uint64_t t;
+    if ((uintptr_t)__builtin_frame_address(0) < host_stack_floor()) { /* runs nested in host calls, too deep */
+        berm_set_trap(c, BERM_TRAP_STACK, entry, 0, BERM_STACK_HOST);
+        t = BERM_TRAPPED;
+    } else {
+        struct guest_entry e = {r->enter, c, entry};
+        t = berm_switch_call(r->native.top, enter_on_native_stack, &e, &r->host_sp);
+    }
     /* No lock to stop: a watchdog that still saw this run as running may set the interrupt flag of the idle
      * region, and the next run clears it under the lock (after that scan has released it). */
     __atomic_store_n(&r->running, 0, __ATOMIC_RELEASE);

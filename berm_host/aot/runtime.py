@@ -39,7 +39,8 @@ KINDS = {
 }
 _CODES = {kind: code for code, kind in KINDS.items()}
 _ACCESS = {0: "load {n} bytes", 1: "store {n} bytes", 2: "misaligned {n}-byte atomic"}
-_STACK = {0: f"more than {MAX_CALL_DEPTH} nested calls", 1: "the native stack translated code runs on is exhausted"}
+_STACK = {0: f"more than {MAX_CALL_DEPTH} nested calls", 1: "the native stack translated code runs on is exhausted",
+          2: "the host thread's stack is exhausted (runs nested in host calls)"}
 POOL_LIMIT = 16
 LOG = core_number("berm.log")
 NO_CAPABILITIES = {}.get  # the lookup of an invocation without a linker
