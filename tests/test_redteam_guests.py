@@ -353,6 +353,22 @@ def _reenter(kind: str, cache_dir: str) -> dict:
     return {"main thread": main, "256 KiB thread": small, "recursion limit 100000": unlimited}
 
 
+def _same_region(kind: str, cache_dir: str) -> dict:
+    """A log sink that starts a run on the region its own run is using (the core's API, below the pool)."""
+    image = load(kind, cache_dir)
+    memory = image.backend.memory
+    region = memory.acquire()
+    memory.release(region)  # the next run takes it
+    inner = []
+
+    def sink(line: bytes) -> None:
+        inner.append(lib.berm_run(region.ptr, image.program.symbol("nothing"), b"", 0, 0, 0.0))
+
+    outer = _trap(run(image, "mrec_a", 0, 50, log=sink))
+    assert memory.pool[-1] is region
+    return {"inner": inner, "outer": outer, "again": _trap(run(image, "mrec_a", 0, 50, log=lambda line: None))}
+
+
 def _stack_pointer() -> int:
     """This thread's stack pointer (Linux: the second-to-last field of the syscall it is in, the read of that
     very file)."""
@@ -408,7 +424,8 @@ def _small_stack(kind: str, cache_dir: str) -> dict:
     return {"small thread": small, "main thread": main}
 
 
-ATTACKS = {"buffers": _buffers, "recursion": _recursion, "reenter": _reenter, "small_stack": _small_stack}
+ATTACKS = {"buffers": _buffers, "recursion": _recursion, "reenter": _reenter, "small_stack": _small_stack,
+           "same_region": _same_region}
 
 
 # ---------------------------------------------------------------- plain loads and stores at every edge
@@ -532,6 +549,16 @@ def test_recursion_that_reaches_the_bottom_of_the_native_stack_is_a_trap(images)
     assert r.trap.detail == "the native stack translated code runs on is exhausted"
     lines = []
     assert run(aot, "mrec_a", 0, MAX_CALL_DEPTH - 2, log=lines.append).trap is None and len(lines) == 1
+
+
+def test_a_run_on_a_region_that_is_running_is_refused(cache_dir):
+    """The pool gives a region to one run at a time; the core does not trust that: a second berm_run on a running
+    region (here from the first run's own log sink, on the same thread) does nothing and says so. Run, it would
+    reset the first run's memory and overwrite its native stack (SIGSEGV: found by a review)."""
+    out = isolated(cache_dir, "same_region", "aot")
+    assert out["inner"] == [lib.BERM_RUN_BUSY]
+    assert out["outer"]["trap"] is None and out["outer"]["regs"][10] == 1  # the outer run went on undisturbed
+    assert out["again"]["trap"] is None
 
 
 def test_a_log_sink_that_raises_is_a_trap_on_both_engines(images):

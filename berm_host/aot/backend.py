@@ -17,7 +17,7 @@ from berm_host.backend import RunRequest, RunResult
 from berm_host import watchdog
 from berm_host.image_facts import ElfFacts
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
-from berm_host.traps import TrapInfo, TrapKind
+from berm_host.traps import HostError, TrapInfo, TrapKind
 
 #: What ``call_tool`` returns when the result is not plain text: (trap, failure, result, a0, a1).
 ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
@@ -27,6 +27,7 @@ from .runtime import POOL_LIMIT, MemoryImage, Region, capability_lookup, lib, lo
 
 _OK, _TRAPPED, _FAILED, _BIG = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAILED, lib.BERM_RUN_BIG_RESULT
 _TRIM = lib.BERM_RUN_TRIM
+_BUSY = lib.BERM_RUN_BUSY
 _run = lib.berm_run
 _trim = lib.berm_region_trim
 
@@ -94,6 +95,8 @@ class AotBackend:
         timeout = 0.0 if request.deadline is None else max(request.deadline - time.monotonic(), 1e-9)
         outcome = _run(region.ptr, request.entry, args, len(args), len(request.int_args), timeout)
         kind = outcome & ~_TRIM
+        if kind == _BUSY:
+            raise _busy()
         trap = self.trap_info(region) if kind == _TRAPPED else None
         regs = tuple(region.regs)
         result = None
@@ -139,6 +142,8 @@ class AotBackend:
         """``call_tool``'s every other case: a trap, a failure, a result that is unreadable or over the cap, and a
         region that now keeps too much memory resident (trimmed here, after its result has been read)."""
         kind = outcome & ~_TRIM
+        if kind == _BUSY:
+            raise _busy()
         if kind == _TRAPPED:
             out = self.trap_info(region), None, None, a0, a1
         elif kind == _FAILED:
@@ -163,3 +168,9 @@ class AotBackend:
         if not self.program.in_code(pc):
             return f"no code at {pc:#x}"
         return self.program.instruction(pc).note or ""
+
+
+def _busy() -> HostError:
+    """The core refused a run on a region that is running (the pool hands a region to one run at a time, so this
+    is a bug in the caller, not the guest)."""
+    return HostError("internal error: a run was started on a memory region that is already running")

@@ -655,6 +655,9 @@ static uint64_t enter_on_native_stack(void *p) {
 }
 
 int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double timeout) {
+    /* One run per region at a time (the pool's rule): a second one would reset the first's memory and share its
+     * native stack. Refused, not trusted. */
+    if (__atomic_exchange_n(&r->busy, 1, __ATOMIC_ACQUIRE)) return BERM_RUN_BUSY;
     double deadline = timeout > 0 ? monotonic_now() + timeout : 0;
     berm_ctx *c = &r->ctx;
     if (r->used) reset_memory(r, 0);
@@ -691,6 +694,7 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
      * region, and the next run clears it under the lock (after that scan has released it). */
     __atomic_store_n(&r->running, 0, __ATOMIC_RELEASE);
     int trim = over_resident(r) ? BERM_RUN_TRIM : 0;
+    __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
     if (t == BERM_TRAPPED) return BERM_RUN_TRAPPED | trim;
     if (r->has_fail) return BERM_RUN_FAILED | trim;
     if (!readable(r->image, c->regs[10], c->regs[11])) return BERM_RUN_BAD_RESULT | trim;

@@ -61,6 +61,7 @@ typedef struct berm_region {
     char trap_msg[200]; /* detail of a host-call-failed trap raised by the core */
     double deadline;    /* CLOCK_MONOTONIC seconds (time.monotonic()); 0 = none */
     int running;        /* set under the watchdog's lock, cleared by an atomic store */
+    int busy;           /* a berm_run is using the region (taken by an atomic exchange) */
     uint64_t generation; /* counts runs (under the watchdog's lock): an interrupt names the run it is meant for */
     struct berm_region *prev, *next; /* every live region, for the watchdog */
     berm_native_stack native; /* what translated code runs on */
@@ -68,7 +69,14 @@ typedef struct berm_region {
 } berm_region;
 
 /* Outcome of berm_run. */
-enum { BERM_RUN_OK = 0, BERM_RUN_TRAPPED = 1, BERM_RUN_FAILED = 2, BERM_RUN_BAD_RESULT = 3, BERM_RUN_BIG_RESULT = 4 };
+enum {
+    BERM_RUN_OK = 0,
+    BERM_RUN_TRAPPED = 1,
+    BERM_RUN_FAILED = 2,
+    BERM_RUN_BAD_RESULT = 3,
+    BERM_RUN_BIG_RESULT = 4,
+    BERM_RUN_BUSY = 5, /* the region is running already: nothing was done */
+};
 /* Or'ed into berm_run's outcome: the region now holds more than BERM_RESIDENT_KEEP of written zero-initial memory;
  * call berm_region_trim once the result has been read, before pooling it. */
 enum { BERM_RUN_TRIM = 8 };
