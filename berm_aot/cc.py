@@ -30,6 +30,9 @@ Flags, and what was measured for them (on this shared 2-core machine):
 - ``-fwrapv``: guest arithmetic wraps; the emitter already computes in unsigned types, this makes the odd signed
   conversion defined too. ``-fno-strict-aliasing``: guest memory is accessed through memcpy of several types.
 - ``-w``: emitted code is machine-made; warnings are noise (labels and loads gcc drops anyway).
+- ``-fstack-usage``: gcc reports every function's stack frame; the largest (plus FRAME_SLACK) is compiled into
+  the object as ``berm_max_frame``, and the runtime keeps that much more below its native stack's floor, since a
+  function's entry check runs after its frame is already allocated (berm_host/aot/core.c, berm_region_code).
 Two compile-time traps found by measurement and avoided in the emitter: a ``switch`` at every ``ret`` made
 gcc's VRP quadratic (176 s for one function; now one dispatch block per function), and an out-of-line bounds
 slow path at every access (now one shared fault block per function: -35% compile time).
@@ -52,6 +55,11 @@ from berm_aot.errors import CompileError
 DEFAULT_OPT_FLAGS = ("-O1", "-fcaller-saves", "-free", "-falign-functions=64")
 BASE_FLAGS = ("-fPIC", "-fno-plt", "-fvisibility=hidden", "-fwrapv", "-fno-strict-aliasing", "-w", "-std=gnu11")
 COMPILE_TIMEOUT = 900
+#: Defined in every object compile_shared builds: the largest native stack frame of any function in it, in bytes.
+FRAME_SYMBOL = "berm_max_frame"
+#: Added to the largest frame gcc reports: a leaf function also writes up to 128 bytes below its stack pointer
+#: (the x86-64 red zone), which its reported frame leaves out.
+FRAME_SLACK = 256
 
 
 def compiler() -> list[str]:
@@ -83,9 +91,10 @@ def identity(opt: tuple[str, ...] | None = None) -> str:
 
 def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Path, ...] = (), jobs: int = 2,
                    opt: tuple[str, ...] | None = None) -> None:
-    """Compile C ``sources`` (texts) into the shared object ``out``, ``jobs`` compilers at a time. ``sources`` may be
-    a generator that translates as it goes: each unit starts compiling as soon as it is there and a compiler is
-    free, so the translation overlaps the compiles instead of preceding them all."""
+    """Compile C ``sources`` (texts) into the shared object ``out``, ``jobs`` compilers at a time, with
+    ``FRAME_SYMBOL`` defined in it. ``sources`` may be a generator that translates as it goes: each unit starts
+    compiling as soon as it is there and a compiler is free, so the translation overlaps the compiles instead of
+    preceding them all."""
     cmd = compiler()
     flags = [*(opt if opt is not None else opt_flags()), *BASE_FLAGS, *[f"-I{d}" for d in include_dirs]]
     with tempfile.TemporaryDirectory(prefix="berm-cc-", dir=out.parent) as tmp:
@@ -97,7 +106,7 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
         def start_what_fits() -> None:
             while pending and len(running) < max(1, jobs):
                 src, obj = pending.pop(0)
-                proc = subprocess.Popen([*cmd, *flags, "-c", str(src), "-o", str(obj)],
+                proc = subprocess.Popen([*cmd, *flags, "-fstack-usage", "-c", str(src), "-o", str(obj)],
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 running.append((proc, src))
                 objects.append(obj)
@@ -133,7 +142,39 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
             for proc, _ in running:
                 proc.kill()
                 proc.wait()
+        objects.append(_frame_object(cmd, work, worst_frame([obj.with_suffix(".su") for obj in objects])))
         link = subprocess.run([*cmd, "-shared", *BASE_FLAGS, "-o", str(out), *map(str, objects)],
                               capture_output=True, text=True, timeout=COMPILE_TIMEOUT, check=False)
         if link.returncode != 0:
             raise CompileError(f"linking {out.name} failed:\n{link.stderr[-4000:]}")
+
+
+def worst_frame(reports: list[Path]) -> int:
+    """The largest frame in gcc's -fstack-usage reports (lines ``file:line:col:function<TAB>bytes<TAB>kind``; the
+    bytes are an upper bound when the kind is "static" or "dynamic,bounded"). A frame that is only "dynamic" has no
+    bound (alloca, variable-length arrays: emitted code has neither)."""
+    worst = 0
+    for report in reports:
+        try:
+            lines = report.read_text().splitlines()
+        except OSError:
+            raise CompileError(f"the C compiler wrote no stack usage report {report.name} (-fstack-usage): the "
+                               "runtime needs each object's largest frame") from None
+        for line in lines:
+            where, size, kind = line.rsplit("\t", 2)
+            if kind not in ("static", "dynamic,bounded"):
+                raise CompileError(f"{where}: a {kind} stack frame cannot be bounded")
+            worst = max(worst, int(size))
+    return worst
+
+
+def _frame_object(cmd: list[str], work: Path, frame: int) -> Path:
+    """An object defining FRAME_SYMBOL as ``frame`` + FRAME_SLACK."""
+    src, obj = work / "frame.c", work / "frame.o"
+    src.write_text(f'__attribute__((visibility("default"))) const unsigned long long {FRAME_SYMBOL} = '
+                   f"{frame + FRAME_SLACK}ULL;\n")
+    proc = subprocess.run([*cmd, *BASE_FLAGS, "-c", str(src), "-o", str(obj)], capture_output=True, text=True,
+                          timeout=COMPILE_TIMEOUT, check=False)
+    if proc.returncode != 0:
+        raise CompileError(f"cc failed on {src.name}:\n{proc.stderr[-4000:]}")
+    return obj

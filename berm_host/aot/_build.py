@@ -34,9 +34,14 @@ typedef struct berm_ctx {
 
 typedef struct berm_image berm_image;
 
+typedef struct berm_native_stack {
+    uintptr_t lo;
+    uintptr_t top;
+    ...;
+} berm_native_stack;
+
 typedef struct berm_region {
     berm_ctx ctx;
-    void *enter;
     uint64_t int_args[8];
     uint64_t call_ptr;
     uint64_t call_len;
@@ -46,6 +51,7 @@ typedef struct berm_region {
     char trap_msg[200];
     uint64_t generation;
     uint64_t max_result;
+    berm_native_stack native;
     ...;
 } berm_region;
 

@@ -248,6 +248,7 @@ void berm_region_trim(berm_region *r) {
     }
     touched_clear(r);
     r->used = 0;
+    berm_native_stack_release(&r->native, BERM_NATIVE_MARGIN);
 }
 
 /* ---------------------------------------------------------------- host calls */
@@ -580,7 +581,7 @@ berm_region *berm_region_new(const berm_image *im) {
     }
     berm_ctx *c = &r->ctx;
     c->stack_low = im->size; /* no stack store yet */
-    c->native_floor = r->native.lo + BERM_NATIVE_MARGIN;
+    c->native_floor = r->native.lo + BERM_NATIVE_MARGIN; /* raised by the code's largest frame: berm_region_code */
     c->heap_start = im->heap_start;
     c->heap_size = im->guard_lo - im->heap_start;
     pthread_mutex_lock(&live_lock);
@@ -590,6 +591,13 @@ berm_region *berm_region_new(const berm_image *im) {
     pthread_mutex_unlock(&live_lock);
     c->ecall = core_ecall;
     return r;
+}
+
+int berm_region_code(berm_region *r, void *enter, uint64_t frame) {
+    if (frame > BERM_NATIVE_STACK / 4) return 0;
+    r->enter = enter;
+    r->ctx.native_floor = r->native.lo + BERM_NATIVE_MARGIN + frame;
+    return 1;
 }
 
 void berm_region_free(berm_region *r) {
@@ -704,7 +712,7 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
 /* ---------------------------------------------------------------- translated images */
 
 void *berm_load(const char *path, const char *symbol, const char *layout_symbol, const uint64_t *layout,
-                char *err, size_t errlen) {
+                uint64_t *frame, char *err, size_t errlen) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(err, errlen, "%s", dlerror());
@@ -713,8 +721,10 @@ void *berm_load(const char *path, const char *symbol, const char *layout_symbol,
     const int *abi = dlsym(h, "berm_rt_abi");
     void *enter = dlsym(h, symbol);
     const uint64_t *built_for = dlsym(h, layout_symbol);
-    if (!abi || !enter || !built_for) {
-        snprintf(err, errlen, "%s is not a translated image (no berm_rt_abi, %s or %s)", path, symbol, layout_symbol);
+    const unsigned long long *max_frame = dlsym(h, "berm_max_frame");
+    if (!abi || !enter || !built_for || !max_frame) {
+        snprintf(err, errlen, "%s is not a translated image (no berm_rt_abi, berm_max_frame, %s or %s)", path, symbol,
+                 layout_symbol);
     } else if (*abi != BERM_RT_ABI) {
         snprintf(err, errlen, "%s was built for runtime ABI %d, this runtime is %d", path, *abi, BERM_RT_ABI);
     } else if (memcmp(built_for, layout, BERM_LAYOUT_WORDS * sizeof *layout) != 0) {
@@ -722,6 +732,7 @@ void *berm_load(const char *path, const char *symbol, const char *layout_symbol,
         snprintf(err, errlen, "%s was translated for another memory layout (stack window at 0x%llx, not 0x%llx)",
                  path, (unsigned long long)built_for[4], (unsigned long long)layout[4]);
     } else {
+        *frame = *max_frame;
         return enter; /* the handle stays open for the life of the process */
     }
     dlclose(h);

@@ -29,8 +29,8 @@ typedef struct berm_image berm_image;
 /* The native stack translated code runs on, per region (native_stack.h): BERM_MAX_CALL_DEPTH nested calls of
  * frames up to ~400 bytes. Its pages cost memory only once a guest recursed that deep. */
 #define BERM_NATIVE_STACK ((size_t)4 << 20)
-/* Kept free below native_floor (the lowest address translated code may reach): the frame that notices, the trap
- * path, the core host calls and any signal handler that runs on this stack. */
+/* Kept free below native_floor (the lowest address translated code may reach), besides the code's largest frame
+ * (berm_region_code): the trap path, the core host calls and any signal handler that runs on this stack. */
 #define BERM_NATIVE_MARGIN ((size_t)64 << 10)
 
 /* One reusable guest memory region and the state of the invocation running in it. */
@@ -97,7 +97,8 @@ uint64_t berm_region_stage(berm_region *r, const char *data, uint64_t n);
 void berm_region_free(berm_region *r);
 /* timeout: seconds from now until the watchdog interrupts the run (read on CLOCK_MONOTONIC here, which saves the
  * caller a clock read); <= 0 = none. */
-/* Reset the region now (its next run starts clean) and release its zero-initial memory to the kernel. */
+/* Reset the region now (its next run starts clean) and release its zero-initial memory to the kernel, and the
+ * pages of its native stack a deep recursion left resident. */
 void berm_region_trim(berm_region *r);
 /* Interrupt run `generation` of the region if it is still running; 1 when the flag was set, 0 for a run that has
  * ended (the watchdog's path, also callable from Python). */
@@ -107,9 +108,14 @@ int berm_watchdog_start(double interval);
 /* The six numbers of a translated object's layout export (berm_aot/windows.py, Windows). */
 #define BERM_LAYOUT_WORDS 6
 /* dlopen a translated object and return its `symbol` entry point, once its runtime ABI and the layout it was
- * translated for (the uint64_t[6] at `layout_symbol`) match this runtime and `layout`; else NULL and a message. */
+ * translated for (the uint64_t[6] at `layout_symbol`) match this runtime and `layout`; else NULL and a message.
+ * *frame receives the object's largest native stack frame (berm_max_frame: berm_aot/cc.py). */
 void *berm_load(const char *path, const char *symbol, const char *layout_symbol, const uint64_t *layout,
-                char *err, size_t errlen);
+                uint64_t *frame, char *err, size_t errlen);
+/* Give a new region the code it runs: `enter` (berm_load) and that object's largest frame, which native_floor
+ * keeps room for below it (a function's entry check runs once its frame is allocated). Returns 0 when such a
+ * frame does not fit the native stack with room to spare. */
+int berm_region_code(berm_region *r, void *enter, uint64_t frame);
 /* API (end) */
 
 #endif

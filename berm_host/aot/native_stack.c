@@ -27,6 +27,12 @@ void berm_native_stack_free(berm_native_stack *s) {
     *s = (berm_native_stack){0};
 }
 
+void berm_native_stack_release(const berm_native_stack *s, size_t keep) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t end = (s->top - keep) & ~(uintptr_t)(page - 1);
+    if (end > s->lo) madvise((void *)s->lo, end - s->lo, MADV_DONTNEED); /* advice: a failure only costs memory */
+}
+
 /* berm_switch_call(top, fn, arg, caller_sp): the frame pointer register keeps the caller's stack pointer across the
  * call (fn preserves it, as every function must), and the CFI names it as the frame's base, so debuggers and
  * profilers unwind from guest code back into the host's frames. */

@@ -21,6 +21,9 @@ typedef struct berm_native_stack {
  * Returns 0 (and leaves *s empty) when the mapping fails. */
 int berm_native_stack_new(berm_native_stack *s, size_t size);
 void berm_native_stack_free(berm_native_stack *s);
+/* Hand the pages of the stack below its top `keep` bytes back to the kernel (a deep recursion left them resident);
+ * they read as zero when touched again. */
+void berm_native_stack_release(const berm_native_stack *s, size_t keep);
 
 /* fn(arg) with the stack pointer at `top` (16-byte aligned, the highest address + 1 of free stack), returning its
  * result; *caller_sp receives the stack pointer of the stack this was called on (everything below it is free

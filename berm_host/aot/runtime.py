@@ -8,6 +8,8 @@ at a time; the pool hands them out (``list.pop``/``append`` are atomic under the
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from berm_abi.names import ERROR_BIT, core_number
 from berm_aot.windows import Windows
 from berm_host.backend import LogSink
@@ -51,13 +53,21 @@ def capability_lookup(linker: Linker | None):
     return linker.lookup_fn if linker is not None else NO_CAPABILITIES
 
 
-class MemoryImage:
-    """An image's memory layout and initial bytes, owned by the core; the factory of its regions. ``enter`` is
-    the translated code's entry point (``load_code``) every region runs."""
+class Code(NamedTuple):
+    """A loaded program (``load_code``): its entry point (a ``void *`` for ``berm_run``) and the largest native
+    stack frame of its object, in bytes."""
 
-    def __init__(self, layout: Layout, hull: bytes, enter: object, max_result: int | None = None):
+    enter: object
+    frame: int
+
+
+class MemoryImage:
+    """An image's memory layout and initial bytes, owned by the core; the factory of its regions, which all run
+    ``code``."""
+
+    def __init__(self, layout: Layout, hull: bytes, code: Code, max_result: int | None = None):
         self.layout = layout
-        self.enter = enter
+        self.code = code
         self.max_result = max_result  # None: no cap (see berm_run's BERM_RUN_BIG_RESULT)
         self._keep = hull
         ptr = lib.berm_image_new(layout.size, layout.image_lo, layout.writable_lo, layout.image_end,
@@ -91,7 +101,9 @@ class Region:
             raise HostError(f"cannot map {image.layout.size} bytes of guest memory")
         self.ptr = ffi.gc(raw, lib.berm_region_free)
         self.addr = int(ffi.cast("uintptr_t", raw))  # for run_text (invoke.c); alive as long as ptr
-        raw.enter = image.enter
+        if not lib.berm_region_code(raw, *image.code):
+            raise HostError(f"translated code needs native stack frames of {image.code.frame} bytes: more than a "
+                            f"quarter of the {lib.BERM_NATIVE_STACK >> 20} MiB native stack")
         if image.max_result is not None:
             raw.max_result = image.max_result
         self.ctx = raw.ctx
@@ -228,13 +240,14 @@ def _reply_bytes(reply: object) -> bytes:
     return bytes(reply)
 
 
-def load_code(path: str, prefix: str, windows: Windows) -> object:
-    """dlopen a translated object and return the entry point of its program ``prefix`` (a ``void *`` for
-    ``berm_run``), once the core has checked it was translated for memory with ``windows``."""
+def load_code(path: str, prefix: str, windows: Windows) -> Code:
+    """dlopen a translated object and return its program ``prefix``, once the core has checked it was translated
+    for memory with ``windows``."""
     err = ffi.new("char[512]")
     layout = ffi.new("uint64_t[]", list(windows.values()))  # BERM_LAYOUT_WORDS of them (tests/test_aot_layout.py)
+    frame = ffi.new("uint64_t *")
     enter = lib.berm_load(path.encode(), (prefix + ENTRY_SYMBOL).encode(), (prefix + LAYOUT_SYMBOL).encode(),
-                          layout, err, 512)
+                          layout, frame, err, 512)
     if enter == ffi.NULL:
         raise HostError(f"cannot load translated code: {ffi.string(err).decode(errors='replace')}")
-    return enter
+    return Code(enter, frame[0])
