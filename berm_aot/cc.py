@@ -32,7 +32,9 @@ Flags, and what was measured for them (on this shared 2-core machine):
 - ``-w``: emitted code is machine-made; warnings are noise (labels and loads gcc drops anyway).
 - ``-fstack-usage``: gcc reports every function's stack frame; the largest (plus FRAME_SLACK) is compiled into
   the object as ``berm_max_frame``, and the runtime keeps that much more below its native stack's floor, since a
-  function's entry check runs after its frame is already allocated (berm_host/aot/core.c, berm_region_code).
+  function's entry check runs after its frame is already allocated (berm_host/aot/core.c, berm_region_code). A
+  ``BERM_CC`` must write that report beside its ``-o`` (gcc and clang do; ``zig cc`` keeps it in its own cache,
+  and ``-flto`` writes none): without it the compile fails with that message.
 Two compile-time traps found by measurement and avoided in the emitter: a ``switch`` at every ``ret`` made
 gcc's VRP quadratic (176 s for one function; now one dispatch block per function), and an out-of-line bounds
 slow path at every access (now one shared fault block per function: -35% compile time).

@@ -57,17 +57,17 @@ def test_the_floor_keeps_room_for_the_largest_frame(image):
     code = image.backend.memory.code
     assert code.frame > 1024  # the counted loops really made a large frame
     region = image.backend.memory.acquire()
-    assert region.ptr.ctx.native_floor == region.ptr.native.lo + lib.BERM_NATIVE_MARGIN + code.frame
+    assert region.ptr.ctx.native_floor == region.ptr.native.lo + lib.BERM_NATIVE_MARGIN + 2 * code.frame
 
 
 def _recurse_to_a_small_floor(cache_dir: str, margin: int) -> dict:
-    """In a child: the region's floor moved down to leave only ``margin`` bytes besides the largest frame (the
-    real margin is 64 KiB, and frames that large take long to compile: the same situation, scaled), then the
+    """In a child: the region's floor moved down to leave only ``margin`` bytes besides two of the largest frames
+    (berm_region_code; the real margin is 64 KiB, and frames that large take long to compile: the same situation, scaled), then the
     recursion runs until it reaches it."""
     image = Engine(kind="aot", memory_size=1 << 20, cache_dir=Path(cache_dir)).load(_big_frame_elf())
     memory = image.backend.memory
     region = memory.acquire()
-    region.ptr.ctx.native_floor = region.ptr.native.lo + margin + memory.code.frame
+    region.ptr.ctx.native_floor = region.ptr.native.lo + margin + 2 * memory.code.frame
     memory.release(region)
     buf = image.program.symbol("buf")
     r = image.backend.run(RunRequest(entry=image.program.symbol("down_a"),
@@ -77,7 +77,7 @@ def _recurse_to_a_small_floor(cache_dir: str, margin: int) -> dict:
 
 def test_recursion_through_large_frames_to_the_floor_is_a_trap(image, cache_dir):
     """Nothing but the frame term is left below the floor (plus 512 bytes for the trap path): the recursion ends in
-    the native-stack trap, in a live process. Without the frame term the same run dies with SIGSEGV."""
+    the native-stack trap, in a live process. With the frame measured as 0 the same run dies with SIGSEGV."""
     code = ("import json; from tests.test_aot_native_stack import _recurse_to_a_small_floor as f; "
             f"print(json.dumps(f({str(cache_dir)!r}, 512)))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -89,7 +89,7 @@ def test_recursion_through_large_frames_to_the_floor_is_a_trap(image, cache_dir)
 def test_a_frame_too_large_for_the_native_stack_is_refused(image):
     memory = image.backend.memory
     code = memory.code
-    memory.code = code._replace(frame=lib.BERM_NATIVE_STACK // 4 + 1)
+    memory.code = code._replace(frame=lib.BERM_NATIVE_STACK // 8 + 1)
     try:
         with pytest.raises(HostError, match="native stack frames of"):
             Region(memory)

@@ -363,8 +363,9 @@ def _same_region(kind: str, cache_dir: str) -> dict:
 
     def sink(line: bytes) -> None:
         inner.append(lib.berm_run(region.ptr, image.program.symbol("nothing"), b"", 0, 0, 0.0))
+        inner.append(lib.berm_region_trim(region.ptr))
 
-    outer = _trap(run(image, "mrec_a", 0, 50, log=sink))
+    outer = _trap(run(image, "mrec_a", 0, 3000, log=sink))
     assert memory.pool[-1] is region
     return {"inner": inner, "outer": outer, "again": _trap(run(image, "mrec_a", 0, 50, log=lambda line: None))}
 
@@ -553,10 +554,11 @@ def test_recursion_that_reaches_the_bottom_of_the_native_stack_is_a_trap(images)
 
 def test_a_run_on_a_region_that_is_running_is_refused(cache_dir):
     """The pool gives a region to one run at a time; the core does not trust that: a second berm_run on a running
-    region (here from the first run's own log sink, on the same thread) does nothing and says so. Run, it would
-    reset the first run's memory and overwrite its native stack (SIGSEGV: found by a review)."""
+    region (here from the first run's own log sink, on the same thread), or a trim, does nothing and says so. Run,
+    it would reset the first run's memory and overwrite its native stack; trimmed, the native stack's pages under
+    the run's frames would be gone (SIGSEGV, both found by reviews)."""
     out = isolated(cache_dir, "same_region", "aot")
-    assert out["inner"] == [lib.BERM_RUN_BUSY]
+    assert out["inner"] == [lib.BERM_RUN_BUSY, 0]
     assert out["outer"]["trap"] is None and out["outer"]["regs"][10] == 1  # the outer run went on undisturbed
     assert out["again"]["trap"] is None
 

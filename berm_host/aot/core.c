@@ -232,7 +232,8 @@ static int over_resident(berm_region *r) {
     return (r->n_touched << BERM_COARSE_SHIFT) > BERM_RESIDENT_KEEP;
 }
 
-void berm_region_trim(berm_region *r) {
+int berm_region_trim(berm_region *r) {
+    if (__atomic_exchange_n(&r->busy, 1, __ATOMIC_ACQUIRE)) return 0; /* a run is using it (berm_run) */
     const berm_image *im = r->image;
     reset_memory(r, 1);
     /* Everything from pristine_end up starts as zero, and reset_memory left it alone. madvise needs a start aligned
@@ -249,6 +250,8 @@ void berm_region_trim(berm_region *r) {
     touched_clear(r);
     r->used = 0;
     berm_native_stack_release(&r->native, BERM_NATIVE_MARGIN);
+    __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
+    return 1;
 }
 
 /* ---------------------------------------------------------------- host calls */
@@ -594,9 +597,11 @@ berm_region *berm_region_new(const berm_image *im) {
 }
 
 int berm_region_code(berm_region *r, void *enter, uint64_t frame) {
-    if (frame > BERM_NATIVE_STACK / 4) return 0;
+    if (frame > BERM_NATIVE_STACK / 8) return 0;
     r->enter = enter;
-    r->ctx.native_floor = r->native.lo + BERM_NATIVE_MARGIN + frame;
+    /* Two frames: one function may pass its check before allocating its frame (gcc's shrink-wrapping may move the
+     * prologue past it) and call one that allocates first and checks after. */
+    r->ctx.native_floor = r->native.lo + BERM_NATIVE_MARGIN + 2 * frame;
     return 1;
 }
 
@@ -621,32 +626,32 @@ void berm_region_free(berm_region *r) {
 /* ---------------------------------------------------------------- the host thread's stack */
 
 /* Translated code runs on its region's stack, but the Python code a host call runs, and any run it starts in turn
- * (a capability that calls a harness), use the host thread's: a run starts only above this floor, the stack's
- * bottom plus a margin for the Python code that then runs at the bottom (a quarter of the stack, 64 KiB to 1 MiB).
- * Below it, nesting runs inside host calls is the stack trap, not a crash. Computed once per thread. */
-static __thread uintptr_t host_floor;
+ * (a capability that calls a harness), use the host thread's: a run starts only above a floor, the stack's bottom
+ * plus a margin for the Python code that then runs at the bottom (a quarter of the stack, 64 KiB to 1 MiB). Below
+ * it, nesting runs inside host calls is the stack trap, not a crash. Kept per thread, with the stack it is for:
+ * recomputed when the stack pointer is outside that stack (a library that runs code on stacks of its own). */
+static __thread struct { uintptr_t lo, hi, floor; } host_stack;
 
-static uintptr_t host_stack_floor(void) {
-    if (host_floor) return host_floor;
-    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
-    uintptr_t floor = here > ((uintptr_t)1 << 20) ? here - ((uintptr_t)1 << 20) : 0; /* fallback: 1 MiB */
+static uintptr_t host_stack_floor(uintptr_t here) {
+    if (here >= host_stack.lo && here < host_stack.hi) return host_stack.floor;
     pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-        void *lo;
-        size_t size;
-        if (pthread_attr_getstack(&attr, &lo, &size) == 0 && (uintptr_t)lo < here) {
-            uintptr_t avail = here - (uintptr_t)lo;
-            uintptr_t margin = avail / 4;
-            if (margin > ((uintptr_t)1 << 20)) margin = (uintptr_t)1 << 20;
-            if (margin < ((uintptr_t)64 << 10)) margin = (uintptr_t)64 << 10;
-            floor = (uintptr_t)lo + margin;
-            /* an "unlimited" main-thread stack is not all mapped: never go deeper than 256 MiB */
-            if (avail > ((uintptr_t)256 << 20)) floor = here - ((uintptr_t)256 << 20);
-        }
+    void *lo;
+    size_t size;
+    int known = pthread_getattr_np(pthread_self(), &attr) == 0;
+    if (known) {
+        known = pthread_attr_getstack(&attr, &lo, &size) == 0 && (uintptr_t)lo < here && here < (uintptr_t)lo + size;
         pthread_attr_destroy(&attr);
     }
-    host_floor = floor;
-    return floor;
+    if (!known) return here > ((uintptr_t)1 << 20) ? here - ((uintptr_t)1 << 20) : 0; /* 1 MiB from here */
+    uintptr_t margin = size / 4;
+    if (margin > ((uintptr_t)1 << 20)) margin = (uintptr_t)1 << 20;
+    if (margin < ((uintptr_t)64 << 10)) margin = (uintptr_t)64 << 10;
+    host_stack.lo = (uintptr_t)lo;
+    host_stack.hi = (uintptr_t)lo + size;
+    host_stack.floor = (uintptr_t)lo + margin;
+    /* an "unlimited" main-thread stack is not all mapped: never go deeper than 256 MiB */
+    if (size > ((uintptr_t)256 << 20)) host_stack.floor = host_stack.hi - ((uintptr_t)256 << 20);
+    return host_stack.floor;
 }
 
 /* ---------------------------------------------------------------- invocation */
@@ -691,7 +696,8 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     r->running = 1;
     pthread_mutex_unlock(&live_lock);
     uint64_t t;
-    if ((uintptr_t)__builtin_frame_address(0) < host_stack_floor()) { /* runs nested in host calls, too deep */
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (here < host_stack_floor(here)) { /* runs nested in host calls, too deep */
         berm_set_trap(c, BERM_TRAP_STACK, entry, 0, BERM_STACK_HOST);
         t = BERM_TRAPPED;
     } else {

@@ -99,7 +99,7 @@ void berm_region_free(berm_region *r);
  * caller a clock read); <= 0 = none. */
 /* Reset the region now (its next run starts clean) and release its zero-initial memory to the kernel, and the
  * pages of its native stack a deep recursion left resident. */
-void berm_region_trim(berm_region *r);
+int berm_region_trim(berm_region *r); /* 0: refused, a run is using the region */
 /* Interrupt run `generation` of the region if it is still running; 1 when the flag was set, 0 for a run that has
  * ended (the watchdog's path, also callable from Python). */
 int berm_interrupt(berm_region *r, uint64_t generation);
@@ -113,8 +113,8 @@ int berm_watchdog_start(double interval);
 void *berm_load(const char *path, const char *symbol, const char *layout_symbol, const uint64_t *layout,
                 uint64_t *frame, char *err, size_t errlen);
 /* Give a new region the code it runs: `enter` (berm_load) and that object's largest frame, which native_floor
- * keeps room for below it (a function's entry check runs once its frame is allocated). Returns 0 when such a
- * frame does not fit the native stack with room to spare. */
+ * keeps room for below it (a function's entry check may run once its frame is allocated). Returns 0 when such a
+ * frame does not fit the native stack with room to spare (over an eighth of it). */
 int berm_region_code(berm_region *r, void *enter, uint64_t frame);
 /* API (end) */
 

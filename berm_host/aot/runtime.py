@@ -102,8 +102,8 @@ class Region:
         self.ptr = ffi.gc(raw, lib.berm_region_free)
         self.addr = int(ffi.cast("uintptr_t", raw))  # for run_text (invoke.c); alive as long as ptr
         if not lib.berm_region_code(raw, *image.code):
-            raise HostError(f"translated code needs native stack frames of {image.code.frame} bytes: more than a "
-                            f"quarter of the {lib.BERM_NATIVE_STACK >> 20} MiB native stack")
+            raise HostError(f"translated code needs native stack frames of {image.code.frame} bytes: more than an "
+                            f"eighth of the {lib.BERM_NATIVE_STACK >> 20} MiB native stack")
         if image.max_result is not None:
             raw.max_result = image.max_result
         self.ctx = raw.ctx
