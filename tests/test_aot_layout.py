@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import pytest
 
+from berm_aot import cc
 from berm_aot.elf import read_elf
 from berm_aot.errors import ElfError
 from berm_aot.program import Program
 from berm_host.aot.backend import AotBackend
 from berm_host.aot.objects import compile_programs
+from berm_host.aot.runtime import load_code
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
 from berm_host.layout import Layout, layout_for
@@ -93,6 +95,17 @@ def test_code_for_other_memory_is_refused(elf, tmp_path):
     AotBackend(program, 64 << 20, code=(so, ""))  # the size it was translated for loads
     with pytest.raises(HostError, match="translated for another memory layout"):
         AotBackend(program, 16 << 20, code=(so, ""))
+
+
+@pytest.mark.parametrize("unit, message", [
+    ("const int berm_rt_abi = 9;", "was built for runtime ABI 9, this runtime is"),  # before berm_max_frame
+    ("int other(void) { return 0; }", "is not a translated image"),
+])
+def test_objects_of_another_runtime_or_none_are_refused_by_name(elf, tmp_path, unit, message):
+    so = tmp_path / "other.so"
+    cc.compile_shared([f'__attribute__((visibility("default"))) {unit}'], so)
+    with pytest.raises(HostError, match=message):
+        load_code(str(so), "", layout_for(read_elf(elf)).windows())
 
 
 @pytest.mark.parametrize("size", SIZES)

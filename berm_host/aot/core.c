@@ -728,11 +728,11 @@ void *berm_load(const char *path, const char *symbol, const char *layout_symbol,
     void *enter = dlsym(h, symbol);
     const uint64_t *built_for = dlsym(h, layout_symbol);
     const unsigned long long *max_frame = dlsym(h, "berm_max_frame");
-    if (!abi || !enter || !built_for || !max_frame) {
+    if (abi && *abi != BERM_RT_ABI) { /* first: what an object of another runtime lacks is no news */
+        snprintf(err, errlen, "%s was built for runtime ABI %d, this runtime is %d", path, *abi, BERM_RT_ABI);
+    } else if (!abi || !enter || !built_for || !max_frame) {
         snprintf(err, errlen, "%s is not a translated image (no berm_rt_abi, berm_max_frame, %s or %s)", path, symbol,
                  layout_symbol);
-    } else if (*abi != BERM_RT_ABI) {
-        snprintf(err, errlen, "%s was built for runtime ABI %d, this runtime is %d", path, *abi, BERM_RT_ABI);
     } else if (memcmp(built_for, layout, BERM_LAYOUT_WORDS * sizeof *layout) != 0) {
         /* the code checks bounds against constants (berm_code.h): run on other memory, they would be wrong */
         snprintf(err, errlen, "%s was translated for another memory layout (stack window at 0x%llx, not 0x%llx)",
