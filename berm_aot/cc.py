@@ -31,8 +31,8 @@ Flags, and what was measured for them (on this shared 2-core machine):
   conversion defined too. ``-fno-strict-aliasing``: guest memory is accessed through memcpy of several types.
 - ``-w``: emitted code is machine-made; warnings are noise (labels and loads gcc drops anyway).
 - ``-fstack-usage``: gcc reports every function's stack frame; the largest (plus FRAME_SLACK) is compiled into
-  the object as ``berm_max_frame``, and the runtime keeps that much more below its native stack's floor, since a
-  function's entry check runs after its frame is already allocated (berm_host/aot/core.c, berm_region_code). A
+  the object as ``berm_max_frame``, and the runtime keeps room for two such frames below its native stack's floor,
+  since a function's entry check may run after its frame is allocated (berm_host/aot/core.c, berm_region_code). A
   ``BERM_CC`` must write that report beside its ``-o`` (gcc and clang do; ``zig cc`` keeps it in its own cache,
   and ``-flto`` writes none): without it the compile fails with that message.
 Two compile-time traps found by measurement and avoided in the emitter: a ``switch`` at every ``ret`` made
@@ -163,10 +163,14 @@ def worst_frame(reports: list[Path]) -> int:
             raise CompileError(f"the C compiler wrote no stack usage report {report.name} (-fstack-usage): the "
                                "runtime needs each object's largest frame") from None
         for line in lines:
-            where, size, kind = line.rsplit("\t", 2)
+            try:
+                where, size, kind = line.rsplit("\t", 2)
+                size = int(size)
+            except ValueError:
+                raise CompileError(f"{report.name}: not a stack usage report line: {line!r}") from None
             if kind not in ("static", "dynamic,bounded"):
                 raise CompileError(f"{where}: a {kind} stack frame cannot be bounded")
-            worst = max(worst, int(size))
+            worst = max(worst, size)
     return worst
 
 

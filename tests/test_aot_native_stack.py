@@ -123,3 +123,6 @@ def test_an_unbounded_frame_or_a_missing_report_is_a_compile_error(tmp_path):
         cc.worst_frame([tmp_path / "u.su"])
     with pytest.raises(CompileError, match="no stack usage report"):
         cc.worst_frame([tmp_path / "missing.su"])
+    (tmp_path / "u.su").write_text("a.c:1:5:f 32 static\n")
+    with pytest.raises(CompileError, match="not a stack usage report line"):
+        cc.worst_frame([tmp_path / "u.su"])
