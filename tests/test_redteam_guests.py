@@ -314,6 +314,17 @@ def _recursion(kind: str, cache_dir: str) -> dict:
     return out
 
 
+def _on_a_small_thread(fn, out: dict) -> None:
+    """fn(out) on a thread with a 256 KiB stack, waited for."""
+    old = threading.stack_size(256 << 10)
+    try:
+        t = threading.Thread(target=fn, args=(out,))
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old)
+
+
 def _reenter(kind: str, cache_dir: str) -> dict:
     """A log sink that calls the harness again from inside its host call, without end: on the main thread; on a
     256 KiB thread; and (translated code only) on the main thread with Python's recursion limit raised far past
@@ -335,13 +346,7 @@ def _reenter(kind: str, cache_dir: str) -> dict:
 
     main, small, unlimited = {}, {}, {}
     attempt(main)
-    old = threading.stack_size(256 << 10)
-    try:
-        t = threading.Thread(target=attempt, args=(small,))
-        t.start()
-        t.join()
-    finally:
-        threading.stack_size(old)
+    _on_a_small_thread(attempt, small)
     if kind == "interp":
         return {"main thread": main, "256 KiB thread": small}
     limit = sys.getrecursionlimit()
@@ -414,13 +419,7 @@ def _small_stack(kind: str, cache_dir: str) -> dict:
                    python_on_native_stack=any(map(_on_a_native_stack(image), sps)))
 
     small, main = {}, {}
-    old = threading.stack_size(256 << 10)
-    try:
-        t = threading.Thread(target=deepest, args=(small,))
-        t.start()
-        t.join()
-    finally:
-        threading.stack_size(old)
+    _on_a_small_thread(deepest, small)
     deepest(main)
     return {"small thread": small, "main thread": main}
 

@@ -29,8 +29,8 @@ typedef struct berm_image berm_image;
 /* The native stack translated code runs on, per region (native_stack.h): BERM_MAX_CALL_DEPTH nested calls of
  * frames up to ~400 bytes. Its pages cost memory only once a guest recursed that deep. */
 #define BERM_NATIVE_STACK ((size_t)4 << 20)
-/* Kept free below native_floor (the lowest address translated code may reach), besides the code's largest frame
- * (berm_region_code): the trap path, the core host calls and any signal handler that runs on this stack. */
+/* Kept free below native_floor (the lowest address translated code may reach), besides two of the code's largest
+ * frames (berm_region_code): the trap path, the core host calls and any signal handler that runs on this stack. */
 #define BERM_NATIVE_MARGIN ((size_t)64 << 10)
 
 /* One reusable guest memory region and the state of the invocation running in it. */
