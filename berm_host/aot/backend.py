@@ -108,6 +108,8 @@ class AotBackend:
         if outcome & _TRIM:
             _trim(region.ptr)
         memory.release(region)
+        if trap is not None:
+            region.calls.reraise()
         return RunResult(regs=regs, pc=trap.pc if trap else 0, trap=trap, failure=failure, result=result,
                          snapshot=snapshot)
 
@@ -145,6 +147,7 @@ class AotBackend:
         if kind == _BUSY:
             raise _busy()
         if kind == _TRAPPED:
+            region.calls.reraise()
             out = self.trap_info(region), None, None, a0, a1
         elif kind == _FAILED:
             out = None, region.failure(), None, a0, a1

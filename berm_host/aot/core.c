@@ -405,24 +405,18 @@ static uint64_t py_ecall(berm_region *r, uint64_t n, uint64_t a0, uint64_t a1, i
     return berm_switch_call(berm_resume_top(r->host_sp), python_call_on_host_stack, &call, &native_sp);
 }
 
-int berm_region_serve(berm_region *r, uintptr_t fn) {
-    if (!Py_IsInitialized()) return 0;
-    PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject *old = r->serve;
-    Py_INCREF((PyObject *)fn);
-    r->serve = (void *)fn;
-    Py_XDECREF(old);
-    PyGILState_Release(gil);
-    return 1;
-}
+/* Borrowed, not owned: the region's Python owner keeps the callable alive (runtime.py, Region.serve), so a cycle
+ * through it (a capability or log sink that refers back to the harness that owns the region) is one the garbage
+ * collector can see and free. A reference held here would hide the cycle and keep the region mapped forever. */
+void berm_region_serve(berm_region *r, uintptr_t fn) { r->serve = (void *)fn; }
 
-/* Drop the region's references to Python objects (berm_region_free; the interpreter may be gone at exit). */
-static void drop_serve(berm_region *r) {
-    if (!(r->serve || r->number_obj) || !Py_IsInitialized()) return;
+/* Drop the region's reference to a Python object (berm_region_free; the interpreter may be gone at exit). */
+static void drop_number(berm_region *r) {
+    r->serve = NULL;
+    if (!r->number_obj || !Py_IsInitialized()) return;
     PyGILState_STATE gil = PyGILState_Ensure();
-    Py_XDECREF((PyObject *)r->serve);
     Py_XDECREF((PyObject *)r->number_obj);
-    r->serve = r->number_obj = NULL;
+    r->number_obj = NULL;
     PyGILState_Release(gil);
 }
 
@@ -612,7 +606,7 @@ void berm_region_free(berm_region *r) {
     else live = r->next;
     if (r->next) r->next->prev = r->prev;
     pthread_mutex_unlock(&live_lock);
-    drop_serve(r);
+    drop_number(r);
     /* never r->image: it may be freed first at interpreter exit */
     munmap(r->ctx.dirty, BERM_MAPS_BYTES(r->size) + r->size);
     berm_native_stack_free(&r->native);
@@ -707,6 +701,11 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     /* No lock to stop: a watchdog that still saw this run as running may set the interrupt flag of the idle
      * region, and the next run clears it under the lock (after that scan has released it). */
     __atomic_store_n(&r->running, 0, __ATOMIC_RELEASE);
+    if (r->staged_cap > BERM_STAGE_KEEP) { /* a large reply is not kept for an idle region (it may be pooled) */
+        free(r->staged);
+        r->staged = NULL;
+        r->staged_cap = r->staged_len = 0;
+    }
     int trim = over_resident(r) ? BERM_RUN_TRIM : 0;
     __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
     if (t == BERM_TRAPPED) return BERM_RUN_TRAPPED | trim;

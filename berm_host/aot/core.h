@@ -50,8 +50,8 @@ typedef struct berm_region {
     /* guest memory the core itself wrote (host-call buffers) since the last reset: [core_lo[i], core_hi[i]) */
     uint64_t core_lo[BERM_CORE_RANGES], core_hi[BERM_CORE_RANGES];
     int n_core;
-    /* PyObject *, strong references dropped by berm_region_free: the callable serving berm.log and capabilities
-     * (berm_region_serve), and the int object of the last call number passed to it (calls repeat) */
+    /* PyObject *: the callable serving berm.log and capabilities (berm_region_serve: borrowed), and the int object
+     * of the last call number passed to it (calls repeat; a strong reference dropped by berm_region_free) */
     void *serve, *number_obj;
     uint64_t max_result; /* a readable result longer than this is BERM_RUN_BIG_RESULT (set by Python) */
     uint64_t size, npages, ncoarse;
@@ -88,9 +88,8 @@ berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_l
 void berm_image_free(berm_image *im);
 berm_region *berm_region_new(const berm_image *im);
 /* Hand the region the callable serving its berm.log and capability calls: `fn` is the address of a Python object
- * (id(fn), alive for the duration of this call); the region takes a new reference and drops the previous one.
- * Returns 0 when the interpreter cannot take the reference. */
-int berm_region_serve(berm_region *r, uintptr_t fn);
+ * (id(fn)) that the caller keeps alive as long as the region may run (borrowed: see core.c). */
+void berm_region_serve(berm_region *r, uintptr_t fn);
 /* Stage `data` as the reply berm.result.read serves (the server's path for an error reply); returns n, or 0 with
  * the host-call-failed trap set when out of host memory. */
 uint64_t berm_region_stage(berm_region *r, const char *data, uint64_t n);

@@ -89,10 +89,11 @@ class MemoryImage:
 
 class Region:
     """One guest memory: the core's region (owned here, freed with this object), cached views of it, and its
-    ``HostCalls`` — the callable the core calls for berm.log and capabilities holds no reference back to this
-    object, so the core's strong reference to it makes no cycle the garbage collector cannot see."""
+    ``HostCalls``, whose ``serve`` the core calls for berm.log and capabilities. The core only borrows that
+    callable; this object owns it (``serve``), so when the last linker or log sink refers back to whatever owns
+    this region (a harness, its engine, a queue), the cycle is one the garbage collector sees and frees."""
 
-    __slots__ = ("image", "ptr", "addr", "ctx", "regs", "memory", "int_args", "calls", "__weakref__")
+    __slots__ = ("image", "ptr", "addr", "ctx", "regs", "memory", "int_args", "calls", "serve", "__weakref__")
 
     def __init__(self, image: MemoryImage):
         self.image = image  # keeps the core's berm_image alive as long as the region
@@ -113,9 +114,8 @@ class Region:
         self.memory = ffi.buffer(ffi.cast("char *", self.ctx.mem), image.layout.size)  # memory[a:b]: a bytes copy
         self.int_args = raw.int_args
         self.calls = HostCalls(raw)
-        serve = self.calls.serve  # alive across the call: the core takes its own reference from its address
-        if not lib.berm_region_serve(raw, id(serve)):
-            raise HostError("the interpreter is shutting down")
+        self.serve = self.calls.serve  # a bound method: kept here, as long as the region, for the core to borrow
+        lib.berm_region_serve(raw, id(self.serve))
 
     # -- reading guest memory after a run -----------------------------------------------------------------------
 
@@ -162,10 +162,10 @@ class Region:
 
 class HostCalls:
     """The host calls of one region served in Python: berm.log and every capability (the core serves the other
-    core calls). The core holds a strong reference to ``serve`` (dropped when the region is freed) and calls it
-    through the CPython C API, on the thread running the region, with the GIL taken for the call."""
+    core calls). The core calls ``serve`` (its Region keeps it alive) through the CPython C API, on the thread
+    running the region, with the GIL taken for the call."""
 
-    __slots__ = ("raw", "ctx", "linker", "lookup", "log", "detail")
+    __slots__ = ("raw", "ctx", "linker", "lookup", "log", "detail", "pending")
 
     def __init__(self, raw: object):
         self.raw = raw  # the core's region, not owned (its owner, Region.ptr, is what frees it)
@@ -176,6 +176,10 @@ class HostCalls:
         self.lookup = NO_CAPABILITIES
         self.log: LogSink | None = None
         self.detail = ""  # detail of a trap raised from Python
+        #: A KeyboardInterrupt, SystemExit or other BaseException that is not an Exception, raised while serving a
+        #: host call: the run ends in a trap (nothing unwinds through guest code), then the backend raises it
+        #: (``reraise``), as the interpreter lets it through.
+        self.pending: BaseException | None = None
 
     def bind(self, linker: Linker | None, log: LogSink | None) -> None:
         """Serve the next invocation's host calls with ``linker`` and ``log`` (AotBackend.call_tool inlines this)."""
@@ -207,7 +211,15 @@ class HostCalls:
             except Exception as exc:  # noqa: BLE001 - a capability bug is a trap, never an escape
                 return self.trap(TrapKind.HOST_CALL_FAILED, number, f"{cap.name}: {type(exc).__name__}: {exc}")
         except BaseException as exc:  # noqa: BLE001 - nothing may unwind through guest code
+            if not isinstance(exc, Exception):
+                self.pending = exc
             return self.trap(TrapKind.HOST_CALL_FAILED, number, f"{type(exc).__name__}: {exc}")
+
+    def reraise(self) -> None:
+        """After a run that trapped: raise the ``pending`` exception, if a host call left one."""
+        exc, self.pending = self.pending, None
+        if exc is not None:
+            raise exc
 
     def trap(self, kind: TrapKind, addr: int, detail: str) -> int:
         """Record a trap raised on the Python side of a host call (the core adds the ecall's pc); returns the
