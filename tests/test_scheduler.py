@@ -183,3 +183,16 @@ def test_wakes_of_a_harness_that_is_not_loaded_stay_pending_and_block_nobody(tmp
     time.sleep(0.1)
     assert [(e.harness, e.id, e.payload) for e in q.list()] == [("gone", "old", "kept")]
     assert q.scheduler.stats().fired == 1
+
+
+def test_a_wake_centuries_away_leaves_the_scheduler_running(make_queue):
+    """A harness could arm a wake at 2**62 - 1 ms: the sleep until it overflowed Condition.wait and the scheduler
+    thread died, so no harness's wake was delivered again, even after a restart (the entry is durable)."""
+    evil, victim = RecordingTarget(), RecordingTarget()
+    q = make_queue({"evil": evil, "victim": victim})
+    at = {c.name: c.fn for c in schedule_capabilities(q, "evil")}["berm.schedule.at"]
+    at(encode_frame([str((1 << 62) - 1), "far", ""]))
+    time.sleep(0.2)
+    q.schedule("victim", "soon", now_ms() + 100)
+    wait_for(lambda: victim.wakes())
+    assert q.scheduler._thread.is_alive()

@@ -32,6 +32,13 @@ from .invocation import Context, Invocation, Trigger
 
 log = logging.getLogger("berm.queue")
 
+#: The longest the thread sleeps without looking again: a wake centuries away is a timeout Condition.wait cannot
+#: take (an OverflowError killed the thread, and with it every harness's wakes), and a clock that was set back
+#: while it slept is noticed within this.
+MAX_SLEEP = 3600.0
+#: After an unexpected error in a drain: how long before the next (logged, and retried, never a dead thread).
+RETRY_AFTER = 1.0
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -108,8 +115,12 @@ class Scheduler:
     def _loop(self) -> None:
         with self._cond:
             while not self._stopping:
-                self._flush()
-                timeout = self._drain()
+                try:
+                    self._flush()
+                    timeout = self._drain()
+                except Exception:  # noqa: BLE001 - one bad drain must not end every harness's wakes
+                    log.exception("the scheduler's drain failed; retrying in %.0f s", RETRY_AFTER)
+                    timeout = RETRY_AFTER
                 if self._stopping:
                     break
                 self._cond.wait(timeout)
@@ -161,7 +172,7 @@ class Scheduler:
                      if e.key not in self._inflight), None)
         if head is None:
             return None
-        return max(0.0, (head.when_ms - now_ms()) / 1000)
+        return min(max(0.0, (head.when_ms - now_ms()) / 1000), MAX_SLEEP)
 
     def _fire(self, entry: Entry, now: int) -> None:
         inv = Invocation(Trigger.WAKE, entry.harness, wake_args(entry, now), context=Context(depth=entry.depth),
