@@ -162,6 +162,20 @@ def test_grep_refuses_bad_regex_and_mode(caps):
         grep(caps, "x", mode="everything")
 
 
+@pytest.mark.parametrize("pattern", ["a{4294967294}", "(a{1000}){1000}", "(ab){100001}", "x{1,2000000}"])
+def test_a_regex_that_would_unroll_into_gigabytes_is_refused_before_compiling(caps, pattern):
+    """The regex module unrolls counted repeats when it compiles, before the time budget applies: the 13
+    characters a{4294967294} took the host to 6 GiB and counting (the kernel's OOM killer ended it)."""
+    with pytest.raises(CapabilityError, match="counted repeats"):
+        grep(caps, pattern)
+
+
+def test_counted_repeats_of_ordinary_size_still_search(root, caps):
+    (root / "dates.txt").write_text("on 2026-12-01 and 1999-01-02\n")
+    assert grep(caps, r"\d{4}-\d{2}-\d{2}", mode="content") == ["dates.txt:1:on 2026-12-01 and 1999-01-02"]
+    assert grep(caps, r"x{0,100000}9", path="dates.txt") == ["dates.txt"]
+
+
 def test_a_catastrophic_regex_times_out_instead_of_hanging(root):
     (root / "evil.txt").write_text("x" * 4000 + "\n")
     caps = fs_search.capabilities(Root(root), timeout=0.3)

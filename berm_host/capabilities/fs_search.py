@@ -32,6 +32,13 @@ LINE_CAP = 500
 BINARY_PROBE = 8192
 MODES = ("files", "content", "count")
 SEARCH_TIMEOUT = 10.0
+#: The counts of a grep pattern's counted repeats (``{n}``, ``{n,m}``) may multiply to at most this: the regex
+#: module unrolls them when it compiles, before any time budget applies (~260 bytes per repetition: the 13
+#: characters ``a{4294967294}`` asked for about a terabyte, and ``(a{1000}){1000}`` takes 250 MB).
+MAX_REPEATS = 100_000
+#: Every brace pair that may be a counted repeat, wherever it is (inside a class or escaped too: counting those
+#: as well only ever overestimates).
+_COUNTED = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,16 @@ def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Dead
             yield e, data
 
 
+def _check_repeats(pattern: str) -> None:
+    """Refuse a pattern whose counted repeats, taken as if all nested, multiply past MAX_REPEATS."""
+    product = 1
+    for m in _COUNTED.finditer(pattern):
+        product *= max([1, *(int(g) for g in m.groups() if g)])
+        if product > MAX_REPEATS:
+            raise CapabilityError(f"bad regex: its counted repeats ({{n}}, {{n,m}}) multiply to more than "
+                                  f"{MAX_REPEATS} repetitions (use *, + or smaller counts)")
+
+
 def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline: Deadline,
          cap: int = RESULT_CAP) -> bytes:
     """Search the files under ``base`` (or the file ``base``) for ``pattern`` (see the module docstring).
@@ -203,6 +220,7 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
         raise CapabilityError(f"mode must be one of {', '.join(MODES)}, not {mode[:40]!r}")
     if len(pattern) > MAX_PATTERN:
         raise CapabilityError(f"regex is longer than {MAX_PATTERN} characters")
+    _check_repeats(pattern)
     try:
         rx = regex.compile(pattern, regex.MULTILINE | regex.VERSION0)
     except (regex.error, ValueError, OverflowError, RecursionError) as exc:
