@@ -112,6 +112,33 @@ def test_lookalike_hosts_are_refused(server):
             fetch(["localhost"], url)
 
 
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def test_a_listed_ipv6_address_is_not_reparsed_into_another_address_and_port():
+    """[::1:P] names the address 0:0:0:0:0:0:1:P on port 80. Handed to http.client without a port, the bare
+    "::1:P" was split into the address ::1 and port P: a request to a host and port never listed."""
+    for port in range(8080, 8180):  # four decimal digits: also an IPv6 group
+        try:
+            srv = _IPv6Server(("::1", port), _Handler)
+            break
+        except OSError:
+            continue
+    else:
+        pytest.skip("no IPv6 loopback, or no free port among 8080-8179")
+    srv.seen, srv.release = [], threading.Event()
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(CapabilityError):
+            fetch([f"[::1:{port}]"], f"http://[::1:{port}]/", timeout=2.0)
+        assert srv.seen == []
+        assert fetch(["[::1]"], f"http://[::1]:{port}/v6")[2] == b"hello /v6"  # the address itself, as listed
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_wildcard_entries_match_subdomains_only():
     hosts = HostList(["*.example.org", "api.example.com"])
     assert hosts.allows("a.example.org") and hosts.allows("A.B.Example.Org.")

@@ -70,7 +70,10 @@ class HostList:
             return any(host.endswith(s) and len(host) > len(s) for s in self.suffixes)
 
 
-def _target(url: str, hosts: HostList) -> tuple[str, str, int | None, str]:
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _target(url: str, hosts: HostList) -> tuple[str, str, int, str]:
     """(scheme, host, port, request target) of an allowed URL, or a CapabilityError saying why not."""
     if any(ord(c) <= 0x20 or ord(c) == 0x7F or c == "\\" for c in url):
         raise CapabilityError("URL contains whitespace, control characters or a backslash")
@@ -90,6 +93,9 @@ def _target(url: str, hosts: HostList) -> tuple[str, str, int | None, str]:
     if not hosts.allows(host):
         raise CapabilityError(f"host {host!r} is not in this harness's hosts")
     path = parts.path or "/"
+    # Always an explicit port: given none, http.client splits one off the host itself, and the bare IPv6 address
+    # "::1:8080" (listed as [::1:8080]) would become the unlisted address ::1, port 8080.
+    port = port if port is not None else DEFAULT_PORTS[scheme]
     return scheme, normalize_host(host), port, path + (f"?{parts.query}" if parts.query else "")
 
 
