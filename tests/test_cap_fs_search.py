@@ -7,7 +7,7 @@ import os
 import pytest
 
 from berm_abi.frames import encode_frame
-from berm_host.capabilities import fs_search
+from berm_host.capabilities import fs_search, gitignore
 from berm_host.capabilities._request import Deadline
 from berm_host.capabilities.patterns import Glob, glob_source, literal_prefix
 from berm_host.capabilities.paths import Root
@@ -195,6 +195,40 @@ def test_a_search_past_its_time_returns_what_it_found(root):
     (root / "zz-slow.txt").write_text("x" * 4000 + "\n")
     out = fs_search.grep(Root(root), r"needle|(x+x+)+y", "", "*.txt", "content", Deadline(0.3)).decode()
     assert out.split("\n") == ["found.txt:1:needle", "[truncated: timed out after 0.3 s, the results so far]"]
+
+
+def _ignore_rules(directory, n: int, tag: str) -> None:
+    (directory / ".gitignore").write_text("".join(f"{tag}{i:x}\n" for i in range(n)))
+
+
+def test_gitignore_rules_count_against_the_search_time(root, monkeypatch):
+    """The .gitignore files of the directories above the search's base were parsed before its time budget was
+    looked at: a guest's deep path of 256 KiB .gitignore files took a 2 s grep past 30 s. No rule is compiled
+    once the budget is spent."""
+    deep = root / "d0" / "d1" / "d2"
+    deep.mkdir(parents=True)
+    for level, directory in enumerate([root, root / "d0", root / "d0" / "d1"]):
+        _ignore_rules(directory, 3000, f"r{level}x")
+    (deep / "f.txt").write_text("needle\n")
+    compiled = []
+    monkeypatch.setattr(gitignore, "Rule", lambda *args: compiled.append(args))
+    out = fs_search.grep(Root(root), "needle", "d0/d1/d2", "", "files", Deadline(0.0)).decode()
+    assert out == "[truncated: timed out after 0 s, the results so far]"
+    assert compiled == []
+
+
+def test_more_gitignore_rules_in_force_than_the_limit_is_an_error(root, caps):
+    (root / "d0").mkdir()
+    _ignore_rules(root, gitignore.MAX_RULES // 2, "a")
+    _ignore_rules(root / "d0", gitignore.MAX_RULES // 2, "b")
+    (root / "d0" / "f.txt").write_text("needle\n")
+    assert grep(caps, "needle", path="d0") == ["d0/f.txt"]  # exactly the limit
+    with (root / "d0" / ".gitignore").open("a") as f:
+        f.write("one-more\n")
+    with pytest.raises(CapabilityError, match=r"d0/\.gitignore brings the \.gitignore rules in force to more than"):
+        grep(caps, "needle", path="d0")
+    with pytest.raises(CapabilityError, match="more than"):
+        grep(caps, "needle")  # walked into from the root, the same
 
 
 def test_bad_glob_patterns_are_errors(caps, root):

@@ -71,14 +71,14 @@ def _ignore_file(dir_fd: int) -> str:
     return data.decode("utf-8", "replace") if data else ""
 
 
-def _ancestor_ignores(root: Root, rel: str) -> Ignore:
+def _ancestor_ignores(root: Root, rel: str, deadline: Deadline) -> Ignore:
     """The .gitignore rules of the root and every directory down to (not including) ``rel``."""
     ignore = Ignore()
     parts = [] if rel == "." else rel.split("/")
     for n in range(len(parts)):
         prefix = "/".join(parts[:n])
         with root.open_dir(prefix or ".") as r:
-            ignore = ignore.extended(_ignore_file(r.dir_fd), prefix)
+            ignore = ignore.extended(_ignore_file(r.dir_fd), prefix, deadline)
     return ignore
 
 
@@ -93,14 +93,15 @@ def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool) -> Itera
     """Every non-directory entry under directory ``base`` (sorted per directory), pruning ``.git`` and, with
     ``gitignore``, what the .gitignore files in force exclude."""
     with root.open_dir(base) as r:
-        ignores = {"": _ancestor_ignores(root, r.rel)} if gitignore else {}
+        ignores = {"": _ancestor_ignores(root, r.rel, deadline)} if gitignore else {}
         for dirpath, dirnames, filenames, dfd in os.fwalk(".", dir_fd=r.dir_fd, follow_symlinks=False):
             deadline.check()
             sub_dir = "" if dirpath == "." else dirpath[2:]
             rel_dir = _join(r.rel, sub_dir)
             ignore = None
             if gitignore:
-                ignore = ignores.pop(sub_dir).extended(_ignore_file(dfd), "" if rel_dir == "." else rel_dir)
+                ignore = ignores.pop(sub_dir).extended(_ignore_file(dfd), "" if rel_dir == "." else rel_dir,
+                                                       deadline)
             # os.fwalk lists a symlink to a directory among the directories (and never enters it): it is a leaf.
             links = [d for d in dirnames if _is_link(dfd, d)]
             dirnames[:] = sorted(d for d in dirnames if d not in links and d != ".git"

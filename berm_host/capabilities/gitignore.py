@@ -9,11 +9,17 @@ from dataclasses import dataclass
 
 import regex
 
+from berm_host.linker import CapabilityError
+
 from ._request import Deadline
 from .patterns import MAX_PATTERN, glob_source
 
 #: A .gitignore larger than this is read only this far (it is guest-writable data).
 MAX_IGNORE_FILE = 256 * 1024
+#: At most this many rules in force in one directory (its .gitignore and its ancestors'): a guest can write a
+#: .gitignore of tens of thousands of rules into every directory of a deep path, and each rule is a compiled
+#: pattern (~2 KB) matched against every entry.
+MAX_RULES = 10_000
 
 
 @dataclass(frozen=True)
@@ -24,9 +30,12 @@ class Rule:
     dir_only: bool
 
 
-def parse(text: str, base: str) -> list[Rule]:
+def parse(text: str, base: str, deadline: Deadline, room: int = MAX_RULES) -> list[Rule]:
+    """The rules of one .gitignore in directory ``base``: TimeoutError once ``deadline`` passes (compiling them is
+    the search's time too), CapabilityError past ``room`` rules."""
     rules: list[Rule] = []
     for raw in text.splitlines():
+        deadline.check()
         line = raw.rstrip("\r")
         if not line or line.startswith("#"):
             continue
@@ -45,6 +54,9 @@ def parse(text: str, base: str) -> list[Rule]:
         except (regex.error, ValueError, OverflowError, RecursionError):
             continue  # git ignores a pattern it cannot use; so do we
         rules.append(Rule(base, rx, negate, dir_only))
+        if len(rules) > room:
+            where = f"{base}/.gitignore" if base else ".gitignore"
+            raise CapabilityError(f"{where} brings the .gitignore rules in force to more than {MAX_RULES}")
     return rules
 
 
@@ -54,8 +66,8 @@ class Ignore:
     def __init__(self, rules: tuple[Rule, ...] = ()):
         self.rules = rules
 
-    def extended(self, text: str, base: str) -> "Ignore":
-        more = parse(text, base)
+    def extended(self, text: str, base: str, deadline: Deadline) -> "Ignore":
+        more = parse(text, base, deadline, MAX_RULES - len(self.rules))
         return Ignore(self.rules + tuple(more)) if more else self
 
     def ignored(self, rel: str, is_dir: bool, deadline: Deadline) -> bool:
