@@ -220,9 +220,14 @@ class _Handler(socketserver.StreamRequestHandler):
                     request = json.loads(line)
                 except (ValueError, UnicodeDecodeError) as exc:
                     reply = {"ok": False, "error": "protocol", "message": f"not a JSON line: {exc}"}
+                except RecursionError:
+                    reply = {"ok": False, "error": "protocol", "message": "the JSON is nested too deeply"}
                 else:
                     reply = daemon.handle(request)
-                self.wfile.write(_encode(reply))
+                try:
+                    self.wfile.write(_encode(reply))
+                except OSError:  # the client went away before its reply: nothing to tell it
+                    return
 
 
 class _InFlight:

@@ -43,6 +43,18 @@ def test_socket_is_private_and_speaks_json_lines(empty_daemon):
     assert "unknown op 'nope'" in replies[3]["message"]
 
 
+def test_deeply_nested_json_is_a_protocol_error_reply(empty_daemon):
+    """json.loads raises RecursionError, not ValueError, past Python's recursion limit: the connection was dropped
+    with no reply and a traceback on the daemon's stderr."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(empty_daemon.config.socket))
+        s.sendall(b"[" * 100_000 + b"]" * 100_000 + b'\n{"op": "harnesses"}\n')
+        f = s.makefile("rb")
+        replies = [json.loads(f.readline()) for _ in range(2)]
+    assert replies[0] == {"ok": False, "error": "protocol", "message": "the JSON is nested too deeply"}
+    assert replies[1] == {"ok": True, "harnesses": []}
+
+
 def test_errors_come_back_as_replies(empty_daemon):
     client = DaemonClient(empty_daemon.config.socket)
     with pytest.raises(RemoteError, match="no harness named 'ghost'") as err:
