@@ -118,11 +118,16 @@ def _raise_escape(self, number, request):
     raise Escape("out of the server")
 
 
+def _raise_long_text(self, number, request):
+    raise ValueError("xx" + "é" * 150)  # the core keeps 199 bytes of "ValueError: xx...": it cuts an é in two
+
+
 @pytest.mark.parametrize("serve, detail", [
     (_return_text, "TypeError: "),
     (_return_negative, "OverflowError: "),
     (_raise_unprintable, "Unprintable: (its message could not be read)"),
     (_raise_escape, "Escape: out of the server"),
+    (_raise_long_text, "ValueError: xx" + "é" * 92 + "\ufffd"),
 ])
 def test_a_broken_server_is_a_host_call_failed_trap(monkeypatch, tmp_path, elf, serve, detail):
     monkeypatch.setattr(runtime.HostCalls, "serve", serve)  # regions made from here on are served by it

@@ -148,7 +148,8 @@ class Region:
             detail = "deadline passed"
         else:
             msg = ffi.string(self.ptr.trap_msg)
-            detail = msg.decode() if msg else self.calls.detail
+            # the core's message is cut at 199 bytes, maybe inside a character
+            detail = msg.decode("utf-8", "replace") if msg else self.calls.detail
         return kind, ctx.trap_pc, ctx.trap_addr, detail
 
     def failure(self) -> bytes | None:
