@@ -27,8 +27,6 @@ from .capabilities.paths import Root, RootError
 from .declaration import Declaration
 from .linker import CapabilityFn, Linker
 
-#: The invocation deadline when a declaration gives no ``timeout`` (the engine's default).
-DEFAULT_INVOCATION_TIMEOUT = 60.0
 KNOWN_GRANTS = ("clock", "exec", "fs", "http", "kv")
 #: Grants that need an argument, and which.
 BOUNDS = {"fs": "root", "exec": "root", "http": "hosts"}
@@ -42,13 +40,6 @@ GrantBuilder = Callable[[Declaration], dict[str, CapabilityFn]]
 
 class GrantError(BermError):
     """A declaration cannot be linked: an unknown grant name, or a root that is not a directory."""
-
-
-def capability_timeout(default: float, declaration: Declaration) -> float:
-    """A capability's own timeout: its default, but always below the invocation's deadline (a guest blocked in a
-    host call cannot be interrupted), leaving it a fifth of the budget (at most 5 s) to handle the reply."""
-    budget = declaration.timeout or DEFAULT_INVOCATION_TIMEOUT
-    return min(default, budget - min(5.0, budget / 5))
 
 
 def grant_status(declaration: Declaration, extra: Mapping[str, GrantBuilder] | None = None) -> dict[str, str]:
@@ -130,13 +121,11 @@ def linker_for(declaration: Declaration, *, harness_name: str | None = None,
     for grant in inputs.grants:
         if grant == "fs":
             fns |= fs.capabilities(inputs.root)
-            fns |= fs_search.capabilities(inputs.root,
-                                          timeout=capability_timeout(fs_search.SEARCH_TIMEOUT, declaration))
+            fns |= fs_search.capabilities(inputs.root)
         elif grant == "exec":
-            fns |= exec_cap.capabilities(inputs.root, env=dict(declaration.env),
-                                         timeout=capability_timeout(exec_cap.EXEC_TIMEOUT, declaration))
+            fns |= exec_cap.capabilities(inputs.root, env=dict(declaration.env))
         elif grant == "http":
-            fns |= http.capabilities(inputs.hosts, timeout=capability_timeout(http.HTTP_TIMEOUT, declaration))
+            fns |= http.capabilities(inputs.hosts)
         elif grant == "clock":
             fns |= clock.capabilities()
         elif grant == "kv":

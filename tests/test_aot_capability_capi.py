@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+import time
 import weakref
 
 import pytest
@@ -229,6 +230,22 @@ def test_a_keyboard_interrupt_in_a_capability_reaches_the_caller(tmp_path, elf, 
     assert harness.call("echo", "go") == "<go>"
     with pytest.raises(KeyboardInterrupt):
         harness.image.backend.run(RunRequest(entry=harness._entries["echo"], args=b"stop", linker=link))
+
+
+def test_a_capability_that_blocks_past_the_deadline_is_the_interrupt_at_its_ecall_on_both_engines(tmp_path, elf):
+    """The interpreter looked at the clock only every 4096 instructions and translated code at its next poll: a
+    guest that returned soon after a capability that outlasted the deadline got its result on one engine and the
+    interrupt on the other (or on neither)."""
+    link = linker_mod.Linker()
+    link.define("test.echo", lambda request: time.sleep(0.3) or b"late")
+    traps = []
+    for kind in ("aot", "interp"):
+        harness = Engine(kind=kind, cache_dir=tmp_path).load(elf).harness(link)
+        with pytest.raises(Trap) as info:
+            harness.call("echo", "x", deadline=time.monotonic() + 0.1)
+        traps.append(info.value.info)
+    assert [t.kind for t in traps] == [TrapKind.INTERRUPTED] * 2
+    assert traps[0].pc == traps[1].pc and traps[0].where == traps[1].where
 
 
 def test_threads_each_served_in_their_own_region(tmp_path, elf):

@@ -3,13 +3,17 @@ image key digests exactly what the linker is built from."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from berm_abi.frames import encode_frame
 from berm_abi.names import UPSTREAM_ALIASES, fnv1a64
+from berm_host.capabilities._request import Deadline
 from berm_host.declaration import Declaration
+from berm_host.grants import GrantError, grant_status, image_key, linker_for
 from berm_host.linker import CapabilityError
-from berm_host.grants import GrantError, capability_timeout, grant_status, image_key, linker_for
+from berm_host.running import interpreting, time_left
 
 FS = ["berm.fs.glob", "berm.fs.grep", "berm.fs.read", "berm.fs.write", "crabtalk.fs.read", "crabtalk.fs.write"]
 EXEC = ["berm.exec.run", "crabtalk.exec.run"]
@@ -90,11 +94,18 @@ def test_kv_is_namespaced_by_harness_name(tmp_path):
         fn["b"]["berm.kv.get"](encode_frame(["k"]))
 
 
-def test_capability_timeouts_stay_below_the_invocation_deadline():
-    assert capability_timeout(30.0, Declaration(name="h")) == 30.0  # default deadline 60 s
-    assert capability_timeout(30.0, Declaration(name="h", timeout=10)) == 8.0
-    assert capability_timeout(30.0, Declaration(name="h", timeout=100)) == 30.0
-    assert capability_timeout(30.0, Declaration(name="h", timeout=0.5)) < 0.5
+def test_capability_time_stays_below_what_the_invocation_has_left():
+    assert Deadline.within_invocation(30.0).seconds == 30.0  # no invocation runs on this thread
+    with interpreting(time.monotonic() + 100):
+        assert Deadline.within_invocation(30.0).seconds == 30.0
+        with interpreting(time.monotonic() + 10):  # a nested run ends by the earliest deadline
+            assert 7.9 < Deadline.within_invocation(30.0).seconds <= 8.0  # a fifth (at most 5 s) left for the reply
+            with interpreting(None):
+                assert Deadline.within_invocation(30.0).seconds <= 8.0
+        assert Deadline.within_invocation(30.0).seconds == 30.0
+    with interpreting(time.monotonic() - 1):
+        assert Deadline.within_invocation(30.0).seconds == 0.0
+    assert time_left() is None
 
 
 # -- the image key ------------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from berm_host.traps import Trap, ToolFailure, TrapKind
 from berm_sdk.build import build_harness
 from berm_sdk.harness_toml import load_harness_toml
 from berm_sdk.native import NativeHarness, build_native_library
+from tests.bounded import GRACE, ends_within
 from tests.sdk_engines import ENGINE_KINDS, NativeText, harness
 
 OS_DIR = Path(__file__).resolve().parent.parent / "harnesses" / "os"
@@ -164,6 +167,19 @@ def test_bash_with_cwd_and_env(os_tools):
                               env={"GREETING": "hi there"}))
     assert out == {"exit_code": 3, "stderr": "oops\n", "stdout": f"hi there\n{os_tools.root / 'sub'}\n"}
     assert json.loads(os_tools("bash", command="pwd"))["stdout"] == f"{os_tools.root}\n"
+
+
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_a_command_ends_before_the_invocations_deadline(kind, elf, tmp_path):
+    """A guest blocked in a host call cannot be interrupted: the command got its own 30 s whatever the
+    invocation's deadline, and a 3 s invocation ran for 30 s, holding its worker. It is now killed in time for the
+    guest to report it (a fifth of what was left is kept for that)."""
+    run = harness(kind, elf, linker(tmp_path), "os")
+    start = time.monotonic()
+    text = ends_within(3 + GRACE, lambda: run.call("bash", json.dumps({"command": "sleep 30"}),
+                                                   deadline=start + 3))
+    out = json.loads(text)
+    assert out["exit_code"] == -1 and re.fullmatch(r"\[killed: the command ran past its 2\.\d+ s timeout\]", out["stderr"])
 
 
 def test_glob_newest_first(os_tools):

@@ -290,6 +290,8 @@ static int grow(uint8_t **buf, uint64_t *cap, uint64_t need) {
 
 /* ---------------------------------------------------------------- calls served in Python */
 
+static double monotonic_now(void);
+
 /* With the GIL held: turn the pending Python exception (or its absence) into the host-call-failed trap. */
 static void python_trap(berm_region *r, uint64_t n) {
     PyObject *type, *value, *tb;
@@ -458,6 +460,8 @@ static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, ui
         if (n != BERM_CALL_LOG) r->staged_len = 0;
         uint64_t ret = py_ecall(r, n, a0, a1, !a1 || readable(r->image, a0, a1));
         if (c->trap_kind != BERM_TRAP_NONE) c->trap_pc = pc; /* a trap raised by Python names the ecall */
+        else if (r->deadline > 0 && monotonic_now() > r->deadline) /* it blocked past the deadline: as the */
+            berm_set_trap(c, BERM_TRAP_INTERRUPTED, pc, 0, 0);      /* interpreter, trap at the ecall */
         return ret;
     }
     }
@@ -661,6 +665,11 @@ static uint64_t enter_on_native_stack(void *p) {
     return e->enter(e->ctx, e->entry);
 }
 
+/* The earliest deadline of the runs going on in this thread (0: none), for berm_thread_deadline. */
+static __thread double thread_deadline;
+
+double berm_thread_deadline(void) { return thread_deadline; }
+
 int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double timeout) {
     /* One run per region at a time (the pool's rule): a second one would reset the first's memory and share its
      * native stack. Refused, not trusted. */
@@ -689,6 +698,8 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     r->generation++;
     r->running = 1;
     pthread_mutex_unlock(&live_lock);
+    double outer_deadline = thread_deadline; /* a run nested in a host call ends by its caller's deadline too */
+    if (deadline > 0 && (outer_deadline == 0 || deadline < outer_deadline)) thread_deadline = deadline;
     uint64_t t;
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
     if (here < host_stack_floor(here)) { /* runs nested in host calls, too deep */
@@ -701,6 +712,7 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     /* No lock to stop: a watchdog that still saw this run as running may set the interrupt flag of the idle
      * region, and the next run clears it under the lock (after that scan has released it). */
     __atomic_store_n(&r->running, 0, __ATOMIC_RELEASE);
+    thread_deadline = outer_deadline;
     if (r->staged_cap > BERM_STAGE_KEEP) { /* a large reply is not kept for an idle region (it may be pooled) */
         free(r->staged);
         r->staged = NULL;

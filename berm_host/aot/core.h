@@ -103,6 +103,9 @@ int berm_region_trim(berm_region *r); /* 0: refused, a run is using the region *
  * ended (the watchdog's path, also callable from Python). */
 int berm_interrupt(berm_region *r, uint64_t generation);
 int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double timeout);
+/* The CLOCK_MONOTONIC instant (seconds) by which the runs going on in this thread must end (the earliest deadline of
+ * a run and the runs it is nested in), 0 when none has one: a host call served now may take until then at most. */
+double berm_thread_deadline(void);
 int berm_watchdog_start(double interval);
 /* The six numbers of a translated object's layout export (berm_aot/windows.py, Windows). */
 #define BERM_LAYOUT_WORDS 6

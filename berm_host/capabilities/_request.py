@@ -13,6 +13,7 @@ from collections.abc import Callable
 from berm_abi.errors import FrameError
 from berm_abi.frames import decode_request, field_text
 from berm_host.linker import CapabilityError, CapabilityFn
+from berm_host.running import time_left
 
 
 def fields(data: bytes, names: tuple[str, ...], *,
@@ -60,6 +61,15 @@ class Deadline:
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.end = time.monotonic() + seconds
+
+    @classmethod
+    def within_invocation(cls, seconds: float) -> "Deadline":
+        """``seconds``, or less: what the invocation being served has left, minus a fifth of that (at most 5 s)
+        for the guest to handle the reply — a guest blocked in a host call cannot be interrupted."""
+        left = time_left()
+        if left is not None:
+            seconds = min(seconds, max(0.0, left - min(5.0, left / 5)))
+        return cls(seconds)
 
     def remaining(self) -> float:
         return self.end - time.monotonic()

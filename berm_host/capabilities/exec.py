@@ -76,7 +76,7 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
         raise CapabilityError("command contains a NUL byte")
     for key, value in env.items():
         _check_env(key, value)
-    deadline = Deadline(timeout)
+    deadline = Deadline.within_invocation(timeout)
     with root.open_dir(cwd or ".") as r:
         proc = subprocess.Popen(["bash", "-c", command], cwd=f"/proc/self/fd/{r.dir_fd}", env=dict(env),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -119,7 +119,7 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
         proc.wait()
     stderr = streams[proc.stderr].render()
     if timed_out:
-        stderr += ("\n" if stderr else "") + f"[killed: the command ran past its {timeout:g} s timeout]"
+        stderr += ("\n" if stderr else "") + f"[killed: the command ran past its {deadline.seconds:.3g} s timeout]"
     code = proc.returncode
     return {"exit_code": -1 if timed_out or code < 0 else code, "stderr": stderr,
             "stdout": streams[proc.stdout].render()}

@@ -260,12 +260,12 @@ def capabilities(root: Root, *, timeout: float = SEARCH_TIMEOUT) -> dict[str, Ca
     @capability("berm.fs.glob")
     def fs_glob(request: bytes) -> bytes:
         (pattern, path), _ = fields(request, ("pattern", "path"))
-        return glob(root, text(pattern, "pattern"), text(path, "path"), Deadline(timeout))
+        return glob(root, text(pattern, "pattern"), text(path, "path"), Deadline.within_invocation(timeout))
 
     @capability("berm.fs.grep")
     def fs_grep(request: bytes) -> bytes:
         (pattern, path, include, mode), _ = fields(request, ("pattern", "path", "include", "mode"))
         return grep(root, text(pattern, "pattern"), text(path, "path"), text(include, "include"),
-                    text(mode, "mode"), Deadline(timeout))
+                    text(mode, "mode"), Deadline.within_invocation(timeout))
 
     return {"berm.fs.glob": fs_glob, "berm.fs.grep": fs_grep}

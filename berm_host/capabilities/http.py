@@ -144,11 +144,12 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
         if name.lower() in _FORBIDDEN_HEADERS:
             raise CapabilityError(f"the {name} header is set by the host")
     scheme, host, port, target = _target(url, hosts)
-    deadline = Deadline(timeout)
+    deadline = Deadline.within_invocation(timeout)
+    seconds = max(deadline.seconds, 0.001)  # a socket timeout of 0 would make it non-blocking
     if scheme == "https":
-        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context())
+        conn = http.client.HTTPSConnection(host, port, timeout=seconds, context=ssl.create_default_context())
     else:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn = http.client.HTTPConnection(host, port, timeout=seconds)
     timer = None
     try:
         _connect(conn, deadline)

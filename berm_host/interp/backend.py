@@ -15,11 +15,12 @@ from berm_aot.program import Program
 from berm_host.backend import LogSink, RunRequest, RunResult
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
 from berm_host.linker import Linker
+from berm_host.running import interpreting
 from berm_host.traps import HostError, TrapInfo, TrapKind
 
 from . import control, semantics
 from .memory import GuestMemory
-from .trap import GuestTrap, Returned
+from .trap import GuestTrap, Returned, deadline_passed
 
 #: Instructions run between two looks at the clock.
 CHECK_EVERY = 4096
@@ -54,10 +55,12 @@ BUILDERS = _builders()
 class RunState:
     """Everything one invocation owns. Never shared between runs."""
 
-    __slots__ = ("mem", "frames", "args", "staged", "failure", "linker", "log")
+    __slots__ = ("mem", "frames", "args", "staged", "failure", "linker", "log", "deadline")
 
-    def __init__(self, mem: GuestMemory, args: bytes, linker: Linker, log: LogSink | None):
+    def __init__(self, mem: GuestMemory, args: bytes, linker: Linker, log: LogSink | None,
+                 deadline: float | None = None):
         self.mem = mem
+        self.deadline = deadline  # a time.monotonic() instant; also looked at after every call served in Python
         self.frames: list[int] = [0]  # the shadow call stack: return addresses; the entry frame returns to 0
         self.args = args
         self.staged = b""  # the last capability reply, served by berm.result.read
@@ -92,12 +95,13 @@ class InterpBackend:
             raise HostError(f"at most 8 integer arguments fit a0..a7, not {len(request.int_args)}")
         mem = GuestMemory(self.program.image, self.layout)
         try:
-            st = RunState(mem, request.args, request.linker, request.log)
+            st = RunState(mem, request.args, request.linker, request.log, request.deadline)
             x = [0] * 32
             x[2] = self.layout.initial_sp
             for i, v in enumerate(request.int_args):
                 x[10 + i] = v & semantics.M
-            pc, trap = self._execute(x, mem.buf, st, request.entry, request.deadline)
+            with interpreting(request.deadline):
+                pc, trap = self._execute(x, mem.buf, st, request.entry, request.deadline)
             result = None
             if (request.read_result and trap is None and self.layout.readable(x[10], x[11])
                     and (request.max_result is None or x[11] <= request.max_result)):
@@ -115,7 +119,7 @@ class InterpBackend:
                 for _ in repeat(None, CHECK_EVERY):
                     pc = (get(pc) or build(pc))(x, m, st)
                 if deadline is not None and time.monotonic() > deadline:
-                    raise GuestTrap(TrapKind.INTERRUPTED, 0, "deadline passed")
+                    raise deadline_passed()
         except Returned:
             return 0, None
         except GuestTrap as t:

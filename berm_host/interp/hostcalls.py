@@ -7,12 +7,14 @@ checked (nothing is read or written).
 
 from __future__ import annotations
 
+import time
+
 from berm_abi.names import ERROR_BIT, core_number
 from berm_host.layout import MAX_FAIL_TEXT, failure_text
 from berm_host.linker import CapabilityError, unknown_call_detail
 from berm_host.traps import TrapKind
 
-from .trap import GuestTrap
+from .trap import GuestTrap, deadline_passed
 
 LOG = core_number("berm.log")
 ARGS_LEN = core_number("berm.args.len")
@@ -62,6 +64,7 @@ def host_call(st, number: int, a0: int, a1: int) -> int:
                 st.log(line)
             except Exception as exc:  # the sink is host code: its bug is reported like a capability's
                 raise GuestTrap(TrapKind.HOST_CALL_FAILED, number, f"berm.log: {type(exc).__name__}: {exc}") from None
+            _check_deadline(st)
         return 0
     if number == FAIL:
         st.failure = failure_text(_read(st, "berm.fail", a0, a1, MAX_FAIL_TEXT), a1)
@@ -79,9 +82,18 @@ def host_call(st, number: int, a0: int, a1: int) -> int:
         if not isinstance(reply, (bytes, bytearray, memoryview)):
             raise TypeError(f"returned {type(reply).__name__}, not bytes")
         st.staged = bytes(reply)
-        return len(st.staged)
+        ret = len(st.staged)
     except CapabilityError as exc:
         st.staged = str(exc).encode("utf-8", "replace")
-        return len(st.staged) | ERROR_BIT
+        ret = len(st.staged) | ERROR_BIT
     except Exception as exc:  # a capability bug must never escape into (or out of) guest code
         raise GuestTrap(TrapKind.HOST_CALL_FAILED, number, f"{cap.name}: {type(exc).__name__}: {exc}") from None
+    _check_deadline(st)
+    return ret
+
+
+def _check_deadline(st) -> None:
+    """After a call served in Python: it may have blocked past the deadline, where translated code's next poll
+    would trap (the run loop itself looks only every few thousand instructions)."""
+    if st.deadline is not None and time.monotonic() > st.deadline:
+        raise deadline_passed()

@@ -23,5 +23,11 @@ class MemoryFault(GuestTrap):
         super().__init__(TrapKind.MEMORY_FAULT, addr, detail)
 
 
+def deadline_passed() -> GuestTrap:
+    """The interrupt: the run loop looks at the deadline every few thousand instructions, host calls served in
+    Python after they return (a capability may block past it)."""
+    return GuestTrap(TrapKind.INTERRUPTED, 0, "deadline passed")
+
+
 class Returned(Exception):
     """The last shadow-stack frame was popped: the invocation ended normally."""

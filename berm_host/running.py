@@ -1,0 +1,38 @@
+"""How long the invocations running on this thread have left: what a host call served now may take.
+
+A guest blocked in a host call cannot be interrupted (guest code reads the watchdog's flag), so a capability that
+may take long — a command, a fetch, a search — bounds its own timeout by this (``capabilities._request.Deadline.
+within_invocation``). Translated code's core keeps the deadline of its runs per thread (``berm_thread_deadline``);
+the interpreter keeps its own here. A run nested in a host call (a capability that calls a harness) ends by the
+earliest of its own deadline and its caller's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from berm_host.aot._core import lib
+
+_interpreted = threading.local()
+
+
+def time_left() -> float | None:
+    """Seconds until the earliest deadline of the invocations running on this thread (0 or less: passed); None when
+    none runs, or none has a deadline."""
+    ends = [d for d in (lib.berm_thread_deadline(), getattr(_interpreted, "deadline", 0.0)) if d > 0]
+    return min(ends) - time.monotonic() if ends else None
+
+
+@contextmanager
+def interpreting(deadline: float | None) -> Iterator[None]:
+    """An interpreted run with ``deadline`` (a ``time.monotonic()`` instant, None for none) on this thread."""
+    outer = getattr(_interpreted, "deadline", 0.0)
+    inner = outer if deadline is None else min(deadline, outer) if outer > 0 else deadline
+    _interpreted.deadline = inner
+    try:
+        yield
+    finally:
+        _interpreted.deadline = outer
