@@ -7,19 +7,23 @@ agree exactly (trap kind, pc, address, detail, registers).
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
 from berm_abi.names import fnv1a64
 from berm_aot.analysis import analyse
+from berm_aot.elf import read_elf
+from berm_aot.emit import emit_program
+from berm_aot.program import Program
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
-from berm_host.layout import MAX_CALL_DEPTH
+from berm_host.layout import MAX_CALL_DEPTH, layout_for
 from berm_host.linker import Linker
 from berm_host.traps import HostError, TrapKind
 from tests.bounded import GRACE, ends_within
-from tests.guests import raw_harness_elf
+from tests.guests import guest_elf, raw_harness_elf
 
 MEMORY = 1 << 20
 
@@ -236,3 +240,23 @@ def test_result_outside_memory(images):
 def test_result_not_utf8(images):
     with pytest.raises(HostError, match="not UTF-8"):
         images[0].harness(Linker(), name="hostile").call("not_utf8")
+
+
+#: A function whose symbol name closes a C comment and opens a preprocessor line: the translator wrote names into
+#: comments verbatim, so this name put its own C into the object the host loads (a constructor calling system()
+#: ran in the host process).
+INJECTING = r"""
+__attribute__((noinline)) long weird(long a) __asm__("x */ int berm_injected = 1; /*\n#error injected\n");
+long weird(long a) { return a * 3 + 1; }
+long _start(long a) { return weird(a) + 2; }
+"""
+
+
+def test_a_symbol_name_cannot_write_c_into_the_translation(tmp_path):
+    elf = guest_elf(INJECTING, keep=("_start",))
+    program = Program.from_image(read_elf(elf))
+    assert any("*/" in f.func.name for f in analyse(program).functions)
+    units = emit_program(program, windows=layout_for(program.image, MEMORY).windows())
+    assert not any("berm_injected" in re.sub(r"/\*.*?\*/", "", unit, flags=re.S) for unit in units)
+    image = Engine(kind="aot", memory_size=MEMORY, cache_dir=tmp_path).load(elf)
+    assert image.backend.run(RunRequest(entry=program.image.entry, int_args=(5,))).regs[10] == 18

@@ -32,7 +32,7 @@ from .groups import access_groups
 from .loops import CountedLoop, counted_loops
 from .sites import dynamic_jumps, jump_targets
 from .stackptr import stack_pointers
-from .insn import BRANCH_CONDS, compute, dst, lit, reg
+from .insn import BRANCH_CONDS, comment, compute, dst, lit, reg
 
 #: Core calls answered by a field of ctx, with no call at all when the number is known at translation time.
 _INLINE_CALLS = {
@@ -175,11 +175,11 @@ class FunctionEmitter:
         touched = sorted(f.touched)
         out = self.out
         if self.resume:
-            out.append(f"/* {f.func.name} [{f.start:#x}, {f.end:#x}), resumed at a local target `at` */")
+            out.append(f"/* {comment(f.func.name)} [{f.start:#x}, {f.end:#x}), resumed at a local target `at` */")
             out.append(f"static uint64_t {resume_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth, "
                        "uint64_t at, uint64_t exp, uint32_t depth0) {")
         else:
-            out.append(f"/* {f.func.name} [{f.start:#x}, {f.end:#x}) */")
+            out.append(f"/* {comment(f.func.name)} [{f.start:#x}, {f.end:#x}) */")
             out.append(f"BERM_HIDDEN uint64_t {fn_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{")
         out.append("    BERM_LOCALS;")
         out.append("    uint64_t zz = 0, jt_ = 0, jpc_ = 0, fa_ = 0; uint32_t fd_ = 0; "
@@ -268,7 +268,7 @@ class FunctionEmitter:
         """``insn`` with its comment and, at the first member of a group, the group's check (in both copies of a
         counted loop: a group's flag is set afresh in every block, so the second copy must not reuse the value
         another block left in it); True when it may fall through."""
-        self.out.append(f"    /* {insn.addr:x}: {disassemble(insn)} */")
+        self.out.append(f"    /* {insn.addr:x}: {comment(disassemble(insn))} */")
         if insn.addr in self.groups:
             self.out.append("    " + self.groups[insn.addr].header())
         falls = self._insn(insn)

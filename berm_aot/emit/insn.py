@@ -18,6 +18,13 @@ def lit(value: int) -> str:
     return f"{value & MASK:#x}ull"
 
 
+def comment(text: str) -> str:
+    """``text`` made safe inside a C comment: printable ASCII only (anything else, a newline included, becomes
+    ``?``), and no ``*/`` to end the comment. Symbol names come from the guest's ELF: a name that closed the comment
+    put its own C into the object the host loads (it ran as a constructor in the host process)."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text).replace("*/", "*?/")
+
+
 def reg(n: int) -> str:
     return f"x{n}" if n else "0ull"
 
