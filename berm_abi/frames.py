@@ -6,9 +6,13 @@ terminator. Integers travel as decimal ASCII text.
 
 from __future__ import annotations
 
+import re
 import struct
 
 from .errors import FrameError
+
+#: ASCII digits only: str.isdigit() also takes '²' and other digits int() refuses (a ValueError, not a FrameError).
+_DECIMAL = re.compile(r"-?[0-9]+")
 
 _U32 = struct.Struct("<I")
 
@@ -72,6 +76,6 @@ def field_text(value: bytes, what: str) -> str:
 def field_int(value: bytes, what: str) -> int:
     """A field as a decimal integer, or a FrameError naming the field."""
     text = field_text(value, what)
-    if not text or len(text) > 40 or not text.lstrip("-").isdigit():
+    if len(text) > 40 or not _DECIMAL.fullmatch(text):
         raise FrameError(f"{what} is not a decimal integer: {text[:40]!r}")
     return int(text)

@@ -70,6 +70,8 @@ class CodeCache:
         except OSError:
             if not d.exists():
                 return None
+        except UnicodeDecodeError:  # a corrupt record: discarded like a wrong one
+            pass
         self._discard(d)
         return None
 

@@ -58,7 +58,7 @@ def parse_manifest(data: bytes | None) -> Manifest:
         raise ManifestEncodingError(f"the manifest is not UTF-8 (byte {exc.start})") from None
     try:
         doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError, as is an integer of 4300+ digits
         raise ManifestJsonError(f"the manifest is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise ManifestJsonError(f"the manifest must be a JSON object, not {_json_type(doc)}")

@@ -38,7 +38,7 @@ class ImageDigestMismatch(DeclarationError):
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_MEMORY = re.compile(r"(\d+)\s*([KMG]?)(?:i?B)?", re.IGNORECASE)
+_MEMORY = re.compile(r"([0-9]{1,12})\s*([KMG]?)(?:i?B)?", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_TIMEOUT = 24 * 3600.0
 
@@ -188,6 +188,8 @@ def parse_declarations(text: str, origin: str = "declaration") -> list[Declarati
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise DeclarationError(f"{origin}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise DeclarationError(f"{origin}: not valid TOML: nested too deeply") from None
     entries = doc.get("harnesses", [])
     if not isinstance(entries, list):
         raise DeclarationError(f"{origin}: harnesses must be an array of tables ([[harnesses]])")

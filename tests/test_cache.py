@@ -66,7 +66,7 @@ def test_hit_after_miss(tmp_path, elf):
     assert triple(Engine(cache_dir=tmp_path), elf) == 42
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "delete_digest"])
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete_digest", "digest_not_text"])
 def test_corrupt_entry_is_rebuilt(tmp_path, elf, damage):
     image = read_elf(elf)
     program = lambda: Program.from_image(image)  # noqa: E731
@@ -77,8 +77,10 @@ def test_corrupt_entry_is_rebuilt(tmp_path, elf, damage):
         so.write_bytes(data[: len(data) // 2])
     elif damage == "flip":
         so.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
-    else:
+    elif damage == "delete_digest":
         (so.parent / (SO_NAME + ".sha256")).unlink()
+    else:  # not UTF-8: read_text raised UnicodeDecodeError out of Engine.load
+        (so.parent / (SO_NAME + ".sha256")).write_bytes(b"\xff\xfe")
     assert cache.lookup(object_key(image, windows(image))) is None
     again, built = cached_object(image, windows(image), cache, program)
     assert built

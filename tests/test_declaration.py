@@ -105,6 +105,13 @@ def test_memory_sizes():
     for bad in ("8G", "32K", "", "64 M M", True, 1.5):
         with pytest.raises(DeclarationError):
             parse_memory(bad)
+    with pytest.raises(DeclarationError, match="must be a size"):
+        parse_memory("9" * 5000 + "M")  # int() of over 4300 digits is a ValueError, not a DeclarationError
+
+
+def test_toml_nested_too_deeply_is_a_declaration_error():
+    with pytest.raises(DeclarationError, match="nested too deeply"):
+        parse_declarations("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "agent.toml")
 
 
 def test_harnesses_dir_argument_environment_and_default(tmp_path, monkeypatch):

@@ -116,6 +116,13 @@ def test_deeply_nested_json_is_a_manifest_error():
         parse_manifest(b"[" * 100_000 + b"]" * 100_000)
 
 
+def test_an_integer_of_thousands_of_digits_is_a_manifest_error():
+    """json.loads refuses to convert integers of more than 4300 digits with a plain ValueError, which escaped
+    Engine.load and berm inspect as a traceback."""
+    with pytest.raises(ManifestJsonError, match="not valid JSON"):
+        parse_manifest(b'{"abi_version": ' + b"9" * 5000 + b"}")
+
+
 def test_errors_are_distinct_classes():
     classes = [NoManifestError, ManifestEncodingError, ManifestJsonError, AbiVersionError, MissingExportError]
     assert len(set(classes)) == len(classes) and all(issubclass(c, ManifestError) for c in classes)

@@ -196,3 +196,13 @@ def test_a_wake_centuries_away_leaves_the_scheduler_running(make_queue):
     q.schedule("victim", "soon", now_ms() + 100)
     wait_for(lambda: victim.wakes())
     assert q.scheduler._thread.is_alive()
+
+
+@pytest.mark.parametrize("when", ["--5", "\u00b2", "\u0661\u0662"])
+def test_an_instant_with_other_digits_than_ascii_is_an_error_reply(make_queue, when):
+    """str.isdigit() let '--5' (after lstrip('-')), '²' and Arabic-Indic digits through; int() then raised a
+    ValueError out of the capability: a host-call-failed trap instead of an error the guest can handle."""
+    q = make_queue({"h": RecordingTarget()})
+    at = {c.name: c.fn for c in schedule_capabilities(q, "h")}["berm.schedule.at"]
+    with pytest.raises(CapabilityError, match="not a decimal integer"):
+        at(encode_frame([when, "x", ""]))
