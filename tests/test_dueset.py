@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from berm_host.queue import DueSet, QueueError, ScheduleError
+from berm_host.queue.dueset import MAX_PAYLOAD, MAX_PAYLOAD_BYTES
 
 
 def test_put_list_due_cancel(tmp_path):
@@ -69,6 +70,18 @@ def test_per_harness_limit(tmp_path):
     with pytest.raises(ScheduleError, match="already has 2 pending"):
         ds.put("h", "3", 1)
     ds.put("other", "1", 1)
+
+
+def test_per_harness_payload_bytes_limit(tmp_path):
+    ds = DueSet(tmp_path / "due.db")
+    big = "é" * (MAX_PAYLOAD >> 1)  # 64 KiB of UTF-8 in 32 Ki characters
+    n = MAX_PAYLOAD_BYTES // MAX_PAYLOAD
+    ds.put_many([("h", str(i), 1, big, 0) for i in range(n)])  # exactly the limit
+    with pytest.raises(ScheduleError, match="more than 16 MiB of payload"):
+        ds.put("h", "one-more", 1, "x")
+    ds.put("h", "0", 5, "é" * 100)  # replacing one with less frees its room
+    ds.put("h", "one-more", 1, "x")
+    ds.put("other", "1", 1, big)
 
 
 def test_unopenable_file_is_a_clear_error(tmp_path):

@@ -25,6 +25,9 @@ from .errors import QueueError, ScheduleError
 MAX_ID = 256  # bytes of UTF-8
 MAX_PAYLOAD = 64 << 10  # bytes of UTF-8
 DEFAULT_PER_HARNESS = 100_000
+#: All of one harness's pending payloads together, bytes of UTF-8: the count limit alone let one harness persist
+#: 100,000 x 64 KiB (6.5 GB), written at fsync speed by its own wakes.
+MAX_PAYLOAD_BYTES = 16 << 20
 #: Restricts a read to the named harnesses; None reads them all.
 Harnesses = frozenset[str] | None
 
@@ -102,11 +105,15 @@ class DueSet:
             return [self._insert(*row) for row in rows]
 
     def _insert(self, harness: str, id: str, when_ms: int, payload: str, depth: int) -> Entry:
-        exists = self._db.execute("SELECT 1 FROM due WHERE harness=? AND id=?", (harness, id)).fetchone()
-        if not exists:
-            (count,) = self._db.execute("SELECT count(*) FROM due WHERE harness=?", (harness,)).fetchone()
-            if count >= self.per_harness:
-                raise ScheduleError(f"{harness!r} already has {count} pending schedules (the limit)")
+        old = self._db.execute("SELECT length(CAST(payload AS BLOB)) FROM due WHERE harness=? AND id=?",
+                               (harness, id)).fetchone()
+        count, used = self._db.execute("SELECT count(*), coalesce(sum(length(CAST(payload AS BLOB))), 0) FROM due "
+                                       "WHERE harness=?", (harness,)).fetchone()
+        if not old and count >= self.per_harness:
+            raise ScheduleError(f"{harness!r} already has {count} pending schedules (the limit)")
+        if used - (old[0] if old else 0) + len(payload.encode("utf-8")) > MAX_PAYLOAD_BYTES:
+            raise ScheduleError(f"{harness!r}'s pending schedules would hold more than {MAX_PAYLOAD_BYTES >> 20} MiB "
+                                "of payload (the limit)")
         self._gen += 1
         self._db.execute(
             f"INSERT INTO due ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (harness, id) DO UPDATE SET "
