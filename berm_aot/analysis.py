@@ -197,19 +197,23 @@ def _static_jalrs(info: FunctionInfo, program: Program) -> None:
 
 
 def _close_writes(infos: list[FunctionInfo]) -> None:
-    """writes_closure = own writes ∪ writes_closure of every static callee, to a fixpoint."""
-    by_start = {f.start: f for f in infos}
+    """writes_closure = own writes ∪ writes_closure of every static callee, to a fixpoint: a worklist over the
+    callers, each function's set growing at most 31 times (a pass over every function until nothing changed was
+    quadratic on a call chain: 16,000 functions took 141 s)."""
+    callers: dict[int, list[FunctionInfo]] = {f.start: [] for f in infos}
     for f in infos:
         f.writes_closure = f.written
-    changed = True
-    while changed:
-        changed = False
-        for f in infos:
-            acc = set(f.writes_closure)
-            for c in f.callees:
-                callee = by_start.get(c)
-                if callee is not None:
-                    acc |= callee.writes_closure
-            if len(acc) != len(f.writes_closure):
-                f.writes_closure = frozenset(acc)
-                changed = True
+        for c in f.callees:
+            if c in callers:
+                callers[c].append(f)
+    work = list(infos)
+    queued = {f.start for f in infos}
+    while work:
+        g = work.pop()
+        queued.discard(g.start)
+        for f in callers[g.start]:
+            if not g.writes_closure <= f.writes_closure:
+                f.writes_closure = f.writes_closure | g.writes_closure
+                if f.start not in queued:
+                    queued.add(f.start)
+                    work.append(f)

@@ -270,3 +270,24 @@ def test_unrelaxed_calls_to_a_label_without_a_symbol_reach_a_function_start():
         assert auipc.op == "auipc" and jalr.op == "jalr"  # an unrelaxed pair, not a jal
         assert p.check_indirect(jalr.addr, helper, is_call=jalr.rd != 0) == how
     assert helper in p.function_starts and p.function_at(helper) == Function(f"fn_{helper:x}", helper, helper + 4)
+
+
+CALL_CHAIN = "".join(f"""
+    .section .text.{name}, "ax", @progbits
+    .globl {name}
+    .type {name}, @function
+{name}:
+    {body}
+    ret
+""" for name, body in [("f3", "li t0, 1"), ("f2", "call f3"), ("f1", "call f2"), ("_start", "call f1"),
+                       ("ping", "call pong"), ("pong", "li t1, 2; call ping")])  # callees first: the hard order
+
+
+def test_what_a_function_and_its_callees_write_reaches_every_caller_and_cycle():
+    from berm_aot.analysis import analyse
+
+    program = Program.from_image(read_elf(guest_elf(CALL_CHAIN, suffix=".S", keep=("ping",))))
+    closure = {f.func.name: f.writes_closure for f in analyse(program).functions}
+    assert {1, 5} <= closure["_start"] and 6 not in closure["_start"]  # ra from the calls, t0 from f3
+    assert closure["f3"] == {5}
+    assert closure["ping"] == closure["pong"] == {1, 6}
