@@ -27,6 +27,10 @@ from berm_aot.image import ElfImage, Relocation, Section, Segment, Symbol
 
 #: Guest memory is at most 4 GiB (ABI.md §5), so no segment may end above it.
 MAX_IMAGE_END = 4 << 30
+#: At most this many loadable segments: a linker writes a handful (code, read-only data, data); every section and
+#: every constant-address load the translator resolves is looked up among them (32,000 one-byte segments made a
+#: 3.9 MB file take 27 s to read, and its translation 22 s).
+MAX_LOAD_SEGMENTS = 64
 #: The manifest section (ABI.md §4).
 MANIFEST_SECTION = ".berm.abi"
 
@@ -176,6 +180,8 @@ class _Reader:
         for i in range(phnum):
             ph = parse(self.data[phoff + i * _PHDR_SIZE:phoff + (i + 1) * _PHDR_SIZE])
             if ph["p_type"] == "PT_LOAD":
+                if len(loads) == MAX_LOAD_SEGMENTS:
+                    raise ElfError(f"the image has more than {MAX_LOAD_SEGMENTS} loadable (PT_LOAD) segments")
                 loads.append(self._segment(i, ph))
         if not loads:
             raise ElfError("the image has no loadable (PT_LOAD) segment")

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from berm_aot.elf import read_elf, read_elf_file, reloc_type_name
+from berm_aot.elf import MAX_LOAD_SEGMENTS, read_elf, read_elf_file, reloc_type_name
 from berm_aot.errors import ElfError
 from tests.elf_samples import (EHDR_FIELDS, PHDR_FIELDS, SHDR_FIELDS, dispatch_elf, field, harness_elf,
                                manifest_json, patched, phdr_offsets, shdr_offsets)
@@ -113,6 +113,9 @@ def _ehdr_patch(data, name, value):
     return patched(data, off, fmt, value)
 
 
+PHDR_SIZE = 56
+
+
 def _load_headers(data):
     return [p for p in phdr_offsets(data) if field(data, p, PHDR_FIELDS, "p_type") == 1]
 
@@ -158,8 +161,16 @@ def _overlap(data):
     return patched(data, second + PHDR_FIELDS["p_vaddr"][0], "<Q", field(data, first, PHDR_FIELDS, "p_vaddr") + 8)
 
 
+def _many_loads(data):
+    """A program header table of one more loadable segment than allowed, appended to the file."""
+    first = _load_headers(data)[0]
+    table = data[first:first + PHDR_SIZE] * (MAX_LOAD_SEGMENTS + 1)
+    return _ehdr_patch(_ehdr_patch(data + table, "e_phoff", len(data)), "e_phnum", MAX_LOAD_SEGMENTS + 1)
+
+
 @pytest.mark.parametrize("mutate, message", [
     (_no_loads, "no loadable"),
+    (_many_loads, f"more than {MAX_LOAD_SEGMENTS} loadable"),
     (_overlap, "segments overlap"),
     (lambda d: _patch_load(d, 0, "p_filesz", 1 << 40), "more file bytes"),
     (lambda d: _patch_load(d, 0, "p_memsz", 1 << 60), "ends above 4 GiB"),
