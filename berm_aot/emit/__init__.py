@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from berm_aot.analysis import Analysis, analyse
+from berm_aot.errors import CompileError
 from berm_aot.program import Program
 
 from .function import FunctionEmitter, fn_name
@@ -25,6 +26,10 @@ TRANSLATOR_VERSION = "1"
 #: needs no place in the cache key); how many compile at once is the compiler driver's business.
 _UNIT_INSNS = 1500
 MAX_UNITS = 8
+#: The most instructions one guest function may have: it becomes one C function, and the C compiler's time and
+#: memory grow faster than a function's size (gcc -O1 on one function of 16,000 load/branch/store instructions:
+#: 34 s and 720 MB; of 32,000: 110 s and 1.85 GB). The largest function of the bundled Rust guest has 335.
+MAX_FUNCTION_INSNS = 16_384
 
 
 def _header(analysis: Analysis, prefix: str, windows: Windows) -> list[str]:
@@ -85,6 +90,11 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
     at most ``MAX_UNITS``), each yielded as soon as it is complete, so the C compiler can start on it
     (berm_aot.cc.compile_shared) while the rest are translated."""
     analysis = analyse(program)
+    for f in analysis.functions:
+        if len(f.insns) > MAX_FUNCTION_INSNS:
+            raise CompileError(f"function {f.func.name!r} at {f.start:#x} has {len(f.insns)} instructions: translated "
+                               f"code takes at most {MAX_FUNCTION_INSNS} in one function (the C compiler's time and "
+                               "memory grow faster than a function's size)")
     total = sum(len(f.insns) for f in analysis.functions)
     n = max(1, min(MAX_UNITS, -(-total // _UNIT_INSNS)))
     share = -(-total // n)
