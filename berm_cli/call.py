@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from berm_cli.terminal import shown
 from berm_host.declaration import declaration_from_table
 from berm_host.grants import linker_for
 from berm_host.traps import ToolFailure
@@ -65,7 +66,7 @@ def _image(elf: Path) -> Path:
 
 
 def _log(name: str, line: bytes) -> None:
-    print(f"[{name}] {line.decode('utf-8', 'replace')}", file=sys.stderr)
+    print(f"[{name}] {shown(line.decode('utf-8', 'replace'))}", file=sys.stderr)
 
 
 def _through_daemon(args) -> int:
@@ -80,7 +81,7 @@ def _through_daemon(args) -> int:
     try:
         result = client.call(str(args.elf), args.tool, args.json)
     except RemoteError as exc:
-        print(str(exc), file=sys.stderr)
+        print(shown(str(exc)), file=sys.stderr)
         return 1 if exc.kind == "failure" else 2
     print(result)
     return 0
@@ -107,7 +108,7 @@ def run(args) -> int:
     try:
         result = harness.call(args.tool, args.json)
     except ToolFailure as failure:
-        print(failure.message, file=sys.stderr)
+        print(shown(failure.message), file=sys.stderr)
         return 1
     print(result)
     return 0

@@ -14,6 +14,7 @@ from berm_aot.elf import read_elf_file
 from berm_aot.image import ElfImage
 from berm_aot.manifest import Manifest, load_manifest, tool_exports
 from berm_aot.program import Program
+from berm_cli.terminal import shown
 from berm_host.declaration import DeclarationError, load_declarations
 from berm_host.grants import grant_report
 
@@ -42,12 +43,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**manifest.raw, "image": facts, **({"grants": grants} if grants is not None else {})},
                          indent=2, sort_keys=True))
     else:
-        print(render_text(args.elf, manifest, facts))
+        print(shown(render_text(args.elf, manifest, facts)))
         if grants is not None:
             print(f"\ngrants (from {args.declaration}):")
             print("\n".join(f"  {name}: {status}" for name, status in grants.items()) or "  none")
     if args.disassemble:
-        print(render_disassembly(image))
+        print(shown(render_disassembly(image)))
     return 0
 
 

@@ -9,6 +9,7 @@ import importlib
 import sys
 
 from berm_abi.errors import BermError
+from berm_cli.terminal import shown
 
 #: subcommand -> (module under berm_cli, one-line help)
 SUBCOMMANDS = {
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args._module.run(args)
     except BermError as exc:
-        print(f"berm {args.command}: {exc}", file=sys.stderr)
+        print(f"berm {args.command}: {shown(str(exc))}", file=sys.stderr)
         return 2
 
 

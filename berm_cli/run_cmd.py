@@ -16,6 +16,7 @@ from pathlib import Path
 from berm_abi.errors import BermError
 from berm_aot.elf import read_elf_file
 from berm_aot.program import Program
+from berm_cli.terminal import shown
 from berm_host.backend import RunRequest, RunResult
 from berm_host.declaration import parse_memory
 from berm_host.interp import InterpBackend
@@ -94,10 +95,10 @@ def run(args) -> int:
         raise BermError(f"{args.elf} has no global symbol {args.symbol!r}")
     result = backend.run(RunRequest(entry=entry, int_args=tuple(args.args), deadline=time.monotonic() + args.timeout))
     if result.trap is not None:
-        print("\n".join(format_trap(program, result)), file=sys.stderr)
+        print(shown("\n".join(format_trap(program, result))), file=sys.stderr)
         return 2
     print(f"a0={result.a0:#x} a1={result.a1:#x}")
     if result.failure is not None:
-        print(f"berm.fail: {result.failure.decode('utf-8', 'replace')}", file=sys.stderr)
+        print(f"berm.fail: {shown(result.failure.decode('utf-8', 'replace'))}", file=sys.stderr)
         return 1
     return 0

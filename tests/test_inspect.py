@@ -87,3 +87,15 @@ def test_disassemble(harness, capsys):
     lines = out[out.index(f"berm_tool_read <{exports['read']:#x}>:"):].splitlines()
     assert lines[1].strip().startswith(f"{exports['read']:x}:") and any(line.endswith("  ret") for line in lines)
     assert "auipc" in out
+
+
+def test_text_a_guest_chose_cannot_drive_the_terminal(tmp_path, capsys):
+    """Manifest text (and symbol names) went to the terminal as they were: an image could erase lines or set the
+    clipboard (OSC 52) of whoever inspected it."""
+    evil = "\x1b[2K\x1b]52;c;cm0gLXJmIH4K\x07 ok\x9b"
+    path = tmp_path / "h.elf"
+    path.write_bytes(harness_elf(manifest_json(["read"], usage=f"Call {evil}"), ["read"]))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Call \\x1b[2K\\x1b]52;c;cm0gLXJmIH4K\\x07 ok\\x9b" in out
+    assert not any(c in out for c in "\x1b\x07\x9b")
