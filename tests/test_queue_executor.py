@@ -48,6 +48,25 @@ def test_host_exception_is_counted_and_reported():
         ex.shutdown()
 
 
+@pytest.mark.parametrize("escape", [SystemExit, KeyboardInterrupt])
+def test_a_base_exception_from_an_invocation_does_not_end_the_worker(escape):
+    """Translated code raises a capability's KeyboardInterrupt or SystemExit after the run, as the interpreter
+    lets it through: in a worker it ended the thread, leaving its future unresolved and the pool one worker short."""
+    def invoke(inv, deadline):
+        if inv.args == b"escape":
+            raise escape
+        return "fine"
+
+    ex = Executor(invoke, workers=1)
+    try:
+        with pytest.raises(escape):
+            ex.submit(_call("a", b"escape")).result(5)
+        assert ex.submit(_call("a")).result(5) == "fine"
+        assert ex.stats()["a"].errors == 1
+    finally:
+        ex.shutdown()
+
+
 def test_pool_is_bounded_and_per_harness_limit_holds():
     lock = threading.Lock()
     state = {"active": 0, "max": 0}

@@ -206,3 +206,21 @@ def test_an_instant_with_other_digits_than_ascii_is_an_error_reply(make_queue, w
     at = {c.name: c.fn for c in schedule_capabilities(q, "h")}["berm.schedule.at"]
     with pytest.raises(CapabilityError, match="not a decimal integer"):
         at(encode_frame([when, "x", ""]))
+
+
+@pytest.mark.parametrize("per_harness", [None, 1])
+def test_one_harness_flood_of_due_wakes_does_not_keep_another_waiting(make_queue, per_harness):
+    """Drained in time order, twelve due wakes of one harness all went before another's wake due just after them:
+    with 2 workers busy 0.1 s each, it started ~0.6 s late (and 9 s late behind twenty 1 s wakes). Now every
+    harness's earliest goes first, and no harness is handed more than its concurrency limit lets start."""
+    flood, other = RecordingTarget(work=0.1), RecordingTarget()
+    q = make_queue({"flood": flood, "other": other}, workers=2, per_harness=per_harness, start=False)
+    when = now_ms() - 50
+    for i in range(12):
+        q.schedule("flood", f"w{i:02}", when)
+    q.schedule("other", "v", when + 10)
+    q.start()
+    wait_for(lambda: len(other.wakes()) == 1 and len(flood.wakes()) == 12 and q.stats()["pending"] == 0)
+    (woke,) = other.wakes()
+    assert len([w for w in flood.wakes() if w["start"] < woke["start"]]) <= 2
+    assert flood.max_active <= (per_harness or 2)

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS due (
     PRIMARY KEY (harness, id)
 );
 CREATE INDEX IF NOT EXISTS due_by_time ON due (when_ms, harness, id);
+CREATE INDEX IF NOT EXISTS due_by_harness ON due (harness, when_ms, id);
 """
 _COLUMNS = "harness, id, when_ms, payload, depth, gen"
 
@@ -159,10 +160,19 @@ class DueSet:
         return self._select(f"WHERE {where} ORDER BY when_ms, harness, id LIMIT ?", (*params, n))
 
     def due(self, now_ms: int, n: int, *, only: Harnesses = None) -> list[Entry]:
-        """Up to ``n`` entries due at ``now_ms``, earliest first (of the harnesses in ``only``, when given)."""
-        where, params = _only(only)
-        return self._select(f"WHERE when_ms <= ? AND {where} ORDER BY when_ms, harness, id LIMIT ?",
-                            (now_ms, *params, n))
+        """Up to ``n`` entries due at ``now_ms`` (of the harnesses in ``only``, when given), taken in rounds: every
+        harness's earliest, then every harness's second, …, earlier first within a round. In time order alone, one
+        harness's flood of due wakes kept every other harness's waiting behind it."""
+        if only is None:
+            with self._lock:
+                only = [h for (h,) in self._db.execute("SELECT DISTINCT harness FROM due WHERE when_ms <= ?",
+                                                       (now_ms,))]
+        rounds = []
+        for harness in sorted(only):
+            rows = self._select("WHERE harness=? AND when_ms <= ? ORDER BY when_ms, id LIMIT ?", (harness, now_ms, n))
+            rounds += [((k, e.when_ms, e.harness, e.id), e) for k, e in enumerate(rows)]
+        rounds.sort(key=lambda r: r[0])
+        return [e for _, e in rounds[:n]]
 
     def count(self, *, due_at: int | None = None, only: Harnesses = None) -> int:
         where, params = _only(only)

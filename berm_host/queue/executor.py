@@ -134,6 +134,12 @@ class Executor:
         with self._cond:
             return max(0, self.workers + ahead - self._busy - self._queued)
 
+    def room(self, harness: str) -> int:
+        """How many more invocations of ``harness`` could start now, within its concurrency limit (queued ones
+        count as started)."""
+        with self._cond:
+            return max(0, self.per_harness - self._running.get(harness, 0) - len(self._pending.get(harness, ())))
+
     def add_listener(self, fn: Callable[[Invocation], None]) -> None:
         """Call ``fn(invocation)`` on the worker thread after every invocation finishes (whatever its outcome)."""
         self._listeners.append(fn)
@@ -211,7 +217,9 @@ class Executor:
         except BermError as exc:
             outcome, error = "errors", exc
             log.warning("%s failed: %s", inv.label, exc)
-        except Exception as exc:  # a host bug: counted and logged with its traceback, never kills the worker
+        except BaseException as exc:  # noqa: BLE001 - a host bug (or a capability's SystemExit or
+            # KeyboardInterrupt, which translated code raises after the run as the interpreter lets it through):
+            # counted, logged with its traceback, handed to the caller; it never kills the worker
             outcome, error = "errors", exc
             log.exception("%s raised a host error", inv.label)
         finally:

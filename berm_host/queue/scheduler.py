@@ -74,6 +74,7 @@ class Scheduler:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._harnesses: frozenset[str] = frozenset()
+        self._held: frozenset[str] = frozenset()  # harnesses whose due wakes wait for room (their limit)
         executor.add_listener(self._on_finished)
 
     def deliver_to(self, harnesses: frozenset[str]) -> None:
@@ -151,28 +152,53 @@ class Scheduler:
                 log.info("%s[%s] came due while its previous wake still ran: deferred, not overlapped",
                          e.harness, e.id)
         self._ended.clear()
+        ready, self._held = self._within_harness_limits(ready)
         for entry in ready[:budget]:
             self._fire(entry, now)
         if ready:
             self._count(drains=1)
-        if len(ready) > budget:
-            if self._n["backlog"]:  # the episode goes on: no count per drain (it scans the due range)
-                backlog = max(0, self._n["backlog"] - budget)
-            else:  # approximately: in-flight keys re-armed into the future by their own wake count as due
-                backlog = max(0, self._dueset.count(due_at=now, only=only) - len(self._inflight))
-                log.warning("backpressure: %d due wakes wait for a worker (%d workers); they spill to later drains",
-                            backlog, self._executor.workers)
-            self._count(spill_events=1, spilled=backlog)
-            self._n["backlog"] = max(backlog, 1)
-            return None
-        if self._n["backlog"]:
+        if len(ready) > budget or self._held:
+            self._spill(now, only, min(len(ready), budget))
+            if len(ready) > budget:
+                return None
+        elif self._n["backlog"]:
             log.warning("backpressure cleared: the due wakes all have a worker")
             self._n["backlog"] = 0
-        head = next((e for e in self._dueset.earliest(len(self._inflight) + 1, only=only)
+        # a harness whose due wakes wait for its own running ones is drained again when one of those ends
+        waiting = only - self._held if only is not None else None
+        head = next((e for e in self._dueset.earliest(len(self._inflight) + 1, only=waiting)
                      if e.key not in self._inflight), None)
         if head is None:
             return None
         return min(max(0.0, (head.when_ms - now_ms()) / 1000), MAX_SLEEP)
+
+    def _spill(self, now: int, only: frozenset[str] | None, started: int) -> None:
+        """Due wakes wait for a later drain: for a worker, or for their harness's running ones (its concurrency
+        limit). Counted, and said once per episode."""
+        if self._n["backlog"]:  # the episode goes on: no count per drain (it scans the due range)
+            backlog = max(0, self._n["backlog"] - started)
+        else:  # approximately: in-flight keys re-armed into the future by their own wake count as due
+            backlog = max(0, self._dueset.count(due_at=now, only=only) - len(self._inflight))
+            log.warning("backpressure: %d due wakes wait for a worker (%d workers, at most %d per harness); they "
+                        "spill to later drains", backlog, self._executor.workers, self._executor.per_harness)
+        self._count(spill_events=1, spilled=backlog)
+        self._n["backlog"] = max(backlog, 1)
+
+    def _within_harness_limits(self, ready: list[Entry]) -> tuple[list[Entry], frozenset[str]]:
+        """The due entries whose harness has room for them in the executor (its concurrency limit), and the
+        harnesses some were held back for: handing those to the executor would only queue them there, where they
+        took worker budget from every other harness's wakes."""
+        room: dict[str, int] = {}
+        startable, held = [], set()
+        for e in ready:
+            left = room[e.harness] if e.harness in room else self._executor.room(e.harness)
+            if left > 0:
+                startable.append(e)
+                room[e.harness] = left - 1
+            else:
+                room[e.harness] = 0
+                held.add(e.harness)
+        return startable, frozenset(held)
 
     def _fire(self, entry: Entry, now: int) -> None:
         inv = Invocation(Trigger.WAKE, entry.harness, wake_args(entry, now), context=Context(depth=entry.depth),
@@ -198,5 +224,5 @@ class Scheduler:
                     self._finished.append(entry)
                     self._ended[entry.key] = now_ms()
                     self._cond.notify()
-            elif self._n["backlog"]:
+            elif self._n["backlog"] or inv.harness in self._held:
                 self._cond.notify()
