@@ -14,9 +14,12 @@ connection. Requests (``op``):
 
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": KIND, "message": TEXT}`` where KIND is ``trap``,
 ``failure`` (the guest's berm.fail), ``refused`` (a BermError: unknown harness, bad schedule, chain depth, …),
-``protocol`` (a malformed request) or ``host`` (a bug in the host, logged; the daemon stays up). Shutdown (``stop``, SIGTERM in ``berm serve``) closes the socket, stops the
-scheduler, drops queued work and lets running guests finish or be interrupted at their deadline; every pending
-wake stays in the due-set for the next start.
+``protocol`` (a malformed request) or ``host`` (a bug in the host, logged; the daemon stays up). Shutdown
+(``stop``, SIGTERM in ``berm serve``) closes the socket, stops the scheduler, drops queued work and lets running
+guests finish or be interrupted at their deadline; every pending wake stays in the due-set for the next start.
+
+Besides the host's grants, a declaration may grant ``schedule`` (``berm.schedule.*`` for itself) and ``call``
+(``berm.call``: the tools of the other harnesses declared beside it).
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from berm_abi.errors import BermError
-from berm_host.declaration import Declaration, load_declarations
+from berm_host.declaration import load_declarations
 from berm_host.grants import linker_for
-from berm_host.queue import Context, Queue, schedule_capabilities
+from berm_host.queue import Context, Queue, call_capabilities, schedule_capabilities
 from berm_host.queue.target import Target
 from berm_host.traps import ToolFailure, Trap
 
@@ -79,7 +82,7 @@ def load_targets(config: DaemonConfig, queue: Queue) -> dict[str, Target]:
     loader = Loader(config.engine, timeout=config.timeout, log=_guest_log)
     targets = {}
     for decl in load_declarations(config.declarations):
-        linker = linker_for(decl, data_dir=config.state_dir, extra={"schedule": _schedule_grant(queue)})
+        linker = linker_for(decl, data_dir=config.state_dir, extra=_queue_grants(queue))
         targets[decl.name] = loader.load(decl, decl.load_image(config.harnesses_dir), linker)
         log.info("loaded harness %s (%s)", decl.name, ", ".join(linker.names()) or "no capabilities")
     return targets
@@ -89,11 +92,11 @@ def _guest_log(harness: str, line: bytes) -> None:
     guest_log.info("[%s] %s", harness, line.decode("utf-8", "replace"))
 
 
-def _schedule_grant(queue: Queue):
-    """The ``schedule`` grant: ``berm.schedule.*`` bound to the declared harness, landing in this queue."""
-    def build(decl: Declaration) -> dict:
-        return {c.name: c.fn for c in schedule_capabilities(queue, decl.name)}
-    return build
+def _queue_grants(queue: Queue) -> dict:
+    """The grants the daemon serves beside the host's own: ``schedule`` (``berm.schedule.*`` bound to the declared
+    harness, landing in this queue) and ``call`` (``berm.call``: the other harnesses loaded in this queue)."""
+    return {"schedule": lambda decl: {c.name: c.fn for c in schedule_capabilities(queue, decl.name)},
+            "call": lambda decl: {c.name: c.fn for c in call_capabilities(queue)}}
 
 
 class Daemon:

@@ -1,7 +1,7 @@
 """One queue (RFC 0205): every start of a guest — tool call, timed wake, subscribed event — passes through one
 executor; timed wakes come from a persisted due-set drained by a scheduler that sleeps until the earliest."""
 
-from .capability import schedule_capabilities
+from .capability import call_capabilities, schedule_capabilities
 from .dueset import DueSet, Entry
 from .errors import ChainDepthError, QueueClosed, QueueError, ScheduleError, UnknownHarness
 from .executor import Executor, HarnessStats
@@ -14,5 +14,6 @@ from .target import Target
 __all__ = [
     "ChainDepthError", "Context", "DueSet", "Entry", "Executor", "HarnessStats", "Invocation", "Queue",
     "QueueClosed", "QueueError", "ScheduleError", "Scheduler", "SchedulerStats", "Subscription", "Subscriptions",
-    "Target", "Trigger", "UnknownHarness", "current_invocation", "schedule_capabilities", "wake_args",
+    "Target", "Trigger", "UnknownHarness", "call_capabilities", "current_invocation", "schedule_capabilities",
+    "wake_args",
 ]

@@ -1,4 +1,4 @@
-"""The schedule capability: ``berm.schedule.at`` / ``berm.schedule.cancel`` for one harness.
+"""The queue's capabilities: ``berm.schedule.at`` / ``berm.schedule.cancel`` for one harness, and ``berm.call``.
 
 A harness schedules only itself (the capability is bound to its name). Requests (ABI.md §2 frames):
 ``berm.schedule.at [when_utc_millis, id, payload] -> empty`` and ``berm.schedule.cancel [id] -> empty``.
@@ -13,11 +13,14 @@ and a tight loop is cut after ``max_depth`` links.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from berm_abi.errors import BermError
 from berm_abi.frames import decode_request, field_int, field_text
 from berm_host.linker import Capability, CapabilityError
+from berm_host.traps import ToolFailure, Trap
 
-from .invocation import current_invocation
+from .invocation import Context, current_invocation
 from .scheduler import now_ms
 from .service import Queue
 
@@ -50,3 +53,26 @@ def schedule_capabilities(queue: Queue, harness_name: str, *,
         return b""
 
     return [Capability("berm.schedule.at", at), Capability("berm.schedule.cancel", cancel)]
+
+
+def call_capabilities(queue: Queue) -> list[Capability]:
+    """``berm.call [harness, tool, args] -> the other harness's result``: a tool of another harness loaded in
+    ``queue`` (the declaring agent's own harnesses, resolved by name per call), run inside the calling invocation
+    one link deeper in its chain (``Queue.call_nested``). The callee's failure, trap or refusal is an error reply
+    the caller handles, never a trap of the caller."""
+
+    def call(request: bytes) -> bytes:
+        try:
+            (harness, tool, args), _ = decode_request(request, ("harness", "tool", "args"))
+            name, tool_name = field_text(harness, "harness"), field_text(tool, "tool")
+            inv = current_invocation()
+            context = replace(inv.context, depth=inv.context.depth + 1) if inv is not None else Context(depth=1)
+            return queue.call_nested(name, tool_name, bytes(args), context).encode("utf-8")
+        except ToolFailure as exc:
+            raise CapabilityError(f"{name}.{tool_name} failed: {exc.message}") from None
+        except Trap as exc:
+            raise CapabilityError(f"{name}.{tool_name} trapped: {exc}") from None
+        except BermError as exc:
+            raise CapabilityError(str(exc)) from None
+
+    return [Capability("berm.call", call)]

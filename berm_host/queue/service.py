@@ -8,14 +8,17 @@ Every way of starting a guest is a method here and ends in ``Executor.submit``: 
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import Future
 from dataclasses import asdict
 from pathlib import Path
 
+from berm_host.running import time_left
+
 from .dueset import DueSet, Entry
 from .errors import QueueError, ScheduleError, UnknownHarness
 from .executor import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT, DEFAULT_WORKERS, Executor
-from .invocation import Context, Invocation, Trigger
+from .invocation import Context, Invocation, Trigger, set_current
 from .scheduler import Scheduler
 from .subscriptions import Subscription, Subscriptions, notify_args
 from .target import Target
@@ -62,6 +65,25 @@ class Queue:
             raise QueueError(f"harness {harness!r} has no tool {tool!r} (tools: {sorted(target.tools)})")
         data = args.encode("utf-8") if isinstance(args, str) else bytes(args)
         return self.executor.submit(Invocation(Trigger.CALL, harness, data, tool=tool, context=context))
+
+    def call_nested(self, harness: str, tool: str, args: bytes, context: Context) -> str:
+        """Run ``harness``'s ``tool`` now, on this thread, as part of the invocation that asks (``berm.call``).
+
+        Not through the workers: a caller waiting for a worker while it holds one would wait forever once every
+        worker did. So the call is bounded by the caller's deadline as well as the executor's, and refused past the
+        chain depth like any work a harness causes (``context.depth`` is the callee's)."""
+        self.executor.check_depth(harness, context.depth)
+        target = self.target(harness)
+        if tool not in target.tools:
+            raise QueueError(f"harness {harness!r} has no tool {tool!r} (tools: {sorted(target.tools)})")
+        inv = Invocation(Trigger.CALL, harness, args, tool=tool, context=context)
+        left = time_left()
+        seconds = self.executor.timeout if left is None else min(self.executor.timeout, left)
+        previous = set_current(inv)
+        try:
+            return target.invoke(inv, time.monotonic() + seconds)
+        finally:
+            set_current(previous)
 
     def subscribe(self, topic: str, harness: str, *, once: bool = False) -> Subscription:
         if "on_notify" not in self.target(harness).exports:

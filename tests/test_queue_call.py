@@ -1,0 +1,157 @@
+"""berm.call: a harness calls a tool of another harness of the same agent, inside its own invocation — one link
+deeper in the chain, within its deadline, never waiting for a worker — and gets the result, or an error reply it
+can handle for the callee's failure, trap or refusal. Fake targets for the queue's rules; real guests on both
+engines for the path through the SDK and the engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from berm_abi.frames import encode_frame
+from berm_host.declaration import Declaration
+from berm_host.grants import linker_for
+from berm_host.linker import CapabilityError
+from berm_host.queue import Queue, call_capabilities, current_invocation
+from berm_host.queue.harness import Loader
+from berm_host.traps import ToolFailure, Trap, TrapInfo, TrapKind
+from berm_sdk.build import build_harness
+from tests.sdk_engines import ENGINE_KINDS
+
+FIXTURE = Path(__file__).resolve().parent.parent / "harnesses" / "fixture"
+
+
+class Fake:
+    """A harness whose every tool runs ``body(invocation, berm_call)``."""
+
+    exports = frozenset()
+
+    def __init__(self, body, tools=("echo",)):
+        self.body, self.tools, self.call = body, frozenset(tools), None
+        self.depths: list[int] = []
+
+    def invoke(self, inv, deadline):
+        self.depths.append(current_invocation().context.depth)
+        return self.body(inv, lambda *fields: self.call(encode_frame(list(fields))).decode())
+
+
+@pytest.fixture
+def queue(tmp_path):
+    queues = []
+
+    def make(targets: dict, **kw) -> Queue:
+        q = Queue(tmp_path / "due.db", **kw)
+        (call,) = call_capabilities(q)
+        for name, target in targets.items():
+            target.call = call.fn
+            q.add(name, target)
+        q.start()
+        queues.append(q)
+        return q
+
+    yield make
+    for q in queues:
+        q.stop()
+
+
+def test_a_call_returns_the_other_harness_result_one_link_deeper_without_a_second_worker(queue):
+    callee = Fake(lambda inv, call: f"<{inv.args.decode()}>")
+    caller = Fake(lambda inv, call: "got " + call("b", "echo", inv.args))
+    q = queue({"a": caller, "b": callee}, workers=1)  # a worker waiting for a worker would wait forever
+    assert q.call("a", "echo", "hi").result(5) == "got <hi>"
+    assert caller.depths == [0] and callee.depths == [1]
+
+
+def _refused(inv, call):
+    try:
+        return call(*json.loads(inv.args))
+    except CapabilityError as exc:
+        return f"error: {exc}"
+
+
+@pytest.mark.parametrize("request_, error", [
+    (["nobody", "echo", "x"], "no harness named 'nobody'"),
+    (["b", "nothing", "x"], "harness 'b' has no tool 'nothing'"),
+    (["b", "fail", "x"], "b.fail failed: no"),
+    (["b", "trap", "x"], "b.trap trapped: "),
+])
+def test_what_goes_wrong_in_the_callee_is_an_error_reply_to_the_caller(queue, request_, error):
+    def callee(inv, call):
+        if inv.tool == "fail":
+            raise ToolFailure("fail", "no")
+        raise Trap(TrapInfo(TrapKind.BREAKPOINT, pc=0x1000))
+
+    q = queue({"a": Fake(_refused), "b": Fake(callee, tools=("fail", "trap"))})
+    assert q.call("a", "echo", json.dumps(request_)).result(5).startswith(f"error: {error}")
+
+
+def test_a_cycle_of_calls_ends_at_the_chain_depth_limit(queue):
+    def ping(inv, call):
+        try:
+            return call("b", "echo", "")
+        except CapabilityError as exc:
+            return f"refused: {exc}"
+
+    a, b = Fake(ping), Fake(lambda inv, call: ping(inv, lambda *f: call("a", "echo", "")))
+    q = queue({"a": a, "b": b}, max_depth=5)
+    assert "chain depth" in q.call("a", "echo").result(5)
+    assert a.depths == [0, 2, 4] and b.depths == [1, 3, 5]
+
+
+CALLER = {
+    "harness.toml": '''name = "caller"
+usage = "Relays its arguments to the fixture's echo through berm.call."
+
+[[tools]]
+name = "relay"
+description = "berm.call fixture.echo with these arguments."
+parameters = { type = "object", additionalProperties = true }
+
+[[tools]]
+name = "wrong"
+description = "berm.call a tool the fixture does not have."
+parameters = { type = "object", properties = {} }
+''',
+    "caller.c": r'''#include "berm.h"
+
+static berm_result_t relay(const char *tool) {
+    berm_str args = berm_args();
+    berm_reply reply = berm_call(BERM_STR("fixture"), (berm_str){tool, strlen(tool)},
+                                 args.ptr ? args : BERM_STR(""));
+    return berm_reply_result(&reply, 0);
+}
+
+BERM_TOOL(relay) { return relay("echo"); }
+BERM_TOOL(wrong) { return relay("nothing"); }
+''',
+}
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    d = tmp_path_factory.mktemp("caller")
+    for name, text in CALLER.items():
+        (d / name).write_text(text)
+    out = tmp_path_factory.mktemp("images")
+    return build_harness(d, out / "caller.elf"), build_harness(FIXTURE, out / "fixture.elf")
+
+
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_a_guest_calls_another_through_the_sdk(tmp_path, images, kind):
+    q = Queue(tmp_path / "due.db")
+    loader = Loader(kind)
+    (call,) = call_capabilities(q)
+    caller = linker_for(Declaration(name="caller", capabilities=("call",)),
+                        extra={"call": lambda decl: {call.name: call.fn}})
+    q.add("caller", loader.load(Declaration(name="caller"), images[0], caller))
+    q.add("fixture", loader.load(Declaration(name="fixture"), images[1], linker_for(Declaration(name="fixture"))))
+    q.start()
+    try:
+        assert q.call("caller", "relay", '{"n": 1}').result(60) == '{"echo":{"n": 1}}'
+        with pytest.raises(ToolFailure, match="harness 'fixture' has no tool 'nothing'"):
+            q.call("caller", "wrong").result(60)
+        assert q.call("caller", "relay").result(60) == '{"echo":null}'
+    finally:
+        q.stop()
