@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from berm_cli.interrupt import interruptible
 from berm_cli.terminal import shown
 from berm_host.declaration import declaration_from_table
 from berm_host.grants import linker_for
@@ -106,7 +107,7 @@ def run(args) -> int:
         options["deadline"] = decl.timeout
     harness = Engine(**options).load(_image(args.elf)).harness(linker, name=decl.name)
     try:
-        result = harness.call(args.tool, args.json)
+        result = interruptible(lambda: harness.call(args.tool, args.json))
     except ToolFailure as failure:
         print(shown(failure.message), file=sys.stderr)
         return 1

@@ -16,6 +16,7 @@ from pathlib import Path
 from berm_abi.errors import BermError
 from berm_aot.elf import read_elf_file
 from berm_aot.program import Program
+from berm_cli.interrupt import interruptible
 from berm_cli.terminal import shown
 from berm_host.backend import RunRequest, RunResult
 from berm_host.declaration import parse_memory
@@ -93,7 +94,8 @@ def run(args) -> int:
     entry = program.symbol(args.symbol)
     if entry is None:
         raise BermError(f"{args.elf} has no global symbol {args.symbol!r}")
-    result = backend.run(RunRequest(entry=entry, int_args=tuple(args.args), deadline=time.monotonic() + args.timeout))
+    request = RunRequest(entry=entry, int_args=tuple(args.args), deadline=time.monotonic() + args.timeout)
+    result = interruptible(lambda: backend.run(request))
     if result.trap is not None:
         print(shown("\n".join(format_trap(program, result))), file=sys.stderr)
         return 2

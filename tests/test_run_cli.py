@@ -3,10 +3,18 @@ pc, function+offset, instruction and registers), a berm.fail (exit 1), bad input
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from berm_abi.names import fnv1a64
 from berm_cli.main import main
+from tests.bounded import GRACE
 from tests.guests import guest_elf
 
 SOURCE = r"""
@@ -15,6 +23,7 @@ typedef unsigned long long u64;
 EXPORT u64 add(u64 a, u64 b) { return a + b; }
 EXPORT u64 sum8(u64 a, u64 b, u64 c, u64 d, u64 e, u64 f, u64 g, u64 h) { return a + b + c + d + e + f + g + h; }
 EXPORT u64 load(u64 p) { return *(volatile u64 *)p; }
+EXPORT u64 spin(void) { static volatile u64 v; for (;;) v++; }
 EXPORT u64 fails(void) {
     static const char msg[] = "bad input";
     register u64 a0 asm("a0") = (u64)msg;
@@ -31,7 +40,7 @@ void _start(void) { keep(1, 2); }
 @pytest.fixture(scope="module")
 def elf(tmp_path_factory):
     path = tmp_path_factory.mktemp("run") / "prog.elf"
-    path.write_bytes(guest_elf(SOURCE, keep=("add", "sum8", "load", "fails")))
+    path.write_bytes(guest_elf(SOURCE, keep=("add", "sum8", "load", "fails", "spin")))
     return str(path)
 
 
@@ -97,3 +106,32 @@ def test_aot_engine_gives_the_same_answer(elf, capsys, tmp_path, monkeypatch):
     assert capsys.readouterr().out == "a0=0x2a a1=0x2\n"
     assert main(["run", elf, "load", "8", "--engine", "aot"]) == 2
     assert "guest memory fault at 0x8 (load 8 bytes) in load" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine", ["aot", "interp"])
+def test_ctrl_c_ends_a_guest_at_once(elf, tmp_path, engine):
+    """Translated code runs with the GIL released, and CPython acts on a signal only between bytecodes of the main
+    thread: a guest spinning on the main thread ignored Ctrl-C until its deadline."""
+    env = {**os.environ, "BERM_CACHE_DIR": str(tmp_path)}
+    argv = [sys.executable, "-m", "berm_cli.main", "run", elf, "spin", "--engine", engine, "--timeout", "600"]
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        _wait_for_the_guest_to_spin(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=GRACE)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err == "berm: interrupted\n"
+
+
+def _wait_for_the_guest_to_spin(pid: int) -> None:
+    """Until the process has used 2 s of CPU itself: start-up and loading take well under that, so its guest is
+    spinning by then."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for _ in range(1200):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if (int(fields[11]) + int(fields[12])) / tick >= 2.0:  # utime + stime
+            return
+        time.sleep(0.1)
+    pytest.fail("berm run never got its guest spinning")

@@ -1,0 +1,42 @@
+"""Ctrl-C while a guest runs. Translated code runs with the GIL released, and CPython acts on a signal only
+between bytecodes of the main thread: a guest run on the main thread ignored Ctrl-C until its deadline (60 s by
+default, or ``--timeout``). So the CLI runs the guest on a thread of its own and waits for it; Ctrl-C then ends
+the process at once (exit status 130), without unwinding: the guest's thread may still be running in guest
+memory the interpreter's shutdown would unmap."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+
+
+def interruptible(run: Callable[[], T]) -> T:
+    """``run()`` on a guest thread: its result, or what it raised; on Ctrl-C, the end of the process."""
+    outcome: list = []
+
+    def guest() -> None:
+        try:
+            outcome.append((True, run()))
+        except BaseException as exc:  # noqa: BLE001 - raised again on the main thread
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=guest, name="berm-guest", daemon=True)
+    thread.start()
+    try:
+        thread.join()  # a lock wait: a signal interrupts it
+    except KeyboardInterrupt:
+        print("berm: interrupted", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(INTERRUPTED)
+    ok, value = outcome[0]
+    if ok:
+        return value
+    raise value
