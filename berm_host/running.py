@@ -14,15 +14,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from berm_host.aot._core import lib
-
 _interpreted = threading.local()
+_core = None  # translated code's core, imported when first needed (it pulls in the whole backend)
 
 
 def time_left() -> float | None:
     """Seconds until the earliest deadline of the invocations running on this thread (0 or less: passed); None when
     none runs, or none has a deadline."""
-    ends = [d for d in (lib.berm_thread_deadline(), getattr(_interpreted, "deadline", 0.0)) if d > 0]
+    global _core
+    if _core is None:
+        from berm_host.aot._core import lib as _core
+    ends = [d for d in (_core.berm_thread_deadline(), getattr(_interpreted, "deadline", 0.0)) if d > 0]
     return min(ends) - time.monotonic() if ends else None
 
 

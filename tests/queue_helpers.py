@@ -14,13 +14,14 @@ from berm_host.traps import Trap, TrapInfo, TrapKind
 
 class RecordingTarget:
     """Each invocation sleeps ``work`` seconds, records (trigger, args, start, end) and returns ``"ok"``; an
-    args blob containing ``trap`` raises a Trap, as a guest would."""
+    args blob containing ``trap`` raises a Trap, as a guest would. ``on_wake`` / ``on_call`` run first."""
 
-    def __init__(self, work: float = 0.0, on_wake=None):
+    def __init__(self, work: float = 0.0, on_wake=None, on_call=None):
         self.tools = frozenset({"echo"})
         self.exports = frozenset({"on_wake", "on_notify"})
         self.work = work
         self.on_wake = on_wake
+        self.on_call = on_call
         self.lock = threading.Lock()
         self.calls: list[dict] = []
         self.active = 0
@@ -34,6 +35,8 @@ class RecordingTarget:
         try:
             if inv.trigger is Trigger.WAKE and self.on_wake is not None:
                 self.on_wake(inv)  # first, as the SDK's recurring wrapper re-arms before the body
+            if inv.trigger is Trigger.CALL and self.on_call is not None:
+                self.on_call(inv)
             if self.work:
                 time.sleep(self.work)
             if b"trap" in inv.args:

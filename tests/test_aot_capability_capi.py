@@ -159,17 +159,6 @@ def test_regions_serve_again_after_a_broken_server_trapped(monkeypatch, tmp_path
     assert _harness(elf, tmp_path).call("echo", "b") == "<b>"
 
 
-def test_the_region_borrows_its_server_from_its_python_owner(tmp_path, elf):
-    harness = _harness(elf, tmp_path)
-    assert harness.call("echo", "x") == "<x>"
-    region = harness.image.backend.memory.pool[-1]
-    before = sys.getrefcount(region.serve)
-    runtime.lib.berm_region_serve(region.ptr, id(region.serve))
-    after = sys.getrefcount(region.serve)  # not inside the assert: pytest's rewriting keeps a reference of its own
-    assert after == before
-    assert harness.call("echo", "y") == "<y>"
-
-
 class _Owner:
     """An embedder's object that owns a harness and logs through a method of its own: the region's log sink then
     refers back to the harness that owns the region."""

@@ -6,6 +6,7 @@ engines for the path through the SDK and the engine."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from berm_host.grants import linker_for
 from berm_host.linker import CapabilityError
 from berm_host.queue import Queue, call_capabilities, current_invocation
 from berm_host.queue.harness import Loader
+from berm_host.running import interpreting
 from berm_host.traps import ToolFailure, Trap, TrapInfo, TrapKind
 from berm_sdk.build import build_harness
 from tests.sdk_engines import ENGINE_KINDS
@@ -31,9 +33,11 @@ class Fake:
     def __init__(self, body, tools=("echo",)):
         self.body, self.tools, self.call = body, frozenset(tools), None
         self.depths: list[int] = []
+        self.deadlines: list[float] = []
 
     def invoke(self, inv, deadline):
         self.depths.append(current_invocation().context.depth)
+        self.deadlines.append(deadline)
         return self.body(inv, lambda *fields: self.call(encode_frame(list(fields))).decode())
 
 
@@ -62,6 +66,25 @@ def test_a_call_returns_the_other_harness_result_one_link_deeper_without_a_secon
     q = queue({"a": caller, "b": callee}, workers=1)  # a worker waiting for a worker would wait forever
     assert q.call("a", "echo", "hi").result(5) == "got <hi>"
     assert caller.depths == [0] and callee.depths == [1]
+
+
+def test_the_callee_ends_within_the_callers_time_and_the_caller_is_current_again(queue):
+    """The callee runs inside the caller's invocation: its deadline leaves the caller a fifth of what it had (at
+    most 5 s) to handle the reply (given all of it, a callee that used it up trapped the caller), and afterwards
+    the caller's invocation is this thread's current one again."""
+    after = []
+
+    def caller(inv, call):
+        with interpreting(time.monotonic() + 2.0):  # as an engine running the caller with 2 s left
+            start = time.monotonic()
+            call("b", "echo", "")
+        after.append(current_invocation())
+        return f"{callee.deadlines[0] - start:.1f}"
+
+    callee = Fake(lambda inv, call: "ok")
+    q = queue({"a": Fake(caller), "b": callee})
+    assert q.call("a", "echo").result(5) == "1.6"
+    assert after[0].harness == "a" and after[0].context.depth == 0
 
 
 def _refused(inv, call):

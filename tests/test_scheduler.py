@@ -3,6 +3,7 @@ backpressure, chain depth — observed through a recording target (the queue rul
 
 import json
 import logging
+import threading
 import time
 
 import pytest
@@ -224,3 +225,28 @@ def test_one_harness_flood_of_due_wakes_does_not_keep_another_waiting(make_queue
     (woke,) = other.wakes()
     assert len([w for w in flood.wakes() if w["start"] < woke["start"]]) <= 2
     assert flood.max_active <= (per_harness or 2)
+
+
+def test_harnesses_at_their_limit_neither_hide_another_due_wake_nor_spin_the_scheduler(make_queue):
+    """Held harnesses filled the window of due rows a drain reads; another harness's due wake outside it was then
+    the 'earliest' at 0 s, forever: the scheduler thread re-drained in a loop (17,775 wakeups in 2 s, a core busy)
+    and never fired it."""
+    gate = threading.Event()
+    busy = {n: RecordingTarget(on_call=lambda inv: gate.wait(10)) for n in ("h1", "h2", "h3")}
+    b = RecordingTarget()
+    q = make_queue({**busy, "b": b}, workers=2, per_harness=1)
+    try:
+        calls = [q.call(n, "echo", "x") for n in ("h1", "h2", "h3")]  # two run, h3's waits for a worker
+        wait_for(lambda: q.executor.load()["busy"] == 2)
+        q.schedule("h1", "x", now_ms() - 300)
+        q.schedule("h2", "x", now_ms() - 200)
+        q.schedule("b", "x", now_ms() - 100)
+        wait_for(lambda: q.scheduler.stats().fired == 1)  # b's: handed to the executor, behind h3's call
+        before = q.scheduler.stats().wakeups
+        time.sleep(0.5)
+        assert q.scheduler.stats().wakeups - before <= 2
+    finally:
+        gate.set()
+    for c in calls:
+        c.result(10)
+    wait_for(lambda: len(b.wakes()) == 1 and q.stats()["pending"] == 0)

@@ -74,7 +74,7 @@ class Scheduler:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._harnesses: frozenset[str] = frozenset()
-        self._held: frozenset[str] = frozenset()  # harnesses whose due wakes wait for room (their limit)
+        self._held: frozenset[str] = frozenset()  # harnesses not drained until one of their invocations ends
         executor.add_listener(self._on_finished)
 
     def deliver_to(self, harnesses: frozenset[str]) -> None:
@@ -143,7 +143,10 @@ class Scheduler:
         now = now_ms()
         budget = self._executor.free_slots(ahead=self._executor.workers)
         only = self._harnesses
-        rows = self._dueset.due(now, budget + len(self._inflight) + 1, only=only)
+        # Harnesses at their concurrency limit are not drained (their wakes would only queue in the executor, taking
+        # worker budget from every other harness's): each is drained again when one of its invocations ends.
+        full = frozenset(h for h in only if not self._executor.room(h))
+        rows = self._dueset.due(now, budget + len(self._inflight) + 1, only=only - full)
         ready = [e for e in rows if e.key not in self._inflight]
         for e in ready:
             ended = self._ended.get(e.key)
@@ -152,27 +155,26 @@ class Scheduler:
                 log.info("%s[%s] came due while its previous wake still ran: deferred, not overlapped",
                          e.harness, e.id)
         self._ended.clear()
-        ready, self._held = self._within_harness_limits(ready)
+        ready, trimmed = self._within_harness_limits(ready)
+        self._held = full | trimmed
         for entry in ready[:budget]:
             self._fire(entry, now)
         if ready:
             self._count(drains=1)
-        if len(ready) > budget or self._held:
+        if len(ready) > budget or trimmed or self._waiting(now, full):  # a wait for their harness is a spill too
             self._spill(now, only, min(len(ready), budget))
             if len(ready) > budget:
                 return None
         elif self._n["backlog"]:
             log.warning("backpressure cleared: the due wakes all have a worker")
             self._n["backlog"] = 0
-        # a harness whose due wakes wait for its own running ones is drained again when one of those ends
-        waiting = only - self._held if only is not None else None
-        head = next((e for e in self._dueset.earliest(len(self._inflight) + 1, only=waiting)
+        head = next((e for e in self._dueset.earliest(len(self._inflight) + 1, only=only - self._held)
                      if e.key not in self._inflight), None)
         if head is None:
             return None
         return min(max(0.0, (head.when_ms - now_ms()) / 1000), MAX_SLEEP)
 
-    def _spill(self, now: int, only: frozenset[str] | None, started: int) -> None:
+    def _spill(self, now: int, only: frozenset[str], started: int) -> None:
         """Due wakes wait for a later drain: for a worker, or for their harness's running ones (its concurrency
         limit). Counted, and said once per episode."""
         if self._n["backlog"]:  # the episode goes on: no count per drain (it scans the due range)
@@ -184,10 +186,14 @@ class Scheduler:
         self._count(spill_events=1, spilled=backlog)
         self._n["backlog"] = max(backlog, 1)
 
+    def _waiting(self, now: int, harnesses: frozenset[str]) -> bool:
+        """Whether any of ``harnesses`` has a due wake that is not running."""
+        return bool(harnesses) and any(e.key not in self._inflight
+                                       for e in self._dueset.due(now, len(self._inflight) + 1, only=harnesses))
+
     def _within_harness_limits(self, ready: list[Entry]) -> tuple[list[Entry], frozenset[str]]:
         """The due entries whose harness has room for them in the executor (its concurrency limit), and the
-        harnesses some were held back for: handing those to the executor would only queue them there, where they
-        took worker budget from every other harness's wakes."""
+        harnesses some were held back for."""
         room: dict[str, int] = {}
         startable, held = [], set()
         for e in ready:

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from dataclasses import asdict
 from pathlib import Path
 
-from berm_host.running import time_left
+from berm_host.capabilities._request import Deadline
 
 from .dueset import DueSet, Entry
 from .errors import QueueError, ScheduleError, UnknownHarness
@@ -70,15 +70,16 @@ class Queue:
         """Run ``harness``'s ``tool`` now, on this thread, as part of the invocation that asks (``berm.call``).
 
         Not through the workers: a caller waiting for a worker while it holds one would wait forever once every
-        worker did. So the call is bounded by the caller's deadline as well as the executor's, and refused past the
-        chain depth like any work a harness causes (``context.depth`` is the callee's)."""
+        worker did. So it is part of the caller's invocation: the callee's concurrency limit and accounting do not
+        apply, and it ends within the caller's deadline, leaving the caller a fifth of its time (at most 5 s) to
+        handle the reply, as any capability that may take long does. It is refused past the chain depth like any
+        work a harness causes (``context.depth`` is the callee's)."""
         self.executor.check_depth(harness, context.depth)
         target = self.target(harness)
         if tool not in target.tools:
             raise QueueError(f"harness {harness!r} has no tool {tool!r} (tools: {sorted(target.tools)})")
         inv = Invocation(Trigger.CALL, harness, args, tool=tool, context=context)
-        left = time_left()
-        seconds = self.executor.timeout if left is None else min(self.executor.timeout, left)
+        seconds = Deadline.within_invocation(self.executor.timeout).seconds
         previous = set_current(inv)
         try:
             return target.invoke(inv, time.monotonic() + seconds)
