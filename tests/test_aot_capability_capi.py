@@ -8,7 +8,6 @@ one image serve capabilities from several threads at once, each callback in its 
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 import time
 import weakref
