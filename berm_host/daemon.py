@@ -160,7 +160,8 @@ class Daemon:
             return {"ok": False, "error": "failure", "message": exc.message}
         except BermError as exc:
             return {"ok": False, "error": "refused", "message": str(exc)}
-        except Exception as exc:  # a host bug: reported to the caller and logged, the daemon stays up
+        except BaseException as exc:  # noqa: BLE001 - a host bug (or a capability's SystemExit, which the executor
+            # hands to the future): reported to the caller and logged, the daemon stays up
             log.exception("control request %r failed", request)
             return {"ok": False, "error": "host", "message": f"{type(exc).__name__}: {exc}"}
 
