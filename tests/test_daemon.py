@@ -119,3 +119,16 @@ def test_a_declared_harness_without_an_image_stops_the_start_clearly(tmp_path):
     with pytest.raises(BermError, match="harness 'missing': no image at"):
         Daemon(config).start()
     assert not config.socket.exists()
+
+
+def test_an_invocation_ending_in_system_exit_is_a_host_error_reply(empty_daemon):
+    class Exits:
+        tools, exports = frozenset({"quit"}), frozenset()
+
+        def invoke(self, inv, deadline):
+            raise SystemExit(3)  # a capability calling sys.exit(): the executor hands it to the future
+
+    empty_daemon.queue.add("exits", Exits())
+    reply = empty_daemon.handle({"op": "call", "harness": "exits", "tool": "quit"})
+    assert reply == {"ok": False, "error": "host", "message": "SystemExit: 3"}
+    assert empty_daemon.handle({"op": "harnesses"})["ok"]
