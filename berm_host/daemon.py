@@ -46,6 +46,8 @@ guest_log = logging.getLogger("berm.guest")
 
 DUE_DB = "due.sqlite3"
 MAX_LINE = 16 << 20
+#: Connections served at once (a thread each); a local client holding many open cost a thread and a buffer each.
+MAX_CLIENTS = 64
 #: How long stop() waits for handler threads to write the replies of requests that were in flight.
 REPLY_GRACE = 5.0
 
@@ -262,7 +264,27 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def __init__(self, path: Path, daemon: Daemon):
         self.daemon = daemon
         self.replies = _InFlight()
+        self.clients = threading.BoundedSemaphore(MAX_CLIENTS)
         super().__init__(str(path), _Handler)
+
+    def process_request(self, request, client_address) -> None:
+        """A thread per connection, up to MAX_CLIENTS at once (each may buffer a line of up to MAX_LINE bytes);
+        one more is told so and closed."""
+        if not self.clients.acquire(blocking=False):
+            try:
+                request.sendall(_encode({"ok": False, "error": "refused",
+                                         "message": f"more than {MAX_CLIENTS} clients are connected"}))
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.clients.release()
 
 
 def _encode(reply: dict) -> bytes:

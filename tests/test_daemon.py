@@ -6,11 +6,13 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
 from berm_abi.errors import BermError
 from berm_cli.schedule import WhenError, parse_when
+from berm_host import daemon as daemon_mod
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
 
 
@@ -132,3 +134,26 @@ def test_an_invocation_ending_in_system_exit_is_a_host_error_reply(empty_daemon)
     reply = empty_daemon.handle({"op": "call", "harness": "exits", "tool": "quit"})
     assert reply == {"ok": False, "error": "host", "message": "SystemExit: 3"}
     assert empty_daemon.handle({"op": "harnesses"})["ok"]
+
+
+def test_connections_past_the_limit_are_told_so_and_closed(empty_daemon):
+    path = str(empty_daemon.config.socket)
+    held = []
+    try:
+        for _ in range(daemon_mod.MAX_CLIENTS):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(path)
+            held.append(s)
+        with pytest.raises(RemoteError, match=f"more than {daemon_mod.MAX_CLIENTS} clients are connected"):
+            DaemonClient(empty_daemon.config.socket).request({"op": "harnesses"})
+    finally:
+        for s in held:
+            s.close()
+    for _ in range(100):  # the held connections' threads end as they see them close
+        try:
+            assert DaemonClient(empty_daemon.config.socket).request({"op": "harnesses"}) == {"harnesses": []}
+            break
+        except RemoteError:
+            time.sleep(0.05)
+    else:
+        pytest.fail("the daemon never served a client again")
