@@ -54,6 +54,15 @@ def test_write_keeps_the_permission_bits_of_the_file_it_replaces(root, caps):
     assert stat.S_IMODE(os.stat(root / "script.sh").st_mode) == 0o751
 
 
+def test_write_never_carries_setuid_setgid_or_sticky_onto_the_file_it_writes(root, caps):
+    """The new file belongs to the host's user and holds the guest's bytes: keeping the old file's setuid bit
+    planted a setuid program of the guest's choosing (owned by root, when the daemon runs as root)."""
+    (root / "tool").write_bytes(b"old")
+    os.chmod(root / "tool", 0o6755)
+    caps["berm.fs.write"](encode_frame(["tool", b"#!/bin/sh\nid\n"]))
+    assert stat.S_IMODE(os.stat(root / "tool").st_mode) == 0o755
+
+
 def test_write_does_not_create_parents_unless_asked(root, caps):
     write = caps["berm.fs.write"]
     with pytest.raises(CapabilityError, match="no such file or directory"):

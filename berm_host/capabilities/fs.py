@@ -2,8 +2,9 @@
 
 Reads are capped (a request for a bigger file is refused, not truncated). Writes go to a temporary file in the
 target's directory, are flushed to disk and renamed over the target, so a failure at any point leaves the old
-content whole; an existing file keeps its permission bits. Missing parent directories are an error unless the
-request asks for them with the pair ``parents = 1``.
+content whole; an existing file keeps its permission bits (read, write, execute: never setuid, setgid or sticky,
+which the new file would carry with the host user's ownership and the guest's content). Missing parent
+directories are an error unless the request asks for them with the pair ``parents = 1``.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def write_file(root: Root, path: str, content: bytes, *, parents: bool = False) 
         else:
             if not stat.S_ISREG(st.st_mode):
                 raise CapabilityError(f"{path}: exists and is not a regular file")
-            mode = stat.S_IMODE(st.st_mode)
+            mode = stat.S_IMODE(st.st_mode) & 0o777
         tmp = f".berm-write-{secrets.token_hex(8)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
                      dir_fd=r.dir_fd)
@@ -76,6 +77,7 @@ def write_file(root: Root, path: str, content: bytes, *, parents: bool = False) 
                     os.fchmod(f.fileno(), mode)
                 os.fsync(f.fileno())
             os.rename(tmp, r.leaf, src_dir_fd=r.dir_fd, dst_dir_fd=r.dir_fd)
+            os.fsync(r.dir_fd)  # the rename itself, durable once the call returns
         except BaseException:
             try:
                 os.unlink(tmp, dir_fd=r.dir_fd)
