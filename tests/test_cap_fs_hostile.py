@@ -10,7 +10,7 @@ import pytest
 
 from berm_abi.frames import encode_frame
 from berm_host.capabilities import fs
-from berm_host.capabilities.paths import Root
+from berm_host.capabilities.paths import MAX_DEPTH, Root
 from berm_host.linker import CapabilityError
 
 SECRET = b"outside secret"
@@ -224,6 +224,19 @@ def test_invalid_utf8_in_paths_is_refused(box):
 def test_huge_path_is_refused_early(box):
     _, _, read, _ = box
     _refused(read, encode_frame(["a/" * 500_000]), "longer than")
+
+
+def test_a_path_deeper_than_the_limit_is_refused_and_creates_nothing_past_it(box):
+    """A walk keeps a descriptor open per level: a 2,000-level write with parents ran the process out of file
+    descriptors (other harnesses' calls failed meanwhile) and left a tree too deep for shutil.rmtree."""
+    root, _, read, write = box
+    deep = "/".join(["d"] * (MAX_DEPTH + 1)) + "/f"
+    _refused(write, encode_frame([deep, b"x", "parents", "1"]), f"more than {MAX_DEPTH} directories deep")
+    levels = sum(1 for _ in (root / "d").rglob("d")) + 1
+    assert levels == MAX_DEPTH
+    ok = "/".join(["d"] * MAX_DEPTH) + "/f"
+    write(encode_frame([ok, b"x", "parents", "1"]))
+    assert _read(read, ok) == b"x"
 
 
 def test_huge_write_is_refused_and_writes_nothing(box):

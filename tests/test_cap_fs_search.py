@@ -262,3 +262,18 @@ def test_glob_translation():
     assert Glob(r"\*").match("*", d) and not Glob(r"\*").match("x", d)
     assert Glob("*.c", basename_if_no_slash=True).match("deep/down/x.c", d)
     assert glob_source("[unclosed") == r"\[unclosed"
+
+
+def test_a_tree_deeper_than_paths_may_reach_is_searched_down_to_that_depth(root, caps):
+    """os.fwalk recurses a level per directory: a 1,200-level tree (a guest can make one with mkdir -p through
+    exec, or find one in a repository) raised RecursionError out of grep and glob, a trap instead of a reply."""
+    deep = root / "deep"
+    deep.mkdir()
+    path = deep
+    for _ in range(1200):  # one level at a time: Path.mkdir(parents=True) recurses too
+        path = path / "d"
+        path.mkdir()
+    (path / "f.txt").write_text("needle\n")
+    (deep / "near.txt").write_text("needle\n")
+    assert "deep/near.txt" in grep(caps, "needle")
+    assert glob(caps, "**/f.txt") == []

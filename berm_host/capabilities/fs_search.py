@@ -23,7 +23,7 @@ from ._request import Deadline, capability, fields, text
 from .fs import READ_CAP, read_upto
 from .gitignore import MAX_IGNORE_FILE, Ignore
 from .patterns import MAX_PATTERN, Glob, literal_prefix
-from .paths import Root
+from .paths import MAX_DEPTH, Root
 
 #: At most this many paths (glob, grep files/count) or matching lines (grep content) per reply.
 RESULT_CAP = 1000
@@ -104,8 +104,10 @@ def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool) -> Itera
                                                        deadline)
             # os.fwalk lists a symlink to a directory among the directories (and never enters it): it is a leaf.
             links = [d for d in dirnames if _is_link(dfd, d)]
-            dirnames[:] = sorted(d for d in dirnames if d not in links and d != ".git"
-                                 and not (ignore and ignore.ignored(_join(rel_dir, d), True, deadline)))
+            deep = rel_dir != "." and rel_dir.count("/") + 1 >= MAX_DEPTH  # as deep as a path may reach
+            dirnames[:] = [] if deep else sorted(
+                d for d in dirnames if d not in links and d != ".git"
+                and not (ignore and ignore.ignored(_join(rel_dir, d), True, deadline)))
             if ignore is not None:
                 for d in dirnames:
                     ignores[_join(sub_dir, d)] = ignore

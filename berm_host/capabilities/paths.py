@@ -29,6 +29,9 @@ MAX_SYMLINKS = 40
 MAX_RETRIES = 8
 #: Longer guest paths are refused before any work (PATH_MAX).
 MAX_PATH_BYTES = 4096
+#: The deepest directory a path may reach below the root: a walk keeps a descriptor open per level (for ``..``),
+#: and 2,000 levels of ``a/a/…`` took the process past its descriptor limit, failing other harnesses' calls.
+MAX_DEPTH = 256
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -126,6 +129,8 @@ class Root:
                 if not stat.S_ISLNK(st.st_mode):
                     return comp
             else:
+                if len(stack) > MAX_DEPTH:
+                    raise CapabilityError(f"{path[:200]}: more than {MAX_DEPTH} directories deep")
                 fd = self._open_step(path, top, comp, create_dirs)
                 if fd is not None:
                     stack.append(fd)
