@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from berm_abi.frames import decode_frame, encode_frame
 from berm_host.capabilities import clock, kv
 from berm_host.linker import CapabilityError
+from berm_host.running import interpreting
+from tests.bounded import ends_within
 
 
 def test_clock_now_is_utc_millis_and_the_local_offset():
@@ -95,6 +98,76 @@ def test_list_prefix_is_a_byte_prefix(store):
         a["set"](key, "v")
     assert decode_frame(a["list"]("a%")) == [b"a%"]  # no LIKE wildcards
     assert decode_frame(a["list"](b"a")) == [b"a%", b"a_", b"ab", b"a\xff"]
+
+
+def test_list_prefixes_ending_in_ff_bytes(store):
+    a = _kv(store, "a")
+    for key in [b"a\xff", b"a\xff\xff", b"a\xff\x00", b"b", b"\xff", b"\xff\xff"]:
+        a["set"](key, "v")
+    assert decode_frame(a["list"](b"a\xff")) == [b"a\xff", b"a\xff\x00", b"a\xff\xff"]
+    assert decode_frame(a["list"](b"\xff")) == [b"\xff", b"\xff\xff"]
+    assert decode_frame(a["list"](b"\xff\xff\xff")) == []
+
+
+def _recounted(store) -> dict:
+    db = sqlite3.connect(store.path)
+    try:
+        counted = {ns: (k, b) for ns, k, b in db.execute("SELECT ns, keys, bytes FROM usage WHERE keys > 0")}
+        actual = {ns: (k, b) for ns, k, b in db.execute(
+            "SELECT ns, COUNT(*), SUM(length(key) + length(value)) FROM kv GROUP BY ns")}
+    finally:
+        db.close()
+    assert counted == actual
+    return counted
+
+
+def test_each_namespace_usage_is_kept_with_every_write(store):
+    """The caps were checked by summing the whole namespace on every set (~50 ms for a full one, under the lock
+    every harness's kv calls share); the counts kept instead must stay exact through replaces and deletes."""
+    a, b = _kv(store, "a"), _kv(store, "b")
+    a["set"]("k1", "one")
+    a["set"]("k2", "two")
+    a["set"]("k1", "a longer one")
+    b["set"]("k", "b's")
+    a["delete"]("k2")
+    a["delete"]("nothing")
+    assert _recounted(store) == {"a": (1, 2 + 12), "b": (1, 1 + 3)}
+    a["delete"]("k1")
+    assert _recounted(store) == {"b": (1, 4)}
+
+
+def test_a_store_from_before_usage_was_kept_is_counted_when_opened(tmp_path, monkeypatch):
+    path = tmp_path / "kv.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE kv (ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key)) "
+               "WITHOUT ROWID")
+    db.executemany("INSERT INTO kv VALUES (?, ?, ?)", [("a", b"k1", b"v" * 40), ("a", b"k2", b"v" * 40)])
+    db.commit()
+    db.close()
+    store = kv.KvStore(path)
+    assert _recounted(store) == {"a": (2, 84)}
+    monkeypatch.setattr(kv, "NAMESPACE_BYTES_CAP", 100)
+    with pytest.raises(CapabilityError, match="would exceed 100 bytes"):
+        _kv(store, "a")["set"]("k3", b"v" * 20)
+
+
+def test_a_call_waits_for_the_file_lock_only_as_long_as_its_invocation_can(store):
+    """Another process holding the database's write lock kept every kv call waiting SQLite's fixed 5 s, past the
+    invocation's deadline (and each waiting thread sat through the previous one's wait too)."""
+    a = _kv(store, "a")
+    a["set"]("k", "v")  # the file exists, with its tables
+    other = sqlite3.connect(store.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        def call():
+            with interpreting(time.monotonic() + 1.0):
+                with pytest.raises(CapabilityError, match="locked|busy"):
+                    a["set"]("k", "w")
+        ends_within(3.0, call)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert a["get"]("k") == b"v"
 
 
 def test_malformed_kv_requests(store):

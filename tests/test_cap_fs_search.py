@@ -275,5 +275,11 @@ def test_a_tree_deeper_than_paths_may_reach_is_searched_down_to_that_depth(root,
         path.mkdir()
     (path / "f.txt").write_text("needle\n")
     (deep / "near.txt").write_text("needle\n")
-    assert "deep/near.txt" in grep(caps, "needle")
-    assert glob(caps, "**/f.txt") == []
+    try:
+        assert "deep/near.txt" in grep(caps, "needle")
+        assert glob(caps, "**/f.txt") == []
+    finally:  # bottom up: shutil.rmtree, pytest's cleanup of old temporary directories included, recurses too
+        (path / "f.txt").unlink()
+        while path != deep:
+            path.rmdir()
+            path = path.parent

@@ -3,14 +3,18 @@
 One SQLite database (WAL journal, ``synchronous=FULL``: a write acknowledged to the guest survives a crash) under
 the data directory, shared by every harness; each capability set is bound to one namespace (the harness's name)
 and cannot name another. Keys and values are bytes. Caps: key and value sizes, and per namespace the number of
-keys and the bytes they hold; a ``set`` over a cap is refused and changes nothing.
+keys and the bytes they hold (counted with every write, not summed per call); a ``set`` over a cap is refused and
+changes nothing. A call waits for the store (this process's other calls, another process's write lock) no longer
+than the invocation it serves can.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import platformdirs
@@ -19,7 +23,7 @@ from berm_abi.errors import BermError
 from berm_abi.frames import encode_frame
 from berm_host.linker import CapabilityError, CapabilityFn
 
-from ._request import capability, fields
+from ._request import Deadline, capability, fields
 
 KEY_CAP = 1024
 VALUE_CAP = 1024 * 1024
@@ -29,6 +33,10 @@ LIST_CAP = 10_000
 #: How long a call waits for another process holding the database's write lock.
 KV_TIMEOUT = 5.0
 DB_NAME = "kv.sqlite3"
+#: Each namespace's key count and bytes, kept with every write: the caps were checked by summing the namespace on
+#: every set, ~50 ms for a full one, under the lock every harness's kv calls share.
+_USAGE_SCHEMA = ("CREATE TABLE usage (ns TEXT PRIMARY KEY, keys INTEGER NOT NULL, bytes INTEGER NOT NULL) "
+                 "WITHOUT ROWID")
 
 
 class KvStoreError(BermError):
@@ -52,12 +60,22 @@ class KvStore:
         self.path = path
         self._lock = threading.Lock()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # every harness's data: the user's only
             self._db = sqlite3.connect(path, timeout=KV_TIMEOUT, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT NOT NULL, key BLOB NOT NULL, "
-                             "value BLOB NOT NULL, PRIMARY KEY (ns, key)) WITHOUT ROWID")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT NOT NULL, key BLOB NOT NULL, "
+                                 "value BLOB NOT NULL, PRIMARY KEY (ns, key)) WITHOUT ROWID")
+                if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'usage'").fetchone():
+                    self._db.execute(_USAGE_SCHEMA)  # and what a store written before it holds, counted once
+                    self._db.execute("INSERT INTO usage SELECT ns, COUNT(*), SUM(length(key) + length(value)) "
+                                     "FROM kv GROUP BY ns")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
         except (OSError, sqlite3.Error) as exc:
             raise KvStoreError(f"cannot open the key-value store {path}: {exc}") from None
 
@@ -71,15 +89,34 @@ class KvStore:
                 store = cls._open[path] = cls(path)
             return store
 
-    def _run(self, sql: str, args: tuple = ()) -> list[tuple]:
+    @contextlib.contextmanager
+    def _locked(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """The connection, for as long as the invocation being served can wait (a guest blocked in a host call
+        cannot be interrupted): for this process's other calls, and for another process holding the file's write
+        lock. A write is one transaction. SQLite errors become the guest's CapabilityError."""
+        budget = Deadline.within_invocation(KV_TIMEOUT)
+        if not self._lock.acquire(timeout=max(budget.seconds, 0.001)):
+            raise CapabilityError(f"storage is busy: waited {budget.seconds:.3g} s")
         try:
-            with self._lock:
-                return self._db.execute(sql, args).fetchall()
+            self._db.execute(f"PRAGMA busy_timeout = {max(1, int(budget.remaining() * 1000))}")
+            if not write:
+                yield self._db
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise CapabilityError(f"storage failed: {exc}") from None
+        finally:
+            self._lock.release()
 
     def get(self, ns: str, key: bytes) -> bytes | None:
-        rows = self._run("SELECT value FROM kv WHERE ns = ? AND key = ?", (ns, key))
+        with self._locked() as db:
+            rows = db.execute("SELECT value FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchall()
         return bytes(rows[0][0]) if rows else None
 
     def set(self, ns: str, key: bytes, value: bytes) -> None:
@@ -87,32 +124,48 @@ class KvStore:
             raise CapabilityError(f"a key must be 1 to {KEY_CAP} bytes, not {len(key)}")
         if len(value) > VALUE_CAP:
             raise CapabilityError(f"a value must be at most {VALUE_CAP} bytes, not {len(value)}")
-        try:
-            with self._lock:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    count, used = self._db.execute(
-                        "SELECT COUNT(*), COALESCE(SUM(length(key) + length(value)), 0) FROM kv "
-                        "WHERE ns = ? AND key != ?", (ns, key)).fetchone()
-                    if count + 1 > NAMESPACE_KEYS_CAP:
-                        raise CapabilityError(f"this harness already holds {NAMESPACE_KEYS_CAP} keys")
-                    if used + len(key) + len(value) > NAMESPACE_BYTES_CAP:
-                        raise CapabilityError(f"this harness's storage would exceed {NAMESPACE_BYTES_CAP} bytes")
-                    self._db.execute("INSERT OR REPLACE INTO kv (ns, key, value) VALUES (?, ?, ?)", (ns, key, value))
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise CapabilityError(f"storage failed: {exc}") from None
+        with self._locked(write=True) as db:
+            old = _size_of(db, ns, key)
+            count, used = _usage(db, ns)
+            count, used = count + (old is None), used - (old or 0) + len(key) + len(value)
+            if count > NAMESPACE_KEYS_CAP:
+                raise CapabilityError(f"this harness already holds {NAMESPACE_KEYS_CAP} keys")
+            if used > NAMESPACE_BYTES_CAP:
+                raise CapabilityError(f"this harness's storage would exceed {NAMESPACE_BYTES_CAP} bytes")
+            db.execute("INSERT OR REPLACE INTO kv (ns, key, value) VALUES (?, ?, ?)", (ns, key, value))
+            db.execute("INSERT OR REPLACE INTO usage (ns, keys, bytes) VALUES (?, ?, ?)", (ns, count, used))
 
     def delete(self, ns: str, key: bytes) -> None:
-        self._run("DELETE FROM kv WHERE ns = ? AND key = ?", (ns, key))
+        with self._locked(write=True) as db:
+            old = _size_of(db, ns, key)
+            if old is not None:
+                count, used = _usage(db, ns)
+                db.execute("DELETE FROM kv WHERE ns = ? AND key = ?", (ns, key))
+                db.execute("UPDATE usage SET keys = ?, bytes = ? WHERE ns = ?", (count - 1, used - old, ns))
 
     def keys(self, ns: str, prefix: bytes, limit: int = LIST_CAP) -> list[bytes]:
-        rows = self._run("SELECT key FROM kv WHERE ns = ? AND substr(key, 1, ?) = ? ORDER BY key LIMIT ?",
-                         (ns, len(prefix), prefix, limit))
+        """Up to ``limit`` keys starting with ``prefix``, sorted: a range of the primary key."""
+        end = _after_prefix(prefix)
+        with self._locked() as db:
+            rows = db.execute("SELECT key FROM kv WHERE ns = ? AND key >= ? AND (? IS NULL OR key < ?) "
+                              "ORDER BY key LIMIT ?", (ns, prefix, end, end, limit)).fetchall()
         return [bytes(r[0]) for r in rows]
+
+
+def _size_of(db: sqlite3.Connection, ns: str, key: bytes) -> int | None:
+    row = db.execute("SELECT length(key) + length(value) FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchone()
+    return None if row is None else row[0]
+
+
+def _usage(db: sqlite3.Connection, ns: str) -> tuple[int, int]:
+    row = db.execute("SELECT keys, bytes FROM usage WHERE ns = ?", (ns,)).fetchone()
+    return (0, 0) if row is None else row
+
+
+def _after_prefix(prefix: bytes) -> bytes | None:
+    """The least byte string after every string starting with ``prefix`` (None: there is none)."""
+    stripped = prefix.rstrip(b"\xff")
+    return stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else None
 
 
 def capabilities(store: KvStore, namespace: str) -> dict[str, CapabilityFn]:
