@@ -58,7 +58,8 @@ class Engine:
         self.jobs = jobs or min(2, os.cpu_count() or 1)
         self._images: dict[str, Image] = {}
         self._lock = threading.Lock()  # guards the two dicts, never held while an image loads
-        self._loading: dict[str, threading.Lock] = {}  # one gate per digest being loaded
+        #: one gate per digest being loaded, with how many threads hold or wait for it
+        self._loading: dict[str, tuple[threading.Lock, list[int]]] = {}
 
     def load(self, source: str | Path | bytes) -> Image:
         """The image in ``source`` (ELF bytes or a path), translated and loaded; the same bytes load once.
@@ -71,19 +72,23 @@ class Engine:
             image = self._images.get(digest)
             if image is not None:
                 return image
-            gate = self._loading.setdefault(digest, threading.Lock())
-        with gate:
-            with self._lock:
-                image = self._images.get(digest)
-            if image is not None:  # another thread loaded it while this one waited at the gate
+            gate, users = self._loading.setdefault(digest, (threading.Lock(), [0]))
+            users[0] += 1
+        try:
+            with gate:
+                with self._lock:
+                    image = self._images.get(digest)
+                if image is not None:  # another thread loaded it while this one waited at the gate
+                    return image
+                image = Image(self, self._facts(data, digest))
+                with self._lock:
+                    self._images[digest] = image
                 return image
-            image = Image(self, self._facts(data, digest))
-            with self._lock:
-                self._images[digest] = image
-                # only now: after a failed load the gate stays, so a thread already waiting on it and one that
-                # comes later cannot load the same bytes side by side
-                del self._loading[digest]
-            return image
+        finally:
+            with self._lock:  # the last thread out removes the gate, after a failed load too (not before: a
+                users[0] -= 1  # thread waiting on it and one coming later would then load the same bytes at once)
+                if not users[0]:
+                    del self._loading[digest]
 
     def _facts(self, data: bytes, digest: str) -> ElfFacts:
         """Translated code keeps the ELF's facts in its cache (a cached load never parses the ELF); the
