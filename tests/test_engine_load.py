@@ -86,6 +86,7 @@ def test_a_failed_load_can_be_retried(tmp_path, elves, monkeypatch):
     monkeypatch.setattr(Engine, "_facts", facts)
     with pytest.raises(RuntimeError, match="disk full"):
         engine.load(elves[0])
-    assert not engine._loading  # a failed load's gate went with its last user (it stayed for good: 20,000 bad
-    assert engine.load(elves[0]).digest  # images, 20,000 locks)
+    # a failed load's gate goes with its last user (it stayed for good: 20,000 bad images, 20,000 locks)
+    assert not engine._loading
+    assert engine.load(elves[0]).digest
     assert not engine._loading
