@@ -32,9 +32,12 @@ def interruptible(run: Callable[[], T]) -> T:
     try:
         thread.join()  # a lock wait: a signal interrupts it
     except KeyboardInterrupt:
-        print("berm: interrupted", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        try:
+            print("berm: interrupted", file=sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:  # noqa: BLE001 - a closed pipe, a second Ctrl-C: the process ends all the same
+            pass
         os._exit(INTERRUPTED)
     ok, value = outcome[0]
     if ok:

@@ -278,7 +278,11 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                 pass
             self.shutdown_request(request)
             return
-        super().process_request(request, client_address)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.clients.release()  # its thread never started (out of threads): the slot is not used
+            raise
 
     def process_request_thread(self, request, client_address) -> None:
         try:

@@ -151,6 +151,27 @@ def test_a_store_from_before_usage_was_kept_is_counted_when_opened(tmp_path, mon
         _kv(store, "a")["set"]("k3", b"v" * 20)
 
 
+def test_usage_is_counted_afresh_at_every_open(tmp_path):
+    """A version of this code from before the usage table, writing to the same file while this one ran, left the
+    counts short for good; later deletes took them below zero, loosening the caps."""
+    path = tmp_path / "kv.sqlite3"
+    _kv(kv.KvStore(path), "a")["set"]("k", "v")
+    db = sqlite3.connect(path)
+    db.execute("INSERT INTO kv VALUES ('a', x'6b32', x'7676')")  # as the old code wrote: usage untouched
+    db.commit()
+    db.close()
+    assert _recounted(kv.KvStore(path)) == {"a": (2, 6)}
+
+
+def test_a_full_disk_is_reported_as_such(store):
+    a = _kv(store, "a")
+    a["set"]("small", "v")
+    store._db.execute("PRAGMA max_page_count = 8")  # the file cannot grow: as a disk with no room left
+    with pytest.raises(CapabilityError, match="full"):
+        a["set"]("big", b"x" * 200_000)
+    assert a["get"]("small") == b"v" and _recounted(store) == {"a": (1, 6)}
+
+
 def test_a_call_waits_for_the_file_lock_only_as_long_as_its_invocation_can(store):
     """Another process holding the database's write lock kept every kv call waiting SQLite's fixed 5 s, past the
     invocation's deadline (and each waiting thread sat through the previous one's wait too)."""

@@ -3,6 +3,7 @@
 import json
 import signal
 import socket
+import socketserver
 import stat
 import subprocess
 import sys
@@ -157,3 +158,22 @@ def test_connections_past_the_limit_are_told_so_and_closed(empty_daemon):
             time.sleep(0.05)
     else:
         pytest.fail("the daemon never served a client again")
+
+
+def test_a_connection_whose_thread_could_not_start_gives_its_slot_back(empty_daemon, monkeypatch):
+    failures = [daemon_mod.MAX_CLIENTS]
+
+    def no_thread(self, request, client_address):
+        if failures[0]:
+            failures[0] -= 1
+            raise RuntimeError("can't start new thread")
+        return real(self, request, client_address)
+
+    real = socketserver.ThreadingMixIn.process_request
+    monkeypatch.setattr(socketserver.ThreadingMixIn, "process_request", no_thread)
+    monkeypatch.setattr(empty_daemon._server, "handle_error", lambda request, address: None)
+    for _ in range(daemon_mod.MAX_CLIENTS):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(empty_daemon.config.socket))
+            s.recv(1)  # closed by the server
+    assert DaemonClient(empty_daemon.config.socket).request({"op": "harnesses"}) == {"harnesses": []}

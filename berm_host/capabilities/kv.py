@@ -35,7 +35,7 @@ KV_TIMEOUT = 5.0
 DB_NAME = "kv.sqlite3"
 #: Each namespace's key count and bytes, kept with every write: the caps were checked by summing the namespace on
 #: every set, ~50 ms for a full one, under the lock every harness's kv calls share.
-_USAGE_SCHEMA = ("CREATE TABLE usage (ns TEXT PRIMARY KEY, keys INTEGER NOT NULL, bytes INTEGER NOT NULL) "
+_USAGE_SCHEMA = ("CREATE TABLE IF NOT EXISTS usage (ns TEXT PRIMARY KEY, keys INTEGER NOT NULL, bytes INTEGER NOT NULL) "
                  "WITHOUT ROWID")
 
 
@@ -68,10 +68,12 @@ class KvStore:
             try:
                 self._db.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT NOT NULL, key BLOB NOT NULL, "
                                  "value BLOB NOT NULL, PRIMARY KEY (ns, key)) WITHOUT ROWID")
-                if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'usage'").fetchone():
-                    self._db.execute(_USAGE_SCHEMA)  # and what a store written before it holds, counted once
-                    self._db.execute("INSERT INTO usage SELECT ns, COUNT(*), SUM(length(key) + length(value)) "
-                                     "FROM kv GROUP BY ns")
+                # counted afresh at every open: a store written before the table existed, or by such a version of
+                # this code while this one ran, is counted right again
+                self._db.execute(_USAGE_SCHEMA)
+                self._db.execute("DELETE FROM usage")
+                self._db.execute("INSERT INTO usage SELECT ns, COUNT(*), SUM(length(key) + length(value)) "
+                                 "FROM kv GROUP BY ns")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -106,7 +108,8 @@ class KvStore:
             try:
                 yield self._db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite rolls back by itself on some errors (a full disk)
+                    self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:

@@ -30,8 +30,9 @@ MAX_RETRIES = 8
 #: Longer guest paths are refused before any work (PATH_MAX).
 MAX_PATH_BYTES = 4096
 #: The deepest directory a path may reach below the root: a walk keeps a descriptor open per level (for ``..``),
-#: and 2,000 levels of ``a/a/…`` took the process past its descriptor limit, failing other harnesses' calls.
-MAX_DEPTH = 256
+#: and 2,000 levels of ``a/a/…`` took the process past its descriptor limit, failing other harnesses' calls. At
+#: 128, the daemon's four workers resolving at once stay well inside a soft limit of 1024.
+MAX_DEPTH = 128
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
