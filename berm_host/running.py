@@ -9,22 +9,22 @@ earliest of its own deadline and its caller's.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 _interpreted = threading.local()
-_core = None  # translated code's core, imported when first needed (it pulls in the whole backend)
+_CORE = "berm_host.aot._core"
 
 
 def time_left() -> float | None:
     """Seconds until the earliest deadline of the invocations running on this thread (0 or less: passed); None when
     none runs, or none has a deadline."""
-    global _core
-    if _core is None:
-        from berm_host.aot._core import lib as _core
-    ends = [d for d in (_core.berm_thread_deadline(), getattr(_interpreted, "deadline", 0.0)) if d > 0]
+    core = sys.modules.get(_CORE)  # not imported by anyone: no translated code can be running (nothing to import)
+    translated = core.lib.berm_thread_deadline() if core is not None else 0.0
+    ends = [d for d in (translated, getattr(_interpreted, "deadline", 0.0)) if d > 0]
     return min(ends) - time.monotonic() if ends else None
 
 
