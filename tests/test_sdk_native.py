@@ -14,7 +14,9 @@ from berm_abi.frames import decode_frame, encode_frame
 from berm_abi.names import CAPABILITY_CALLS
 from berm_host.linker import CapabilityError
 from berm_host.traps import ToolFailure
+from berm_sdk.build import build_harness
 from berm_sdk.native import NativeHarness, NativePanic, build_native_library
+from tests.sdk_engines import harness as sdk_harness
 
 HELPERS = r"""
 #include "berm.h"
@@ -67,6 +69,20 @@ BERM_TOOL(overflow) {
     berm_buf b;
     berm_buf_init(&b, 100);
     for (size_t i = 0; i < berm_args_len(); i++) berm_buf_putc(&b, 'x');
+    return berm_buf_finish(&b);
+}
+
+/* A buffer with no limit to speak of (SIZE_MAX): limit + 1 wrapped to 0, its capacity was clamped to it, and every
+ * put wrote past a 16-byte block. */
+BERM_TOOL(unlimited) {
+    berm_buf b;
+    berm_buf_init(&b, SIZE_MAX);
+    berm_buf_putc(&b, 'u');
+    char *other = malloc(64); /* the block after the buffer's */
+    memset(other, 'Z', 64);
+    for (int i = 1; i < 1000; i++) berm_buf_putc(&b, 'u');
+    for (int i = 0; i < 64; i++)
+        if (other[i] != 'Z') return berm_fail("the buffer wrote over another block");
     return berm_buf_finish(&b);
 }
 
@@ -259,6 +275,26 @@ def snprintf(lib, cap: int, fmt: bytes, *args) -> tuple[int, bytes]:
     (b"%c%c%%", (ctypes.c_int(ord("o")), ctypes.c_int(ord("k"))), b"ok%"),
     (b"%s", (None,), b"(null)"),
     (b"%q %", (), b"%q %"),
+    # flags, modifiers and floating conversions clang's format check accepts: the SDK skipped their arguments, so the
+    # next %s read the wrong one as a pointer and the guest trapped
+    (b"delta %+d in %s", (ctypes.c_int(5), b"main.c"), b"delta +5 in main.c"),
+    (b"[% d][% d][%+d]", (ctypes.c_int(3), ctypes.c_int(-3), ctypes.c_int(0)), b"[ 3][-3][+0]"),
+    (b"%hd %hu %hhd %hhu %s", (ctypes.c_int(70000), ctypes.c_int(70000), ctypes.c_int(200), ctypes.c_int(300), b"ok"),
+     b"4464 4464 -56 44 ok"),
+    (b"%jd %td %s", (ctypes.c_longlong(-(2**40)), ctypes.c_ssize_t(-7), b"ok"), b"-1099511627776 -7 ok"),
+    (b"%#x %#X %#o %o %#x", (ctypes.c_uint(255), ctypes.c_uint(255), ctypes.c_uint(8), ctypes.c_uint(8),
+                             ctypes.c_uint(0)), b"0xff 0XFF 010 10 0"),
+    (b"[%.3d][%5.3d][%-6.2x][%.0d]", (ctypes.c_int(5), ctypes.c_int(-5), ctypes.c_uint(10), ctypes.c_int(0)),
+     b"[005][ -005][0a    ][]"),
+    (b"ratio %.2f of %s", (ctypes.c_double(0.5), b"total"), b"ratio 0.50 of total"),
+    (b"%f %e %g %g %g", (ctypes.c_double(3.25), ctypes.c_double(1234.5), ctypes.c_double(0.0001),
+                         ctypes.c_double(123456789.0), ctypes.c_double(100.0)),
+     b"3.250000 1.234500e+03 0.0001 1.23457e+08 100"),
+    (b"[%8.3f][%-8.1e][%08.2f][%+.1f][%G]", (ctypes.c_double(-2.5), ctypes.c_double(0.0), ctypes.c_double(-1.5),
+                                             ctypes.c_double(2.0), ctypes.c_double(1e-10)),
+     b"[  -2.500][0.0e+00 ][-0001.50][+2.0][1E-10]"),
+    (b"%f %f %F %5f %s", (ctypes.c_double(float("inf")), ctypes.c_double(float("-inf")),
+                          ctypes.c_double(float("nan")), ctypes.c_double(float("nan")), b"ok"), b"inf -inf NAN   nan ok"),
 ])
 def test_snprintf_conversions(lib, fmt, args, text):
     assert snprintf(lib, 256, fmt, *args) == (len(text), text)
@@ -271,10 +307,40 @@ def test_snprintf_truncates_but_reports_the_full_length(lib):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(-(2**63), 2**63 - 1), st.integers(0, 30), st.sampled_from(["", "-", "0"]))
-def test_snprintf_integers_match_python(lib, value, width, flag):
-    fmt = f"%{flag}{width or ''}lld"
-    assert snprintf(lib, 64, fmt.encode(), ctypes.c_longlong(value))[1] == (fmt.replace("ll", "") % value).encode()
+@given(st.integers(-(2**63), 2**63 - 1), st.integers(0, 30), st.sampled_from(["", "-", "0", "+", " ", "+0", "- "]),
+       st.sampled_from(["", ".0", ".5", ".25"]))
+def test_snprintf_integers_match_python(lib, value, width, flag, precision):
+    fmt = f"%{flag}{width or ''}{precision}lld"
+    expected = (fmt.replace("ll", "").replace(precision, "") % value) if not precision else _c_integer(fmt, value)
+    assert snprintf(lib, 64, fmt.encode(), ctypes.c_longlong(value))[1] == expected.encode()
+
+
+def _c_integer(fmt: str, value: int) -> str:
+    """C's %d with a precision (minimum digits, and the 0 flag then ignored), which Python's % does not have."""
+    flags = fmt[1:fmt.index(next(c for c in fmt[1:] if c.isdigit() and c != "0" or c == "."))]
+    rest = fmt[1 + len(flags):-3]
+    width_text, _, digits_text = rest.partition(".")
+    digits = str(abs(value)).rjust(int(digits_text or 0), "0") if value or int(digits_text or 0) else ""
+    sign = "-" if value < 0 else "+" if "+" in flags else " " if " " in flags else ""
+    text = sign + digits
+    width = int(width_text or 0)
+    return text.ljust(width) if "-" in flags else text.rjust(width)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e15, max_value=1e15) | st.floats(-1e-3, 1e-3),
+       st.sampled_from("feg"), st.integers(0, 10))
+def test_snprintf_doubles_are_within_a_unit_of_their_last_digit(lib, value, conv, precision):
+    """Rounded in double arithmetic, not exactly: the digits shown may differ from an exact expansion in the last
+    place, never by more, and the shape (digits after the point, exponent) is C's."""
+    fmt = f"%.{precision}{conv}"
+    got = snprintf(lib, 128, fmt.encode(), ctypes.c_double(value))[1].decode()
+    exact = fmt % value
+    if conv != "g":  # C's shape: as many digits after the point (in the mantissa, for %e)
+        assert got.split("e")[0].partition(".")[2] == "" if precision == 0 else \
+            len(got.split("e")[0].partition(".")[2]) == precision
+    unit = 10.0 ** -precision if conv == "f" else abs(float(exact)) * 10.0 ** (1 - max(precision, 1))
+    assert abs(float(got) - float(exact)) <= unit * 1.000001 + abs(value) * 1e-15
 
 
 # ---------------------------------------------------------------- mem* and str*
@@ -380,6 +446,17 @@ def test_output_buffer_overflow_is_a_failure_never_partial(harness):
     assert harness.call("overflow", b"y" * 100) == b"x" * 100
     with pytest.raises(ToolFailure, match="output exceeds the 100-byte output buffer"):
         harness.call("overflow", b"y" * 101)
+
+
+def test_a_buffer_limited_to_size_max_grows_like_any(harness, tmp_path):
+    """Natively the host's allocator hid it; in a guest the SDK's allocator's next block header showed through."""
+    assert harness.call("unlimited") == b"u" * 1000
+    (tmp_path / "harness.toml").write_text('name = "unlimited"\nusage = "u"\n\n[[tools]]\nname = "unlimited"\n'
+                                           'description = "u"\nparameters = { type = "object" }\n')
+    (tmp_path / "u.c").write_text(HELPERS[HELPERS.index("BERM_TOOL(unlimited)"):HELPERS.index("BERM_TOOL(failf)")]
+                                  .join(['#include "berm.h"\n', ""]))
+    elf = build_harness(tmp_path, tmp_path / "u.elf").read_bytes()
+    assert sdk_harness("aot", elf).call("unlimited") == "u" * 1000
 
 
 def test_failf_and_logf_format(harness):

@@ -146,8 +146,9 @@ char *strndup(const char *s, size_t n);
 /** The first occurrence of needle in haystack, both with lengths; NULL when absent or needle is empty. */
 const char *berm_memmem(const char *haystack, size_t hlen, const char *needle, size_t nlen);
 
-/** Bounded formatting: %d %i %u %x %X %c %s %p %%, length modifiers l ll z, flags '-' '0', a width, and a
- *  precision for %s (%.*s, %.12s). Always NUL-terminates when cap > 0; returns the length it wanted. */
+/** Bounded formatting: %d %i %u %o %x %X %c %s %p %%, %f %e %g (F E G; %a as %e) rounded in double precision, length
+ *  modifiers hh h l ll z j t L, flags '-' '0' '+' ' ' '#', a width and a precision (%.*s, %.12s, %.3d, %.2f).
+ *  Always NUL-terminates when cap > 0; returns the length it wanted. */
 int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap);
 int snprintf(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /** Format into fresh heap memory; NULL when out of memory. */

@@ -108,15 +108,15 @@ bool berm_buf_ok(const berm_buf *b) { return !b->overflow && !b->oom; }
 /* Room for `extra` more bytes plus a NUL, growing geometrically up to the limit. */
 static bool reserve(berm_buf *b, size_t extra) {
     if (!berm_buf_ok(b)) return false;
-    if (extra > b->limit - b->len) {
+    if (extra > b->limit - b->len || extra >= SIZE_MAX - b->len) { /* (a limit of SIZE_MAX: no +1 wraps) */
         b->overflow = true;
         return false;
     }
     size_t need = b->len + extra + 1;
     if (need <= b->cap) return true;
     size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) cap *= 2;
-    if (cap > b->limit + 1) cap = b->limit + 1;
+    while (cap < need) cap = cap <= SIZE_MAX / 2 ? cap * 2 : need;
+    if (b->limit < SIZE_MAX && cap > b->limit + 1) cap = b->limit + 1;
     char *data = realloc(b->data, cap);
     if (!data) {
         b->oom = true;

@@ -20,7 +20,7 @@ static void pad(out_t *o, char c, size_t count) {
 }
 
 typedef struct {
-    bool left, zero;
+    bool left, zero, plus, space, alt;
     size_t width;
 } spec_t;
 
@@ -40,19 +40,117 @@ static void emit(out_t *o, const spec_t *sp, const char *text, size_t len, size_
     }
 }
 
+/* A number in `base`, at least `min_digits` digits (a precision), after its sign and `prefix` (0x, 0). */
 static void emit_number(out_t *o, const spec_t *sp, uint64_t magnitude, bool negative, unsigned base,
-                        bool upper, const char *prefix) {
-    char tmp[32];
-    size_t i = sizeof tmp;
+                        bool upper, const char *prefix, size_t min_digits) {
+    char tmp[96];
+    size_t i = sizeof tmp, digits_len = 0;
     const char *digits = upper ? "0123456789ABCDEF" : "0123456789abcdef";
-    do {
+    if (min_digits > 64) min_digits = 64;
+    while (magnitude || digits_len < min_digits) {
         tmp[--i] = digits[magnitude % base];
         magnitude /= base;
-    } while (magnitude);
+        digits_len++;
+    }
     size_t sign_len = 0;
     for (size_t p = strlen(prefix); p; p--) tmp[--i] = prefix[p - 1], sign_len++;
-    if (negative) tmp[--i] = '-', sign_len++;
+    if (negative || sp->plus || sp->space) tmp[--i] = negative ? '-' : sp->plus ? '+' : ' ', sign_len++;
     emit(o, sp, tmp + i, sizeof tmp - i, sign_len);
+}
+
+static const uint64_t POW10[18] = {1ull, 10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull,
+                                   100000000ull, 1000000000ull, 10000000000ull, 100000000000ull,
+                                   1000000000000ull, 10000000000000ull, 100000000000000ull,
+                                   1000000000000000ull, 10000000000000000ull, 100000000000000000ull};
+
+/* Decimal digits of v, at least `width` of them, at `at`; returns how many. */
+static size_t put_decimal(char *at, uint64_t v, size_t width) {
+    char tmp[24];
+    size_t n = 0;
+    do tmp[n++] = (char)('0' + v % 10), v /= 10; while (v);
+    while (n < width) tmp[n++] = '0';
+    for (size_t k = 0; k < n; k++) at[k] = tmp[n - 1 - k];
+    return n;
+}
+
+/* |v| as m * 10^e with 1 <= m < 10 (m = 0 for 0). */
+static double decimal_exponent(double v, int *e) {
+    *e = 0;
+    if (v == 0) return 0;
+    while (v >= 10) v /= 10, (*e)++;
+    while (v < 1) v *= 10, (*e)--;
+    return v;
+}
+
+/* %f %e %g (and F E G) of a double, rounded in double arithmetic: right to the 15-17 significant digits a double
+ * holds, which is what a tool's messages need (not libc's exact expansion of every binary value). Precision is
+ * capped at 17; %f of a value of 10^17 or more is shown as %e. %a is not supported (formatted as %e). */
+static void emit_float(out_t *o, const spec_t *sp, double v, char conv, bool has_precision, size_t precision) {
+    char tmp[64];
+    size_t n = 0;
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    bool negative = bits >> 63, upper = conv >= 'A' && conv <= 'Z';
+    if (negative || sp->plus || sp->space) tmp[n++] = negative ? '-' : sp->plus ? '+' : ' ';
+    size_t sign_len = n;
+    double x = negative ? -v : v;
+    if (x != x || x > 1.7976931348623157e308) { /* NaN, infinity: never zero-padded */
+        memcpy(tmp + n, x != x ? (upper ? "NAN" : "nan") : (upper ? "INF" : "inf"), 3);
+        spec_t plain = *sp;
+        plain.zero = false;
+        emit(o, &plain, tmp, n + 3, sign_len);
+        return;
+    }
+    size_t p = has_precision ? precision : 6;
+    if (p > 17) p = 17;
+    char lower = (char)(conv | 0x20);
+    bool strip = false;
+    int e;
+    double m = decimal_exponent(x, &e);
+    if (lower == 'g') {
+        if (p == 0) p = 1;
+        int rounded = e; /* the exponent once rounded to p significant digits */
+        if (m != 0 && (uint64_t)(m * (double)POW10[p - 1] + 0.5) >= POW10[p]) rounded++;
+        strip = !sp->alt;
+        if ((int)p > rounded && rounded >= -4) lower = 'f', p = (size_t)((int)p - 1 - rounded);
+        else lower = 'e', p -= 1;
+    }
+    if (lower == 'f' && x < 1e17) {
+        uint64_t whole = (uint64_t)x, frac = (uint64_t)((x - (double)whole) * (double)POW10[p] + 0.5);
+        if (frac >= POW10[p]) whole++, frac -= POW10[p];
+        n += put_decimal(tmp + n, whole, 1);
+        if (p || sp->alt) tmp[n++] = '.';
+        if (p) n += put_decimal(tmp + n, frac, p);
+    } else {
+        if (p > 16) p = 16; /* 17 significant digits */
+        uint64_t digits = (uint64_t)(m * (double)POW10[p] + 0.5);
+        if (m != 0 && digits >= POW10[p + 1]) digits /= 10, e++;
+        char lead[24];
+        size_t len = put_decimal(lead, digits, p + 1);
+        tmp[n++] = lead[0];
+        if (p || sp->alt) tmp[n++] = '.';
+        memcpy(tmp + n, lead + 1, len - 1);
+        n += len - 1;
+        tmp[n++] = upper ? 'E' : 'e';
+        tmp[n++] = e < 0 ? '-' : '+';
+        n += put_decimal(tmp + n, (uint64_t)(e < 0 ? -e : e), 2);
+    }
+    if (strip) { /* %g: no trailing zeros after the point, nor the point itself (in the mantissa, for %e) */
+        size_t exp_at = n;
+        for (size_t k = sign_len; k < n; k++)
+            if (tmp[k] == 'e' || tmp[k] == 'E') exp_at = k;
+        size_t dot = exp_at;
+        for (size_t k = sign_len; k < exp_at; k++)
+            if (tmp[k] == '.') dot = k;
+        if (dot < exp_at) {
+            size_t cut = exp_at;
+            while (cut > dot + 1 && tmp[cut - 1] == '0') cut--;
+            if (cut == dot + 1) cut = dot;
+            memmove(tmp + cut, tmp + exp_at, n - exp_at);
+            n -= exp_at - cut;
+        }
+    }
+    emit(o, sp, tmp, n, sign_len);
 }
 
 int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
@@ -67,6 +165,9 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
         for (;; f++) {
             if (*f == '-') sp.left = true;
             else if (*f == '0') sp.zero = true;
+            else if (*f == '+') sp.plus = true;
+            else if (*f == ' ') sp.space = true;
+            else if (*f == '#') sp.alt = true;
             else break;
         }
         if (*f == '*') {
@@ -91,35 +192,57 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
                 while (*f >= '0' && *f <= '9') precision = precision * 10 + (size_t)(*f++ - '0');
             }
         }
-        int longs = 0;
-        bool size_t_arg = false;
-        if (*f == 'z') size_t_arg = true, f++;
+        /* the argument's size: 8 (l, ll, z, j, t: 64 bits here), 2 (h), 1 (hh), else an int; L: a long double */
+        int size = 4;
+        bool long_double = false;
+        if (*f == 'z' || *f == 'j' || *f == 't') size = 8, f++;
+        else if (*f == 'L') long_double = true, f++;
+        else if (*f == 'h') size = f[1] == 'h' ? (f += 2, 1) : (f++, 2);
         else
-            while (*f == 'l' && longs < 2) longs++, f++;
+            while (*f == 'l') size = 8, f++;
+        size_t min_digits = has_precision ? precision : 1; /* an integer's precision: its minimum digits */
+        spec_t int_sp = sp;
+        if (has_precision) int_sp.zero = false; /* and then no zero padding, as in C */
         switch (*f) {
         case 'd':
         case 'i': {
-            int64_t v = size_t_arg ? (int64_t)va_arg(ap, ptrdiff_t)
-                        : longs == 2 ? (int64_t)va_arg(ap, long long)
-                        : longs == 1 ? (int64_t)va_arg(ap, long)
-                                     : (int64_t)va_arg(ap, int);
+            int64_t v = size == 8 ? (int64_t)va_arg(ap, long long) : (int64_t)va_arg(ap, int);
+            if (size == 2) v = (short)v;
+            else if (size == 1) v = (signed char)v;
             uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-            emit_number(&o, &sp, mag, v < 0, 10, false, "");
+            emit_number(&o, &int_sp, mag, v < 0, 10, false, "", min_digits);
             break;
         }
         case 'u':
+        case 'o':
         case 'x':
         case 'X': {
-            uint64_t v = size_t_arg ? (uint64_t)va_arg(ap, size_t)
-                         : longs == 2 ? (uint64_t)va_arg(ap, unsigned long long)
-                         : longs == 1 ? (uint64_t)va_arg(ap, unsigned long)
-                                      : (uint64_t)va_arg(ap, unsigned);
-            emit_number(&o, &sp, v, false, *f == 'u' ? 10 : 16, *f == 'X', "");
+            uint64_t v = size == 8 ? (uint64_t)va_arg(ap, unsigned long long) : (uint64_t)va_arg(ap, unsigned);
+            if (size == 4) v = (uint32_t)v;
+            else if (size == 2) v = (uint16_t)v;
+            else if (size == 1) v = (uint8_t)v;
+            spec_t unsigned_sp = int_sp;
+            unsigned_sp.plus = unsigned_sp.space = false;
+            const char *prefix = !sp.alt || !v ? "" : *f == 'x' ? "0x" : *f == 'X' ? "0X" : *f == 'o' ? "0" : "";
+            emit_number(&o, &unsigned_sp, v, false, *f == 'o' ? 8 : *f == 'u' ? 10 : 16, *f == 'X', prefix,
+                        min_digits);
             break;
         }
         case 'p':
-            emit_number(&o, &sp, (uint64_t)(uintptr_t)va_arg(ap, void *), false, 16, false, "0x");
+            emit_number(&o, &sp, (uint64_t)(uintptr_t)va_arg(ap, void *), false, 16, false, "0x", 1);
             break;
+        case 'f':
+        case 'F':
+        case 'e':
+        case 'E':
+        case 'g':
+        case 'G':
+        case 'a':
+        case 'A': {
+            double v = long_double ? (double)va_arg(ap, long double) : va_arg(ap, double);
+            emit_float(&o, &sp, v, *f == 'a' ? 'e' : *f == 'A' ? 'E' : *f, has_precision, precision);
+            break;
+        }
         case 'c': {
             char c = (char)va_arg(ap, int);
             emit(&o, &sp, &c, 1, 0);
