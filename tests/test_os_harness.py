@@ -113,10 +113,25 @@ def test_read_failures(os_tools):
     assert os_tools.fails("read", path="x", limit=0) == "invalid arguments: 'limit' must be between 1 and 9223372036854775807, not 0"
 
 
-def test_read_output_larger_than_the_buffer_fails_saying_so(fast_tools):
+def test_read_stops_at_its_output_limit_saying_where_to_read_on(fast_tools):
+    """It failed whole ('output exceeds the 262144-byte output buffer'), and a file with one line over 256 KiB could
+    not be read at any offset or limit."""
     (fast_tools.root / "wide.txt").write_text(("x" * 1000 + "\n") * 300)
-    assert fast_tools.fails("read", path="wide.txt") == "output exceeds the 262144-byte output buffer"
+    out = fast_tools("read", path="wide.txt")
+    body, footer = out.rsplit("\n\n", 1)
+    shown = re.fullmatch(r"--- 300 total lines \(showing lines 1-(\d+): the output limit; read on with offset=(\d+)\) ---",
+                         footer)
+    assert shown and int(shown[2]) == int(shown[1]) + 1 and body.count("\n") == int(shown[1]) - 1
+    assert len(body.encode()) <= 256 << 10 and body.split("\n")[-1].startswith(f"{shown[1]}\t")
+    assert fast_tools("read", path="wide.txt", offset=int(shown[2])).endswith(f"(showing lines {shown[2]}-300) ---")
     assert fast_tools("read", path="wide.txt", limit=200).endswith("(showing lines 1-200) ---")
+
+
+def test_read_cuts_a_long_line_on_a_character_boundary_saying_how_much_is_left(fast_tools):
+    (fast_tools.root / "min.js").write_text("a" * 1999 + "é" * 200_000 + "\nnext\n")
+    first, second = fast_tools("read", path="min.js").split("\n")[:2]
+    assert first == "1\t" + "a" * 1999 + " [... 400000 more bytes on this line]"  # not half an é
+    assert second == "2\tnext"
 
 
 # ---------------------------------------------------------------- write and edit
@@ -180,6 +195,15 @@ def test_a_command_ends_before_the_invocations_deadline(kind, elf, tmp_path):
                                                    deadline=start + 3))
     out = json.loads(text)
     assert out["exit_code"] == -1 and re.fullmatch(r"\[killed: the command ran past its 2\.\d+ s timeout\]", out["stderr"])
+
+
+def test_bash_output_the_host_bounded_reaches_the_caller_whole(fast_tools):
+    """The host keeps 1 MiB of each stream and marks the rest; the harness's own 256 KiB buffer turned anything
+    larger into a failure — the command had run, its exit code and output were lost."""
+    out = json.loads(fast_tools("bash", command="echo ran > marker; head -c 300000 /dev/zero | tr '\\0' x; exit 3"))
+    assert out["exit_code"] == 3 and out["stdout"] == "x" * 300_000
+    big = json.loads(fast_tools("bash", command="head -c 1100000 /dev/zero | tr '\\0' y"))
+    assert big["stdout"].startswith("y" * 1000) and "[truncated: 1100000 bytes in all" in big["stdout"]
 
 
 def test_glob_newest_first(os_tools):

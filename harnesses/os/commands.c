@@ -4,7 +4,7 @@
 /* A search's text, or a line saying that nothing matched (an empty result tells a model nothing). */
 static berm_result_t search_result(berm_reply *found) {
     if (!found->error && found->len == 0) return berm_ok_str("no matches");
-    return berm_reply_result(found, OS_OUTPUT_LIMIT);
+    return berm_reply_result(found, OS_REPLY_LIMIT);
 }
 
 BERM_TOOL(bash) {
@@ -18,7 +18,7 @@ BERM_TOOL(bash) {
     berm_arg_string_map(&a, "env", false, &env, &env_count);
     if (a.error) return berm_fail(a.error);
     berm_reply ran = berm_exec_run(command, cwd, env, env_count);
-    return berm_reply_result(&ran, OS_OUTPUT_LIMIT);
+    return berm_reply_result(&ran, OS_REPLY_LIMIT);
 }
 
 BERM_TOOL(glob) {

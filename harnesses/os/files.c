@@ -33,22 +33,32 @@ BERM_TOOL(read) {
     int64_t last = limit > total - first ? total : first + limit - 1;
 
     berm_buf out;
-    berm_buf_init(&out, OS_OUTPUT_LIMIT);
+    berm_buf_init(&out, OS_OUTPUT_LIMIT + 256); /* the footer always fits */
     const char *line = file.data, *end = file.data + file.len;
-    for (int64_t n = 1; n <= last && berm_buf_ok(&out); n++) {
+    int64_t shown = first - 1;
+    for (int64_t n = 1; n <= last; n++) {
         const char *nl = memchr(line, '\n', (size_t)(end - line));
         const char *stop = nl ? nl : end;
         if (n >= first) {
             size_t len = (size_t)(stop - line);
             if (len && line[len - 1] == '\r') len--;
+            size_t keep = len;
+            if (keep > OS_LINE_LIMIT) /* cut on a character boundary */
+                for (keep = OS_LINE_LIMIT; keep && ((unsigned char)line[keep] & 0xC0) == 0x80; keep--) {}
+            if (out.len + keep + 64 > OS_OUTPUT_LIMIT) break; /* the line and its marks would not fit */
             berm_buf_putu(&out, (uint64_t)n);
             berm_buf_putc(&out, '\t');
-            berm_buf_put(&out, line, len);
+            berm_buf_put(&out, line, keep);
+            if (keep < len) berm_buf_printf(&out, " [... %zu more bytes on this line]", len - keep);
             berm_buf_putc(&out, '\n');
+            shown = n;
         }
         line = stop + 1;
     }
-    if (first == 1 && last == total) berm_buf_printf(&out, "\n--- %lld total lines ---", (long long)total);
+    if (shown < last)
+        berm_buf_printf(&out, "\n--- %lld total lines (showing lines %lld-%lld: the output limit; read on with "
+                        "offset=%lld) ---", (long long)total, (long long)first, (long long)shown, (long long)shown + 1);
+    else if (first == 1 && last == total) berm_buf_printf(&out, "\n--- %lld total lines ---", (long long)total);
     else
         berm_buf_printf(&out, "\n--- %lld total lines (showing lines %lld-%lld) ---", (long long)total,
                         (long long)first, (long long)last);
