@@ -166,6 +166,16 @@ def test_edit_replaces_the_one_occurrence(os_tools):
     assert (os_tools.root / "e.txt").read_text() == "alpha \u03b2\u03b5\u03c4\u03b1\ngamma\n"
 
 
+def test_edit_of_lines_as_read_shows_them_in_a_crlf_file_keeps_its_line_ends(os_tools):
+    """read shows CRLF lines without their \\r: a multi-line old_string copied from it was 'not found', and a new_string
+    with \\n put bare line ends into a CRLF file."""
+    (os_tools.root / "crlf.txt").write_bytes(b"line one\r\nline two\r\nline three\r\n")
+    assert os_tools("edit", path="crlf.txt", old_string="line one\nline two", new_string="1\n2\n2b") == "ok"
+    assert (os_tools.root / "crlf.txt").read_bytes() == b"1\r\n2\r\n2b\r\nline three\r\n"
+    assert os_tools.fails("edit", path="crlf.txt", old_string="line one\nline two", new_string="x") == \
+        "old_string not found"
+
+
 def test_edit_a_10_mb_file(fast_tools):
     body = b"0123456789abcdef" * (10 * 2**20 // 16)
     (fast_tools.root / "big").write_bytes(body[:5_000_000] + b"NEEDLE" + body[5_000_000:])

@@ -77,6 +77,29 @@ BERM_TOOL(write) {
     return berm_ok_str(berm_aprintf("wrote %zu bytes to %.*s", content.len, (int)path.len, path.ptr));
 }
 
+/* How many times `needle` occurs in [data, data + len), not overlapping; *first is the first. */
+static size_t occurrences(const char *data, size_t len, berm_str needle, const char **first) {
+    const char *end = data + len;
+    size_t count = 0;
+    for (const char *p = data; (p = berm_memmem(p, (size_t)(end - p), needle.ptr, needle.len)); p += needle.len) {
+        if (!count) *first = p;
+        count++;
+    }
+    return count;
+}
+
+/* `s` with every "\n" not already after a "\r" made "\r\n" (heap; ptr NULL when out of memory). */
+static berm_str with_crlf(berm_str s) {
+    char *out = malloc(2 * s.len + 1);
+    if (!out) return (berm_str){0};
+    size_t n = 0;
+    for (size_t i = 0; i < s.len; i++) {
+        if (s.ptr[i] == '\n' && (i == 0 || s.ptr[i - 1] != '\r')) out[n++] = '\r';
+        out[n++] = s.ptr[i];
+    }
+    return (berm_str){out, n};
+}
+
 BERM_TOOL(edit) {
     static const char *const known[] = {"path", "old_string", "new_string", NULL};
     berm_arg_set a = berm_args_object(known);
@@ -91,11 +114,14 @@ BERM_TOOL(edit) {
 
     berm_reply file = berm_fs_read(path);
     if (file.error) return berm_fail(file.error);
-    const char *end = file.data + file.len, *hit = NULL;
-    size_t count = 0;
-    for (const char *p = file.data; (p = berm_memmem(p, (size_t)(end - p), old.ptr, old.len)); p += old.len) {
-        if (!count) hit = p;
-        count++;
+    const char *hit = NULL;
+    size_t count = occurrences(file.data, file.len, old, &hit);
+    if (count == 0 && memchr(old.ptr, '\n', old.len) && berm_memmem(file.data, file.len, "\r\n", 2)) {
+        /* read shows CRLF lines without their \r: match, and replace, with the file's own line ends */
+        old = with_crlf(old);
+        new = with_crlf(new);
+        if (!old.ptr || !new.ptr) return berm_failf("out of memory editing a %zu-byte file", file.len);
+        count = occurrences(file.data, file.len, old, &hit);
     }
     if (count == 0) return berm_fail("old_string not found");
     if (count > 1) return berm_failf("old_string is not unique, found %zu occurrences", count);
