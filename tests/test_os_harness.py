@@ -248,6 +248,9 @@ def test_grep_modes(os_tools):
     ("read", b'{"path":"a","offset":-1}', "invalid arguments: 'offset' must be between 0 and 9223372036854775807, not -1"),
     ("read", b'{"path":"a","offset":1e99}', "invalid arguments: 'offset' must be an integer between 0 and 9223372036854775807, not 1e99"),
     ("read", b'{"path":"a","offset":99999999999999999999}', "invalid arguments: 'offset' must be an integer between 0 and 9223372036854775807, not 99999999999999999999"),
+    ("read", b'{"path":"a","offset":1.5}', "invalid arguments: 'offset' must be an integer between 0 and 9223372036854775807, not 1.5"),
+    ("read", b'{"path":"a","offset":-2.0e0}', "invalid arguments: 'offset' must be between 0 and 9223372036854775807, not -2"),
+    ("read", b'{"path":"a","offset":9223372036854775808.0}', "invalid arguments: 'offset' must be an integer between 0 and 9223372036854775807, not 9223372036854775808.0"),
     ("read", b'{"path":""}', "invalid arguments: 'path' must not be empty"),
     ("read", b'{"path":"a","colour":1}', "invalid arguments: unknown field 'colour' (expected: path, offset, limit)"),
     ("write", b'{"path":"a"}', "invalid arguments: missing required field 'content'"),
@@ -260,6 +263,14 @@ def test_invalid_arguments_are_tool_failures(os_tools, tool, args, message):
     with pytest.raises(ToolFailure) as info:
         os_tools.engine.call(tool, args)
     assert info.value.message == message
+
+
+@pytest.mark.parametrize("offset", ["2.0", "2e0", "0.2e1", "20e-1", "2.000", "200e-2", "0.000002e6"])
+def test_whole_numbers_written_as_decimals_are_integers(os_tools, offset):
+    """JSON Schema's "integer" takes any number with no fraction: the SDK refused 2.0 and 2e0."""
+    (os_tools.root / "n.txt").write_text("one\ntwo\nthree\n")
+    out = os_tools.engine.call("read", f'{{"path":"n.txt","offset":{offset},"limit":1}}'.encode())
+    assert out.startswith("2\ttwo\n")
 
 
 @pytest.mark.parametrize("grants, tool, args, missing", [

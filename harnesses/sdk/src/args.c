@@ -75,21 +75,68 @@ void berm_arg_string(berm_arg_set *a, const char *key, bool required, berm_str *
     if (v && expect(a, v, key, BERM_JSON_STRING, "a string")) *out = (berm_str){v->str, v->len};
 }
 
+/* The value of a JSON number's text when it is a whole number that fits an int64 (1.0, 1e2, -2.50e1: JSON Schema's
+ * "integer" takes them), exactly, from its digits. */
+static bool whole_number(const char *t, size_t len, int64_t *out) {
+    const char *p = t, *end = t + len;
+    bool negative = p < end && *p == '-';
+    p += negative;
+    char digits[24];
+    size_t n = 0;
+    long scale = 0; /* value = digits * 10^scale */
+    bool seen_point = false;
+    for (; p < end && ((*p >= '0' && *p <= '9') || (*p == '.' && !seen_point)); p++) {
+        if (*p == '.') {
+            seen_point = true;
+            continue;
+        }
+        if (n == 0 && *p == '0') { /* leading zeros add nothing */
+            scale -= seen_point;
+            continue;
+        }
+        if (n == sizeof digits) return false; /* more significant digits than an int64 has */
+        digits[n++] = *p;
+        scale -= seen_point;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        bool down = p < end && *p == '-';
+        p += p < end && (*p == '-' || *p == '+');
+        long e = 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++)
+            if (e < 100000) e = e * 10 + (*p - '0');
+        scale += down ? -e : e;
+    }
+    while (scale < 0 && n && digits[n - 1] == '0') n--, scale++; /* trailing zeros of a fraction */
+    if (n == 0) return *out = 0, true;
+    if (scale < 0 || (long)n + scale > 19) return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n + (size_t)scale; i++) {
+        unsigned d = i < n ? (unsigned)(digits[i] - '0') : 0;
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    if (v > (uint64_t)INT64_MAX + negative) return false;
+    *out = negative ? (int64_t)(0 - v) : (int64_t)v;
+    return true;
+}
+
 void berm_arg_int(berm_arg_set *a, const char *key, bool required, int64_t min, int64_t max, int64_t *out) {
     const berm_json *v = field(a, key, required);
     if (!v) return;
-    if (v->type == BERM_JSON_NUMBER) {
+    int64_t value = v->integer;
+    if (v->type == BERM_JSON_NUMBER && !whole_number(v->str, v->len, &value)) {
         berm_args_problem(a, "'%s' must be an integer between %lld and %lld, not %.40s", key, (long long)min, (long long)max,
                 v->str);
         return;
     }
-    if (!expect(a, v, key, BERM_JSON_INT, "an integer")) return;
-    if (v->integer < min || v->integer > max) {
+    if (v->type != BERM_JSON_NUMBER && !expect(a, v, key, BERM_JSON_INT, "an integer")) return;
+    if (value < min || value > max) {
         berm_args_problem(a, "'%s' must be between %lld and %lld, not %lld", key, (long long)min, (long long)max,
-                (long long)v->integer);
+                (long long)value);
         return;
     }
-    *out = v->integer;
+    *out = value;
 }
 
 void berm_arg_string_map(berm_arg_set *a, const char *key, bool required, berm_pair **pairs, size_t *count) {
