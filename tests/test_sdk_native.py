@@ -302,6 +302,8 @@ def test_snprintf_conversions(lib, fmt, args, text):
 
 def test_snprintf_truncates_but_reports_the_full_length(lib):
     assert snprintf(lib, 5, b"%s-%d", b"abcdef", ctypes.c_int(12)) == (9, b"abcd")
+    # a width of INT_MIN: left-justified INT_MAX (its negation overflowed), counted not looped; the length is capped
+    assert snprintf(lib, 8, b"%*d|", ctypes.c_int(-(2**31)), ctypes.c_int(7)) == (2**31 - 1, b"7      ")
     assert snprintf(lib, 1, b"xyz") == (3, b"")
     assert lib.snprintf(None, ctypes.c_size_t(0), b"%d", ctypes.c_int(12345)) == 5
 

@@ -16,7 +16,8 @@ static void put_n(out_t *o, const char *s, size_t len) {
 }
 
 static void pad(out_t *o, char c, size_t count) {
-    while (count--) put(o, c);
+    while (count && o->n + 1 < o->cap) put(o, c), count--;
+    o->n += count; /* past the buffer only counted: a width of 2^31 is not 2^31 steps */
 }
 
 typedef struct {
@@ -172,7 +173,7 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
         }
         if (*f == '*') {
             int w = va_arg(ap, int);
-            if (w < 0) sp.left = true, w = -w;
+            if (w < 0) sp.left = true, w = w == INT32_MIN ? INT32_MAX : -w; /* -INT_MIN would overflow */
             sp.width = (size_t)w;
             f++;
         } else {
