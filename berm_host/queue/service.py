@@ -60,11 +60,15 @@ class Queue:
 
     def call(self, harness: str, tool: str, args: bytes | str = b"", context: Context = Context()) -> Future:
         """Queue a tool invocation; the future resolves to its result text (or raises Trap/ToolFailure/…)."""
+        self._with_tool(harness, tool)
+        data = args.encode("utf-8") if isinstance(args, str) else bytes(args)
+        return self.executor.submit(Invocation(Trigger.CALL, harness, data, tool=tool, context=context))
+
+    def _with_tool(self, harness: str, tool: str) -> Target:
         target = self.target(harness)
         if tool not in target.tools:
             raise QueueError(f"harness {harness!r} has no tool {tool!r} (tools: {sorted(target.tools)})")
-        data = args.encode("utf-8") if isinstance(args, str) else bytes(args)
-        return self.executor.submit(Invocation(Trigger.CALL, harness, data, tool=tool, context=context))
+        return target
 
     def call_nested(self, harness: str, tool: str, args: bytes, context: Context) -> str:
         """Run ``harness``'s ``tool`` now, on this thread, as part of the invocation that asks (``berm.call``).
@@ -75,9 +79,7 @@ class Queue:
         handle the reply, as any capability that may take long does. It is refused past the chain depth like any
         work a harness causes (``context.depth`` is the callee's)."""
         self.executor.check_depth(harness, context.depth)
-        target = self.target(harness)
-        if tool not in target.tools:
-            raise QueueError(f"harness {harness!r} has no tool {tool!r} (tools: {sorted(target.tools)})")
+        target = self._with_tool(harness, tool)
         inv = Invocation(Trigger.CALL, harness, args, tool=tool, context=context)
         seconds = Deadline.within_invocation(self.executor.timeout).seconds
         previous = set_current(inv)
