@@ -75,7 +75,8 @@ class KvStore:
                 self._db.execute("INSERT INTO usage SELECT ns, COUNT(*), SUM(length(key) + length(value)) "
                                  "FROM kv GROUP BY ns")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
         except (OSError, sqlite3.Error) as exc:
