@@ -32,8 +32,8 @@ def time_left() -> float | None:
 def interpreting(deadline: float | None) -> Iterator[None]:
     """An interpreted run with ``deadline`` (a ``time.monotonic()`` instant, None for none) on this thread."""
     outer = getattr(_interpreted, "deadline", 0.0)
-    inner = outer if deadline is None else min(deadline, outer) if outer > 0 else deadline
-    _interpreted.deadline = inner
+    if deadline is not None:  # a nested run ends by its caller's deadline too
+        _interpreted.deadline = min(deadline, outer) if outer > 0 else deadline
     try:
         yield
     finally:

@@ -1,14 +1,17 @@
 """A Python-level queue target for the executor/scheduler tests: records what it was invoked with, so the
-queue's own rules (limits, deferral, spill, depth) can be observed without a guest. Real-harness tests live in
-test_queue_harness.py and test_reminders.py."""
+queue's own rules (limits, deferral, spill, depth) can be observed without a guest; and queues made for a test and
+stopped after it. Real-harness tests live in test_queue_harness.py and test_reminders.py."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from berm_host.queue import Invocation, Trigger
+from berm_host.queue import Invocation, Queue, Trigger
 from berm_host.traps import Trap, TrapInfo, TrapKind
 
 
@@ -61,3 +64,25 @@ def wait_for(predicate, timeout: float = 10.0) -> None:
         if time.monotonic() > end:
             raise AssertionError("condition not reached in time")
         time.sleep(0.005)
+
+
+@contextmanager
+def queue_factory(dueset: Path) -> Iterator:
+    """``make(targets, *, start=True, **queue_options)``: a Queue over ``dueset`` with ``targets`` added (started
+    unless asked not to); every queue made is stopped on exit."""
+    queues = []
+
+    def make(targets: dict, *, start: bool = True, **kw) -> Queue:
+        q = Queue(dueset, **kw)
+        for name, t in targets.items():
+            q.add(name, t)
+        if start:
+            q.start()
+        queues.append(q)
+        return q
+
+    try:
+        yield make
+    finally:
+        for q in queues:
+            q.stop()

@@ -204,7 +204,8 @@ def test_a_command_ends_before_the_invocations_deadline(kind, elf, tmp_path):
     text = ends_within(3 + GRACE, lambda: run.call("bash", json.dumps({"command": "sleep 30"}),
                                                    deadline=start + 3))
     out = json.loads(text)
-    assert out["exit_code"] == -1 and re.fullmatch(r"\[killed: the command ran past its 2\.\d+ s timeout\]", out["stderr"])
+    killed = re.fullmatch(r"\[killed: the command ran past its ([\d.]+) s timeout\]", out["stderr"])
+    assert out["exit_code"] == -1 and killed and 0 < float(killed[1]) <= 0.8 * 3  # a fifth of what was left kept
 
 
 def test_bash_output_the_host_bounded_reaches_the_caller_whole(fast_tools):

@@ -20,6 +20,7 @@ from berm_host.queue.harness import Loader
 from berm_host.running import interpreting
 from berm_host.traps import ToolFailure, Trap, TrapInfo, TrapKind
 from berm_sdk.build import build_harness
+from tests.queue_helpers import queue_factory
 from tests.sdk_engines import ENGINE_KINDS
 
 FIXTURE = Path(__file__).resolve().parent.parent / "harnesses" / "fixture"
@@ -43,21 +44,17 @@ class Fake:
 
 @pytest.fixture
 def queue(tmp_path):
-    queues = []
+    """A started queue of Fake targets, each given the queue's berm.call."""
+    with queue_factory(tmp_path / "due.db") as make:
+        def with_calls(targets: dict, **kw) -> Queue:
+            q = make(targets, start=False, **kw)
+            (call,) = call_capabilities(q)
+            for target in targets.values():
+                target.call = call.fn
+            q.start()
+            return q
 
-    def make(targets: dict, **kw) -> Queue:
-        q = Queue(tmp_path / "due.db", **kw)
-        (call,) = call_capabilities(q)
-        for name, target in targets.items():
-            target.call = call.fn
-            q.add(name, target)
-        q.start()
-        queues.append(q)
-        return q
-
-    yield make
-    for q in queues:
-        q.stop()
+        yield with_calls
 
 
 def test_a_call_returns_the_other_harness_result_one_link_deeper_without_a_second_worker(queue):
@@ -75,15 +72,18 @@ def test_the_callee_ends_within_the_callers_time_and_the_caller_is_current_again
     after = []
 
     def caller(inv, call):
-        with interpreting(time.monotonic() + 2.0):  # as an engine running the caller with 2 s left
-            start = time.monotonic()
+        end = time.monotonic() + 2.0
+        with interpreting(end):  # as an engine running the caller with 2 s left
             call("b", "echo", "")
+            returned = time.monotonic()
         after.append(current_invocation())
-        return f"{callee.deadlines[0] - start:.1f}"
+        # the call began before `returned`, with more than end - returned left: a fifth of that stays the caller's
+        # (give or take the microseconds between two reads of the clock)
+        return "reserved" if callee.deadlines[0] <= end - (end - returned) / 5 + 0.01 else "given all of it"
 
     callee = Fake(lambda inv, call: "ok")
     q = queue({"a": Fake(caller), "b": callee})
-    assert q.call("a", "echo").result(5) == "1.6"
+    assert q.call("a", "echo").result(5) == "reserved"
     assert after[0].harness == "a" and after[0].context.depth == 0
 
 

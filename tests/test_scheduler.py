@@ -10,9 +10,9 @@ import pytest
 
 from berm_abi.frames import encode_frame
 from berm_host.linker import CapabilityError
-from berm_host.queue import DueSet, Queue, ScheduleError, schedule_capabilities
+from berm_host.queue import DueSet, ScheduleError, schedule_capabilities
 
-from .queue_helpers import RecordingTarget, wait_for
+from .queue_helpers import RecordingTarget, queue_factory, wait_for
 
 
 def now_ms() -> int:
@@ -21,20 +21,8 @@ def now_ms() -> int:
 
 @pytest.fixture
 def make_queue(tmp_path):
-    queues = []
-
-    def make(targets: dict, *, start: bool = True, **kw) -> Queue:
-        q = Queue(tmp_path / "due.db", **kw)
-        for name, t in targets.items():
-            q.add(name, t)
-        if start:
-            q.start()
-        queues.append(q)
-        return q
-
-    yield make
-    for q in queues:
-        q.stop()
+    with queue_factory(tmp_path / "due.db") as make:
+        yield make
 
 
 def test_wake_200ms_ahead_fires_never_early_and_idle_makes_no_wakeups(make_queue):

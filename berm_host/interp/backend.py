@@ -101,7 +101,7 @@ class InterpBackend:
             for i, v in enumerate(request.int_args):
                 x[10 + i] = v & semantics.M
             with interpreting(request.deadline):
-                pc, trap = self._execute(x, mem.buf, st, request.entry, request.deadline)
+                pc, trap = self._execute(x, mem.buf, st, request.entry)
             result = None
             if (request.read_result and trap is None and self.layout.readable(x[10], x[11])
                     and (request.max_result is None or x[11] <= request.max_result)):
@@ -111,9 +111,9 @@ class InterpBackend:
         finally:
             mem.close()
 
-    def _execute(self, x: list[int], m, st: RunState, pc: int, deadline: float | None) -> tuple[int, TrapInfo | None]:
+    def _execute(self, x: list[int], m, st: RunState, pc: int) -> tuple[int, TrapInfo | None]:
         """Run from ``pc`` until the entry frame returns (→ ``(0, None)``) or a trap (→ ``(pc, info)``)."""
-        get, build = self._handlers.get, self._handler
+        get, build, deadline = self._handlers.get, self._handler, st.deadline
         try:
             while True:
                 for _ in repeat(None, CHECK_EVERY):

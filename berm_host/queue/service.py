@@ -8,7 +8,6 @@ Every way of starting a guest is a method here and ends in ``Executor.submit``: 
 from __future__ import annotations
 
 import logging
-import time
 from concurrent.futures import Future
 from dataclasses import asdict
 from pathlib import Path
@@ -81,10 +80,10 @@ class Queue:
         self.executor.check_depth(harness, context.depth)
         target = self._with_tool(harness, tool)
         inv = Invocation(Trigger.CALL, harness, args, tool=tool, context=context)
-        seconds = Deadline.within_invocation(self.executor.timeout).seconds
+        budget = Deadline.within_invocation(self.executor.timeout)
         previous = set_current(inv)
         try:
-            return target.invoke(inv, time.monotonic() + seconds)
+            return target.invoke(inv, budget.end)
         finally:
             set_current(previous)
 
