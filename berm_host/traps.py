@@ -20,6 +20,17 @@ class TrapKind(enum.Enum):
     STACK_EXHAUSTED = "stack exhausted"
 
 
+def illegal_detail(program, pc: int, addr: int) -> str:
+    """The detail of an illegal-instruction trap at ``pc`` (``addr``: the target reached, when a transfer reached
+    it), worded alike by both engines: no code there, an entry that is not a function start (translated code enters
+    functions only, so the interpreter refuses such an entry too), or the decoder's note on the encoding."""
+    if not program.in_code(pc):
+        return f"no code at {pc:#x}"
+    if addr == pc and pc not in program.function_starts:
+        return f"entered at {pc:#x}, which is not the start of a function"
+    return program.instruction(pc).note or ""
+
+
 @dataclass(frozen=True)
 class TrapInfo:
     """Everything an engine knows about a trap. ``addr`` is the faulting data or target address (or the call

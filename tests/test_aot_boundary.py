@@ -79,3 +79,23 @@ def test_a_pooled_region_dies_with_its_image(tmp_path, elf):
     del image
     gc.collect()
     assert region() is None
+
+
+class _EmptyButTrue(list):
+    """A pool another thread emptied between a check of it and its pop (which the check cannot see)."""
+
+    def __bool__(self):
+        return True
+
+
+def test_an_emptied_pool_gives_a_new_region(tmp_path, elf):
+    """``pool.pop() if pool else Region(...)`` raised IndexError when another thread took the last region between
+    the check and the pop: the hot path and ``acquire`` pop and make a region when there was none."""
+    link = linker_mod.Linker()
+    link.define("test.echo", lambda request: b"ok")
+    image = Engine(cache_dir=tmp_path).load(elf)
+    memory = image.backend.memory
+    memory.pool = _EmptyButTrue()
+    assert image.harness(link).call("echo", "n0") == "ok"
+    memory.pool = _EmptyButTrue()
+    memory.release(memory.acquire())

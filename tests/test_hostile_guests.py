@@ -180,6 +180,18 @@ def test_jump_to_an_unnamed_code_address(images):
         assert both(images, how, both(images, "target_addr").a0).a0 == 3  # a named entry is fine
 
 
+def test_an_entry_inside_a_function_traps_alike_on_both_engines(images):
+    """The translated code enters functions only; the interpreter once ran from any address (a global label
+    inside a function ran on one engine and trapped on the other). Both now trap before the first instruction."""
+    deep = images[0].program.symbol("deep")
+    for entry, detail in ((deep + 4, f"entered at {deep + 4:#x}, which is not the start of a function"),
+                          (0x12, "no code at 0x12")):
+        aot, interp = (image.backend.run(RunRequest(entry=entry)) for image in images)
+        assert aot.trap == interp.trap and aot.regs == interp.regs and aot.pc == interp.pc == entry
+        assert aot.trap.kind is TrapKind.ILLEGAL_INSTRUCTION and aot.trap.addr == entry
+        assert aot.trap.detail == detail
+
+
 def test_the_call_guests_call_and_jump_as_named(images):
     """call_back_at's indirect transfer is a call (jalr with a link), call_at's a tail jump: the tests above
     cover both run-time checks."""

@@ -17,7 +17,7 @@ from berm_host.backend import RunRequest, RunResult
 from berm_host import watchdog
 from berm_host.image_facts import ElfFacts
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
-from berm_host.traps import HostError, TrapInfo, TrapKind
+from berm_host.traps import HostError, TrapInfo, TrapKind, illegal_detail
 
 #: What ``call_tool`` returns when the result is not plain text: (trap, failure, result, a0, a1).
 ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
@@ -125,7 +125,10 @@ class AotBackend:
         pooled again. An idle region keeps its last linker and log (so the next invocation with the same ones
         rebinds nothing)."""
         pool = self.memory.pool
-        region = pool.pop() if pool else Region(self.memory)
+        try:
+            region = pool.pop()
+        except IndexError:  # empty (also when another thread took the last one after a check)
+            region = Region(self.memory)
         calls = region.calls
         if linker is not calls.linker:  # calls.bind(linker, log), inlined
             calls.linker = linker
@@ -163,14 +166,8 @@ class AotBackend:
             return None
         kind, pc, addr, detail = record
         if kind is TrapKind.ILLEGAL_INSTRUCTION:
-            detail = self._illegal_detail(pc)
+            detail = illegal_detail(self.program, pc, addr)
         return TrapInfo(kind, pc, addr, detail, self.program.symbolize(pc))
-
-    def _illegal_detail(self, pc: int) -> str:
-        """As the interpreter words it: the decoder's note, or that there is no code at ``pc``."""
-        if not self.program.in_code(pc):
-            return f"no code at {pc:#x}"
-        return self.program.instruction(pc).note or ""
 
 
 def _busy() -> HostError:

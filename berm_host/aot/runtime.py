@@ -80,7 +80,10 @@ class MemoryImage:
 
     def acquire(self) -> Region:
         pool = self.pool
-        return pool.pop() if pool else Region(self)
+        try:
+            return pool.pop()
+        except IndexError:  # empty (also when another thread took the last one after a check)
+            return Region(self)
 
     def release(self, region: Region) -> None:
         if len(self.pool) < POOL_LIMIT:

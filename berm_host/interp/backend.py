@@ -16,7 +16,7 @@ from berm_host.backend import LogSink, RunRequest, RunResult
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
 from berm_host.linker import Linker
 from berm_host.running import interpreting
-from berm_host.traps import HostError, TrapInfo, TrapKind
+from berm_host.traps import HostError, TrapInfo, TrapKind, illegal_detail
 
 from . import control, semantics
 from .memory import GuestMemory
@@ -100,8 +100,13 @@ class InterpBackend:
             x[2] = self.layout.initial_sp
             for i, v in enumerate(request.int_args):
                 x[10 + i] = v & semantics.M
-            with interpreting(request.deadline):
-                pc, trap = self._execute(x, mem.buf, st, request.entry)
+            if request.entry in self.program.function_starts:
+                with interpreting(request.deadline):
+                    pc, trap = self._execute(x, mem.buf, st, request.entry)
+            else:  # as translated code, which enters functions only
+                pc = request.entry
+                trap = TrapInfo(TrapKind.ILLEGAL_INSTRUCTION, pc, pc, illegal_detail(self.program, pc, pc),
+                                self.program.symbolize(pc))
             result = None
             if (request.read_result and trap is None and self.layout.readable(x[10], x[11])
                     and (request.max_result is None or x[11] <= request.max_result)):
