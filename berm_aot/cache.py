@@ -4,16 +4,26 @@
 - An entry appears atomically: it is built in a temporary directory beside it and renamed into place, so a
   reader sees a whole entry or none. Builders of the same key in several processes serialise on a lock file
   (``fcntl.flock``), so the second finds the first's entry instead of compiling again.
-- Before an object is used its SHA-256 is checked against the recorded one; a corrupt or truncated entry is moved
-  aside and rebuilt.
+- Before an object is used its SHA-256 is checked against the recorded one, read through one descriptor opened
+  without following a symlink (a regular file only); a corrupt or truncated entry is moved aside and rebuilt, under
+  the key's lock (a reader outside it could discard an entry another process had just rebuilt). A lookup that
+  fails for any other reason (no descriptors left, no permission) is an error, not a corrupt entry.
+- An entry is used only if the entry, its directory and the shard directory above it belong to this user or root
+  and no one else may write them: in a cache shared with other users (a ``BERM_CACHE_DIR`` under /tmp) an entry
+  planted or swapped by one of them would be code run in this process. Entries are readable by everyone, so a cache
+  filled by ``berm-compile`` as root serves a daemon running as another user.
+- A compile killed midway leaves its temporary directory; the next builder of the key (holding its lock, so no
+  one else can be writing there) removes it.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -26,6 +36,10 @@ from berm_aot.errors import CompileError
 SO_NAME = "image.so"
 #: Objects up to this size are hashed from one read; larger ones stream (hashlib.file_digest).
 _WHOLE_READ = 64 << 20
+#: An object larger than this is not one the translator wrote (a 100 KB guest makes ~1 MB): a corrupt entry.
+MAX_OBJECT = 1 << 30
+#: What a lookup meets in a damaged entry (missing files, a symlink where a file was, a directory): it is rebuilt.
+_DAMAGED = (errno.ENOENT, errno.ELOOP, errno.EISDIR, errno.ENOTDIR)
 
 
 def default_cache_dir() -> Path:
@@ -44,12 +58,31 @@ def cache_key(*parts: str | bytes) -> str:
     return h.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
+def _file_sha256(fd: int) -> str:
     # One read of exactly the file's size: chunked f.read(1 MiB) allocates (and faults in) a megabyte per call,
     # which made verifying a 19 KB object cost ~0.5 ms.
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest() if os.fstat(f.fileno()).st_size > _WHOLE_READ \
+    with open(fd, "rb", closefd=False) as f:
+        return hashlib.file_digest(f, "sha256").hexdigest() if os.fstat(fd).st_size > _WHOLE_READ \
             else hashlib.sha256(f.read()).hexdigest()
+
+
+def _open_regular(path: Path) -> int | None:
+    """A descriptor of the regular file at ``path``, None for anything else (a FIFO would block a plain open, a
+    device or a symlink's target is not what the cache wrote). OSError when it cannot be opened at all."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    os.close(fd)
+    return None
+
+
+def _trusted(st: os.stat_result, what: Path) -> None:
+    """Refuse (CompileError) what another user owns or may write; see the module's docstring."""
+    if st.st_uid not in (os.geteuid(), 0):
+        raise CompileError(f"refusing the code cache entry {what}: it belongs to user {st.st_uid}")
+    if st.st_mode & 0o022:
+        raise CompileError(f"refusing the code cache entry {what}: others may write it (mode "
+                           f"{stat.S_IMODE(st.st_mode):o})")
 
 
 class CodeCache:
@@ -60,41 +93,76 @@ class CodeCache:
         return self.root / key[:2] / key
 
     def lookup(self, key: str) -> Path | None:
-        """The verified object for ``key``, or None (absent, or corrupt: then it is moved aside)."""
+        """The verified object for ``key``, or None (absent, or damaged: then it is moved aside, under the lock)."""
+        found = self._verified(key)
+        return found if isinstance(found, Path) else None
+
+    def _verified(self, key: str) -> Path | bool | None:
+        """The verified object for ``key``; None when there is no entry; False when the entry is damaged."""
         d = self.entry(key)
         so, digest = d / SO_NAME, d / (SO_NAME + ".sha256")
         try:
-            recorded = digest.read_text().strip()
-            if recorded == _file_sha256(so):
-                return so
-        except OSError:
-            if not d.exists():
-                return None
+            fd = _open_regular(so)
+        except OSError as exc:
+            if exc.errno not in _DAMAGED:
+                raise CompileError(f"cannot read the code cache entry {d}: {exc.strerror or exc}") from None
+            return False if os.path.lexists(d) else None
+        try:
+            if fd is None or os.fstat(fd).st_size > MAX_OBJECT:
+                return False
+            for st, what in ((os.fstat(fd), so), (os.stat(d, follow_symlinks=False), d),
+                             (os.stat(d.parent, follow_symlinks=False), d.parent)):
+                _trusted(st, what)
+            record = _open_regular(digest)
+            if record is None:
+                return False
+            with open(record, "rb") as f:
+                recorded = f.read(200).decode().strip()
+            return so if recorded == _file_sha256(fd) else False
         except UnicodeDecodeError:  # a corrupt record: discarded like a wrong one
-            pass
-        self._discard(d)
-        return None
+            return False
+        except OSError as exc:
+            if exc.errno in _DAMAGED:
+                return False
+            raise CompileError(f"cannot read the code cache entry {d}: {exc.strerror or exc}") from None
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def get_or_build(self, key: str, build: Callable[[Path], None]) -> tuple[Path, bool]:
         """``(object path, built)``: the cached object, or ``build(path)`` writes a new one (under the key's lock)."""
-        found = self.lookup(key)
-        if found is not None:
+        found = self._verified(key)
+        if found:
             return found, False
         d = self.entry(key)
         try:
-            d.parent.mkdir(parents=True, exist_ok=True)
+            d.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         except OSError as exc:
             raise CompileError(f"cannot create the code cache at {d.parent}: {exc}") from None
         with self._locked(d.parent / f"{key}.lock"):
-            found = self.lookup(key)
-            if found is not None:
+            found = self._verified(key)
+            if found:
                 return found, False
-            tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=d.parent))
+            self._sweep(key)
+            if found is False:
+                self._discard(d)
+            try:
+                tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=d.parent))
+            except OSError as exc:
+                raise CompileError(f"cannot write the code cache at {d.parent}: {exc.strerror or exc}") from None
             try:
                 so = tmp / SO_NAME
                 build(so)
-                (tmp / (SO_NAME + ".sha256")).write_text(_file_sha256(so) + "\n")
-                os.replace(tmp, d)  # atomic; d cannot exist here (we hold the lock, lookup discarded a bad one)
+                try:
+                    with open(so, "rb") as f:
+                        (tmp / (SO_NAME + ".sha256")).write_text(_file_sha256(f.fileno()) + "\n")
+                    # whatever the umask: mkdtemp's 0700 would keep the entry from other users, and a group-writable
+                    # one (umask 002) would be refused by every lookup (module docstring)
+                    for path, mode in ((so, 0o755), (tmp / (SO_NAME + ".sha256"), 0o644), (tmp, 0o755)):
+                        os.chmod(path, mode)
+                    os.replace(tmp, d)  # atomic; d cannot exist here (we hold the lock, a damaged one was discarded)
+                except OSError as exc:
+                    raise CompileError(f"cannot write the code cache entry {d}: {exc.strerror or exc}") from None
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         return d / SO_NAME, True
@@ -137,10 +205,21 @@ class CodeCache:
             os.close(fd)
 
     def _discard(self, d: Path) -> None:
-        """Move a bad entry out of the way (rename first: another process may be reading it)."""
+        """Move a damaged entry out of the way (rename first: another process may be reading it), then remove it."""
         trash = d.with_name(f".bad-{d.name}-{os.getpid()}-{id(d):x}")
         try:
             os.replace(d, trash)
         except OSError:
             return
         shutil.rmtree(trash, ignore_errors=True)
+
+    def _sweep(self, key: str) -> None:
+        """Remove what builders and discarders of ``key`` killed midway left beside its entry (called holding the
+        key's lock: nobody else is writing any of it)."""
+        shard = self.entry(key).parent
+        for prefix in (f".{key}-", f".bad-{key}-"):
+            for left in shard.glob(prefix + "*"):
+                if left.is_dir() and not left.is_symlink():
+                    shutil.rmtree(left, ignore_errors=True)
+                else:
+                    left.unlink(missing_ok=True)

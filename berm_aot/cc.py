@@ -39,16 +39,24 @@ Two compile-time traps found by measurement and avoided in the emitter: a ``swit
 gcc's VRP quadratic (176 s for one function; now one dispatch block per function), and an out-of-line bounds
 slow path at every access (now one shared fault block per function: -35% compile time).
 Override with ``BERM_CC`` (the compiler command) and ``BERM_CFLAGS`` (replaces the optimisation flags); both are
-part of ``identity()`` and therefore of every cache key.
+part of ``identity()`` and therefore of every cache key. The environment variables through which gcc and ld take
+include directories, a prefix for their own programs or a run path (``CPATH``, ``GCC_EXEC_PREFIX``,
+``LD_RUN_PATH``, …) are not passed to the compiler: they would change the object without changing its key.
+
+Each compiler runs in a session of its own and the whole session is killed on a timeout or an error (killing the
+driver alone left ``cc1`` and ``as`` running); ``COMPILE_TIMEOUT`` bounds one whole compile, units and link.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shlex
+import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -56,7 +64,13 @@ from berm_aot.errors import CompileError
 
 DEFAULT_OPT_FLAGS = ("-O1", "-fcaller-saves", "-free", "-falign-functions=64")
 BASE_FLAGS = ("-fPIC", "-fno-plt", "-fvisibility=hidden", "-fwrapv", "-fno-strict-aliasing", "-w", "-std=gnu11")
+#: Seconds one compile_shared may take, every unit and the link together.
 COMPILE_TIMEOUT = 900
+#: Environment variables that change what gcc, cc1, as or ld produce (GCC's manual, "Environment Variables
+#: Affecting GCC"; ld's LD_RUN_PATH and LIBRARY_PATH), dropped from the compiler's environment.
+_COMPILER_ENV = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "GCC_EXEC_PREFIX",
+                 "COMPILER_PATH", "LIBRARY_PATH", "LD_RUN_PATH", "DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES",
+                 "GCC_COMPARE_DEBUG", "GCC_EXTRA_DIAGNOSTIC_OUTPUT", "SOURCE_DATE_EPOCH")
 #: Defined in every object compile_shared builds: the largest native stack frame of any function in it, in bytes.
 FRAME_SYMBOL = "berm_max_frame"
 #: Added to the largest frame gcc reports: a leaf function also writes up to 128 bytes below its stack pointer
@@ -73,10 +87,17 @@ def opt_flags() -> tuple[str, ...]:
     return tuple(shlex.split(env)) if env is not None else DEFAULT_OPT_FLAGS
 
 
+def compiler_env() -> dict[str, str]:
+    """This process's environment without the variables that would change the compiler's output (``_COMPILER_ENV``
+    and gcc's internal ``COLLECT_*``)."""
+    return {k: v for k, v in os.environ.items() if k not in _COMPILER_ENV and not k.startswith("COLLECT_")}
+
+
 @functools.lru_cache(maxsize=8)
 def _version(cmd: tuple[str, ...]) -> str:
     try:
-        out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=60, check=False)
+        out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=60, check=False,
+                             env=compiler_env())
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CompileError(f"the C compiler {' '.join(cmd)!r} cannot run: {exc}") from None
     if out.returncode != 0 or not out.stdout:
@@ -88,7 +109,8 @@ def identity(opt: tuple[str, ...] | None = None) -> str:
     """Everything about the compiler that changes its output: command, version line and flags."""
     cmd = tuple(compiler())
     flags = opt if opt is not None else opt_flags()
-    return "\0".join([" ".join(cmd), _version(cmd), " ".join(flags), " ".join(BASE_FLAGS)])
+    # JSON keeps each argument whole: joined with spaces, ["-DX=1 -O0"] and ["-DX=1", "-O0"] were one identity
+    return json.dumps([cmd, _version(cmd), flags, BASE_FLAGS])
 
 
 def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Path, ...] = (), jobs: int = 2,
@@ -99,8 +121,13 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
     preceding them all."""
     cmd = compiler()
     flags = [*(opt if opt is not None else opt_flags()), *BASE_FLAGS, *[f"-I{d}" for d in include_dirs]]
-    with tempfile.TemporaryDirectory(prefix="berm-cc-", dir=out.parent) as tmp:
-        work = Path(tmp)
+    deadline = time.monotonic() + COMPILE_TIMEOUT
+    try:
+        tmp = tempfile.TemporaryDirectory(prefix="berm-cc-", dir=out.parent)
+    except OSError as exc:
+        raise CompileError(f"cannot write the translation into {out.parent}: {exc.strerror or exc}") from None
+    with tmp:
+        work = Path(tmp.name)
         pending: list[tuple[Path, Path]] = []
         running: list[tuple[subprocess.Popen, Path]] = []
         objects = []
@@ -108,26 +135,22 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
         def start_what_fits() -> None:
             while pending and len(running) < max(1, jobs):
                 src, obj = pending.pop(0)
-                proc = subprocess.Popen([*cmd, *flags, "-fstack-usage", "-c", str(src), "-o", str(obj)],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                running.append((proc, src))
+                running.append((_start(cmd, [*flags, "-fstack-usage", "-c", str(src), "-o", str(obj)]), src))
                 objects.append(obj)
 
         def reap(proc: subprocess.Popen, src: Path) -> None:
-            try:
-                output, _ = proc.communicate(timeout=COMPILE_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()  # no longer in ``running``: the cleanup below would not see it
-                proc.wait()
-                raise
+            output = _finish(proc, deadline)
             if proc.returncode != 0:
                 raise CompileError(f"cc failed on {src.name} (kept nowhere; emitted code is a translator "
-                                   f"bug):\n{output[-4000:]}")
+                                   f"bug, unless the disk is full):\n{output[-4000:]}")
 
         try:
             for i, text in enumerate(sources):
                 src = work / f"unit{i}.c"
-                src.write_text(text)
+                try:
+                    src.write_text(text)
+                except OSError as exc:
+                    raise CompileError(f"cannot write the translation into {work}: {exc.strerror or exc}") from None
                 pending.append((src, work / f"unit{i}.o"))
                 for done in [r for r in running if r[0].poll() is not None]:  # finished while translating
                     running.remove(done)
@@ -135,20 +158,47 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
                 start_what_fits()
             while pending or running:
                 start_what_fits()
-                reap(*running.pop(0))
-        except subprocess.TimeoutExpired:
-            raise CompileError(f"cc took longer than {COMPILE_TIMEOUT} s") from None
-        except OSError as exc:
-            raise CompileError(f"cannot run the C compiler {cmd[0]!r}: {exc}") from None
+                reap(*running[0])
+                running.pop(0)
         finally:
             for proc, _ in running:
-                proc.kill()
-                proc.wait()
-        objects.append(_frame_object(cmd, work, worst_frame([obj.with_suffix(".su") for obj in objects])))
-        link = subprocess.run([*cmd, "-shared", *BASE_FLAGS, "-o", str(out), *map(str, objects)],
-                              capture_output=True, text=True, timeout=COMPILE_TIMEOUT, check=False)
+                _kill(proc)
+        objects.append(_frame_object(cmd, work, worst_frame([obj.with_suffix(".su") for obj in objects]), deadline))
+        link = _start(cmd, ["-shared", *BASE_FLAGS, "-o", str(out), *map(str, objects)])
+        output = _finish(link, deadline)
         if link.returncode != 0:
-            raise CompileError(f"linking {out.name} failed:\n{link.stderr[-4000:]}")
+            raise CompileError(f"linking {out.name} failed:\n{output[-4000:]}")
+
+
+def _start(cmd: list[str], args: list[str]) -> subprocess.Popen:
+    """The compiler running ``args`` in a session of its own (so that ``_kill`` reaches cc1, as and ld too)."""
+    try:
+        return subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", env=compiler_env(), start_new_session=True)
+    except OSError as exc:
+        raise CompileError(f"cannot run the C compiler {cmd[0]!r}: {exc}") from None
+
+
+def _finish(proc: subprocess.Popen, deadline: float) -> str:
+    """``proc``'s output once it has exited; the whole session killed, and a CompileError, past ``deadline``."""
+    try:
+        output, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.001))
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        raise CompileError(f"cc took longer than {COMPILE_TIMEOUT} s") from None
+    except BaseException:
+        _kill(proc)
+        raise
+    return output
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill ``proc``'s whole session (the driver and the programs it started) and reap the driver."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the session is empty: everything in it has exited
+        pass
+    proc.communicate()
 
 
 def worst_frame(reports: list[Path]) -> int:
@@ -174,13 +224,16 @@ def worst_frame(reports: list[Path]) -> int:
     return worst
 
 
-def _frame_object(cmd: list[str], work: Path, frame: int) -> Path:
+def _frame_object(cmd: list[str], work: Path, frame: int, deadline: float) -> Path:
     """An object defining FRAME_SYMBOL as ``frame`` + FRAME_SLACK."""
     src, obj = work / "frame.c", work / "frame.o"
-    src.write_text(f'__attribute__((visibility("default"))) const unsigned long long {FRAME_SYMBOL} = '
-                   f"{frame + FRAME_SLACK}ULL;\n")
-    proc = subprocess.run([*cmd, *BASE_FLAGS, "-c", str(src), "-o", str(obj)], capture_output=True, text=True,
-                          timeout=COMPILE_TIMEOUT, check=False)
+    try:
+        src.write_text(f'__attribute__((visibility("default"))) const unsigned long long {FRAME_SYMBOL} = '
+                       f"{frame + FRAME_SLACK}ULL;\n")
+    except OSError as exc:
+        raise CompileError(f"cannot write the translation into {work}: {exc.strerror or exc}") from None
+    proc = _start(cmd, [*BASE_FLAGS, "-c", str(src), "-o", str(obj)])
+    output = _finish(proc, deadline)
     if proc.returncode != 0:
-        raise CompileError(f"cc failed on {src.name}:\n{proc.stderr[-4000:]}")
+        raise CompileError(f"cc failed on {src.name}:\n{output[-4000:]}")
     return obj

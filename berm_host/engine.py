@@ -58,8 +58,7 @@ class Engine:
         self.jobs = jobs or min(2, os.cpu_count() or 1)
         self._images: dict[str, Image] = {}
         self._lock = threading.Lock()  # guards the two dicts, never held while an image loads
-        #: one gate per digest being loaded, with how many threads hold or wait for it
-        self._loading: dict[str, tuple[threading.Lock, list[int]]] = {}
+        self._loading: dict[str, _Gate] = {}
 
     def load(self, source: str | Path | bytes) -> Image:
         """The image in ``source`` (ELF bytes or a path), translated and loaded; the same bytes load once.
@@ -72,22 +71,28 @@ class Engine:
             image = self._images.get(digest)
             if image is not None:
                 return image
-            gate, users = self._loading.setdefault(digest, (threading.Lock(), [0]))
-            users[0] += 1
+            gate = self._loading.setdefault(digest, _Gate())
+            gate.users += 1
         try:
-            with gate:
+            with gate.lock:
                 with self._lock:
                     image = self._images.get(digest)
                 if image is not None:  # another thread loaded it while this one waited at the gate
                     return image
-                image = Image(self, self._facts(data, digest))
+                if gate.failure is not None:  # ... or failed to: waiting threads share that, not each retry it
+                    raise gate.failure
+                try:
+                    image = Image(self, self._facts(data, digest))
+                except BaseException as exc:
+                    gate.failure = exc
+                    raise
                 with self._lock:
                     self._images[digest] = image
                 return image
         finally:
             with self._lock:  # the last thread out removes the gate, after a failed load too (not before: a
-                users[0] -= 1  # thread waiting on it and one coming later would then load the same bytes at once)
-                if not users[0]:
+                gate.users -= 1  # thread waiting on it and one coming later would then load the same bytes at once)
+                if not gate.users:
                     del self._loading[digest]
 
     def _facts(self, data: bytes, digest: str) -> ElfFacts:
@@ -96,6 +101,19 @@ class Engine:
         if self.kind == "aot":
             return load_facts(self.cache, data, digest)
         return ElfFacts.of(read_elf(data))
+
+
+class _Gate:
+    """The load of one digest in progress: its lock, how many threads hold or wait for it, and the error it ended
+    with, which the threads that waited for it raise too (one failing compile is not rerun by every waiter; a load
+    that starts after the last waiter left tries again)."""
+
+    __slots__ = ("lock", "users", "failure")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.users = 0
+        self.failure: BaseException | None = None
 
 
 def _read(path: Path) -> bytes:

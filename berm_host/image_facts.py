@@ -12,7 +12,6 @@ not parse or verify is ignored (and rewritten): the facts are a shortcut, never 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from pathlib import Path
@@ -27,13 +26,16 @@ FACTS_NAME = "facts"
 _SOURCES = ("elf.py", "image.py", "manifest.py")
 
 
-@functools.lru_cache(maxsize=1)
 def _source_digest() -> str:
     h = hashlib.sha256(Path(__file__).read_bytes())
     root = Path(berm_aot.__file__).resolve().parent
     for name in _SOURCES:
         h.update((root / name).read_bytes())
     return h.hexdigest()
+
+
+#: Taken as this module is imported, not when first needed (see berm_host/aot/objects.py, TRANSLATOR_DIGEST).
+SOURCE_DIGEST = _source_digest()
 
 
 class ElfFacts:
@@ -108,7 +110,7 @@ def read_elf(raw: bytes) -> ElfImage:
 
 
 def facts_key(sha256: str) -> str:
-    return cache_key("berm-facts", sha256, _source_digest())
+    return cache_key("berm-facts", sha256, SOURCE_DIGEST)
 
 
 def load_facts(cache: CodeCache, raw: bytes, sha256: str) -> ElfFacts:

@@ -13,6 +13,7 @@ import pytest
 from berm_aot.cache import SO_NAME, CodeCache
 from berm_aot.elf import read_elf
 from berm_aot.program import Program
+import berm_abi
 import berm_aot
 from berm_host.aot.objects import cached_object, object_key, source_digest, translator_digest
 from berm_host.backend import RunRequest
@@ -39,20 +40,47 @@ def triple(engine: Engine, elf: bytes) -> int:
 
 
 def test_every_translator_module_is_in_the_key(tmp_path):
-    """Editing any module of the translator, or adding one, changes the key: a listed subset of modules once left
-    the sp-group, stack-pointer and dataflow analyses out, so editing them reused stale objects."""
+    """Editing any module of the translator or of berm_abi (whose host-call numbers the code inlines), or adding
+    one, changes the key: a listed subset of modules once left the sp-group, stack-pointer and dataflow analyses
+    out, so editing them reused stale objects."""
     import shutil
-    package = Path(berm_aot.__file__).resolve().parent
-    copy = tmp_path / "berm_aot"
-    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    assert source_digest(copy) == translator_digest()
-    seen = {source_digest(copy)}
-    for module in sorted(copy.rglob("*.py")):
+    copies = []
+    for package in (berm_aot, berm_abi):
+        copies.append(tmp_path / package.__name__)
+        shutil.copytree(Path(package.__file__).resolve().parent, copies[-1],
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    assert source_digest(*copies) == translator_digest()
+    seen = {source_digest(*copies)}
+    modules = sorted(m for copy in copies for m in copy.rglob("*.py"))
+    for module in modules:
         module.write_bytes(module.read_bytes() + b"\n# edited\n")
-        seen.add(source_digest(copy))
-    (copy / "emit" / "new_pass.py").write_text("X = 1\n")
-    seen.add(source_digest(copy))
-    assert len(seen) == len(list(package.rglob("*.py"))) + 2
+        seen.add(source_digest(*copies))
+    (copies[0] / "emit" / "new_pass.py").write_text("X = 1\n")
+    seen.add(source_digest(*copies))
+    assert len(seen) == len(modules) + 2
+
+
+def test_the_key_is_of_the_translator_the_process_imported(tmp_path):
+    """The digest was read from disk at the first compile: a process started before an upgrade filed what its old
+    emitter wrote under the new translator's key, and later processes loaded that stale object. It is the source
+    the process imported."""
+    import shutil
+    for name in ("berm_aot", "berm_abi", "berm_host"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from pathlib import Path
+        from berm_host.aot import objects
+        if sys.argv[1] == "upgrade":  # lands on disk after the import, before the first compile asks
+            emitter = Path({str(tmp_path / "berm_aot" / "emit" / "insn.py")!r})
+            emitter.write_text(emitter.read_text() + "# upgraded on disk\\n")
+        print(objects.translator_digest())
+    """)
+    digests = [subprocess.run([sys.executable, "-c", script, step], capture_output=True, text=True, timeout=120)
+               for step in ("before", "upgrade")]
+    assert all(d.returncode == 0 for d in digests), [d.stderr for d in digests]
+    assert digests[0].stdout == digests[1].stdout
 
 
 def test_hit_after_miss(tmp_path, elf):
@@ -140,3 +168,99 @@ def test_the_headers_translated_code_needs_ship_with_the_package():
     for header in HEADERS:
         name = str(header.relative_to(package))
         assert any(fnmatch.fnmatch(name, g) for g in globs), f"{name} is not in berm_host's package data"
+
+
+def _built(tmp_path, elf) -> tuple[CodeCache, str, Path]:
+    image = read_elf(elf)
+    cache = CodeCache(tmp_path / "cache")
+    so, built = cached_object(image, windows(image), cache, lambda: Program.from_image(image))
+    assert built
+    return cache, object_key(image, windows(image)), so
+
+
+def test_a_failing_lookup_is_an_error_not_a_corrupt_entry(tmp_path, elf, monkeypatch):
+    """A process out of file descriptors moved a valid shared entry aside as if it were corrupt."""
+    import errno
+    import os as os_module
+
+    from berm_aot import cache as cache_module
+    from berm_aot.errors import CompileError
+    cache, key, so = _built(tmp_path, elf)
+    real_open = os_module.open
+
+    def no_descriptors(path, *args, **kwargs):
+        if str(path).endswith(SO_NAME):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(cache_module.os, "open", no_descriptors)
+    with pytest.raises(CompileError, match="Too many open files"):
+        cache.get_or_build(key, lambda out: pytest.fail("nothing to build: the entry is whole"))
+    monkeypatch.undo()
+    assert cache.lookup(key) == so
+
+
+@pytest.mark.parametrize("damage", ["symlink_to_device", "directory", "fifo"])
+def test_an_entry_that_is_not_a_regular_file_is_rebuilt(tmp_path, elf, damage):
+    """The digest followed a symlink to /dev/zero (MemoryError) and blocked forever on a FIFO."""
+    import os as os_module
+    cache, key, so = _built(tmp_path, elf)
+    so.unlink()
+    if damage == "symlink_to_device":
+        so.symlink_to("/dev/zero")
+    elif damage == "directory":
+        so.mkdir()
+    else:
+        os_module.mkfifo(so)
+    assert cache.lookup(key) is None
+    rebuilt, built = cache.get_or_build(key, lambda out: out.write_bytes(b"\x7fELF stand-in"))
+    assert built and rebuilt == so and so.is_file() and not so.is_symlink()
+
+
+def test_an_entry_others_may_write_is_refused(tmp_path, elf):
+    """In a cache shared with other users (a BERM_CACHE_DIR under /tmp), an entry one of them could write or swap
+    would be code run in this process."""
+    from berm_aot.errors import CompileError
+    cache, key, so = _built(tmp_path, elf)
+    for path in (so, so.parent, so.parent.parent):
+        mode = path.stat().st_mode
+        path.chmod(mode | 0o002)
+        with pytest.raises(CompileError, match="others may write it"):
+            cache.lookup(key)
+        path.chmod(mode)
+    assert cache.lookup(key) == so
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0,
+                    reason="giving a file to another user needs root")
+def test_an_entry_another_user_owns_is_refused(tmp_path, elf):
+    import os as os_module
+
+    from berm_aot.errors import CompileError
+    cache, key, so = _built(tmp_path, elf)
+    os_module.chown(so, 12345, 12345)
+    with pytest.raises(CompileError, match="belongs to user 12345"):
+        cache.lookup(key)
+
+
+def test_entries_are_readable_by_other_users(tmp_path, elf):
+    """Entries were 0700 (mkdtemp): a cache filled by berm-compile as root could not serve a daemon running as
+    another user."""
+    import stat as stat_module
+    cache, key, so = _built(tmp_path, elf)
+    for path, mode in ((so, 0o755), (so.parent, 0o755), (so.parent.parent, 0o755),
+                       (so.parent / (SO_NAME + ".sha256"), 0o644)):
+        assert stat_module.S_IMODE(path.stat().st_mode) == mode, path
+
+
+def test_what_a_killed_compile_left_is_swept_by_the_next_builder(tmp_path, elf):
+    cache, key, so = _built(tmp_path, elf)
+    shard = so.parent.parent
+    (shard / f".{key}-left1").mkdir()
+    (shard / f".{key}-left1" / "unit0.c").write_text("partial")
+    (shard / f".bad-{key}-99-1").mkdir()
+    (shard / f".{'0' * 64}-other").mkdir()  # another key's: not this builder's to remove
+    (so.parent / (SO_NAME + ".sha256")).write_text("0" * 64 + "\n")  # corrupt: the next load rebuilds
+    _, built = cache.get_or_build(key, lambda out: out.write_bytes(b"\x7fELF stand-in"))
+    assert built
+    assert sorted(p.name for p in shard.iterdir() if p.name.startswith(".")) == [f".{'0' * 64}-other"]

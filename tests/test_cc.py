@@ -1,11 +1,19 @@
 """The C compiler driver (berm_aot/cc.py): units compile in parallel into one shared object, a unit that does not
 compile is a CompileError naming it, and a generator of units is compiled as it goes — the first unit's compile
-has finished before the generator is asked for the second (the translation overlaps the compiles)."""
+has finished before the generator is asked for the second (the translation overlaps the compiles). What the
+environment could slip into the object stays out of it, a timeout kills every program the compiler started, and a
+disk that takes no more is a CompileError."""
 
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
+import textwrap
 import time
+
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +52,75 @@ def test_a_generator_is_compiled_as_it_goes(tmp_path):
     out = tmp_path / "lib.so"
     cc.compile_shared(units(), out, jobs=2)
     assert ctypes.CDLL(str(out)).answer1() == 7
+
+
+def test_identity_keeps_each_flag_whole():
+    """Flags joined with spaces made ["-DX=1 -O0"] and ["-DX=1", "-O0"] one identity: the second configuration
+    loaded the first one's objects."""
+    assert cc.identity(("-O1", "-DUNUSED=1 -O0")) != cc.identity(("-O1", "-DUNUSED=1", "-O0"))
+
+
+def test_the_compilers_environment_cannot_change_the_object(tmp_path, monkeypatch):
+    """CPATH (and gcc's other include, prefix and run-path variables) changed the object without changing its key:
+    a header it shadowed went into an object a later process, without it, loaded from the cache."""
+    poisoned = tmp_path / "include"
+    poisoned.mkdir()
+    (poisoned / "stdint.h").write_text('#error "the compiler read CPATH"\n')
+    for name in ("CPATH", "C_INCLUDE_PATH"):
+        monkeypatch.setenv(name, str(poisoned))
+    out = tmp_path / "lib.so"
+    cc.compile_shared(["#include <stdint.h>\n" + unit(6)], out)
+    assert ctypes.CDLL(str(out)).answer6() == 42
+
+
+def test_a_timeout_kills_what_the_compiler_started(tmp_path, monkeypatch):
+    """Killing the driver alone left cc1 and as running, orphaned. The stand-in compiler here starts a child that
+    would run for a minute and waits for it."""
+    pid_file = tmp_path / "child.pid"
+    fake = tmp_path / "slowcc"
+    fake.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        if [ "$1" = --version ]; then echo "slowcc 1"; exit 0; fi
+        sleep 60 &
+        echo $! > {pid_file}
+        wait
+    """))
+    fake.chmod(0o755)
+    monkeypatch.setenv("BERM_CC", str(fake))
+    monkeypatch.setattr(cc, "COMPILE_TIMEOUT", 1)
+    with pytest.raises(CompileError, match="longer than 1 s"):
+        cc.compile_shared([unit(0)], tmp_path / "lib.so")
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child):
+        assert time.monotonic() < deadline, "the compiler's child outlived the timeout"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for init to reap it is gone too
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_full_disk_is_a_compile_error(tmp_path):
+    """Writing the translation into a full disk raised a bare OSError (berm-compile printed a traceback and left
+    the other images). A file size limit stands in for the full disk."""
+    script = textwrap.dedent(f"""
+        import resource, signal, sys
+        from pathlib import Path
+        sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+        from berm_aot import cc
+        from berm_aot.errors import CompileError
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        try:
+            cc.compile_shared(["/*" + "x" * 10000 + "*/"], Path({str(tmp_path / "lib.so")!r}))
+        except CompileError as exc:
+            print("CompileError:", exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("CompileError: cannot write the translation into"), out.stdout + out.stderr

@@ -3,7 +3,9 @@ hold up another's load), and concurrent loads of the same bytes share one image,
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import time
 
 import pytest
 
@@ -89,4 +91,41 @@ def test_a_failed_load_can_be_retried(tmp_path, elves, monkeypatch):
     # a failed load's gate goes with its last user (it stayed for good: 20,000 bad images, 20,000 locks)
     assert not engine._loading
     assert engine.load(elves[0]).digest
+    assert not engine._loading
+
+
+def test_threads_waiting_on_a_failing_load_share_its_error(tmp_path, elves, monkeypatch):
+    """Each thread waiting on the gate reran the failing compile after the one before it failed (6 callers, 12
+    compiler runs, 6 s in a row): the threads that waited raise the error of the load they waited for."""
+    engine = Engine(kind="interp", cache_dir=tmp_path)
+    entered, release, calls = threading.Event(), threading.Event(), []
+
+    def facts(self, data, digest):
+        calls.append(digest)
+        entered.set()
+        assert release.wait(30), "the test never released the failing load"
+        raise RuntimeError("cc failed")
+
+    monkeypatch.setattr(Engine, "_facts", facts)
+    errors = []
+
+    def load():
+        try:
+            engine.load(elves[0])
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    threads[0].start()
+    assert entered.wait(30)
+    for t in threads[1:]:
+        t.start()
+    gate, waited = engine._loading[hashlib.sha256(elves[0]).hexdigest()], time.monotonic()
+    while gate.users < 4:  # the other three wait at the gate of the failing load
+        assert time.monotonic() - waited < 30
+        time.sleep(0.01)
+    release.set()
+    for t in threads:
+        t.join(30)
+    assert errors == ["cc failed"] * 4 and len(calls) == 1
     assert not engine._loading

@@ -1,20 +1,21 @@
 """Translated code as shared objects: emit C for a program, compile it, and keep it in the code cache.
 
 The cache key covers every input of the object: the ELF bytes (their SHA-256), the translator version and the
-source of every module that shapes the emitted code (decoder, program model, analysis, emitter: editing one
-invalidates the cache without anyone remembering to bump a number), the compiler's identity and flags, the
+source of every module that shapes the emitted code (decoder, program model, analysis, emitter, and berm_abi,
+whose host-call numbers the code inlines: editing one invalidates the cache without anyone remembering to bump a
+number), the compiler's identity and flags, the
 runtime headers the code is compiled against, the memory layout it is specialised to (its bounds windows, from the
 image and the memory size: berm_aot/windows.py) and the symbol prefix.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 from collections.abc import Callable
 from pathlib import Path
 
+import berm_abi
 import berm_aot
 from berm_aot import cc
 from berm_aot.cache import CodeCache, cache_key
@@ -30,23 +31,34 @@ ENTRY_SYMBOL = "berm_enter"
 LAYOUT_SYMBOL = "berm_layout"
 
 
-def source_digest(root: Path) -> str:
+def source_digest(root: Path, *more: Path) -> str:
     """SHA-256 over the translator version, every module of the translator package at ``root`` (decoder, program
     model, analysis, emitter and the rest: a listed subset once missed modules added later, and editing those left
-    stale objects in the cache) and the runtime headers."""
+    stale objects in the cache), of the packages at ``more``, and the runtime headers."""
     h = hashlib.sha256(TRANSLATOR_VERSION.encode())
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode() + b"\0")
-        h.update(path.read_bytes())
+    for package in (root, *more):
+        for path in sorted(package.rglob("*.py")):
+            h.update(f"{package.name}/{path.relative_to(package)}".encode() + b"\0")
+            h.update(path.read_bytes())
     for header in HEADERS:
         h.update(header.read_bytes())
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=1)
+def _package(module) -> Path:
+    return Path(module.__file__).resolve().parent
+
+
+#: ``source_digest`` of the translator this process imported, taken as it imports it: taken at the first compile
+#: instead, a process started before an upgrade landed on disk filed what its old emitter wrote under the new
+#: translator's key, and every process after the upgrade loaded that stale object (a security fix to the emitter
+#: would not have applied to it).
+TRANSLATOR_DIGEST = source_digest(_package(berm_aot), _package(berm_abi))
+
+
 def translator_digest() -> str:
-    """``source_digest`` of the installed translator (berm_aot)."""
-    return source_digest(Path(berm_aot.__file__).resolve().parent)
+    """``source_digest`` of the installed translator (berm_aot) and ABI (berm_abi), as this process imported them."""
+    return TRANSLATOR_DIGEST
 
 
 def object_key(image: ElfImage, windows: Windows, prefix: str = "") -> str:
