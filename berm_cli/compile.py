@@ -23,6 +23,7 @@ from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
 from berm_aot.elf import read_elf
 from berm_aot.program import Program
+from berm_cli.terminal import shown
 from berm_host.aot.objects import cached_object
 from berm_host.declaration import DeclarationError, load_declarations, parse_memory
 from berm_host.layout import DEFAULT_MEMORY, layout_for
@@ -97,21 +98,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         todo = jobs_for(args.elf, args.declarations, args.harnesses_dir, parse_memory(args.memory, "--memory"))
     except DeclarationError as exc:
-        print(f"berm-compile: {exc}", file=sys.stderr)
+        print(f"berm-compile: {shown(str(exc))}", file=sys.stderr)
         return 2
     cache = CodeCache(args.cache_dir)
     tty = sys.stdout.isatty()
     status = 0
     for i, job in enumerate(todo, 1):
         if tty:
-            print(f"[{i}/{len(todo)}] compiling {job.label}…", end="\r", flush=True)
+            print(f"[{i}/{len(todo)}] compiling {shown(job.label)}…", end="\r", flush=True)
         try:
             line = compile_one(job, cache, args.jobs)
         except BermError as exc:
             line, status = f"{job.label}: {exc}", 2
-            print(("\x1b[2K" if tty else "") + line, file=sys.stderr)
+            print(("\x1b[2K" if tty else "") + shown(line), file=sys.stderr)
             continue
-        print(("\x1b[2K" if tty else "") + line, flush=True)
+        print(("\x1b[2K" if tty else "") + shown(line), flush=True)
     return status
 
 

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from berm_host.daemon import Daemon, DaemonConfig, default_socket
+from berm_host.text import escaped
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,11 +28,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="log every invocation-level event")
 
 
+class OneRecordALine(logging.Formatter):
+    """Every record's message on one line of its own, whatever guest text it holds (a trap or failure message, a
+    wake id): control characters escaped, newlines included; a traceback follows it with each line marked ``  | ``,
+    so no text inside it can pass for a record of the daemon's."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record = logging.makeLogRecord({**record.__dict__, "message": escaped(record.message, lines=False)})
+        return super().formatMessage(record)
+
+    def formatException(self, ei) -> str:
+        return _marked(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _marked(super().formatStack(stack_info))
+
+
+def _marked(text: str) -> str:
+    return "\n".join("  | " + escaped(line, lines=False) for line in text.splitlines())
+
+
 def run(args: argparse.Namespace) -> int:
     from berm_host.capabilities.kv import data_dir
 
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneRecordALine("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     config = DaemonConfig(
         declarations=args.declarations, socket=args.socket or default_socket(),
         state_dir=args.state_dir or data_dir(), harnesses_dir=args.harnesses_dir, engine=args.engine,

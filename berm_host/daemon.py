@@ -39,6 +39,7 @@ from berm_host.declaration import load_declarations
 from berm_host.grants import linker_for
 from berm_host.queue import Context, Queue, call_capabilities, schedule_capabilities
 from berm_host.queue.target import Target
+from berm_host.text import escaped
 from berm_host.traps import ToolFailure, Trap
 
 log = logging.getLogger("berm.daemon")
@@ -91,7 +92,8 @@ def load_targets(config: DaemonConfig, queue: Queue) -> dict[str, Target]:
 
 
 def _guest_log(harness: str, line: bytes) -> None:
-    guest_log.info("[%s] %s", harness, line.decode("utf-8", "replace"))
+    """A guest's ``berm.log`` line, as one log line whatever it holds (a newline in it forged records of its own)."""
+    guest_log.info("[%s] %s", harness, escaped(line.decode("utf-8", "replace"), lines=False))
 
 
 def _queue_grants(queue: Queue) -> dict:

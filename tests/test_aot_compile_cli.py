@@ -30,6 +30,15 @@ def test_bad_inputs(tmp_path, capsys):
     assert "junk.elf" in err and "missing.elf" in err
 
 
+def test_file_names_are_printed_with_control_characters_escaped(tmp_path, capsys):
+    """A package's file name reached the terminal raw (ESC and BEL included)."""
+    junk = tmp_path / "x\x1b]52;c;cHduZWQ=\x07.elf"
+    junk.write_bytes(b"not an elf at all")
+    assert main([str(junk), "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "x\\x1b]52;c;cHduZWQ=\\x07.elf" in err
+
+
 def test_memory_size_is_part_of_what_is_compiled(tmp_path, capsys):
     """Translated code is specialised to its memory size: ``--memory`` compiles what an engine with that size loads,
     and an engine with another size compiles its own object rather than running code built for other memory."""

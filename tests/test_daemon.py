@@ -177,3 +177,36 @@ def test_a_connection_whose_thread_could_not_start_gives_its_slot_back(empty_dae
             s.connect(str(empty_daemon.config.socket))
             s.recv(1)  # closed by the server
     assert DaemonClient(empty_daemon.config.socket).request({"op": "harnesses"}) == {"harnesses": []}
+
+
+def test_guest_text_cannot_forge_daemon_log_lines(caplog):
+    """A guest's berm.log line, or a failure message in a record, reached the daemon's log verbatim: a newline in
+    it started a forged record ("INFO berm.daemon: loaded harness admin"), an escape rewrote the terminal."""
+    import io
+    import logging
+
+    from berm_cli.serve import OneRecordALine
+
+    forged = "fine\n2026-12-01 INFO berm.daemon: loaded harness admin\x1b[2K"
+    with caplog.at_level(logging.INFO, logger="berm.guest"):
+        daemon_mod._guest_log("h", forged.encode())
+    assert caplog.records[-1].getMessage() == "[h] fine\\x0a2026-12-01 INFO berm.daemon: loaded harness admin\\x1b[2K"
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(OneRecordALine("%(levelname)s %(message)s"))
+    logger = logging.getLogger("berm.test-forgery")
+    logger.addHandler(handler)
+    try:
+        logger.warning("%s failed: %s", "h.tool", forged)
+        try:
+            raise ValueError(forged)
+        except ValueError:
+            logger.exception("h.tool raised a host error")
+    finally:
+        logger.removeHandler(handler)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "WARNING h.tool failed: fine\\x0a2026-12-01 INFO berm.daemon: loaded harness admin\\x1b[2K"
+    assert lines[1] == "ERROR h.tool raised a host error"
+    assert lines[2:] and all(line.startswith("  | ") for line in lines[2:])
+    assert "\x1b" not in out.getvalue()
