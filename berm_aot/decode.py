@@ -123,6 +123,7 @@ _FP_BY_RM = {  # OP-FP funct5 (bits [31:27]) whose variant is selected by the rm
     0x14: {0: "fle", 1: "flt", 2: "feq"},
 }
 _FP_ARITH = {0x00: "fadd", 0x01: "fsub", 0x02: "fmul", 0x03: "fdiv", 0x0B: "fsqrt"}
+_RESERVED_RM = (5, 6)  # rounding modes 0b101 and 0b110 (7 is "dynamic")
 
 
 def _fp_name(raw: int) -> str | None:
@@ -130,21 +131,23 @@ def _fp_name(raw: int) -> str | None:
     funct5, fmt, rm, rs2 = _bits(raw, 31, 27), _bits(raw, 26, 25), _bits(raw, 14, 12), _bits(raw, 24, 20)
     suffix = _FMT[fmt][0]
     xsuffix = "w" if suffix == "s" else suffix  # fmv spells single precision "w"
-    if funct5 in _FP_ARITH:
-        return f"{_FP_ARITH[funct5]}.{suffix}"
     if funct5 in _FP_BY_RM:
         stem = _FP_BY_RM[funct5].get(rm)
         return f"{stem}.{suffix}" if stem else None
+    if funct5 == 0x1C and rs2 == 0 and rm in (0, 1) and not (rm == 0 and fmt == 3):  # fmv.x.q: RV128 only
+        return f"fmv.x.{xsuffix}" if rm == 0 else f"fclass.{suffix}"
+    if funct5 == 0x1E and rs2 == 0 and rm == 0 and fmt != 3:
+        return f"fmv.{xsuffix}.x"
+    if rm in _RESERVED_RM:  # every other operation rounds: rm 5 and 6 are reserved
+        return None
+    if funct5 in _FP_ARITH and (funct5 != 0x0B or rs2 == 0):  # fsqrt has one source: rs2 is 0
+        return f"{_FP_ARITH[funct5]}.{suffix}"
     if funct5 == 0x08 and rs2 in _FMT and rs2 != fmt:
         return f"fcvt.{suffix}.{_FMT[rs2][0]}"
     if funct5 == 0x18 and rs2 in _FP_INT:
         return f"fcvt.{_FP_INT[rs2]}.{suffix}"
     if funct5 == 0x1A and rs2 in _FP_INT:
         return f"fcvt.{suffix}.{_FP_INT[rs2]}"
-    if funct5 == 0x1C and rs2 == 0 and rm in (0, 1):
-        return f"fmv.x.{xsuffix}" if rm == 0 else f"fclass.{suffix}"
-    if funct5 == 0x1E and rs2 == 0 and rm == 0:
-        return f"fmv.{xsuffix}.x"
     return None
 
 
@@ -234,6 +237,8 @@ def _decode32(raw: int) -> Fields:
     elif opcode == 0x27 and funct3 in _FP_STORE:
         return _unsupported(4, raw, f"{_FP_STORE[funct3]} ({_FP_WIDTH_EXT[funct3]})")
     elif opcode in _FP_FMA:
+        if funct3 in _RESERVED_RM:
+            return _illegal(4, raw, "reserved floating-point encoding")
         suffix, ext = _FMT[_bits(raw, 26, 25)]
         return _unsupported(4, raw, f"{_FP_FMA[opcode]}.{suffix} ({ext})")
     elif opcode == 0x53:

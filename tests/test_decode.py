@@ -96,6 +96,11 @@ ILLEGAL = [
     (0xFFFFFFFF, "longer"), (0x0000007F, "longer"), (0x0200551B, "opcode 0x1b"), (0x04051513, "opcode 0x13"),
     (0x0000000B, "opcode 0x0b"), (0x1015A52F, "atomic"), (0x00000013 | 2 << 12 | 0x7F << 25 | 0x20, "opcode"),
     (0x0000200F, "opcode 0x0f"), (0x00300073, "SYSTEM"),
+    # reserved floating-point encodings (refused at load when they were "unsupported"; reached, they trap):
+    # fsqrt with rs2 = 1, fadd.s and fmadd.s with rm 5, fcvt.w.s with rm 6, fmv.x.q and fmv.q.x (RV128 only)
+    (0x58108553, "floating-point"), (0x20d553, "floating-point"),
+    (0x1020d543, "floating-point"), (0xc000e553, "floating-point"),
+    (0xe6008553, "floating-point"), (0xf6008553, "floating-point"),
 ]
 
 
@@ -113,7 +118,7 @@ UNSUPPORTED = [
     (0x00A5B427, "fsd (D)"), (0x02B57553, "fadd.d (D)"), (0x00B57553, "fadd.s (F)"), (0xE2050553, "fmv.x.d (D)"),
     (0xF0050553, "fmv.w.x (F)"), (0xC2257553, "fcvt.l.d (D)"), (0x42057553, "fcvt.d.s (D)"),
     (0x02B57543, "fmadd.d (D)"), (0x2008, "c.fld (D)"), (0xA008, "c.fsd (D)"), (0x2502, "c.fldsp (D)"),
-    (0xA02A, "c.fsdsp (D)"),
+    (0xA02A, "c.fsdsp (D)"), (0xe6009553, "fclass.q (Q)"), (0x20f553, "fadd.s (F)"),
 ]
 
 

@@ -58,6 +58,8 @@ def _expect_llvm_text(insn: Instruction) -> bool:
     """Whether LLVM's text must equal ours (see berm_aot.disasm for the deliberate differences)."""
     if insn.op == "illegal":
         return insn.note == "c.unimp"
+    if insn.op == "fence" and not (insn.imm >> 4 & 0xF and insn.imm & 0xF):
+        return False  # an empty predecessor or successor set: ours prints 0, LLVM "unknown"
     return insn.op != "unsupported" and not _llvm_rejects_ignored_fence_fields(insn)
 
 
@@ -91,7 +93,8 @@ def test_32bit_words_print_as_llvm_prints_them():
         words += [r | 0x13, r | 0x00100013, r | 0xFFF04013, r | 0x00103013, r | 0x1B, r | 0x40000033,
                   r | 0x4000003B, r | 0x3033, r | 0x2033, r | 0x67, r | 0x00800067, r | 0x63, r | 0x1063,
                   r | 0x5063, r | 0x4063, r | 0x6063, r | 0x6F, r | 0x80000EF, r | 0xFFF00037, r | 0x80000017]
-    words += [0x0FF0000F, 0x0330000F, 0x8330000F, 0x0120000F, 0x0000100F, 0x00000073, 0x00100073, 0xC0001073]
+    words += [0x0FF0000F, 0x0330000F, 0x8330000F, 0x0120000F, 0x0000100F, 0x00000073, 0x00100073, 0xC0001073,
+              0x0010000F, 0x0100000F]  # empty successor / predecessor sets (0x0100000F is PAUSE)
     assert _compare_words([(w, 4) for w in words]) > 3000
 
 
