@@ -77,7 +77,14 @@ def _open_regular(path: Path) -> int | None:
 
 
 def _trusted(st: os.stat_result, what: Path) -> None:
-    """Refuse (CompileError) what another user owns or may write; see the module's docstring."""
+    """Refuse (CompileError) the file ``what`` (``st``, from its open descriptor), its entry directory or the shard
+    directory above it when another user owns or may write them; see the module's docstring."""
+    _trusted_one(st, what)
+    for directory in (what.parent, what.parent.parent):
+        _trusted_one(os.stat(directory, follow_symlinks=False), directory)
+
+
+def _trusted_one(st: os.stat_result, what: Path) -> None:
     if st.st_uid not in (os.geteuid(), 0):
         raise CompileError(f"refusing the code cache entry {what}: it belongs to user {st.st_uid}")
     if st.st_mode & 0o022:
@@ -110,9 +117,7 @@ class CodeCache:
         try:
             if fd is None or os.fstat(fd).st_size > MAX_OBJECT:
                 return False
-            for st, what in ((os.fstat(fd), so), (os.stat(d, follow_symlinks=False), d),
-                             (os.stat(d.parent, follow_symlinks=False), d.parent)):
-                _trusted(st, what)
+            _trusted(os.fstat(fd), so)
             record = _open_regular(digest)
             if record is None:
                 return False
@@ -169,22 +174,34 @@ class CodeCache:
 
     def read_blob(self, key: str, name: str) -> bytes | None:
         """The bytes stored by ``write_blob(key, name, …)``, or None. Blobs are derived data the caller verifies
-        itself (they carry no recorded digest here)."""
+        itself (they carry no recorded digest here); one another user owns or may write is refused like an
+        object (CompileError)."""
+        path = self.entry(key) / name
         try:
-            return (self.entry(key) / name).read_bytes()
+            fd = _open_regular(path)
         except OSError:
             return None
+        if fd is None:
+            return None
+        with open(fd, "rb") as f:
+            try:
+                _trusted(os.fstat(fd), path)
+                return f.read()
+            except OSError:
+                return None
 
     def write_blob(self, key: str, name: str, data: bytes) -> None:
         """Store ``data`` under (key, name), atomically (a temporary file renamed into place); best effort: a cache
         that cannot be written only means the next load derives the data again."""
         d = self.entry(key)
         try:
-            d.mkdir(parents=True, exist_ok=True)
+            d.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            d.mkdir(mode=0o755, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=d)
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
+                os.chmod(tmp, 0o644)
                 os.replace(tmp, d / name)
             except BaseException:
                 os.unlink(tmp)

@@ -264,3 +264,23 @@ def test_what_a_killed_compile_left_is_swept_by_the_next_builder(tmp_path, elf):
     _, built = cache.get_or_build(key, lambda out: out.write_bytes(b"\x7fELF stand-in"))
     assert built
     assert sorted(p.name for p in shard.iterdir() if p.name.startswith(".")) == [f".{'0' * 64}-other"]
+
+
+def test_a_blob_others_may_write_is_refused_like_an_object(tmp_path):
+    """Stored image facts (segments, exports, manifest) decide what a cached load runs: they pass the same checks
+    as an object, and are readable by other users."""
+    import stat as stat_module
+
+    from berm_aot.errors import CompileError
+    cache, key = CodeCache(tmp_path / "cache"), "ab" * 32
+    cache.write_blob(key, "facts", b"stored")
+    blob = cache.entry(key) / "facts"
+    assert cache.read_blob(key, "facts") == b"stored"
+    assert stat_module.S_IMODE(blob.stat().st_mode) == 0o644
+    for path in (blob, blob.parent, blob.parent.parent):
+        mode = path.stat().st_mode
+        path.chmod(mode | 0o020)
+        with pytest.raises(CompileError, match="others may write it"):
+            cache.read_blob(key, "facts")
+        path.chmod(mode)
+    assert cache.read_blob(key, "facts") == b"stored"
