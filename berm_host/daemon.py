@@ -92,8 +92,10 @@ def load_targets(config: DaemonConfig, queue: Queue) -> dict[str, Target]:
 
 
 def _guest_log(harness: str, line: bytes) -> None:
-    """A guest's ``berm.log`` line, as one log line whatever it holds (a newline in it forged records of its own)."""
-    guest_log.info("[%s] %s", harness, escaped(line.decode("utf-8", "replace"), lines=False))
+    """A guest's ``berm.log`` line, as one log line whatever it holds (a newline in it forged records of its own);
+    not even decoded when the daemon does not log at INFO."""
+    if guest_log.isEnabledFor(logging.INFO):
+        guest_log.info("[%s] %s", harness, escaped(line.decode("utf-8", "replace"), lines=False))
 
 
 def _queue_grants(queue: Queue) -> dict:

@@ -28,6 +28,8 @@ MIN_IMAGE_ADDR = PAGE
 MAX_CALL_DEPTH = 10_000
 #: berm.fail keeps this many bytes of its text on every engine (the AOT core's BERM_FAIL_KEEP); see failure_text.
 MAX_FAIL_TEXT = 64 << 10
+#: A berm.log line reaches the log sink cut to this many bytes on every engine (BERM_LOG_KEEP); see log_text.
+MAX_LOG_LINE = 64 << 10
 #: A tool result longer than this is refused (a HostError naming both sizes), unless the Engine sets another cap.
 DEFAULT_MAX_RESULT = 16 << 20
 
@@ -35,9 +37,19 @@ DEFAULT_MAX_RESULT = 16 << 20
 def failure_text(head: bytes, length: int) -> bytes:
     """The recorded berm.fail text: ``head`` (its first ``MAX_FAIL_TEXT`` bytes) and, when the guest passed a
     longer text (``length`` bytes), a marker saying so — the same bytes on every engine."""
+    return _kept(head, length, b"berm.fail text")
+
+
+def log_text(head: bytes, length: int) -> bytes:
+    """The berm.log line a log sink receives: ``head`` (its first ``MAX_LOG_LINE`` bytes) and, when the guest
+    logged a longer one (``length`` bytes), a marker saying so — the same bytes on every engine."""
+    return _kept(head, length, b"berm.log line")
+
+
+def _kept(head: bytes, length: int, what: bytes) -> bytes:
     if length <= len(head):
         return head
-    return head + b" [... berm.fail text truncated: %d of %d bytes kept]" % (len(head), length)
+    return head + b" [... %s truncated: %d of %d bytes kept]" % (what, len(head), length)
 
 
 def stack_size(memory_size: int) -> int:

@@ -5,12 +5,11 @@ admin" record)."""
 
 from __future__ import annotations
 
-import re
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but newline and tab
-_CONTROL_OR_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_OR_LINE = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_CONTROL = {c: e for c, e in _CONTROL_OR_LINE.items() if chr(c) not in "\n\t"}
 
 
 def escaped(text: str, *, lines: bool = True) -> str:
-    """``text`` with its control characters escaped; newline and tab kept when ``lines``."""
-    return (_CONTROL if lines else _CONTROL_OR_LINE).sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+    """``text`` with its control characters escaped; newline and tab kept when ``lines``. A translation table, not
+    a regular expression calling back per match: a 16 MiB line of NULs took 11.6 s and 1.3 GB that way."""
+    return text.translate(_CONTROL if lines else _CONTROL_OR_LINE)

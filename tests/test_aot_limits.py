@@ -9,7 +9,7 @@ import pytest
 from berm_abi.names import fnv1a64
 from berm_host.aot.runtime import lib
 from berm_host.engine import Engine
-from berm_host.layout import MAX_CALL_DEPTH, MAX_FAIL_TEXT
+from berm_host.layout import MAX_CALL_DEPTH, MAX_FAIL_TEXT, MAX_LOG_LINE
 from berm_host.linker import Linker
 from berm_host.traps import HostError, ToolFailure, Trap, TrapKind
 from tests.guests import raw_harness_elf
@@ -57,6 +57,15 @@ Pair berm_tool_longfail(void) {
     return text("unreachable", 11);
 }
 
+/* berm.log with a line of as many bytes as the arguments say. */
+Pair berm_tool_longlog(void) {
+    char *heap = (char *)ecall2(HEAP_START, 0, 0);
+    u64 n = arg_number();
+    for (u64 i = 0; i < n; i++) heap[i] = 'a' + i % 26;
+    ecall2(LOG, (u64)heap, n);
+    return text("logged", 6);
+}
+
 /* Call the signal capability, then spin for a bounded while (long enough for an interrupt to be noticed). */
 Pair berm_tool_signal(void) {
     ecall2(SIGNAL, 0, 0);
@@ -67,7 +76,7 @@ Pair berm_tool_signal(void) {
 
 """
 
-TOOLS = ("dirty", "check", "sized", "longfail", "signal")
+TOOLS = ("dirty", "check", "sized", "longfail", "longlog", "signal")
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +223,24 @@ def test_both_engines_record_the_same_cut_failure_text(elf, cache_dir):
 
 def test_core_and_interpreter_keep_the_same_failure_text_length():
     assert lib.BERM_FAIL_KEEP == MAX_FAIL_TEXT
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+def test_a_log_line_is_cut_with_a_marker(elf, cache_dir, kind):
+    """berm.log had no cap: one line the size of guest memory took the daemon 72 s and 4.9 GB in its sink. The
+    sink gets at most MAX_LOG_LINE bytes and a marker, the same bytes on both engines."""
+    lines = []
+    h = Engine(kind=kind, cache_dir=cache_dir, deadline=10.0, log=lambda name, line: lines.append(line)).load(
+        elf).harness(None, name="limits")
+    assert h.call("longlog", str(MAX_LOG_LINE)) == "logged"
+    whole = (b"abcdefghijklmnopqrstuvwxyz" * (MAX_LOG_LINE // 26 + 1))[:MAX_LOG_LINE]
+    assert h.call("longlog", str(3 * MAX_LOG_LINE)) == "logged"
+    marker = b" [... berm.log line truncated: %d of %d bytes kept]" % (MAX_LOG_LINE, 3 * MAX_LOG_LINE)
+    assert lines == [whole, whole + marker]
+
+
+def test_core_and_interpreter_keep_the_same_log_line_length():
+    assert lib.BERM_LOG_KEEP == MAX_LOG_LINE
 
 
 # -- 3. an interrupt belongs to one invocation --------------------------------------------------------------------

@@ -348,7 +348,8 @@ static PyObject *number_object(berm_region *r, uint64_t n) {
 }
 
 /* serve(number, request) on this thread (the GIL is released while guest code runs): `request` is the guest
- * buffer (a0, a1) as bytes, or None when it is not readable guest memory (call_ptr and call_len name it). A bytes
+ * buffer (a0, a1) as bytes (a berm.log line: its first BERM_LOG_KEEP bytes), or None when it is not readable guest
+ * memory (call_ptr and call_len name it, with the full length). A bytes
  * result is the reply, staged here (the guest's a0 is its length); an int is the guest's a0; a trap the server
  * records lands in the context. Any exception that escapes the server, and any other result, becomes the
  * host-call-failed trap, never an escape into translated code. */
@@ -365,7 +366,8 @@ static uint64_t serve_in_python(berm_region *r, uint64_t n, uint64_t a0, uint64_
     r->call_len = a1;
     PyObject *argv[3] = {NULL, number_object(r, n), NULL};
     if (ok) {
-        argv[2] = PyBytes_FromStringAndSize((const char *)r->ctx.mem + a0, (Py_ssize_t)a1);
+        uint64_t keep = n == BERM_CALL_LOG && a1 > BERM_LOG_KEEP ? BERM_LOG_KEEP : a1;
+        argv[2] = PyBytes_FromStringAndSize((const char *)r->ctx.mem + a0, (Py_ssize_t)keep);
     } else {
         argv[2] = Py_None;
         Py_INCREF(Py_None);

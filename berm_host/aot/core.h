@@ -26,6 +26,10 @@ typedef struct berm_image berm_image;
 /* The longest berm.fail text kept (longer ones are cut here; the Python side adds the truncation marker). */
 #define BERM_FAIL_KEEP ((uint64_t)64 << 10)
 
+/* The longest berm.log line handed to the log sink (only these bytes are copied; the Python side adds the
+ * truncation marker): a line the size of guest memory cost the host gigabytes and a minute in its sink. */
+#define BERM_LOG_KEEP ((uint64_t)64 << 10)
+
 /* The native stack translated code runs on, per region (native_stack.h): BERM_MAX_CALL_DEPTH nested calls of
  * frames up to ~400 bytes. Its pages cost memory only once a guest recursed that deep. */
 #define BERM_NATIVE_STACK ((size_t)4 << 20)

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from berm_abi.names import ERROR_BIT, core_number
 from berm_aot.windows import Windows
 from berm_host.backend import LogSink
-from berm_host.layout import MAX_CALL_DEPTH, Layout, failure_text
+from berm_host.layout import MAX_CALL_DEPTH, Layout, failure_text, log_text
 from berm_host.linker import CapabilityError, Linker, unknown_call_detail
 from berm_host.traps import HostError, TrapKind
 
@@ -239,7 +239,7 @@ class HostCalls:
             return self._buffer_trap("berm.log")
         if self.log is not None:
             try:
-                self.log(request)
+                self.log(log_text(request, self.raw.call_len))
             except Exception as exc:  # noqa: BLE001 - a broken sink must not escape into guest code
                 return self.trap(TrapKind.HOST_CALL_FAILED, LOG, f"berm.log: {type(exc).__name__}: {exc}")
         return 0

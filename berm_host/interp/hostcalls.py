@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from berm_abi.names import ERROR_BIT, core_number
-from berm_host.layout import MAX_FAIL_TEXT, failure_text
+from berm_host.layout import MAX_FAIL_TEXT, MAX_LOG_LINE, failure_text, log_text
 from berm_host.linker import CapabilityError, unknown_call_detail
 from berm_host.traps import TrapKind
 
@@ -58,7 +58,7 @@ def host_call(st, number: int, a0: int, a1: int) -> int:
         _write(st, "berm.result.read", a0, st.staged[:a1])
         return len(st.staged)
     if number == LOG:
-        line = _read(st, "berm.log", a0, a1)
+        line = log_text(_read(st, "berm.log", a0, a1, MAX_LOG_LINE), a1)
         if st.log is not None:
             try:
                 st.log(line)
