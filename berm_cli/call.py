@@ -1,7 +1,8 @@
 """``berm call ELF TOOL [JSON]``: call one tool of a harness image, granting exactly what the command line says.
 
 The command line is a one-entry declaration: ``--grant`` names capabilities, ``--root`` bounds fs and exec,
-``--host`` bounds http; a grant without its bound is absent, as everywhere. With ``--daemon``, the call goes
+``--host`` bounds http. A grant without its bound would be absent, as in a declaration, so the command line
+refuses it instead of running a guest whose calls then trap as "not granted". With ``--daemon``, the call goes
 through a running daemon's queue instead (``berm serve``), to the harness its declarations name, with the grants
 those declarations give. Exit status: 0 with the result on stdout; 1 when the tool failed (its message on
 stderr); 2 on a trap or any host error.
@@ -14,10 +15,11 @@ import os
 import sys
 from pathlib import Path
 
+from berm_abi.errors import BermError
 from berm_cli.interrupt import interruptible
 from berm_cli.terminal import shown
 from berm_host.declaration import declaration_from_table
-from berm_host.grants import linker_for
+from berm_host.grants import BOUNDS, linker_for
 from berm_host.traps import ToolFailure
 
 
@@ -44,7 +46,15 @@ def add_arguments(p) -> None:
 _LOCAL_ONLY = ("grant", "root", "host", "memory", "timeout", "name", "data_dir")
 
 
+#: The option that gives each bounded grant its bound (berm_host.grants.BOUNDS).
+_BOUND_OPTIONS = {"root": "--root DIR", "hosts": "--host HOST"}
+
+
 def _declaration(args):
+    for cap in dict.fromkeys(args.grant):
+        bound = BOUNDS.get(cap)
+        if bound and not (args.root if bound == "root" else args.host):
+            raise BermError(f"--grant {cap} needs {_BOUND_OPTIONS[bound]}: without it the grant gives nothing")
     table = {"name": args.name or args.elf.stem, "capabilities": list(dict.fromkeys(args.grant)),
              "hosts": list(dict.fromkeys(args.host))}
     if args.root is not None:

@@ -23,7 +23,7 @@ from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
 from berm_aot.elf import read_elf
 from berm_aot.program import Program
-from berm_cli.terminal import shown
+from berm_cli.terminal import reader_may_leave, shown
 from berm_host.aot.objects import cached_object
 from berm_host.declaration import DeclarationError, load_declarations, parse_memory
 from berm_host.layout import DEFAULT_MEMORY, layout_for
@@ -86,6 +86,10 @@ def compile_one(job: Job, cache: CodeCache, jobs: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return reader_may_leave(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not args.elf and args.declarations is None:

@@ -9,7 +9,7 @@ import importlib
 import sys
 
 from berm_abi.errors import BermError
-from berm_cli.terminal import shown
+from berm_cli.terminal import reader_may_leave, shown
 
 #: subcommand -> (module under berm_cli, one-line help)
 SUBCOMMANDS = {
@@ -44,6 +44,10 @@ def _chosen(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parser(_chosen(argv)).parse_args(argv)
+    return reader_may_leave(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args._module.run(args)
     except BermError as exc:

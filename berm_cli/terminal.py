@@ -4,8 +4,28 @@ as it is: it is the tool's output, as ``cat`` prints a file."""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
+
 from berm_host.text import escaped
+
+#: The exit status of a command whose reader went away (a shell's 128 + SIGPIPE).
+BROKEN_PIPE = 141
 
 
 def shown(text: str) -> str:
     return escaped(text)
+
+
+def reader_may_leave(main: Callable[[], int]) -> int:
+    """``main()``, ending quietly with BROKEN_PIPE when its output's reader has gone (``berm inspect … | head``
+    printed a BrokenPipeError traceback). stdout is pointed at /dev/null so the interpreter's own flush at exit
+    does not raise again (Python's documentation, "Note on SIGPIPE")."""
+    try:
+        return main()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return BROKEN_PIPE

@@ -54,9 +54,13 @@ def test_an_ungranted_capability_is_a_trap_exit_2(berm_call, root):
     assert "no host function for call" in err and "berm.fs.read, not granted to this harness" in err
 
 
-def test_fs_without_root_is_absent(berm_call):
-    code, _, err = berm_call("read", '"hello.txt"', "--grant", "fs")
-    assert code == 2 and "berm.fs.read, not granted" in err
+@pytest.mark.parametrize("grant, needs", [("fs", "--root DIR"), ("exec", "--root DIR"), ("http", "--host HOST")])
+def test_a_grant_without_its_bound_is_refused(berm_call, grant, needs):
+    """A grant without its bound gives nothing: the command line said --grant fs and the guest trapped with
+    "not granted". It is refused before anything runs."""
+    code, out, err = berm_call("read", '"hello.txt"', "--grant", grant)
+    assert (code, out) == (2, "")
+    assert f"--grant {grant} needs {needs}" in err and "trapped" not in err
 
 
 def test_a_trap_exits_2(berm_call):
@@ -82,3 +86,19 @@ def test_bad_input_exits_2_with_a_message(berm_call, args, words):
 def test_a_missing_image_exits_2(tmp_path, capsys):
     assert main(["call", str(tmp_path / "none.elf"), "echo", "--engine", "interp"]) == 2
     assert "none.elf" in capsys.readouterr().err
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
+    """``berm inspect … --disassemble | head -1`` printed a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    from tests.test_cap_guest import probe_elf
+    elf = tmp_path / "probe.elf"
+    elf.write_bytes(probe_elf())
+    proc = subprocess.Popen([sys.executable, "-m", "berm_cli.main", "inspect", str(elf), "--disassemble"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves with most of the listing unread
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 141 and err == ""
