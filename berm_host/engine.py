@@ -240,9 +240,10 @@ class Harness:
 
 
 def _raise_outcome(trap: TrapInfo | None, failure: bytes | None, name: str) -> None:
-    """An invocation's outcome as the exception ABI §3 orders: a trap first, then a ``berm.fail`` text."""
+    """An invocation's outcome as the exception ABI §3 orders: a trap first (carrying a ``berm.fail`` text the guest
+    recorded before it: a panic handler's message), then a ``berm.fail`` text."""
     if trap is not None:
-        raise Trap(trap, name)
+        raise Trap(trap, name, failure.decode("utf-8", "replace") if failure is not None else None)
     if failure is not None:
         raise ToolFailure(name, failure.decode("utf-8", "replace"))
 

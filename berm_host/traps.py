@@ -67,12 +67,17 @@ class TrapInfo:
 
 
 class Trap(BermError):
-    """A guest trapped. ``info`` says what, where and at which address; ``tool`` names the tool when known."""
+    """A guest trapped. ``info`` says what, where and at which address; ``tool`` names the tool when known;
+    ``failure`` is the ``berm.fail`` text the guest recorded before it trapped, if any: the trap decides the
+    outcome (ABI §3), but a panic handler that says why and then executes ``ebreak`` (the SDK's ``berm_panic``,
+    a Rust ``#[panic_handler]``) wants its reason in front of whoever reads the trap."""
 
-    def __init__(self, info: TrapInfo, tool: str | None = None):
+    def __init__(self, info: TrapInfo, tool: str | None = None, failure: str | None = None):
         self.info = info
         self.tool = tool
-        super().__init__(f"harness trapped in {tool}: {info}" if tool else f"guest trapped: {info}")
+        self.failure = failure
+        message = f"harness trapped in {tool}: {info}" if tool else f"guest trapped: {info}"
+        super().__init__(message + (f" (after berm.fail: {failure})" if failure is not None else ""))
 
     @property
     def kind(self) -> TrapKind:

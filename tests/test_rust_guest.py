@@ -104,10 +104,16 @@ def test_tools_return_the_expected_text(probe, tool, args, expected):
         assert logs == [expected.encode()]
 
 
-def test_failure_and_panic(probe):
+@pytest.mark.parametrize("quoted", [False, True], ids=["bare", "json-string"])
+def test_failure_and_panic(probe, quoted):
+    """``check`` takes the JSON string its manifest declares (``"panic"``, as ``berm call`` sends it) or the bare
+    word; its panic handler records the message with berm.fail before its ebreak, and the trap carries it."""
     harness, _ = probe
+    word = '"{}"' if quoted else "{}"
     with pytest.raises(ToolFailure, match="check failed, as requested"):
-        harness.call("check", "fail")
+        harness.call("check", word.format("fail"))
     with pytest.raises(Trap, match="harness trapped in check: guest executed ebreak") as trap:
-        harness.call("check", "panic")
+        harness.call("check", word.format("panic"))
     assert trap.value.kind is TrapKind.BREAKPOINT
+    assert trap.value.failure.startswith("rust-probe panicked: asked to panic")
+    assert "(after berm.fail: rust-probe panicked: asked to panic" in str(trap.value)

@@ -151,7 +151,7 @@ class AotBackend:
             raise _busy()
         if kind == _TRAPPED:
             region.calls.reraise()
-            out = self.trap_info(region), None, None, a0, a1
+            out = self.trap_info(region), region.failure(), None, a0, a1
         elif kind == _FAILED:
             out = None, region.failure(), None, a0, a1
         else:

@@ -48,7 +48,8 @@ static inline uint64_t berm_host_call(uint64_t number, uint64_t arg0, uint64_t a
 uint64_t berm_host_call(uint64_t number, uint64_t arg0, uint64_t arg1);
 #endif
 
-/** Stop the invocation: a trap on the guest (after logging `why`), a recorded panic in the host shim. */
+/** Stop the invocation: a trap on the guest, after recording `why` with berm.fail (the host shows it with the
+ *  trap), a recorded panic in the host shim. */
 __attribute__((noreturn)) void berm_panic(const char *why);
 
 /* ---------------------------------------------------------------- strings and results */

@@ -209,13 +209,16 @@ pub extern "C" fn berm_tool_shapes() -> Pair {
     ok(describe(&shapes))
 }
 
-/// Fails on purpose when given "fail", and panics (a trap) when given "panic".
+/// Fails on purpose when given "fail", and panics (a trap) when given "panic": as the JSON string its manifest
+/// declares (`"panic"`, quotes included, as `berm call` and agents send it), or as those bare bytes.
 #[no_mangle]
 pub extern "C" fn berm_tool_check() -> Pair {
-    match args().as_slice() {
+    let given = args();
+    let word = given.strip_prefix(b"\"").and_then(|s| s.strip_suffix(b"\"")).unwrap_or(&given);
+    match word {
         b"fail" => fail("check failed, as requested"),
         b"panic" => panic!("asked to panic"),
-        other => ok(format!("checked {} bytes", other.len())),
+        _ => ok(format!("checked {} bytes", given.len())),
     }
 }
 
