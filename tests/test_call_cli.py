@@ -93,10 +93,8 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
     import subprocess
     import sys
 
-    from tests.test_cap_guest import probe_elf
-    elf = tmp_path / "probe.elf"
-    elf.write_bytes(probe_elf())
-    proc = subprocess.Popen([sys.executable, "-m", "berm_cli.main", "inspect", str(elf), "--disassemble"],
+    from tests.test_rust_guest import ELF  # its listing (~180 KB) is more than a pipe holds
+    proc = subprocess.Popen([sys.executable, "-m", "berm_cli.main", "inspect", str(ELF), "--disassemble"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.readline()
     proc.stdout.close()  # the reader leaves with most of the listing unread
