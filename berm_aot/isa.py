@@ -68,3 +68,10 @@ class Instruction:
     def falls_through(self) -> bool:
         """Execution may continue at ``next_pc``: at once, or (a call) when the callee returns."""
         return self.op not in NO_FALL_THROUGH and not (self.op in ("jal", "jalr") and self.rd == 0)
+
+
+def checks_sp(insn: Instruction) -> bool:
+    """Whether ``insn``'s write to sp is checked against the stack's lowest address (docs/SEMANTICS.md): every write
+    except ``addi sp, sp, imm`` (``c.addi16sp`` too), which moves sp by at most 2 KiB, less than the guard page
+    below the stack, so the frames of ordinary functions pay nothing."""
+    return insn.rd == 2 and not (insn.op == "addi" and insn.rs1 == 2)

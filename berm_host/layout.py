@@ -26,6 +26,10 @@ DEFAULT_MEMORY = 64 << 20
 MIN_IMAGE_ADDR = PAGE
 #: Nested guest calls allowed before the "stack exhausted" trap; both engines count the same way.
 MAX_CALL_DEPTH = 10_000
+#: The detail of the "stack exhausted" trap of an instruction that would set sp below the stack (its address is
+#: the value sp would have had): a frame larger than the room left, which would otherwise skip the guard page
+#: and write the heap.
+SP_BELOW_STACK = "sp would fall below the stack's lowest address"
 #: berm.fail keeps this many bytes of its text on every engine (the AOT core's BERM_FAIL_KEEP); see failure_text.
 MAX_FAIL_TEXT = 64 << 10
 #: A berm.log line reaches the log sink cut to this many bytes on every engine (BERM_LOG_KEEP); see log_text.

@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from berm_aot.program import Program
 from berm_host.aot.backend import AotBackend
 from berm_host.aot.objects import compile_programs
-from berm_host.layout import layout_for
+from berm_host.layout import SP_BELOW_STACK, layout_for, stack_size
 from berm_host.backend import RunRequest
 from berm_host.interp import InterpBackend
+from berm_host.traps import TrapKind
 from tests import progen
 
 PROGRAMS = 80
@@ -166,3 +167,44 @@ def test_srliw_at_every_shift_amount():
         assert [expected.regs[r] for r in (13, 14, 15)] == [sext32(0x8000_0000 >> k), sext32(0xFFFF_FFFF >> k),
                                                             sext32(0x7FFF_F000 >> k)]
         assert_same(gen, expected, results[0])
+
+
+def test_every_way_of_writing_sp_below_the_stack_traps_alike():
+    """An instruction that would set sp below the stack's lowest address is the stack-exhausted trap there, sp as
+    it was (a frame larger than the guard page skipped it and wrote the heap): arithmetic, lui, a load, an AMO (its
+    store stands), a link (before the transfer). ``addi sp, sp, imm`` is not checked (it moves sp by at most 2 KiB:
+    the guard page catches the frame's first access); setting sp to exactly the lowest address is fine."""
+    from tests.rvenc import Op
+
+    lowest = progen.MEMORY_SIZE - stack_size(progen.MEMORY_SIZE)
+    assert lowest & 0xFFF == 0
+    data = [Op("lui", rd=7, imm=progen.DATA & ~0xFFF), Op("addi", rd=7, rs1=7, imm=progen.DATA & 0xFFF)]
+    near_bottom = [Op("lui", rd=5, imm=lowest), Op("addi", rd=2, rs1=5, imm=0x400)]  # checked: rs1 is not sp
+    cases = {
+        "sub": [Op("lui", rd=5, imm=0x80000), Op("sub", rd=2, rs1=2, rs2=5)],  # a 512 KiB frame
+        "mv-zero": [Op("addi", rd=2, rs1=0, imm=0)],
+        "lui": [Op("lui", rd=2, imm=0x1000)],
+        "load": [*data, Op("ld", rd=2, rs1=7)],
+        "amo": [*data, Op("addi", rd=6, imm=0x55), Op("amoswap.d", rd=2, rs1=7, rs2=6)],
+        "link": [Op("jal", rd=2, target="f1")],
+        "addi-sp-sp": [*near_bottom, Op("addi", rd=2, rs1=2, imm=-2048), Op("sd", rs1=2, rs2=1)],
+        "exactly-lowest": [Op("lui", rd=2, imm=lowest), Op("addi", rd=10, imm=7), Op("addi", rd=2, rs1=2, imm=64)],
+    }
+    gens = []
+    for name, ops in cases.items():
+        functions = [progen.Function("f0", ops + [Op("addi", rd=11, imm=1), Op("jalr", rs1=1)]),
+                     progen.Function("f1", [Op("jalr", rs1=1)])]
+        image = progen.build_image(functions)
+        gens.append(progen.GenProgram(image, image.entry, name))
+    for (gen, expected, results), name in zip(run_both(gens), cases):
+        assert_same(gen, expected, results[0])
+        if name == "exactly-lowest":
+            assert expected.trap is None and expected.regs[10] == 7
+        elif name == "addi-sp-sp":  # into the guard page, where the frame's first store faults
+            assert expected.trap.kind is TrapKind.MEMORY_FAULT and expected.trap.addr == lowest + 0x400 - 2048
+        else:
+            assert expected.trap.kind is TrapKind.STACK_EXHAUSTED, (name, expected.trap)
+            assert expected.trap.detail == SP_BELOW_STACK and expected.trap.addr < lowest, name
+            assert expected.regs[2] >= lowest and expected.regs[11] == 0, name  # sp as it was; nothing ran after
+        if name == "amo":  # its store stands: the check follows the instruction
+            assert expected.snapshot[0][:8] == (0x55).to_bytes(8, "little")

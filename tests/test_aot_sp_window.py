@@ -14,6 +14,9 @@ from berm_host.engine import Engine
 from berm_host.layout import DEFAULT_MEMORY, stack_size
 from tests.guests import guest_elf
 
+TOP = DEFAULT_MEMORY
+LOW = DEFAULT_MEMORY - stack_size(DEFAULT_MEMORY)
+
 #: (name, the access through sp): each in a function of its own, at offsets from -2048 to 2047.
 ACCESSES = [
     ("ld0", "ld t3, 0(sp)"),
@@ -47,21 +50,32 @@ __attribute__((noinline)) u64 keep(u64 x) { return x + 1; }
 /* sp changes right before a dynamic jump to a label inside the same function, whose code stores through sp: what
    the translator knows about sp (or any register) before the jump must not be trusted after it. */
 u64 jump_then_store(u64 sp_value, u64 value) {
-    u64 out;
+    u64 out, steps = WALK_STEPS(sp_value), start = sp_value + steps * 2048;
     __asm__ volatile(".pushsection .data.jump_label, \"aw\"\n .globl jump_label\n jump_label: .dword 1f\n"
                      ".popsection\n" /* names the label: a legal target */
-                     "mv t2, sp\n la t0, 1f\n mv sp, %1\n jr t0\n"
-                     "1: sd %2, 8(sp)\n ld t3, 8(sp)\n mv sp, t2\n mv %0, t3"
-                     : "=r"(out) : "r"(sp_value), "r"(value) : "t0", "t2", "t3", "memory");
+                     "mv t2, sp\n la t0, 1f\n" SET_SP "jr t0\n"
+                     "1: sd %[value], 8(sp)\n ld t3, 8(sp)\n mv sp, t2\n mv %[out], t3"
+                     : [out] "=r"(out), [steps] "+r"(steps) : [start] "r"(start), [value] "r"(value)
+                     : "t0", "t2", "t3", "memory");
     return keep(out) - 1;
 }
 """
 
-SOURCE = "typedef unsigned long u64;\n" + "\n".join(
+#: Sets sp to %[start] minus %[steps] times 2048: ``mv sp`` to a value below the stack is the stack-exhausted trap
+#: (docs/SEMANTICS.md), so sp reaches the guard, data or 0 as a hostile guest's would, walking down from a start at
+#: or above the stack's lowest address with ``addi sp, sp, -2048``, which is not checked.
+WALK = r"""
+#define WALK_STEPS(target) ((target) < LOWEST ? (LOWEST - (target) + 2047) / 2048 : 0)
+#define SET_SP "mv sp, %[start]\n beqz %[steps], 8f\n 9: addi sp, sp, -2048\n addi %[steps], %[steps], -1\n" \
+               " bnez %[steps], 9b\n 8:\n"
+"""
+
+SOURCE = f"typedef unsigned long u64;\n#define LOWEST {LOW:#x}ul\n" + WALK + "\n".join(
     f"""u64 {name}(u64 sp_value, u64 value) {{
-    u64 out;
-    __asm__ volatile("mv t2, sp\\n mv sp, %1\\n li t3, 0\\n mv a1, %2\\n {body}\\n mv sp, t2\\n mv %0, t3"
-                     : "=r"(out) : "r"(sp_value), "r"(value) : "t2", "t3", "a1", "memory");
+    u64 out, steps = WALK_STEPS(sp_value), start = sp_value + steps * 2048;
+    __asm__ volatile("mv t2, sp\\n" SET_SP "li t3, 0\\n mv a1, %[value]\\n {body}\\n mv sp, t2\\n mv %[out], t3"
+                     : [out] "=r"(out), [steps] "+r"(steps) : [start] "r"(start), [value] "r"(value)
+                     : "t2", "t3", "a1", "memory");
     return out;
 }}""" for name, body in ACCESSES) + STACK_POINTER_SOURCE + f"""
 /* Takes every function's address, so the image carries relocations naming them (legal indirect targets). */
@@ -71,8 +85,6 @@ u64 pick(u64 i, u64 a, u64 b) {{
 }}
 """
 
-TOP = DEFAULT_MEMORY
-LOW = DEFAULT_MEMORY - stack_size(DEFAULT_MEMORY)
 #: sp values around both ends of the stack window, in the guard below it, and far outside guest memory.
 SP_VALUES = sorted({LOW - 4096, LOW - 2056, LOW - 2048, LOW - 2040, LOW - 8, LOW, LOW + 8, LOW + 2048, LOW + 4096,
                     TOP - 4096, TOP - 2056, TOP - 2048, TOP - 2040, TOP - 512, TOP - 16, TOP - 8, TOP, TOP + 2048,

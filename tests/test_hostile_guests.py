@@ -21,7 +21,7 @@ from berm_aot.errors import CompileError
 from berm_aot.program import Program
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
-from berm_host.layout import MAX_CALL_DEPTH, layout_for
+from berm_host.layout import MAX_CALL_DEPTH, SP_BELOW_STACK, layout_for
 from berm_host.linker import Linker
 from berm_host.traps import HostError, TrapKind
 from tests.bounded import GRACE, ends_within
@@ -60,6 +60,10 @@ u64 tail_a(u64 n);
 u64 (*volatile tail_slot)(u64) = tail_a;
 u64 tail_a(u64 n) { v = n; return tail_slot(n + 1); }
 
+/* A frame larger than the stack (256 KiB here) skipped the 4 KiB guard page and wrote the heap. */
+u64 big_frame(u64 i) { volatile char buf[300u << 10]; buf[i] = 1; return buf[i + 1] + 2; }
+u64 fitting_frame(u64 i) { volatile char buf[200u << 10]; buf[i] = 1; return buf[i] + 2; }
+
 u64 unknown_call(u64 n) { return ecall2(n, 0, 0); }
 u64 breakpoint(void) { __asm__ volatile("ebreak"); return 0; }
 u64 illegal(void) { __asm__ volatile(".4byte 0xffffffff"); return 0; }
@@ -71,7 +75,8 @@ Pair berm_tool_hello(void) { static char s[] = "hello"; Pair p = { (u64)s, 5 }; 
 """
 
 NAMES = ("load_at", "load_byte_at", "store_at", "store_rodata", "rodata_addr", "data_addr", "call_at", "call_back_at",
-         "target_addr", "jump_mid", "jump_data", "forged_return", "spin", "deep", "tail_a", "unknown_call",
+         "target_addr", "jump_mid", "jump_data", "forged_return", "spin", "deep", "tail_a", "big_frame",
+         "fitting_frame", "unknown_call",
          "breakpoint", "illegal")
 TOOLS = ("outside", "not_utf8", "huge", "hello")
 
@@ -218,6 +223,13 @@ def test_unbounded_recursion_is_stack_exhausted(images):
     r = both(images, "deep", 0)
     assert r.trap.kind is TrapKind.STACK_EXHAUSTED
     assert str(MAX_CALL_DEPTH) in r.trap.detail
+
+
+def test_a_frame_larger_than_the_stack_is_stack_exhausted_not_a_write_into_the_heap(images):
+    t = both(images, "big_frame", 0).trap
+    assert t is not None and t.kind is TrapKind.STACK_EXHAUSTED and t.detail == SP_BELOW_STACK
+    assert t.addr < layout(images).guard_lo and t.where.startswith("big_frame")
+    assert both(images, "fitting_frame", 0).a0 == 3
 
 
 def test_unbounded_tail_recursion_hits_the_deadline(images):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from berm_abi.names import core_number
 from berm_aot.analysis import Analysis, FunctionInfo
-from berm_aot.isa import BRANCHES, Instruction
+from berm_aot.isa import BRANCHES, Instruction, checks_sp
 from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants
@@ -284,8 +284,11 @@ class FunctionEmitter:
             flag = "1"  # a member of the loop's groups, in the copy that runs only when all of them passed
         stmt = compute(insn, insn.rs1 in self.stack_at.get(insn.addr, ()), flag)
         if stmt is not None:
-            out.append("    " + stmt)
+            out.append(f"    BERM_SP_WRITE({pc}, {stmt});" if checks_sp(insn) else "    " + stmt)
             return True
+        if op in ("jal", "jalr") and checks_sp(insn):  # a link written to sp: below the stack, before the transfer
+            out.append(f"    if ({lit(insn.next_pc)} < BERM_STACK_LO) "
+                       f"BERM_TRAP(BERM_TRAP_STACK, {pc}, {lit(insn.next_pc)}, BERM_STACK_POINTER);")
         if op in BRANCHES:
             cond = BRANCH_CONDS[op].format(a=reg(insn.rs1), b=reg(insn.rs2))
             out.append(f"    if ({cond}) {self._jump(insn, (insn.addr + insn.imm) & (2**64 - 1))}")

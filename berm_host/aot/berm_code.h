@@ -252,6 +252,20 @@ static inline uint64_t berm_trips(uint64_t iv, uint64_t bound, int64_t step) {
         goto trap;                                        \
     } while (0)
 
+/* An instruction that writes sp (the statement in the arguments): a value below the stack's lowest address is the
+ * stack-exhausted trap at `pc`, with sp as it was and the value it would have had as the address (SEMANTICS.md:
+ * a frame larger than the room left would skip the guard page and write the heap). */
+#define BERM_SP_WRITE(pc, ...)                                                          \
+    do {                                                                               \
+        const uint64_t sp0_ = x2;                                                      \
+        __VA_ARGS__                                                                    \
+        if (BERM_UNLIKELY(x2 < BERM_STACK_LO)) {                                       \
+            const uint64_t spn_ = x2;                                                  \
+            x2 = sp0_;                                                                 \
+            BERM_TRAP(BERM_TRAP_STACK, (pc), spn_, BERM_STACK_POINTER);                \
+        }                                                                              \
+    } while (0)
+
 /* At function entry and on every back-edge: the watchdog's interrupt flag. */
 #define BERM_POLL(pc)                                                              \
     do {                                                                           \

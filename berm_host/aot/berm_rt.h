@@ -62,7 +62,7 @@ enum berm_trap_kind {
 /* trap_detail for memory faults: (access << 8) | size in bytes. */
 enum berm_access { BERM_LOAD = 0, BERM_STORE = 1, BERM_MISALIGNED = 2 };
 /* trap_detail for stack traps. */
-enum berm_stack_why { BERM_STACK_DEPTH = 0, BERM_STACK_NATIVE = 1, BERM_STACK_HOST = 2 };
+enum berm_stack_why { BERM_STACK_DEPTH = 0, BERM_STACK_NATIVE = 1, BERM_STACK_HOST = 2, BERM_STACK_POINTER = 3 };
 
 typedef struct berm_ctx berm_ctx;
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from itertools import repeat
 
+from berm_aot.isa import checks_sp
 from berm_aot.program import Program
 from berm_host.backend import LogSink, RunRequest, RunResult
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
@@ -87,6 +88,8 @@ class InterpBackend:
             return _no_code(pc)
         insn = self.program.instruction(pc)
         h = BUILDERS[insn.op](insn, self.layout, self.program)
+        if checks_sp(insn):
+            h = control.sp_checked(h, insn, self.layout.stack_lo)
         self._handlers[pc] = h
         return h
 

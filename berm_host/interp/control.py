@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from berm_aot.isa import Instruction
 from berm_aot.program import Program
-from berm_host.layout import MAX_CALL_DEPTH
+from berm_host.layout import MAX_CALL_DEPTH, SP_BELOW_STACK
 from berm_host.traps import TrapKind
 
 from .hostcalls import host_call
@@ -22,6 +22,30 @@ def _push(frames: list[int], link: int) -> None:
     if len(frames) >= MAX_CALL_DEPTH:
         raise GuestTrap(TrapKind.STACK_EXHAUSTED, 0, _DEPTH_DETAIL)
     frames.append(link)
+
+
+def sp_checked(h, insn: Instruction, stack_lo: int):
+    """``h``, the handler of an instruction that writes sp, trapping (stack exhausted, the value sp would have had as
+    the address) when that value is below ``stack_lo``: a frame larger than the room left would skip the guard page
+    and write the heap. sp keeps its old value; the instruction's other effects (an AMO's store) stand, except that
+    a jal/jalr, whose link it would be, traps before it transfers (SEMANTICS.md)."""
+    if insn.op in ("jal", "jalr"):
+        link = insn.next_pc
+        if link >= stack_lo:
+            return h
+
+        def before(x, m, st):
+            raise GuestTrap(TrapKind.STACK_EXHAUSTED, link, SP_BELOW_STACK)
+        return before
+
+    def after(x, m, st):
+        old = x[2]
+        nxt = h(x, m, st)
+        if x[2] < stack_lo:
+            new, x[2] = x[2], old
+            raise GuestTrap(TrapKind.STACK_EXHAUSTED, new, SP_BELOW_STACK)
+        return nxt
+    return after
 
 
 def jal(insn: Instruction):
