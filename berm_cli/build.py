@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from berm_cli.terminal import shown
 from berm_sdk.build import build_harness
 
 
@@ -14,6 +16,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = build_harness(args.directory, args.output)
+    out = build_harness(args.directory, args.output, warn=lambda text: print(shown(text), file=sys.stderr))
     print(out)
     return 0

@@ -15,6 +15,7 @@ import re
 import shutil
 import tempfile
 import tomllib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,13 +101,14 @@ def check_tools_defined(spec: HarnessSpec, objects: dict[Path, Path]) -> None:
                              f"declares no tool {tool!r}")
 
 
-def _compile_all(sources: list[Path], work: Path, profile: Profile, include: tuple[Path, ...]) -> dict[Path, Path]:
+def _compile_all(sources: list[Path], work: Path, profile: Profile, include: tuple[Path, ...],
+                 warnings: list[str] | None = None) -> dict[Path, Path]:
     tc = guest_toolchain()
     work.mkdir(exist_ok=True)
     jobs = {src: work / f"{i:03d}-{src.stem}.o" for i, src in enumerate(sources)}
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
         futures = [pool.submit(compile_object, src, obj, opt=profile.opt, include=include, flags=profile.cflags,
-                               toolchain=tc) for src, obj in jobs.items()]
+                               toolchain=tc, warnings=warnings) for src, obj in jobs.items()]
         for future in futures:
             future.result()
     return jobs
@@ -146,8 +148,10 @@ def verify_image(path: Path, spec: HarnessSpec) -> None:
         raise BuildError(f"{path}: exports {TOOL_PREFIX}{extra[0]}, which {spec.path} does not declare")
 
 
-def build_harness(directory: Path, out: Path | None = None) -> Path:
-    """Build the harness in ``directory`` into ``out`` (default ``./{name}.elf``); returns the path written."""
+def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[str], None] | None = None) -> Path:
+    """Build the harness in ``directory`` into ``out`` (default ``./{name}.elf``); returns the path written.
+    ``warn`` receives the compiler's warnings on the harness's own sources (a build that succeeds may still have
+    something to say: an unused result, a sometimes-uninitialised variable)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise BuildError(f"{directory}: not a directory")
@@ -163,7 +167,10 @@ def build_harness(directory: Path, out: Path | None = None) -> Path:
         entry = work / ENTRY_NAME
         entry.write_text(entry_source(spec))
         include = (SDK_DIR, work, directory)
-        own = _compile_all(sources, work / "own", profile, include)
+        warnings: list[str] = []
+        own = _compile_all(sources, work / "own", profile, include, warnings)
+        for said in warnings if warn is not None else ():
+            warn(said)
         check_tools_defined(spec, own)  # before compiling the SDK: a missing tool is the commonest mistake
         generated = _compile_all([entry], work / "entry", profile, include)
         objects = [*own.values(), *generated.values(), *_sdk_objects(work, profile)]

@@ -79,7 +79,8 @@ def guest_toolchain() -> Toolchain:
     raise ToolchainError(f"BERM_GUEST_TOOLCHAIN must be 'zig' or 'llvm', not {choice!r}")
 
 
-def run_tool(cmd: list[str], what: str, cwd: Path | None = None) -> None:
+def run_tool(cmd: list[str], what: str, cwd: Path | None = None) -> str:
+    """Run a compiler or linker; its diagnostics (stderr) when it succeeds, a ToolchainError with them when not."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300, cwd=cwd)
     except FileNotFoundError as exc:
@@ -88,15 +89,19 @@ def run_tool(cmd: list[str], what: str, cwd: Path | None = None) -> None:
         raise ToolchainError(f"{what}: timed out after 300 s") from None
     if proc.returncode != 0:
         raise ToolchainError(f"{what} failed:\n{proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stderr.strip()
 
 
 def compile_object(source: Path, out: Path, *, opt: str = "-O2", include: tuple[Path, ...] = (),
                    defines: tuple[str, ...] = (), flags: tuple[str, ...] = (),
-                   toolchain: Toolchain | None = None) -> Path:
+                   toolchain: Toolchain | None = None, warnings: list[str] | None = None) -> Path:
+    """Compile ``source`` into ``out``; the compiler's warnings, if any, are appended to ``warnings``."""
     tc = toolchain or guest_toolchain()
     cmd = [*tc.cc, opt, *GUEST_CFLAGS, *flags, *[f"-I{p}" for p in include], *[f"-D{d}" for d in defines],
            "-c", str(source), "-o", str(out)]
-    run_tool(cmd, f"compiling {source}")
+    said = run_tool(cmd, f"compiling {source}")
+    if said and warnings is not None:
+        warnings.append(said)
     return out
 
 

@@ -71,6 +71,21 @@ def test_compiler_errors_name_the_file_and_line(tmp_path):
         build_harness(d, tmp_path / "x.elf")
 
 
+def test_a_tool_that_falls_off_its_end_is_refused(tmp_path):
+    """It built, and returned whatever a0/a1 held (the argument blob once): the profile makes it an error."""
+    d = harness(tmp_path, tiny='#include "berm.h"\n\nBERM_TOOL(hello) { berm_log("no return", 9); }\n')
+    with pytest.raises(ToolchainError, match=r"tiny\.c:3:.*does not return a value"):
+        build_harness(d, tmp_path / "x.elf")
+
+
+def test_warnings_of_a_successful_build_are_shown(tmp_path, capsys):
+    d = harness(tmp_path, tiny='#include "berm.h"\n\nBERM_TOOL(hello) { int unused; return berm_ok_str("hi"); }\n')
+    assert main(["build", str(d), "-o", str(tmp_path / "x.elf")]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == str(tmp_path / "x.elf")
+    assert "tiny.c:3:" in out.err and "unused variable 'unused'" in out.err
+
+
 def test_toml_errors_name_the_file_and_line(tmp_path):
     d = harness(tmp_path, 'name = "tiny"\n\n[[tools]\n', tiny=HELLO)
     with pytest.raises(BuildError, match=r"harness.toml: .*at line 3"):
