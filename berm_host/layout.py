@@ -97,6 +97,22 @@ class Layout:
         end = addr + n
         return (self.writable_lo <= addr and end <= self.guard_lo) or (self.stack_lo <= addr and end <= self.size)
 
+    def fault_region(self, addr: int, store: bool) -> str:
+        """Where a faulting access at ``addr`` points, when that place is itself off limits (for a trap message:
+        "in the guard page below the stack" tells an author their stack overflowed); "" for an access that starts
+        in valid memory and runs past its end."""
+        if addr < PAGE:
+            return "in the null page"
+        if addr < self.image_lo:
+            return "below the image"
+        if store and addr < self.writable_lo:
+            return "in read-only memory, code or constants"
+        if self.guard_lo <= addr < self.stack_lo:
+            return "in the guard page below the stack, where a stack overflow lands"
+        if addr >= self.size:
+            return "past the end of guest memory"
+        return ""
+
     def windows(self) -> Windows:
         """The bounds windows translated code checks against (as constants: berm_host/aot/berm_code.h): exactly
         ``readable`` and ``writable`` (an empty window repeats the stack's). One compare per window is exact only

@@ -20,6 +20,13 @@ class TrapKind(enum.Enum):
     STACK_EXHAUSTED = "stack exhausted"
 
 
+def trap_info(kind: TrapKind, pc: int, addr: int, detail: str, program, layout) -> TrapInfo:
+    """The TrapInfo both engines report: the function and offset of ``pc`` and, for a memory fault, where the
+    address points (the detail of a store says "store")."""
+    region = layout.fault_region(addr, detail.startswith("store")) if kind is TrapKind.MEMORY_FAULT else ""
+    return TrapInfo(kind, pc, addr, detail, program.symbolize(pc), region)
+
+
 def illegal_detail(program, pc: int, addr: int) -> str:
     """The detail of an illegal-instruction trap at ``pc`` (``addr``: the target reached, when a transfer reached
     it), worded alike by both engines: no code there, an entry that is not a function start (translated code enters
@@ -41,12 +48,14 @@ class TrapInfo:
     addr: int = 0
     detail: str = ""
     where: str = ""  # "function+0xoff", filled by the engine from the program's symbols
+    region: str = ""  # for a memory fault, where the address points when that is off limits (Layout.fault_region)
 
     @property
     def core(self) -> str:
         k = self.kind
         if k is TrapKind.MEMORY_FAULT:
-            return f"guest memory fault at {self.addr:#x}" + (f" ({self.detail})" if self.detail else "")
+            said = ", ".join(s for s in (self.detail, self.region) if s)
+            return f"guest memory fault at {self.addr:#x}" + (f" ({said})" if said else "")
         if k is TrapKind.BAD_INDIRECT_TARGET:
             return f"indirect jump to an unknown target {self.addr:#x}"
         if k is TrapKind.BREAKPOINT:

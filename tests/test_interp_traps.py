@@ -38,6 +38,13 @@ EDGES = [
     ("straddling the end", LAYOUT.size - 4, "store"), ("wrap near 2^64", M - 3, "load"),
     ("wrap near 2^64", M - 7, "store"),
 ]
+#: What a trap message says of where each edge's address points: nothing for an access that starts in valid memory.
+REGIONS = {"null": "in the null page", "below the image": "below the image",
+           "rodata store": "in read-only memory, code or constants", "text store": "in read-only memory, code or constants",
+           "straddling into the guard": "", "guard": "in the guard page below the stack, where a stack overflow lands",
+           "guard top": "in the guard page below the stack, where a stack overflow lands",
+           "past the end": "past the end of guest memory", "straddling the end": "",
+           "wrap near 2^64": "past the end of guest memory"}
 
 
 @pytest.mark.parametrize("what, addr, kind", EDGES, ids=[f"{w}-{k}" for w, _, k in EDGES])
@@ -49,7 +56,9 @@ def test_memory_faults_at_every_boundary(what, addr, kind):
     assert trap.detail == f"{kind} 8 bytes"
     assert regs[A0] == 7  # the load wrote nothing
     assert trap.where.startswith("f0+0x")
-    assert f"guest memory fault at {addr & M:#x} ({kind} 8 bytes) in f0+" in str(Trap(trap))
+    assert trap.region == REGIONS[what]
+    said = f"{kind} 8 bytes" + (f", {REGIONS[what]}" if REGIONS[what] else "")
+    assert f"guest memory fault at {addr & M:#x} ({said}) in f0+" in str(Trap(trap))
 
 
 def test_accesses_just_inside_every_boundary_succeed():

@@ -63,7 +63,7 @@ def test_memory_sizes(elf, capsys, size):
 def test_a_trap_prints_the_details_and_exits_2(elf, capsys):
     assert main(["run", elf, "load", "8", "--memory", "1M"]) == 2
     err = capsys.readouterr().err
-    assert "guest memory fault at 0x8 (load 8 bytes) in load" in err
+    assert "guest memory fault at 0x8 (load 8 bytes, in the null page) in load" in err
     assert "  pc 0x" in err and "instruction: ld a0, 0(a0)" in err
     assert "a0=0x0000000000000008" in err and "sp=0x00000000000ffff0" in err and "t6=0x" in err
 
@@ -105,7 +105,7 @@ def test_aot_engine_gives_the_same_answer(elf, capsys, tmp_path, monkeypatch):
     assert main(["run", elf, "add", "40", "2", "--engine", "aot"]) == 0
     assert capsys.readouterr().out == "a0=0x2a a1=0x2\n"
     assert main(["run", elf, "load", "8", "--engine", "aot"]) == 2
-    assert "guest memory fault at 0x8 (load 8 bytes) in load" in capsys.readouterr().err
+    assert "guest memory fault at 0x8 (load 8 bytes, in the null page) in load" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("engine", ["aot", "interp"])

@@ -17,7 +17,7 @@ from berm_host.backend import RunRequest, RunResult
 from berm_host import watchdog
 from berm_host.image_facts import ElfFacts
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
-from berm_host.traps import HostError, TrapInfo, TrapKind, illegal_detail
+from berm_host.traps import HostError, TrapInfo, TrapKind, illegal_detail, trap_info
 
 #: What ``call_tool`` returns when the result is not plain text: (trap, failure, result, a0, a1).
 ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
@@ -167,7 +167,7 @@ class AotBackend:
         kind, pc, addr, detail = record
         if kind is TrapKind.ILLEGAL_INSTRUCTION:
             detail = illegal_detail(self.program, pc, addr)
-        return TrapInfo(kind, pc, addr, detail, self.program.symbolize(pc))
+        return trap_info(kind, pc, addr, detail, self.program, self.layout)
 
 
 def _busy() -> HostError:

@@ -17,7 +17,7 @@ from berm_host.backend import LogSink, RunRequest, RunResult
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
 from berm_host.linker import Linker
 from berm_host.running import interpreting
-from berm_host.traps import HostError, TrapInfo, TrapKind, illegal_detail
+from berm_host.traps import HostError, TrapInfo, TrapKind, illegal_detail, trap_info
 
 from . import control, semantics
 from .memory import GuestMemory
@@ -131,7 +131,7 @@ class InterpBackend:
         except Returned:
             return 0, None
         except GuestTrap as t:
-            return pc, TrapInfo(t.kind, pc, t.addr, t.detail, self.program.symbolize(pc))
+            return pc, trap_info(t.kind, pc, t.addr, t.detail, self.program, self.layout)
 
 
 def _no_code(pc: int):
