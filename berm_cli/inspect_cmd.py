@@ -12,6 +12,7 @@ from pathlib import Path
 from berm_aot.disasm import disassemble
 from berm_aot.elf import read_elf_file
 from berm_aot.image import ElfImage
+from berm_aot.isa import BRANCHES
 from berm_aot.manifest import Manifest, load_manifest, tool_exports
 from berm_aot.program import Program
 from berm_cli.terminal import shown
@@ -110,6 +111,13 @@ def render_text(path: str, manifest: Manifest, facts: dict) -> str:
     return "\n".join(out)
 
 
+def _target(program: Program, insn) -> str:
+    """`` <name+0xoff>`` for the target of a direct jump, call or branch (as objdump prints it), else ""."""
+    if insn.op != "jal" and insn.op not in BRANCHES:
+        return ""
+    return f" <{program.symbolize((insn.addr + insn.imm) & (2**64 - 1))}>"
+
+
 def render_disassembly(image: ElfImage) -> str:
     """Every function's reachable instructions; bytes the recursive descent never reached are summarised."""
     program = Program.from_image(image)
@@ -124,7 +132,7 @@ def render_disassembly(image: ElfImage) -> str:
                 out.append(f"  {pc:8x}:  ({addr - pc} bytes not reached as code)")
             insn = program.code[addr]
             raw = f"{insn.raw:04x}" if insn.size == 2 else f"{insn.raw:08x}"
-            out.append(f"  {addr:8x}:  {raw:<8}  {disassemble(insn)}")
+            out.append(f"  {addr:8x}:  {raw:<8}  {disassemble(insn)}{_target(program, insn)}")
             pc = insn.next_pc
         if pc < fn.end:
             out.append(f"  {pc:8x}:  ({fn.end - pc} bytes not reached as code)")

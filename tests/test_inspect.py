@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pytest
 
@@ -87,6 +88,16 @@ def test_disassemble(harness, capsys):
     lines = out[out.index(f"berm_tool_read <{exports['read']:#x}>:"):].splitlines()
     assert lines[1].strip().startswith(f"{exports['read']:x}:") and any(line.endswith("  ret") for line in lines)
     assert "auipc" in out
+
+
+def test_disassembly_names_the_targets_of_direct_jumps_and_branches(capsys):
+    """``jal 0x10408`` left the reader to find 0x10408; the target is named as objdump names it."""
+    from tests.test_rust_guest import ELF
+    assert main(["inspect", str(ELF), "--disassemble"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    direct = [line for line in lines if re.search(r"  (jal|j|beqz|bnez|beq|bne|blt|bge|bltu|bgeu) ", line)]
+    assert len(direct) > 100
+    assert all(re.search(r" 0x[0-9a-f]+ <[\w.$]+(\+0x[0-9a-f]+)?>$", line) for line in direct), direct[:3]
 
 
 def test_text_a_guest_chose_cannot_drive_the_terminal(tmp_path, capsys):
