@@ -113,6 +113,8 @@ def load_harness_toml(path: Path) -> HarnessSpec:
             raise fail(f"unknown key {key!r} (expected {', '.join(sorted(_TOP_KEYS))})",
                        _line_of(text, rf"^\s*\[*\s*{re.escape(key)}\b"))
     name = doc.get("name")
+    if name is None:
+        raise fail("name is missing: the harness's name, e.g. name = \"greeter\"")
     if not isinstance(name, str) or not HARNESS_NAME.fullmatch(name):
         raise fail(f"name must be a string of letters, digits, '_', '-' or '.', not {name!r}",
                    _line_of(text, r"^\s*name\s*="))
@@ -130,6 +132,8 @@ def load_harness_toml(path: Path) -> HarnessSpec:
         if not isinstance(entry, dict):
             raise fail(f"tools[{i}] must be a table", header)
         tname = entry.get("name")
+        if tname is None:
+            raise fail(f"tools[{i}] has no name (name = \"...\": the C function is berm_tool_<name>)", header)
         if not isinstance(tname, str) or not TOOL_NAME.fullmatch(tname):
             raise fail(f"tools[{i}].name must be a string of letters, digits and '_', not {tname!r}", header)
         line = lines[len(tools)]

@@ -63,6 +63,8 @@ def test_entry_anchors_the_manifest_and_every_tool(tmp_path):
     ('name = "x"\nusage = 3\n[[tools]]\nname = "t"\ndescription = ""\n', r"harness.toml:2: usage must be a string"),
     ('name = "a b"\n[[tools]]\nname = "t"\ndescription = ""\n', r"harness.toml:1: name must be"),
     ('name = "x"\n', r"harness.toml: declare at least one tool"),
+    ('usage = "u"\n[[tools]]\nname = "t"\n', r"harness.toml: name is missing"),  # it said "not None"
+    ('name = "x"\n[[tools]]\ndescription = ""\n', r"harness.toml:2: tools\[0\] has no name"),
     ('name = "x"\n\n[[tools]]\nname = "t"\n', r"harness.toml:4: tool 't': description must be a string"),
     ('name = "x"\n[[tools]]\nname = "bad-name"\n', r"harness.toml:2: tools\[0\].name must be"),
     ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\n[[tools]]\nname = "t"\ndescription = ""\n',
