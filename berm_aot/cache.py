@@ -8,10 +8,13 @@
   without following a symlink (a regular file only); a corrupt or truncated entry is moved aside and rebuilt, under
   the key's lock (a reader outside it could discard an entry another process had just rebuilt). A lookup that
   fails for any other reason (no descriptors left, no permission) is an error, not a corrupt entry.
-- An entry is used only if the entry, its directory and the shard directory above it belong to this user or root
-  and no one else may write them: in a cache shared with other users (a ``BERM_CACHE_DIR`` under /tmp) an entry
-  planted or swapped by one of them would be code run in this process. Entries are readable by everyone, so a cache
-  filled by ``berm-compile`` as root serves a daemon running as another user.
+- Nothing another user could have planted or swapped is loaded: in a cache shared with other users (a
+  ``BERM_CACHE_DIR`` under /tmp) that would be code run in this process. The root must belong to this user or root
+  and be writable by no one else, unless it is sticky (/tmp: others cannot move what is ours); shards, entries and
+  their files must belong to this user or root (another owner is refused: CompileError). This user's own shard
+  and entry directories are set to 0755 whatever the umask; an entry others may write (an old cache written under
+  umask 002) is rebuilt. An entry just built passes the same checks before it is returned. Entries are readable by
+  everyone, so a cache filled by ``berm-compile`` as root serves a daemon running as another user.
 - A compile killed midway leaves its temporary directory; the next builder of the key (holding its lock, so no
   one else can be writing there) removes it.
 """
@@ -76,20 +79,50 @@ def _open_regular(path: Path) -> int | None:
     return None
 
 
+class _Untrusted(Exception):
+    """Our own entry that others may write (a umask of 002 made it group-writable): rebuilt, like a damaged one."""
+
+
 def _trusted(st: os.stat_result, what: Path) -> None:
-    """Refuse (CompileError) the file ``what`` (``st``, from its open descriptor), its entry directory or the shard
-    directory above it when another user owns or may write them; see the module's docstring."""
-    _trusted_one(st, what)
-    for directory in (what.parent, what.parent.parent):
-        _trusted_one(os.stat(directory, follow_symlinks=False), directory)
+    """Check the file ``what`` (``st``, from its open descriptor) and its entry directory: CompileError when another
+    user owns one, _Untrusted when others may write one; see the module's docstring."""
+    for st_, path in ((st, what), (os.stat(what.parent, follow_symlinks=False), what.parent)):
+        if st_.st_uid not in (os.geteuid(), 0):
+            raise CompileError(f"refusing the code cache entry {path}: it belongs to user {st_.st_uid}")
+        if st_.st_mode & 0o022:
+            raise _Untrusted(path)
 
 
-def _trusted_one(st: os.stat_result, what: Path) -> None:
+def _own_dir(path: Path, *, create: bool, root: bool = False) -> bool:
+    """Check (and with ``create``, make) a directory of the cache: one this user or root owns that no one else may
+    write — the cache's root may be a sticky directory (/tmp), where others cannot move what is ours. This user's
+    own shard and entry directories are set to 0755 whatever the umask (002 left them group-writable, so anyone in
+    the group could swap entries; 077 kept them from a daemon running as another user); its own root only loses
+    group and other write. False when ``path`` does not exist and ``create`` is false; CompileError when it cannot
+    be trusted or made."""
+    try:
+        if create:
+            path.mkdir(mode=0o755, parents=True, exist_ok=True)
+        st = os.stat(path, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            raise CompileError(f"the code cache {path} is not a directory")
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_uid == os.geteuid() and not mode & stat.S_ISVTX:
+            wanted = mode & ~0o022 if root else 0o755
+            if mode != wanted:
+                os.chmod(path, wanted)
+                st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        if create:
+            raise CompileError(f"cannot create the code cache at {path}") from None
+        return False
+    except OSError as exc:
+        raise CompileError(f"cannot use the code cache at {path}: {exc.strerror or exc}") from None
     if st.st_uid not in (os.geteuid(), 0):
-        raise CompileError(f"refusing the code cache entry {what}: it belongs to user {st.st_uid}")
-    if st.st_mode & 0o022:
-        raise CompileError(f"refusing the code cache entry {what}: others may write it (mode "
-                           f"{stat.S_IMODE(st.st_mode):o})")
+        raise CompileError(f"refusing the code cache {path}: it belongs to user {st.st_uid}")
+    if st.st_mode & 0o022 and not (root and st.st_mode & stat.S_ISVTX):
+        raise CompileError(f"refusing the code cache {path}: others may write it (mode {stat.S_IMODE(st.st_mode):o})")
+    return True
 
 
 class CodeCache:
@@ -108,6 +141,8 @@ class CodeCache:
         """The verified object for ``key``; None when there is no entry; False when the entry is damaged."""
         d = self.entry(key)
         so, digest = d / SO_NAME, d / (SO_NAME + ".sha256")
+        if not (_own_dir(self.root, create=False, root=True) and _own_dir(d.parent, create=False)):
+            return None
         try:
             fd = _open_regular(so)
         except OSError as exc:
@@ -124,7 +159,7 @@ class CodeCache:
             with open(record, "rb") as f:
                 recorded = f.read(200).decode().strip()
             return so if recorded == _file_sha256(fd) else False
-        except UnicodeDecodeError:  # a corrupt record: discarded like a wrong one
+        except (UnicodeDecodeError, _Untrusted):  # a corrupt record, or an entry others may write: rebuilt
             return False
         except OSError as exc:
             if exc.errno in _DAMAGED:
@@ -140,10 +175,8 @@ class CodeCache:
         if found:
             return found, False
         d = self.entry(key)
-        try:
-            d.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise CompileError(f"cannot create the code cache at {d.parent}: {exc}") from None
+        _own_dir(self.root, create=True, root=True)
+        _own_dir(d.parent, create=True)
         with self._locked(d.parent / f"{key}.lock"):
             found = self._verified(key)
             if found:
@@ -170,13 +203,18 @@ class CodeCache:
                     raise CompileError(f"cannot write the code cache entry {d}: {exc.strerror or exc}") from None
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-        return d / SO_NAME, True
+            built = self._verified(key)  # what is loaded passes the checks a later lookup makes
+        if not built:
+            raise CompileError(f"the code cache entry {d} did not verify right after it was built")
+        return built, True
 
     def read_blob(self, key: str, name: str) -> bytes | None:
         """The bytes stored by ``write_blob(key, name, …)``, or None. Blobs are derived data the caller verifies
         itself (they carry no recorded digest here); one another user owns or may write is refused like an
         object (CompileError)."""
         path = self.entry(key) / name
+        if not (_own_dir(self.root, create=False, root=True) and _own_dir(path.parent.parent, create=False)):
+            return None
         try:
             fd = _open_regular(path)
         except OSError:
@@ -187,7 +225,7 @@ class CodeCache:
             try:
                 _trusted(os.fstat(fd), path)
                 return f.read()
-            except OSError:
+            except (OSError, _Untrusted):  # unreadable, or others may write it: derived again and rewritten
                 return None
 
     def write_blob(self, key: str, name: str, data: bytes) -> None:
@@ -195,8 +233,9 @@ class CodeCache:
         that cannot be written only means the next load derives the data again."""
         d = self.entry(key)
         try:
-            d.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            d.mkdir(mode=0o755, exist_ok=True)
+            _own_dir(self.root, create=True, root=True)
+            _own_dir(d.parent, create=True)
+            _own_dir(d, create=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=d)
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -206,7 +245,7 @@ class CodeCache:
             except BaseException:
                 os.unlink(tmp)
                 raise
-        except OSError:
+        except (OSError, CompileError):
             pass
 
     @contextmanager

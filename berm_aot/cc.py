@@ -158,8 +158,7 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
                 start_what_fits()
             while pending or running:
                 start_what_fits()
-                reap(*running[0])
-                running.pop(0)
+                reap(*running.pop(0))
         finally:
             for proc, _ in running:
                 _kill(proc)
@@ -193,7 +192,10 @@ def _finish(proc: subprocess.Popen, deadline: float) -> str:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    """Kill ``proc``'s whole session (the driver and the programs it started) and reap the driver."""
+    """Kill ``proc``'s whole session (the driver and the programs it started) and reap the driver. A driver already
+    reaped is left alone: its number may name another process group by now."""
+    if proc.returncode is not None:
+        return
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:  # the session is empty: everything in it has exited

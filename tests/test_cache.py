@@ -49,14 +49,15 @@ def test_every_translator_module_is_in_the_key(tmp_path):
         copies.append(tmp_path / package.__name__)
         shutil.copytree(Path(package.__file__).resolve().parent, copies[-1],
                         ignore=shutil.ignore_patterns("__pycache__"))
-    assert source_digest(*copies) == translator_digest()
-    seen = {source_digest(*copies)}
+    digest = lambda: source_digest(berm_aot.sources_digest(*copies))  # noqa: E731
+    assert digest() == translator_digest()
+    seen = {digest()}
     modules = sorted(m for copy in copies for m in copy.rglob("*.py"))
     for module in modules:
         module.write_bytes(module.read_bytes() + b"\n# edited\n")
-        seen.add(source_digest(*copies))
+        seen.add(digest())
     (copies[0] / "emit" / "new_pass.py").write_text("X = 1\n")
-    seen.add(source_digest(*copies))
+    seen.add(digest())
     assert len(seen) == len(modules) + 2
 
 
@@ -71,10 +72,11 @@ def test_the_key_is_of_the_translator_the_process_imported(tmp_path):
         import sys
         sys.path.insert(0, {str(tmp_path)!r})
         from pathlib import Path
-        from berm_host.aot import objects
-        if sys.argv[1] == "upgrade":  # lands on disk after the import, before the first compile asks
+        import berm_host.engine  # a daemon's start: the decoder and program model, not yet the emitter
+        if sys.argv[1] == "upgrade":  # lands on disk now, before the first load imports the emitter
             emitter = Path({str(tmp_path / "berm_aot" / "emit" / "insn.py")!r})
             emitter.write_text(emitter.read_text() + "# upgraded on disk\\n")
+        from berm_host.aot import objects
         print(objects.translator_digest())
     """)
     digests = [subprocess.run([sys.executable, "-c", script, step], capture_output=True, text=True, timeout=120)
@@ -217,18 +219,36 @@ def test_an_entry_that_is_not_a_regular_file_is_rebuilt(tmp_path, elf, damage):
     assert built and rebuilt == so and so.is_file() and not so.is_symlink()
 
 
-def test_an_entry_others_may_write_is_refused(tmp_path, elf):
-    """In a cache shared with other users (a BERM_CACHE_DIR under /tmp), an entry one of them could write or swap
-    would be code run in this process."""
-    from berm_aot.errors import CompileError
+def test_an_entry_others_may_write_is_rebuilt_and_its_shard_repaired(tmp_path, elf):
+    """In a cache shared with other users (a BERM_CACHE_DIR under /tmp), or one written under umask 002, an entry
+    others could write or swap would be code run in this process: it is rebuilt; this user's own shard directory is
+    set back to 0755 (refusing it broke every load of an old cache for good)."""
+    import stat as stat_module
     cache, key, so = _built(tmp_path, elf)
-    for path in (so, so.parent, so.parent.parent):
-        mode = path.stat().st_mode
-        path.chmod(mode | 0o002)
-        with pytest.raises(CompileError, match="others may write it"):
-            cache.lookup(key)
-        path.chmod(mode)
-    assert cache.lookup(key) == so
+    for path in (so, so.parent):
+        path.chmod(path.stat().st_mode | 0o020)
+        assert cache.lookup(key) is None
+        again, built = cached_object(read_elf(elf), windows(read_elf(elf)), cache,
+                                     lambda: Program.from_image(read_elf(elf)))
+        assert built and again == so and not path.stat().st_mode & 0o022
+    shard = so.parent.parent
+    shard.chmod(0o777)
+    assert cache.lookup(key) == so and stat_module.S_IMODE(shard.stat().st_mode) == 0o755
+
+
+def test_directories_are_0755_whatever_the_umask(tmp_path, elf):
+    """mkdir's mode is masked by the umask: under 077 the shard came out 0700, and a daemon running as another user
+    could not read what berm-compile had filled."""
+    import os as os_module
+    import stat as stat_module
+    old = os_module.umask(0o077)
+    try:
+        cache, key, so = _built(tmp_path, elf)
+        cache.write_blob("cd" * 32, "facts", b"x")
+    finally:
+        os_module.umask(old)
+    for path in (so.parent, so.parent.parent, cache.entry("cd" * 32), cache.entry("cd" * 32).parent):
+        assert stat_module.S_IMODE(path.stat().st_mode) == 0o755, path
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0,
@@ -266,21 +286,47 @@ def test_what_a_killed_compile_left_is_swept_by_the_next_builder(tmp_path, elf):
     assert sorted(p.name for p in shard.iterdir() if p.name.startswith(".")) == [f".{'0' * 64}-other"]
 
 
-def test_a_blob_others_may_write_is_refused_like_an_object(tmp_path):
+def test_a_blob_others_may_write_is_derived_again(tmp_path):
     """Stored image facts (segments, exports, manifest) decide what a cached load runs: they pass the same checks
-    as an object, and are readable by other users."""
+    as an object (one others may write is not read: the facts are derived from the ELF again and rewritten), and
+    are readable by other users."""
     import stat as stat_module
-
-    from berm_aot.errors import CompileError
     cache, key = CodeCache(tmp_path / "cache"), "ab" * 32
     cache.write_blob(key, "facts", b"stored")
     blob = cache.entry(key) / "facts"
     assert cache.read_blob(key, "facts") == b"stored"
     assert stat_module.S_IMODE(blob.stat().st_mode) == 0o644
-    for path in (blob, blob.parent, blob.parent.parent):
+    for path in (blob, blob.parent):
         mode = path.stat().st_mode
         path.chmod(mode | 0o020)
-        with pytest.raises(CompileError, match="others may write it"):
-            cache.read_blob(key, "facts")
+        assert cache.read_blob(key, "facts") is None
         path.chmod(mode)
     assert cache.read_blob(key, "facts") == b"stored"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0,
+                    reason="playing another user needs root")
+def test_a_shard_or_root_another_user_owns_is_refused_before_building(tmp_path, elf):
+    """Another user created the shard (in a shared 1777 cache root) and swapped the entry this process had just
+    built, before it was loaded: a shard or root another user owns is refused, and a fresh entry is verified
+    before it is returned."""
+    import os as os_module
+
+    from berm_aot.errors import CompileError
+    image = read_elf(elf)
+    key = object_key(image, windows(image))
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os_module.chmod(shared, 0o1777)
+    (shared / key[:2]).mkdir()
+    os_module.chown(shared / key[:2], 12345, 12345)
+    with pytest.raises(CompileError, match="belongs to user 12345"):
+        cached_object(image, windows(image), CodeCache(shared), lambda: Program.from_image(image))
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os_module.chown(theirs, 12345, 12345)
+    with pytest.raises(CompileError, match="belongs to user 12345"):
+        cached_object(image, windows(image), CodeCache(theirs), lambda: Program.from_image(image))
+    os_module.rmdir(shared / key[:2])
+    so, built = cached_object(image, windows(image), CodeCache(shared), lambda: Program.from_image(image))
+    assert built and so.is_file()  # a sticky root anyone may write is fine: others cannot move what is ours

@@ -87,8 +87,8 @@ def test_a_timeout_kills_what_the_compiler_started(tmp_path, monkeypatch):
     """))
     fake.chmod(0o755)
     monkeypatch.setenv("BERM_CC", str(fake))
-    monkeypatch.setattr(cc, "COMPILE_TIMEOUT", 1)
-    with pytest.raises(CompileError, match="longer than 1 s"):
+    monkeypatch.setattr(cc, "COMPILE_TIMEOUT", 5)  # room for a loaded machine to start the shell and its child
+    with pytest.raises(CompileError, match="longer than 5 s"):
         cc.compile_shared([unit(0)], tmp_path / "lib.so")
     child = int(pid_file.read_text())
     deadline = time.monotonic() + 10
@@ -124,3 +124,14 @@ def test_a_full_disk_is_a_compile_error(tmp_path):
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.stdout.startswith("CompileError: cannot write the translation into"), out.stdout + out.stderr
+
+
+def test_a_reaped_compiler_is_never_killed_by_its_number(monkeypatch):
+    """A failing unit's driver was reaped, then its session killed by number in the cleanup: by then the number
+    could name an unrelated process group (a review killed one, forcing the pid's reuse)."""
+    proc = subprocess.Popen(["true"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    proc.communicate()
+    killed = []
+    monkeypatch.setattr(cc.os, "killpg", lambda pid, sig: killed.append(pid))
+    cc._kill(proc)
+    assert killed == []

@@ -15,7 +15,6 @@ import itertools
 from collections.abc import Callable
 from pathlib import Path
 
-import berm_abi
 import berm_aot
 from berm_aot import cc
 from berm_aot.cache import CodeCache, cache_key
@@ -31,33 +30,20 @@ ENTRY_SYMBOL = "berm_enter"
 LAYOUT_SYMBOL = "berm_layout"
 
 
-def source_digest(root: Path, *more: Path) -> str:
-    """SHA-256 over the translator version, every module of the translator package at ``root`` (decoder, program
-    model, analysis, emitter and the rest: a listed subset once missed modules added later, and editing those left
-    stale objects in the cache), of the packages at ``more``, and the runtime headers."""
-    h = hashlib.sha256(TRANSLATOR_VERSION.encode())
-    for package in (root, *more):
-        for path in sorted(package.rglob("*.py")):
-            h.update(f"{package.name}/{path.relative_to(package)}".encode() + b"\0")
-            h.update(path.read_bytes())
+def source_digest(sources: str) -> str:
+    """SHA-256 over the translator version, the digest of its sources (``berm_aot.sources_digest``) and the runtime
+    headers the code is compiled against."""
+    h = hashlib.sha256(TRANSLATOR_VERSION.encode() + sources.encode())
     for header in HEADERS:
         h.update(header.read_bytes())
     return h.hexdigest()
 
 
-def _package(module) -> Path:
-    return Path(module.__file__).resolve().parent
-
-
-#: ``source_digest`` of the translator this process imported, taken as it imports it: taken at the first compile
-#: instead, a process started before an upgrade landed on disk filed what its old emitter wrote under the new
-#: translator's key, and every process after the upgrade loaded that stale object (a security fix to the emitter
-#: would not have applied to it).
-TRANSLATOR_DIGEST = source_digest(_package(berm_aot), _package(berm_abi))
+#: ``source_digest`` of the translator this process imported (``berm_aot.SOURCES_DIGEST``, read as it was imported).
+TRANSLATOR_DIGEST = source_digest(berm_aot.SOURCES_DIGEST)
 
 
 def translator_digest() -> str:
-    """``source_digest`` of the installed translator (berm_aot) and ABI (berm_abi), as this process imported them."""
     return TRANSLATOR_DIGEST
 
 
