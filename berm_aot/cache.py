@@ -61,20 +61,25 @@ def cache_key(*parts: str | bytes) -> str:
     return h.hexdigest()
 
 
-def _file_sha256(fd: int) -> str:
-    # One read of exactly the file's size: chunked f.read(1 MiB) allocates (and faults in) a megabyte per call,
-    # which made verifying a 19 KB object cost ~0.5 ms.
-    with open(fd, "rb", closefd=False) as f:
-        return hashlib.file_digest(f, "sha256").hexdigest() if os.fstat(fd).st_size > _WHOLE_READ \
-            else hashlib.sha256(f.read()).hexdigest()
+def _file_sha256(fd: int, size: int) -> str:
+    # Reads of exactly the file's size: chunked f.read(1 MiB) allocates (and faults in) a megabyte per call, which
+    # made verifying a 19 KB object cost ~0.5 ms.
+    if size > _WHOLE_READ:
+        with open(fd, "rb", closefd=False) as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    h = hashlib.sha256()
+    while chunk := os.read(fd, size + 1):
+        h.update(chunk)
+    return h.hexdigest()
 
 
-def _open_regular(path: Path) -> int | None:
-    """A descriptor of the regular file at ``path``, None for anything else (a FIFO would block a plain open, a
-    device or a symlink's target is not what the cache wrote). OSError when it cannot be opened at all."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    if stat.S_ISREG(os.fstat(fd).st_mode):
-        return fd
+def _open_regular(name: str | Path, dir_fd: int | None = None) -> tuple[int, os.stat_result] | None:
+    """A descriptor of the regular file ``name`` and its status, None for anything else (a FIFO would block a plain
+    open, a device or a symlink's target is not what the cache wrote). OSError when it cannot be opened at all."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode):
+        return fd, st
     os.close(fd)
     return None
 
@@ -84,13 +89,12 @@ class _Untrusted(Exception):
 
 
 def _trusted(st: os.stat_result, what: Path) -> None:
-    """Check the file ``what`` (``st``, from its open descriptor) and its entry directory: CompileError when another
-    user owns one, _Untrusted when others may write one; see the module's docstring."""
-    for st_, path in ((st, what), (os.stat(what.parent, follow_symlinks=False), what.parent)):
-        if st_.st_uid not in (os.geteuid(), 0):
-            raise CompileError(f"refusing the code cache entry {path}: it belongs to user {st_.st_uid}")
-        if st_.st_mode & 0o022:
-            raise _Untrusted(path)
+    """Check an entry, or a file in it (``st``, from its open descriptor): CompileError when another user owns it,
+    _Untrusted when others may write it; see the module's docstring."""
+    if st.st_uid not in (os.geteuid(), 0):
+        raise CompileError(f"refusing the code cache entry {what}: it belongs to user {st.st_uid}")
+    if st.st_mode & 0o022:
+        raise _Untrusted(what)
 
 
 def _own_dir(path: Path, *, create: bool, root: bool = False) -> bool:
@@ -138,27 +142,22 @@ class CodeCache:
         return found if isinstance(found, Path) else None
 
     def _verified(self, key: str) -> Path | bool | None:
-        """The verified object for ``key``; None when there is no entry; False when the entry is damaged."""
+        """The verified object for ``key``; None when there is no entry; False when the entry is damaged. The entry
+        directory is opened once and its files through it (a lookup is most of a cached load)."""
         d = self.entry(key)
-        so, digest = d / SO_NAME, d / (SO_NAME + ".sha256")
         if not (_own_dir(self.root, create=False, root=True) and _own_dir(d.parent, create=False)):
             return None
         try:
-            fd = _open_regular(so)
+            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
-            if exc.errno not in _DAMAGED:
-                raise CompileError(f"cannot read the code cache entry {d}: {exc.strerror or exc}") from None
-            return False if os.path.lexists(d) else None
+            if exc.errno == errno.ENOENT:
+                return None
+            if exc.errno in _DAMAGED:  # a symlink or a file where the entry should be
+                return False
+            raise CompileError(f"cannot read the code cache entry {d}: {exc.strerror or exc}") from None
         try:
-            if fd is None or os.fstat(fd).st_size > MAX_OBJECT:
-                return False
-            _trusted(os.fstat(fd), so)
-            record = _open_regular(digest)
-            if record is None:
-                return False
-            with open(record, "rb") as f:
-                recorded = f.read(200).decode().strip()
-            return so if recorded == _file_sha256(fd) else False
+            _trusted(os.fstat(dfd), d)
+            return d / SO_NAME if self._object_matches(dfd, d) else False
         except (UnicodeDecodeError, _Untrusted):  # a corrupt record, or an entry others may write: rebuilt
             return False
         except OSError as exc:
@@ -166,8 +165,29 @@ class CodeCache:
                 return False
             raise CompileError(f"cannot read the code cache entry {d}: {exc.strerror or exc}") from None
         finally:
-            if fd is not None:
-                os.close(fd)
+            os.close(dfd)
+
+    @staticmethod
+    def _object_matches(dfd: int, d: Path) -> bool:
+        """Whether the entry open as ``dfd`` holds a regular, trusted object whose SHA-256 is the one recorded."""
+        opened = _open_regular(SO_NAME, dfd)
+        if opened is None:
+            return False
+        fd, st = opened
+        try:
+            if st.st_size > MAX_OBJECT:
+                return False
+            _trusted(st, d / SO_NAME)
+            record = _open_regular(SO_NAME + ".sha256", dfd)
+            if record is None:
+                return False
+            try:
+                recorded = os.read(record[0], 200).decode().strip()
+            finally:
+                os.close(record[0])
+            return recorded == _file_sha256(fd, st.st_size)
+        finally:
+            os.close(fd)
 
     def get_or_build(self, key: str, build: Callable[[Path], None]) -> tuple[Path, bool]:
         """``(object path, built)``: the cached object, or ``build(path)`` writes a new one (under the key's lock)."""
@@ -193,7 +213,8 @@ class CodeCache:
                 build(so)
                 try:
                     with open(so, "rb") as f:
-                        (tmp / (SO_NAME + ".sha256")).write_text(_file_sha256(f.fileno()) + "\n")
+                        digest = _file_sha256(f.fileno(), os.fstat(f.fileno()).st_size)
+                    (tmp / (SO_NAME + ".sha256")).write_text(digest + "\n")
                     # whatever the umask: mkdtemp's 0700 would keep the entry from other users, and a group-writable
                     # one (umask 002) would be refused by every lookup (module docstring)
                     for path, mode in ((so, 0o755), (tmp / (SO_NAME + ".sha256"), 0o644), (tmp, 0o755)):
@@ -212,20 +233,22 @@ class CodeCache:
         """The bytes stored by ``write_blob(key, name, …)``, or None. Blobs are derived data the caller verifies
         itself (they carry no recorded digest here); one another user owns or may write is refused like an
         object (CompileError)."""
-        path = self.entry(key) / name
-        if not (_own_dir(self.root, create=False, root=True) and _own_dir(path.parent.parent, create=False)):
+        d = self.entry(key)
+        if not (_own_dir(self.root, create=False, root=True) and _own_dir(d.parent, create=False)):
             return None
         try:
-            fd = _open_regular(path)
-        except OSError:
+            _trusted(os.stat(d, follow_symlinks=False), d)
+            opened = _open_regular(d / name)
+        except (OSError, _Untrusted):  # unreadable, or others may write it: derived again and rewritten
             return None
-        if fd is None:
+        if opened is None:
             return None
+        fd, st = opened
         with open(fd, "rb") as f:
             try:
-                _trusted(os.fstat(fd), path)
+                _trusted(st, d / name)
                 return f.read()
-            except (OSError, _Untrusted):  # unreadable, or others may write it: derived again and rewritten
+            except (OSError, _Untrusted):
                 return None
 
     def write_blob(self, key: str, name: str, data: bytes) -> None:
