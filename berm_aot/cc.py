@@ -73,6 +73,9 @@ _COMPILER_ENV = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_
                  "GCC_COMPARE_DEBUG", "GCC_EXTRA_DIAGNOSTIC_OUTPUT", "SOURCE_DATE_EPOCH")
 #: Defined in every object compile_shared builds: the largest native stack frame of any function in it, in bytes.
 FRAME_SYMBOL = "berm_max_frame"
+#: Defined when compile_shared is given a key: the code cache key the object is compiled for, which the runtime
+#: checks at load (berm_host/aot/core.c, berm_load), so an entry renamed under another image's key is refused.
+KEY_SYMBOL = "berm_object_key"
 #: Added to the largest frame gcc reports: a leaf function also writes up to 128 bytes below its stack pointer
 #: (the x86-64 red zone), which its reported frame leaves out.
 FRAME_SLACK = 256
@@ -114,9 +117,9 @@ def identity(opt: tuple[str, ...] | None = None) -> str:
 
 
 def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Path, ...] = (), jobs: int = 2,
-                   opt: tuple[str, ...] | None = None) -> None:
+                   opt: tuple[str, ...] | None = None, key: str | None = None) -> None:
     """Compile C ``sources`` (texts) into the shared object ``out``, ``jobs`` compilers at a time, with
-    ``FRAME_SYMBOL`` defined in it. ``sources`` may be a generator that translates as it goes: each unit starts
+    ``FRAME_SYMBOL`` defined in it (and ``KEY_SYMBOL`` as ``key``, a cache key of hex digits, when given). ``sources`` may be a generator that translates as it goes: each unit starts
     compiling as soon as it is there and a compiler is free, so the translation overlaps the compiles instead of
     preceding them all."""
     cmd = compiler()
@@ -162,7 +165,8 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
         finally:
             for proc, _ in running:
                 _kill(proc)
-        objects.append(_frame_object(cmd, work, worst_frame([obj.with_suffix(".su") for obj in objects]), deadline))
+        objects.append(_frame_object(cmd, work, worst_frame([obj.with_suffix(".su") for obj in objects]), key,
+                                     deadline))
         link = _start(cmd, ["-shared", *BASE_FLAGS, "-o", str(out), *map(str, objects)])
         output = _finish(link, deadline)
         if link.returncode != 0:
@@ -226,12 +230,17 @@ def worst_frame(reports: list[Path]) -> int:
     return worst
 
 
-def _frame_object(cmd: list[str], work: Path, frame: int, deadline: float) -> Path:
-    """An object defining FRAME_SYMBOL as ``frame`` + FRAME_SLACK."""
+def _frame_object(cmd: list[str], work: Path, frame: int, key: str | None, deadline: float) -> Path:
+    """An object defining FRAME_SYMBOL as ``frame`` + FRAME_SLACK, and KEY_SYMBOL as ``key`` when given."""
     src, obj = work / "frame.c", work / "frame.o"
+    text = (f'__attribute__((visibility("default"))) const unsigned long long {FRAME_SYMBOL} = '
+            f"{frame + FRAME_SLACK}ULL;\n")
+    if key is not None:
+        if not key.isalnum() or not key.isascii():
+            raise CompileError(f"a cache key is hex digits, not {key[:40]!r}")
+        text += f'__attribute__((visibility("default"))) const char {KEY_SYMBOL}[] = "{key}";\n'
     try:
-        src.write_text(f'__attribute__((visibility("default"))) const unsigned long long {FRAME_SYMBOL} = '
-                       f"{frame + FRAME_SLACK}ULL;\n")
+        src.write_text(text)
     except OSError as exc:
         raise CompileError(f"cannot write the translation into {work}: {exc.strerror or exc}") from None
     proc = _start(cmd, [*BASE_FLAGS, "-c", str(src), "-o", str(obj)])

@@ -330,3 +330,21 @@ def test_a_shard_or_root_another_user_owns_is_refused_before_building(tmp_path, 
     os_module.rmdir(shared / key[:2])
     so, built = cached_object(image, windows(image), CodeCache(shared), lambda: Program.from_image(image))
     assert built and so.is_file()  # a sticky root anyone may write is fine: others cannot move what is ours
+
+
+def test_an_entry_renamed_under_another_images_key_is_refused(tmp_path, elf):
+    """Every entry was internally consistent, but nothing tied it to its key: with write access to a shard, a valid
+    object of one image renamed under another's key ran in its place. The object carries its key, checked at load."""
+    import shutil
+
+    from berm_host.traps import HostError
+    other = guest_elf(SOURCE.replace("3 * x", "5 * x"), keep=("triple",))
+    assert triple(Engine(cache_dir=tmp_path), other) == 70
+    cache, image = CodeCache(tmp_path), read_elf(elf)
+    theirs = cache.entry(object_key(read_elf(other), windows(read_elf(other))))
+    mine = cache.entry(object_key(image, windows(image)))
+    mine.parent.mkdir(mode=0o755, exist_ok=True)
+    shutil.copytree(theirs, mine)
+    assert cache.lookup(object_key(image, windows(image))) == mine / SO_NAME  # it verifies as an entry...
+    with pytest.raises(HostError, match="compiled for another image"):  # ... but is not this image's code
+        Engine(cache_dir=tmp_path).load(elf)

@@ -22,7 +22,7 @@ from berm_host.traps import HostError, TrapInfo, TrapKind, illegal_detail, trap_
 #: What ``call_tool`` returns when the result is not plain text: (trap, failure, result, a0, a1).
 ToolOutcome = tuple[TrapInfo | None, bytes | None, bytes | None, int, int]
 
-from .objects import cached_object
+from .objects import cached_object, object_key
 from .runtime import POOL_LIMIT, MemoryImage, Region, capability_lookup, lib, load_code, run_text
 
 _OK, _TRAPPED, _FAILED, _BIG = lib.BERM_RUN_OK, lib.BERM_RUN_TRAPPED, lib.BERM_RUN_FAILED, lib.BERM_RUN_BIG_RESULT
@@ -63,15 +63,16 @@ class AotBackend:
         self.image = source.image if isinstance(source, Program) else source
         self.layout = layout_for(self.image, memory_size)
         windows = self.layout.windows()  # an ElfError for a layout the checks cannot be exact for
+        key = None
         if code is None:
             path, self.compiled = cached_object(self.image, windows, cache or CodeCache(), lambda: self.program,
                                                 jobs=jobs)
-            code = (path, "")
+            code, key = (path, ""), object_key(self.image, windows)
         else:
             self.compiled = False
         self.object_path = Path(code[0])
         self.memory = MemoryImage(self.layout, image_hull(self.image, self.layout),
-                                  load_code(str(code[0]), code[1], windows), max_result)
+                                  load_code(str(code[0]), code[1], windows, key), max_result)
         watchdog.ensure_started()
 
     @property

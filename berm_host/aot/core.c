@@ -736,7 +736,7 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
 /* ---------------------------------------------------------------- translated images */
 
 void *berm_load(const char *path, const char *symbol, const char *layout_symbol, const uint64_t *layout,
-                uint64_t *frame, char *err, size_t errlen) {
+                const char *key, uint64_t *frame, char *err, size_t errlen) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(err, errlen, "%s", dlerror());
@@ -746,11 +746,16 @@ void *berm_load(const char *path, const char *symbol, const char *layout_symbol,
     void *enter = dlsym(h, symbol);
     const uint64_t *built_for = dlsym(h, layout_symbol);
     const unsigned long long *max_frame = dlsym(h, "berm_max_frame");
+    const char *built_key = key ? dlsym(h, "berm_object_key") : NULL;
     if (abi && *abi != BERM_RT_ABI) { /* first: what an object of another runtime lacks is no news */
         snprintf(err, errlen, "%s was built for runtime ABI %d, this runtime is %d", path, *abi, BERM_RT_ABI);
     } else if (!abi || !enter || !built_for || !max_frame) {
         snprintf(err, errlen, "%s is not a translated image (no berm_rt_abi, berm_max_frame, %s or %s)", path, symbol,
                  layout_symbol);
+    } else if (key && (!built_key || strcmp(built_key, key) != 0)) {
+        /* an entry renamed under another image's key: its code is valid, but not this image's */
+        snprintf(err, errlen, "%s was compiled for another image (cache key %.16s..., not %.16s...): a misfiled "
+                 "code cache entry; remove it", path, built_key ? built_key : "(none)", key);
     } else if (memcmp(built_for, layout, BERM_LAYOUT_WORDS * sizeof *layout) != 0) {
         /* the code checks bounds against constants (berm_code.h): run on other memory, they would be wrong */
         snprintf(err, errlen, "%s was translated for another memory layout (stack window at 0x%llx, not 0x%llx)",

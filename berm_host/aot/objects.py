@@ -52,17 +52,18 @@ def object_key(image: ElfImage, windows: Windows, prefix: str = "") -> str:
     return cache_key("berm-aot", image.sha256, translator_digest(), cc.identity(), layout, prefix)
 
 
-def compile_programs(programs: list[tuple[Program, Windows, str]], out: Path, *, jobs: int = 2) -> None:
+def compile_programs(programs: list[tuple[Program, Windows, str]], out: Path, *, jobs: int = 2,
+                     key: str | None = None) -> None:
     """Emit every (program, windows, prefix) and compile them all into the one shared object ``out``: each unit
-    starts compiling as soon as it is emitted."""
+    starts compiling as soon as it is emitted. ``key``: the cache key the object is for (checked at load)."""
     sources = itertools.chain([ABI_UNIT], *(emit_units(program, windows=windows, prefix=prefix)
                                             for program, windows, prefix in programs))
-    cc.compile_shared(sources, out, include_dirs=(RUNTIME_DIR,), jobs=jobs)
+    cc.compile_shared(sources, out, include_dirs=(RUNTIME_DIR,), jobs=jobs, key=key)
 
 
 def cached_object(image: ElfImage, windows: Windows, cache: CodeCache, program: Callable[[], Program], *,
                   jobs: int = 2) -> tuple[Path, bool]:
     """``(path, compiled)``: the image's object for memory with ``windows``, from the cache, compiling
     ``program()`` on a miss (a hit needs no program model at all: that is what keeps a cached load cheap)."""
-    return cache.get_or_build(object_key(image, windows),
-                              lambda out: compile_programs([(program(), windows, "")], out, jobs=jobs))
+    key = object_key(image, windows)
+    return cache.get_or_build(key, lambda out: compile_programs([(program(), windows, "")], out, jobs=jobs, key=key))

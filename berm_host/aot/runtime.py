@@ -256,14 +256,15 @@ def _reply_bytes(reply: object) -> bytes:
     return bytes(reply)
 
 
-def load_code(path: str, prefix: str, windows: Windows) -> Code:
+def load_code(path: str, prefix: str, windows: Windows, key: str | None = None) -> Code:
     """dlopen a translated object and return its program ``prefix``, once the core has checked it was translated
-    for memory with ``windows``."""
+    for memory with ``windows`` and, given ``key``, compiled under that cache key (an entry renamed under another
+    image's key is refused)."""
     err = ffi.new("char[512]")
     layout = ffi.new("uint64_t[]", list(windows.values()))  # BERM_LAYOUT_WORDS of them (tests/test_aot_layout.py)
     frame = ffi.new("uint64_t *")
     enter = lib.berm_load(path.encode(), (prefix + ENTRY_SYMBOL).encode(), (prefix + LAYOUT_SYMBOL).encode(),
-                          layout, frame, err, 512)
+                          layout, key.encode() if key is not None else ffi.NULL, frame, err, 512)
     if enter == ffi.NULL:
         raise HostError(f"cannot load translated code: {ffi.string(err).decode(errors='replace')}")
     return Code(enter, frame[0])
