@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from berm_aot.decode import decode
+from berm_aot.demangle import demangle
 from berm_aot.errors import DecodeError
 from berm_aot.image import ElfImage, Section, Symbol
 from berm_aot.isa import BRANCHES, NO_FALL_THROUGH, Instruction
@@ -191,11 +192,13 @@ class Program:
         return None
 
     def symbolize(self, pc: int) -> str:
-        """``name+0x1c`` of the function containing ``pc``, ``name`` at its start, ``0x…`` outside every one."""
+        """``name+0x1c`` of the function containing ``pc``, ``name`` at its start, ``0x…`` outside every one; a
+        Rust name demangled (``__rustc::rust_begin_unwind``, berm_aot.demangle)."""
         f = self.function_at(pc)
         if f is None:
             return f"{pc:#x}"
-        return f.name if pc == f.start else f"{f.name}+{pc - f.start:#x}"
+        name = demangle(f.name)
+        return name if pc == f.start else f"{name}+{pc - f.start:#x}"
 
     def symbol(self, name: str) -> int | None:
         """The address of the global (else weak) symbol ``name``, None when the image defines none."""

@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from berm_aot.demangle import demangle
 from berm_aot.disasm import disassemble
 from berm_aot.elf import read_elf_file
 from berm_aot.image import ElfImage
@@ -125,7 +126,7 @@ def render_disassembly(image: ElfImage) -> str:
     first = bisect.bisect_left
     out = []
     for fn in program.functions:
-        out += ["", f"{fn.name} <{fn.start:#x}>:"]
+        out += ["", f"{demangle(fn.name)} <{fn.start:#x}>:"]
         pc = fn.start
         for addr in code[first(code, fn.start):first(code, fn.end)]:
             if addr > pc:

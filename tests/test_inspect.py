@@ -97,7 +97,8 @@ def test_disassembly_names_the_targets_of_direct_jumps_and_branches(capsys):
     lines = capsys.readouterr().out.splitlines()
     direct = [line for line in lines if re.search(r"  (jal|j|beqz|bnez|beq|bne|blt|bge|bltu|bgeu) ", line)]
     assert len(direct) > 100
-    assert all(re.search(r" 0x[0-9a-f]+ <[\w.$]+(\+0x[0-9a-f]+)?>$", line) for line in direct), direct[:3]
+    assert all(re.search(r" 0x[0-9a-f]+ <.+>$", line) for line in direct), direct[:3]
+    assert any(" <core::str::slice_error_fail_rt" in line for line in direct)  # Rust names demangled
 
 
 def test_text_a_guest_chose_cannot_drive_the_terminal(tmp_path, capsys):

@@ -116,4 +116,5 @@ def test_failure_and_panic(probe, quoted):
         harness.call("check", word.format("panic"))
     assert trap.value.kind is TrapKind.BREAKPOINT
     assert trap.value.failure.startswith("rust-probe panicked: asked to panic")
+    assert trap.value.info.where.startswith("__rustc::rust_begin_unwind+")  # demangled (berm_aot.demangle)
     assert "(after berm.fail: rust-probe panicked: asked to panic" in str(trap.value)

@@ -1,0 +1,225 @@
+"""Rust symbol names (the v0 mangling, ``_R…``) as a reader writes them: ``__rustc::rust_begin_unwind`` for
+``_RNvCsfgHYwM92fyn_7___rustc17rust_begin_unwind``. Real harnesses are Rust, and a trap message naming the second
+tells its author little.
+
+A subset of the scheme (the Rust reference's "Symbol name mangling", v0): paths (crate roots, nested paths,
+inherent and trait impls, generic arguments, back-references) and the types and constants that appear in generic
+arguments — basic types, paths, references, raw pointers, slices, arrays and tuples. Crate disambiguators are left
+out, as ``rustc-demangle``'s alternate form does. Anything else (punycode identifiers, function pointer and ``dyn``
+types, …) leaves the name as it is: a name is demangled whole or not at all, never guessed.
+"""
+
+from __future__ import annotations
+
+import functools
+
+_BASIC = {"a": "i8", "b": "bool", "c": "char", "d": "f64", "e": "str", "f": "f32", "h": "u8", "i": "isize",
+          "j": "usize", "l": "i32", "m": "u32", "n": "i128", "o": "u128", "s": "i16", "t": "u16", "u": "()",
+          "v": "...", "x": "i64", "y": "u64", "z": "!", "p": "_"}
+_INTEGERS = set("ahijlmnostxy")
+#: How deep back-references and nesting may go: a hostile name must not cost the host a recursion error.
+_MAX_DEPTH = 64
+
+
+class _Unsupported(Exception):
+    pass
+
+
+@functools.lru_cache(maxsize=4096)
+def demangle(name: str) -> str:
+    """``name`` demangled when it is a v0 Rust symbol this module reads whole, else ``name`` itself."""
+    if not name.startswith("_R") or len(name) > 4096:
+        return name
+    try:
+        parser = _Parser(name[2:])
+        if parser.peek().isdigit():  # an encoding version: only 0 (absent) is defined
+            raise _Unsupported
+        out = parser.path()
+        if parser.pos < len(parser.text) and parser.peek() in "CNMXYIB":  # the instantiating crate: not shown
+            parser.path()
+        if parser.pos != len(parser.text) and not parser.text[parser.pos] == ".":
+            raise _Unsupported
+        return out
+    except (_Unsupported, IndexError, ValueError, RecursionError):
+        return name
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.text = text
+        self.pos = 0
+        self.depth = 0
+
+    def peek(self) -> str:
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def take(self) -> str:
+        c = self.text[self.pos]
+        self.pos += 1
+        return c
+
+    def base62(self) -> int:
+        """``{0-9a-zA-Z} "_"``: ``_`` is 0, otherwise the digits' value plus one."""
+        if self.peek() == "_":
+            self.pos += 1
+            return 0
+        value = 0
+        while (c := self.take()) != "_":
+            if c.isdigit():
+                digit = ord(c) - ord("0")
+            elif "a" <= c <= "z":
+                digit = ord(c) - ord("a") + 10
+            elif "A" <= c <= "Z":
+                digit = ord(c) - ord("A") + 36
+            else:
+                raise _Unsupported
+            value = value * 62 + digit
+        return value + 1
+
+    def disambiguator(self) -> int:
+        if self.peek() == "s":
+            self.pos += 1
+            return self.base62() + 1
+        return 0
+
+    def identifier(self) -> tuple[int, str]:
+        which = self.disambiguator()
+        if self.peek() == "u":
+            raise _Unsupported  # punycode
+        start = self.pos
+        while self.peek().isdigit():
+            self.pos += 1
+        if start == self.pos:
+            raise _Unsupported
+        n = int(self.text[start:self.pos])
+        if self.peek() == "_":
+            self.pos += 1
+        if self.pos + n > len(self.text):
+            raise _Unsupported
+        word = self.text[self.pos:self.pos + n]
+        self.pos += n
+        return which, word
+
+    def _nested(self, parse):
+        self.depth += 1
+        if self.depth > _MAX_DEPTH:
+            raise _Unsupported
+        try:
+            return parse()
+        finally:
+            self.depth -= 1
+
+    def backref(self, parse):
+        """A ``B`` back-reference: ``parse`` run at the position it names, this parser's position kept."""
+        target = self.base62()
+        if target >= self.pos:
+            raise _Unsupported
+        here, self.pos = self.pos, target
+        try:
+            return self._nested(parse)
+        finally:
+            self.pos = here
+
+    def path(self, value: bool = True) -> str:
+        """A path; ``value``: in an expression's place, where generic arguments take ``::<`` (in a type's, ``<``)."""
+        return self._nested(lambda: self._path(value))
+
+    def _path(self, value: bool) -> str:
+        tag = self.take()
+        if tag == "C":
+            return self.identifier()[1]
+        if tag == "N":
+            namespace = self.take()
+            parent = self.path(value)
+            which, word = self.identifier()
+            if namespace.islower():
+                return f"{parent}::{word}"
+            kind = {"C": "closure", "S": "shim"}.get(namespace)
+            if kind is None:
+                raise _Unsupported
+            return f"{parent}::{{{kind}{':' + word if word else ''}#{which}}}"
+        if tag == "M":
+            self.disambiguator()
+            self.path()  # where the impl is: not part of the name
+            return f"<{self.type()}>"
+        if tag == "X":
+            self.disambiguator()
+            self.path()
+            return f"<{self.type()} as {self.path(False)}>"
+        if tag == "Y":
+            return f"<{self.type()} as {self.path(False)}>"
+        if tag == "I":
+            base = self.path(value)
+            return f"{base}{'::' if value else ''}<{', '.join(self.generic_args())}>"
+        if tag == "B":
+            return self.backref(lambda: self._path(value))
+        raise _Unsupported
+
+    def generic_args(self) -> list[str]:
+        args = []
+        while self.peek() != "E":
+            if self.peek() == "L":
+                self.pos += 1
+                self.base62()
+                args.append("'_")
+            elif self.peek() == "K":
+                self.pos += 1
+                args.append(self.const())
+            else:
+                args.append(self.type())
+        self.pos += 1
+        return args
+
+    def const(self) -> str:
+        tag = self.peek()
+        if tag == "p":
+            self.pos += 1
+            return "_"
+        if tag == "B":
+            self.pos += 1
+            return self.backref(self.const)
+        if tag not in _INTEGERS and tag != "b":
+            raise _Unsupported
+        self.pos += 1
+        negative = self.peek() == "n"
+        if negative:
+            self.pos += 1
+        end = self.text.index("_", self.pos)
+        value = int(self.text[self.pos:end] or "0", 16)
+        self.pos = end + 1
+        if tag == "b":
+            return "true" if value else "false"
+        return f"{'-' if negative else ''}{value}"
+
+    def type(self) -> str:
+        return self._nested(self._type)
+
+    def _type(self) -> str:
+        tag = self.peek()
+        if tag in _BASIC:
+            self.pos += 1
+            return _BASIC[tag]
+        if tag in "CNMXYI":
+            return self.path(False)
+        self.pos += 1
+        if tag == "B":
+            return self.backref(self._type)
+        if tag in "RQ":
+            if self.peek() == "L":
+                self.pos += 1
+                self.base62()
+            return ("&" if tag == "R" else "&mut ") + self.type()
+        if tag in "PO":
+            return ("*const " if tag == "P" else "*mut ") + self.type()
+        if tag == "S":
+            return f"[{self.type()}]"
+        if tag == "A":
+            element = self.type()
+            return f"[{element}; {self.const()}]"
+        if tag == "T":
+            items = []
+            while self.peek() != "E":
+                items.append(self.type())
+            self.pos += 1
+            return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+        raise _Unsupported

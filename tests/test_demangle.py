@@ -1,0 +1,50 @@
+"""Rust v0 symbol names in trap messages and listings (berm_aot.demangle): the names rustc 1.96 gave rust-probe's
+functions read as their author wrote them, and any name the module cannot read whole is left exactly as it was —
+garbage, truncation, punycode, back-references that loop, nesting that would recurse without end."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from berm_aot.demangle import demangle
+from berm_aot.elf import read_elf
+from tests.test_rust_guest import ELF
+
+KNOWN = [
+    ("_RNvCsfgHYwM92fyn_7___rustc17rust_begin_unwind", "__rustc::rust_begin_unwind"),
+]
+
+
+@pytest.mark.parametrize("mangled, plain", KNOWN)
+def test_known_names(mangled, plain):
+    assert demangle(mangled) == plain
+
+
+def test_rust_probe_names_read_as_written():
+    names = {s.name: demangle(s.name) for s in read_elf(ELF.read_bytes()).symbols if s.name.startswith("_R")}
+    plain = set(names.values())
+    for expected in ("__rustc::rust_begin_unwind", "core::panicking::panic_fmt",
+                     "<rust_probe::Square as rust_probe::Shape>::area", "<u64 as core::fmt::Display>::fmt",
+                     "core::ptr::drop_in_place::<alloc::string::String>",  # generic arguments of a value path
+                     "<core::ops::range::Range<usize> as core::fmt::Debug>::fmt",  # ... and of a type
+                     "<[u64; 3] as core::fmt::Debug>::fmt", "<&str as core::fmt::Display>::fmt",
+                     "<alloc::raw_vec::RawVecInner<_>>::reserve::do_reserve_and_handle::<alloc::alloc::Global>"):
+        assert expected in plain, expected
+    assert sum(1 for m, p in names.items() if m != p) >= len(names) - 2  # all but dyn types
+
+
+@pytest.mark.parametrize("name", [
+    "main", "_ZN4core3fmt5write17h0123456789abcdefE", "_R", "_RNv", "_RNvC", "_RNvCs_3abc",
+    "_RNvCs_3abc99xyz", "_RNvCs_3abcu3ab", "_RB_", "_RNvB0_3abc", "_RNvBz_3abc", "_R" + "N" * 5000 + "v",
+    "_RINvCs_3abcDE", "_R0NvCs_3abc3def", "_RNvCs_3abc3def.llvm.123x",
+])
+def test_what_it_cannot_read_whole_is_left_as_it_is(name):
+    out = demangle(name)
+    assert out == name or name.startswith("_RNvCs_3abc3def.")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="_RNCsvMXYIBELKpabcdefhijlmnostuxyzRQPOSAT0123456789", max_size=80))
+def test_never_raises(tail):
+    assert isinstance(demangle("_R" + tail), str)
