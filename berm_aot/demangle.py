@@ -17,8 +17,10 @@ _BASIC = {"a": "i8", "b": "bool", "c": "char", "d": "f64", "e": "str", "f": "f32
           "j": "usize", "l": "i32", "m": "u32", "n": "i128", "o": "u128", "s": "i16", "t": "u16", "u": "()",
           "v": "...", "x": "i64", "y": "u64", "z": "!", "p": "_"}
 _INTEGERS = set("ahijlmnostxy")
-#: How deep back-references and nesting may go: a hostile name must not cost the host a recursion error.
+#: How deep back-references and nesting may go, and how many nodes a name may expand to: a hostile name must not
+#: cost the host a recursion error, nor, through back-references to back-references, exponential time.
 _MAX_DEPTH = 64
+_MAX_NODES = 10_000
 
 
 class _Unsupported(Exception):
@@ -49,6 +51,7 @@ class _Parser:
         self.text = text
         self.pos = 0
         self.depth = 0
+        self.nodes = 0
 
     def peek(self) -> str:
         return self.text[self.pos] if self.pos < len(self.text) else ""
@@ -102,7 +105,8 @@ class _Parser:
 
     def _nested(self, parse):
         self.depth += 1
-        if self.depth > _MAX_DEPTH:
+        self.nodes += 1
+        if self.depth > _MAX_DEPTH or self.nodes > _MAX_NODES:
             raise _Unsupported
         try:
             return parse()

@@ -48,3 +48,27 @@ def test_what_it_cannot_read_whole_is_left_as_it_is(name):
 @given(st.text(alphabet="_RNCsvMXYIBELKpabcdefhijlmnostuxyzRQPOSAT0123456789", max_size=80))
 def test_never_raises(tail):
     assert isinstance(demangle("_R" + tail), str)
+
+
+def _base62(value: int) -> str:
+    if value == 0:
+        return "_"
+    digits, value = "", value - 1
+    alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    while True:
+        digits = alphabet[value % 62] + digits
+        value //= 62
+        if not value:
+            return digits + "_"
+
+
+def test_back_references_to_back_references_cannot_take_exponential_time():
+    """Each tuple refers twice to the one before it: 40 of them expand to 2^40 nodes. A name from a hostile ELF is
+    shown in trap messages, so the expansion is bounded; past it the name stays as it is."""
+    text, previous = "YT", None
+    for _ in range(40):
+        start = len(text)
+        text += "TuuE" if previous is None else f"TB{_base62(previous)}B{_base62(previous)}E"
+        previous = start
+    name = "_R" + text + "E" + "Cs_3abc"
+    assert demangle(name) == name
