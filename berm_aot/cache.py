@@ -107,7 +107,7 @@ def _own_dir(path: Path, *, create: bool, root: bool = False) -> bool:
     try:
         if create:
             path.mkdir(mode=0o755, parents=True, exist_ok=True)
-        st = os.stat(path, follow_symlinks=False)
+        st = os.stat(path, follow_symlinks=root)  # the root may be a symlink the configuration chose; nothing below
         if not stat.S_ISDIR(st.st_mode):
             raise CompileError(f"the code cache {path} is not a directory")
         mode = stat.S_IMODE(st.st_mode)
@@ -115,7 +115,7 @@ def _own_dir(path: Path, *, create: bool, root: bool = False) -> bool:
             wanted = mode & ~0o022 if root else 0o755
             if mode != wanted:
                 os.chmod(path, wanted)
-                st = os.stat(path, follow_symlinks=False)
+                st = os.stat(path, follow_symlinks=root)
     except FileNotFoundError:
         if create:
             raise CompileError(f"cannot create the code cache at {path}") from None

@@ -348,3 +348,11 @@ def test_an_entry_renamed_under_another_images_key_is_refused(tmp_path, elf):
     assert cache.lookup(object_key(image, windows(image))) == mine / SO_NAME  # it verifies as an entry...
     with pytest.raises(HostError, match="compiled for another image"):  # ... but is not this image's code
         Engine(cache_dir=tmp_path).load(elf)
+
+
+def test_the_root_may_be_a_symlink(tmp_path, elf):
+    """A cache directory chosen as a symlink (to another disk) is followed; nothing below the root is."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert triple(Engine(cache_dir=tmp_path / "link"), elf) == 42
+    assert Engine(cache_dir=tmp_path / "link").load(elf).backend.compiled is False
