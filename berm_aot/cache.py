@@ -137,7 +137,8 @@ class CodeCache:
         return self.root / key[:2] / key
 
     def lookup(self, key: str) -> Path | None:
-        """The verified object for ``key``, or None (absent, or damaged: then it is moved aside, under the lock)."""
+        """The verified object for ``key``, or None (absent, or damaged: ``get_or_build`` rebuilds it under the
+        key's lock)."""
         found = self._verified(key)
         return found if isinstance(found, Path) else None
 

@@ -119,9 +119,9 @@ def identity(opt: tuple[str, ...] | None = None) -> str:
 def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Path, ...] = (), jobs: int = 2,
                    opt: tuple[str, ...] | None = None, key: str | None = None) -> None:
     """Compile C ``sources`` (texts) into the shared object ``out``, ``jobs`` compilers at a time, with
-    ``FRAME_SYMBOL`` defined in it (and ``KEY_SYMBOL`` as ``key``, a cache key of hex digits, when given). ``sources`` may be a generator that translates as it goes: each unit starts
-    compiling as soon as it is there and a compiler is free, so the translation overlaps the compiles instead of
-    preceding them all."""
+    ``FRAME_SYMBOL`` defined in it (and ``KEY_SYMBOL`` as ``key``, a cache key of hex digits, when given).
+    ``sources`` may be a generator that translates as it goes: each unit starts compiling as soon as it is there and
+    a compiler is free, so the translation overlaps the compiles instead of preceding them all."""
     cmd = compiler()
     flags = [*(opt if opt is not None else opt_flags()), *BASE_FLAGS, *[f"-I{d}" for d in include_dirs]]
     deadline = time.monotonic() + COMPILE_TIMEOUT

@@ -22,20 +22,9 @@ from berm_aot.image import ElfImage, Segment, Symbol
 from berm_aot.manifest import TOOL_PREFIX, lifecycle_exports, tool_exports
 
 FACTS_NAME = "facts"
-#: Modules whose code decides what the facts hold: editing one invalidates every stored copy.
-_SOURCES = ("elf.py", "image.py", "manifest.py")
-
-
-def _source_digest() -> str:
-    h = hashlib.sha256(Path(__file__).read_bytes())
-    root = Path(berm_aot.__file__).resolve().parent
-    for name in _SOURCES:
-        h.update((root / name).read_bytes())
-    return h.hexdigest()
-
-
-#: Taken as this module is imported, not when first needed (see berm_host/aot/objects.py, TRANSLATOR_DIGEST).
-SOURCE_DIGEST = _source_digest()
+#: This module's source and the translator's (berm_aot.SOURCES_DIGEST, which covers the ELF reader and manifest
+#: that decide what the facts hold), taken as it is imported, as berm_aot's is (not when first needed).
+SOURCE_DIGEST = hashlib.sha256(Path(__file__).read_bytes() + berm_aot.SOURCES_DIGEST.encode()).hexdigest()
 
 
 class ElfFacts:

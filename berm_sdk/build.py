@@ -169,8 +169,9 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
         include = (SDK_DIR, work, directory)
         warnings: list[str] = []
         own = _compile_all(sources, work / "own", profile, include, warnings)
-        for said in warnings if warn is not None else ():
-            warn(said)
+        if warn is not None:
+            for said in warnings:
+                warn(said)
         check_tools_defined(spec, own)  # before compiling the SDK: a missing tool is the commonest mistake
         generated = _compile_all([entry], work / "entry", profile, include)
         objects = [*own.values(), *generated.values(), *_sdk_objects(work, profile)]

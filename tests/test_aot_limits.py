@@ -48,23 +48,15 @@ Pair berm_tool_sized(void) {
     return text((const char *)heap, n ? n : ecall2(HEAP_SIZE, 0, 0));
 }
 
-/* berm.fail with a text of as many bytes as the arguments say. */
-Pair berm_tool_longfail(void) {
+/* Host call `number` with a text of as many bytes as the arguments say (the alphabet over and over). */
+static void long_text_call(u64 number) {
     char *heap = (char *)ecall2(HEAP_START, 0, 0);
     u64 n = arg_number();
     for (u64 i = 0; i < n; i++) heap[i] = 'a' + i % 26;
-    ecall2(FAIL, (u64)heap, n);
-    return text("unreachable", 11);
+    ecall2(number, (u64)heap, n);
 }
-
-/* berm.log with a line of as many bytes as the arguments say. */
-Pair berm_tool_longlog(void) {
-    char *heap = (char *)ecall2(HEAP_START, 0, 0);
-    u64 n = arg_number();
-    for (u64 i = 0; i < n; i++) heap[i] = 'a' + i % 26;
-    ecall2(LOG, (u64)heap, n);
-    return text("logged", 6);
-}
+Pair berm_tool_longfail(void) { long_text_call(FAIL); return text("unreachable", 11); }
+Pair berm_tool_longlog(void) { long_text_call(LOG); return text("logged", 6); }
 
 /* Call the signal capability, then spin for a bounded while (long enough for an interrupt to be noticed). */
 Pair berm_tool_signal(void) {

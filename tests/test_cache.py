@@ -15,7 +15,7 @@ from berm_aot.elf import read_elf
 from berm_aot.program import Program
 import berm_abi
 import berm_aot
-from berm_host.aot.objects import cached_object, object_key, source_digest, translator_digest
+from berm_host.aot.objects import TRANSLATOR_DIGEST, cached_object, object_key, source_digest
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
 from berm_host.layout import layout_for
@@ -50,7 +50,7 @@ def test_every_translator_module_is_in_the_key(tmp_path):
         shutil.copytree(Path(package.__file__).resolve().parent, copies[-1],
                         ignore=shutil.ignore_patterns("__pycache__"))
     digest = lambda: source_digest(berm_aot.sources_digest(*copies))  # noqa: E731
-    assert digest() == translator_digest()
+    assert digest() == TRANSLATOR_DIGEST
     seen = {digest()}
     modules = sorted(m for copy in copies for m in copy.rglob("*.py"))
     for module in modules:
@@ -77,7 +77,7 @@ def test_the_key_is_of_the_translator_the_process_imported(tmp_path):
             emitter = Path({str(tmp_path / "berm_aot" / "emit" / "insn.py")!r})
             emitter.write_text(emitter.read_text() + "# upgraded on disk\\n")
         from berm_host.aot import objects
-        print(objects.translator_digest())
+        print(objects.TRANSLATOR_DIGEST)
     """)
     digests = [subprocess.run([sys.executable, "-c", script, step], capture_output=True, text=True, timeout=120)
                for step in ("before", "upgrade")]

@@ -65,9 +65,10 @@ class AotBackend:
         windows = self.layout.windows()  # an ElfError for a layout the checks cannot be exact for
         key = None
         if code is None:
+            key = object_key(self.image, windows)
             path, self.compiled = cached_object(self.image, windows, cache or CodeCache(), lambda: self.program,
-                                                jobs=jobs)
-            code, key = (path, ""), object_key(self.image, windows)
+                                                jobs=jobs, key=key)
+            code = (path, "")
         else:
             self.compiled = False
         self.object_path = Path(code[0])

@@ -3,9 +3,9 @@
 The cache key covers every input of the object: the ELF bytes (their SHA-256), the translator version and the
 source of every module that shapes the emitted code (decoder, program model, analysis, emitter, and berm_abi,
 whose host-call numbers the code inlines: editing one invalidates the cache without anyone remembering to bump a
-number), the compiler's identity and flags, the
-runtime headers the code is compiled against, the memory layout it is specialised to (its bounds windows, from the
-image and the memory size: berm_aot/windows.py) and the symbol prefix.
+number), the compiler's identity and flags, the runtime headers the code is compiled against, the memory layout it
+is specialised to (its bounds windows, from the image and the memory size: berm_aot/windows.py) and the symbol
+prefix. The object carries its key, which the runtime checks when it loads it.
 """
 
 from __future__ import annotations
@@ -43,13 +43,9 @@ def source_digest(sources: str) -> str:
 TRANSLATOR_DIGEST = source_digest(berm_aot.SOURCES_DIGEST)
 
 
-def translator_digest() -> str:
-    return TRANSLATOR_DIGEST
-
-
 def object_key(image: ElfImage, windows: Windows, prefix: str = "") -> str:
     layout = ",".join(f"{v:#x}" for v in windows.values())
-    return cache_key("berm-aot", image.sha256, translator_digest(), cc.identity(), layout, prefix)
+    return cache_key("berm-aot", image.sha256, TRANSLATOR_DIGEST, cc.identity(), layout, prefix)
 
 
 def compile_programs(programs: list[tuple[Program, Windows, str]], out: Path, *, jobs: int = 2,
@@ -62,8 +58,9 @@ def compile_programs(programs: list[tuple[Program, Windows, str]], out: Path, *,
 
 
 def cached_object(image: ElfImage, windows: Windows, cache: CodeCache, program: Callable[[], Program], *,
-                  jobs: int = 2) -> tuple[Path, bool]:
+                  jobs: int = 2, key: str | None = None) -> tuple[Path, bool]:
     """``(path, compiled)``: the image's object for memory with ``windows``, from the cache, compiling
-    ``program()`` on a miss (a hit needs no program model at all: that is what keeps a cached load cheap)."""
-    key = object_key(image, windows)
+    ``program()`` on a miss (a hit needs no program model at all: that is what keeps a cached load cheap).
+    ``key``: its ``object_key``, when the caller has it already (to check the object against when it loads it)."""
+    key = key or object_key(image, windows)
     return cache.get_or_build(key, lambda out: compile_programs([(program(), windows, "")], out, jobs=jobs, key=key))

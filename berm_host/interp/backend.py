@@ -108,8 +108,8 @@ class InterpBackend:
                     pc, trap = self._execute(x, mem.buf, st, request.entry)
             else:  # as translated code, which enters functions only
                 pc = request.entry
-                trap = TrapInfo(TrapKind.ILLEGAL_INSTRUCTION, pc, pc, illegal_detail(self.program, pc, pc),
-                                self.program.symbolize(pc))
+                trap = trap_info(TrapKind.ILLEGAL_INSTRUCTION, pc, pc, illegal_detail(self.program, pc, pc),
+                                 self.program, self.layout)
             result = None
             if (request.read_result and trap is None and self.layout.readable(x[10], x[11])
                     and (request.max_result is None or x[11] <= request.max_result)):
