@@ -14,6 +14,7 @@ import hashlib
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -56,12 +57,16 @@ class Engine:
         self.deadline = deadline
         self.log = log
         self.jobs = jobs or min(2, os.cpu_count() or 1)
-        self._images: dict[str, Image] = {}
+        #: loaded images while anyone holds them (an image, a harness of it, a region running its code): an image
+        #: nobody holds is unloaded, its translated object closed, so an engine that loads image after image does
+        #: not grow without bound
+        self._images: weakref.WeakValueDictionary[str, Image] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()  # guards the two dicts, never held while an image loads
         self._loading: dict[str, _Gate] = {}
 
     def load(self, source: str | Path | bytes) -> Image:
-        """The image in ``source`` (ELF bytes or a path), translated and loaded; the same bytes load once.
+        """The image in ``source`` (ELF bytes or a path), translated and loaded; the same bytes load once while
+        the image is held (a later load of an image dropped since is a cached load again).
 
         Loads of different images proceed side by side (a cold compile takes seconds); concurrent loads of the
         same bytes wait for the one that is compiling and share its image."""

@@ -736,7 +736,7 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
 /* ---------------------------------------------------------------- translated images */
 
 void *berm_load(const char *path, const char *symbol, const char *layout_symbol, const uint64_t *layout,
-                const char *key, uint64_t *frame, char *err, size_t errlen) {
+                const char *key, uint64_t *frame, void **handle, char *err, size_t errlen) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(err, errlen, "%s", dlerror());
@@ -762,8 +762,13 @@ void *berm_load(const char *path, const char *symbol, const char *layout_symbol,
                  path, (unsigned long long)built_for[4], (unsigned long long)layout[4]);
     } else {
         *frame = *max_frame;
-        return enter; /* the handle stays open for the life of the process */
+        *handle = h;
+        return enter;
     }
     dlclose(h);
     return NULL;
+}
+
+void berm_unload(void *handle) {
+    if (handle) dlclose(handle);
 }

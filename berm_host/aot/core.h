@@ -116,9 +116,12 @@ int berm_watchdog_start(double interval);
 /* dlopen a translated object and return its `symbol` entry point, once its runtime ABI and the layout it was
  * translated for (the uint64_t[6] at `layout_symbol`) match this runtime and `layout`, and (unless `key` is NULL)
  * the cache key it was compiled under (berm_object_key: berm_aot/cc.py) is `key`; else NULL and a message.
- * *frame receives the object's largest native stack frame (berm_max_frame: berm_aot/cc.py). */
+ * *frame receives the object's largest native stack frame (berm_max_frame: berm_aot/cc.py) and *handle the
+ * object's dlopen handle, which keeps the code mapped until berm_unload. */
 void *berm_load(const char *path, const char *symbol, const char *layout_symbol, const uint64_t *layout,
-                const char *key, uint64_t *frame, char *err, size_t errlen);
+                const char *key, uint64_t *frame, void **handle, char *err, size_t errlen);
+/* Close a handle berm_load gave (dlclose): only once no region that runs its code can run again. */
+void berm_unload(void *handle);
 /* Give a new region the code it runs: `enter` (berm_load) and that object's largest frame, which native_floor
  * keeps room for below it (a function's entry check may run once its frame is allocated). Returns 0 when such a
  * frame does not fit the native stack with room to spare (over an eighth of it). */

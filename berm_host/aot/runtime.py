@@ -54,11 +54,14 @@ def capability_lookup(linker: Linker | None):
 
 
 class Code(NamedTuple):
-    """A loaded program (``load_code``): its entry point (a ``void *`` for ``berm_run``) and the largest native
-    stack frame of its object, in bytes."""
+    """A loaded program (``load_code``): its entry point (a ``void *`` for ``berm_run``), the largest native
+    stack frame of its object, in bytes, and the object's dlopen handle, closed when the last reference to it
+    goes. Every region that runs the code holds its image, which holds this: the object stays mapped while any
+    of them could still run (a run in progress holds its region)."""
 
     enter: object
     frame: int
+    handle: object
 
 
 class MemoryImage:
@@ -105,7 +108,7 @@ class Region:
             raise HostError(f"cannot map {image.layout.size} bytes of guest memory")
         self.ptr = ffi.gc(raw, lib.berm_region_free)
         self.addr = int(ffi.cast("uintptr_t", raw))  # for run_text (invoke.c); alive as long as ptr
-        if not lib.berm_region_code(raw, *image.code):
+        if not lib.berm_region_code(raw, image.code.enter, image.code.frame):
             raise HostError(f"translated code needs native stack frames of {image.code.frame} bytes: more than an "
                             f"eighth of the {lib.BERM_NATIVE_STACK >> 20} MiB native stack")
         if image.max_result is not None:
@@ -263,8 +266,9 @@ def load_code(path: str, prefix: str, windows: Windows, key: str | None = None) 
     err = ffi.new("char[512]")
     layout = ffi.new("uint64_t[]", list(windows.values()))  # BERM_LAYOUT_WORDS of them (tests/test_aot_layout.py)
     frame = ffi.new("uint64_t *")
+    handle = ffi.new("void **")
     enter = lib.berm_load(path.encode(), (prefix + ENTRY_SYMBOL).encode(), (prefix + LAYOUT_SYMBOL).encode(),
-                          layout, key.encode() if key is not None else ffi.NULL, frame, err, 512)
+                          layout, key.encode() if key is not None else ffi.NULL, frame, handle, err, 512)
     if enter == ffi.NULL:
         raise HostError(f"cannot load translated code: {ffi.string(err).decode(errors='replace')}")
-    return Code(enter, frame[0])
+    return Code(enter, frame[0], ffi.gc(handle[0], lib.berm_unload))
