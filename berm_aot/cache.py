@@ -9,12 +9,11 @@
   the key's lock (a reader outside it could discard an entry another process had just rebuilt). A lookup that
   fails for any other reason (no descriptors left, no permission) is an error, not a corrupt entry.
 - Nothing another user could have planted or swapped is loaded: in a cache shared with other users (a
-  ``BERM_CACHE_DIR`` under /tmp) that would be code run in this process. The root must belong to this user or root
-  and be writable by no one else, unless it is sticky (/tmp: others cannot move what is ours); shards, entries and
-  their files must belong to this user or root (another owner is refused: CompileError). This user's own shard
-  and entry directories are set to 0755 whatever the umask; an entry others may write (an old cache written under
-  umask 002) is rebuilt. An entry just built passes the same checks before it is returned. Entries are readable by
-  everyone, so a cache filled by ``berm-compile`` as root serves a daemon running as another user.
+  ``BERM_CACHE_DIR`` under /tmp) that would be code run in this process. The root, shards, entries and their files
+  pass berm_aot/trust.py's checks (another owner is refused: CompileError; an entry of ours others may write, from
+  an old cache written under umask 002, is rebuilt). An entry just built passes the same checks before it is
+  returned. Entries are readable by everyone, so a cache filled by ``berm-compile`` as root serves a daemon
+  running as another user.
 - A compile killed midway leaves its temporary directory; the next builder of the key (holding its lock, so no
   one else can be writing there) removes it.
 """
@@ -30,11 +29,13 @@ import stat
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import platformdirs
 
 from berm_aot.errors import CompileError
+from berm_aot.trust import Untrusted, own_dir, trusted
 
 SO_NAME = "image.so"
 #: Objects up to this size are hashed from one read; larger ones stream (hashlib.file_digest).
@@ -84,49 +85,9 @@ def _open_regular(name: str | Path, dir_fd: int | None = None) -> tuple[int, os.
     return None
 
 
-class _Untrusted(Exception):
-    """Our own entry that others may write (a umask of 002 made it group-writable): rebuilt, like a damaged one."""
-
-
-def _trusted(st: os.stat_result, what: Path) -> None:
-    """Check an entry, or a file in it (``st``, from its open descriptor): CompileError when another user owns it,
-    _Untrusted when others may write it; see the module's docstring."""
-    if st.st_uid not in (os.geteuid(), 0):
-        raise CompileError(f"refusing the code cache entry {what}: it belongs to user {st.st_uid}")
-    if st.st_mode & 0o022:
-        raise _Untrusted(what)
-
-
-def _own_dir(path: Path, *, create: bool, root: bool = False) -> bool:
-    """Check (and with ``create``, make) a directory of the cache: one this user or root owns that no one else may
-    write — the cache's root may be a sticky directory (/tmp), where others cannot move what is ours. This user's
-    own shard and entry directories are set to 0755 whatever the umask (002 left them group-writable, so anyone in
-    the group could swap entries; 077 kept them from a daemon running as another user); its own root only loses
-    group and other write. False when ``path`` does not exist and ``create`` is false; CompileError when it cannot
-    be trusted or made."""
-    try:
-        if create:
-            path.mkdir(mode=0o755, parents=True, exist_ok=True)
-        st = os.stat(path, follow_symlinks=root)  # the root may be a symlink the configuration chose; nothing below
-        if not stat.S_ISDIR(st.st_mode):
-            raise CompileError(f"the code cache {path} is not a directory")
-        mode = stat.S_IMODE(st.st_mode)
-        if st.st_uid == os.geteuid() and not mode & stat.S_ISVTX:
-            wanted = mode & ~0o022 if root else 0o755
-            if mode != wanted:
-                os.chmod(path, wanted)
-                st = os.stat(path, follow_symlinks=root)
-    except FileNotFoundError:
-        if create:
-            raise CompileError(f"cannot create the code cache at {path}") from None
-        return False
-    except OSError as exc:
-        raise CompileError(f"cannot use the code cache at {path}: {exc.strerror or exc}") from None
-    if st.st_uid not in (os.geteuid(), 0):
-        raise CompileError(f"refusing the code cache {path}: it belongs to user {st.st_uid}")
-    if st.st_mode & 0o022 and not (root and st.st_mode & stat.S_ISVTX):
-        raise CompileError(f"refusing the code cache {path}: others may write it (mode {stat.S_IMODE(st.st_mode):o})")
-    return True
+#: The checks of berm_aot/trust.py, for this cache.
+_trusted = partial(trusted, cache="the code cache", error=CompileError)
+_own_dir = partial(own_dir, cache="the code cache", error=CompileError)
 
 
 class CodeCache:
@@ -159,7 +120,7 @@ class CodeCache:
         try:
             _trusted(os.fstat(dfd), d)
             return d / SO_NAME if self._object_matches(dfd, d) else False
-        except (UnicodeDecodeError, _Untrusted):  # a corrupt record, or an entry others may write: rebuilt
+        except (UnicodeDecodeError, Untrusted):  # a corrupt record, or an entry others may write: rebuilt
             return False
         except OSError as exc:
             if exc.errno in _DAMAGED:
@@ -240,7 +201,7 @@ class CodeCache:
         try:
             _trusted(os.stat(d, follow_symlinks=False), d)
             opened = _open_regular(d / name)
-        except (OSError, _Untrusted):  # unreadable, or others may write it: derived again and rewritten
+        except (OSError, Untrusted):  # unreadable, or others may write it: derived again and rewritten
             return None
         if opened is None:
             return None
@@ -249,7 +210,7 @@ class CodeCache:
             try:
                 _trusted(st, d / name)
                 return f.read()
-            except (OSError, _Untrusted):
+            except (OSError, Untrusted):
                 return None
 
     def write_blob(self, key: str, name: str, data: bytes) -> None:

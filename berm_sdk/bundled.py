@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 
 from .build import build_harness
-from .cache import SDK_DIR, cache_root
+from .cache import SDK_DIR, cache_root, cached_dir
 from .errors import BuildError
 from .harness_toml import TOML_NAME
 from .header import calls_header
@@ -51,7 +51,6 @@ def bundled_image(name: str) -> Path:
     if name not in bundled_names():
         raise BuildError(f"no bundled harness {name!r} (bundled: {', '.join(bundled_names())})")
     harness = HARNESSES_DIR / name
-    out = _cache_dir() / f"{name}-{_digest(harness)}.elf"
-    if not out.is_file():
-        build_harness(harness, out)  # writes atomically: concurrent first uses each build, one rename wins
-    return out
+    built = cached_dir(_cache_dir() / f"{name}-{_digest(harness)}", lambda staging: build_harness(
+        harness, staging / f"{name}.elf"))  # concurrent first uses each build, one rename wins
+    return built / f"{name}.elf"

@@ -1,14 +1,24 @@
-"""Where built guest code is kept: SDK objects, the compiler runtime, bundled harness images."""
+"""Where built guest code is kept: SDK objects, the compiler runtime, bundled harness images (``cached_dir``)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import platformdirs
+
+from berm_aot.trust import Untrusted, own_dir, trusted
+
+from berm_sdk.errors import BuildError
+
+#: The checks of berm_aot/trust.py, for this cache.
+_trusted = partial(trusted, cache="the SDK cache", error=BuildError)
+_own_dir = partial(own_dir, cache="the SDK cache", error=BuildError)
 
 
 def _harnesses_root() -> Path:
@@ -28,15 +38,24 @@ def cache_root() -> Path:
 
 
 def cached_dir(cached: Path, fill: Callable[[Path], None]) -> Path:
-    """The cache directory ``cached``, made by ``fill(staging)`` into a fresh directory beside it and renamed into
-    place (atomic: a directory in the cache is always complete) unless it is there already. When several processes
-    build at once, the first rename wins and the others' staging is dropped."""
-    if cached.is_dir():
+    """The cache directory ``cached`` (``<root>/<kind>/<name>``), made by ``fill(staging)`` into a fresh directory
+    beside it and renamed into place (atomic: a directory in the cache is always complete) unless it is there
+    already. When several processes build at once, the first rename wins and the others' staging is dropped.
+
+    What is in it is linked into harnesses or run with the grants given to a bundled harness, so it passes
+    berm_aot/trust.py's checks, like the code cache: another user's root, kind directory or entry is refused
+    (BuildError); an entry of ours others may write (or damaged: not a directory of regular files) is built again.
+    Staging is private (mkdtemp's 0700) until its files are 0644 and the directory 0755."""
+    _own_dir(cached.parent.parent, create=True, root=True)
+    _own_dir(cached.parent, create=True)
+    if _intact(cached):
         return cached
-    cached.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cached.parent))
     try:
         fill(staging)
+        for path in staging.iterdir():
+            os.chmod(path, 0o644, follow_symlinks=False)
+        os.chmod(staging, 0o755)
         try:
             os.replace(staging, cached)
         except OSError:
@@ -44,4 +63,37 @@ def cached_dir(cached: Path, fill: Callable[[Path], None]) -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    if not _intact(cached):
+        raise BuildError(f"the SDK cache entry {cached} did not verify right after it was built")
     return cached
+
+
+def _intact(cached: Path) -> bool:
+    """Whether ``cached`` is a trusted entry (a directory of regular files); an entry of ours that is not (others
+    may write it, or it is damaged) is moved aside and removed, and False returned."""
+    try:
+        st = os.stat(cached, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    try:
+        _trusted(st, cached)
+        if not stat.S_ISDIR(st.st_mode):
+            raise Untrusted(cached)
+        with os.scandir(cached) as entries:
+            for entry in entries:
+                est = entry.stat(follow_symlinks=False)
+                _trusted(est, Path(entry.path))
+                if not stat.S_ISREG(est.st_mode):
+                    raise Untrusted(entry.path)
+    except Untrusted:
+        trash = cached.with_name(f".bad-{cached.name}-{os.getpid()}")
+        try:
+            os.replace(cached, trash)  # first: another process may be reading it
+        except FileNotFoundError:  # another process moved it first
+            return False
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            trash.unlink()
+        return False
+    return True

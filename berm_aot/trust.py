@@ -1,0 +1,59 @@
+"""What a cache may trust: directories and files nobody but this user (or root) could have planted or changed.
+
+Two caches hold code the host runs or links: the code cache (translated objects, dlopened into the host) and the
+SDK cache (guest objects linked into harnesses, bundled harness images run with the grants given to them). Either
+may be shared with other users (a cache directory under /tmp). A cache's root must belong to this user or root and
+be writable by no one else, unless it is sticky (/tmp: others cannot move what is ours); every directory and file
+below it must belong to this user or root and be writable by no one else. This user's own directories are set to
+0755 whatever the umask (077 would hide them from a daemon running as another user); a file of ours others may
+write (written under umask 002) is ``Untrusted``: the caller builds it again rather than use it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+class Untrusted(Exception):
+    """A directory or file of ours that others may write: built again, like a damaged one."""
+
+
+def trusted(st: os.stat_result, what: Path, *, cache: str, error: type[Exception]) -> None:
+    """Check a cache entry or a file in it (``st``, best from its open descriptor): ``error`` when another user
+    owns it, ``Untrusted`` when others may write it. ``cache`` names the cache in the message ("the code cache")."""
+    if st.st_uid not in (os.geteuid(), 0):
+        raise error(f"refusing {cache} entry {what}: it belongs to user {st.st_uid}")
+    if st.st_mode & 0o022:
+        raise Untrusted(what)
+
+
+def own_dir(path: Path, *, create: bool, root: bool = False, cache: str, error: type[Exception]) -> bool:
+    """Check (and with ``create``, make) a directory of the cache named ``cache``: ``root`` for the cache's root,
+    which may be a symlink the configuration chose (nothing below it is followed) and may be sticky. Our own
+    directories lose group and other write (a root) or become 0755 (any other). False when ``path`` does not exist
+    and ``create`` is false; ``error`` when it cannot be trusted or made."""
+    try:
+        if create:
+            path.mkdir(mode=0o755, parents=True, exist_ok=True)
+        st = os.stat(path, follow_symlinks=root)
+        if not stat.S_ISDIR(st.st_mode):
+            raise error(f"{cache} {path} is not a directory")
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_uid == os.geteuid() and not mode & stat.S_ISVTX:
+            wanted = mode & ~0o022 if root else 0o755
+            if mode != wanted:
+                os.chmod(path, wanted)
+                st = os.stat(path, follow_symlinks=root)
+    except FileNotFoundError:
+        if create:
+            raise error(f"cannot create {cache} at {path}") from None
+        return False
+    except OSError as exc:
+        raise error(f"cannot use {cache} at {path}: {exc.strerror or exc}") from None
+    if st.st_uid not in (os.geteuid(), 0):
+        raise error(f"refusing {cache} {path}: it belongs to user {st.st_uid}")
+    if st.st_mode & 0o022 and not (root and st.st_mode & stat.S_ISVTX):
+        raise error(f"refusing {cache} {path}: others may write it (mode {stat.S_IMODE(st.st_mode):o})")
+    return True

@@ -1,0 +1,104 @@
+"""The SDK cache (SDK objects, the compiler runtime, bundled harness images) trusts nothing another user could have
+planted or changed: what it holds is linked into harnesses, or run with the grants given to a bundled harness, so
+a swapped bundled ``os`` image would read and write the granted files."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from berm_sdk.cache import cached_dir
+from berm_sdk.errors import BuildError
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+
+
+class Builds:
+    """A ``fill`` that writes one file and counts its calls."""
+
+    def __init__(self):
+        self.count = 0
+        self.modes: list[int] = []
+
+    def __call__(self, staging):
+        self.count += 1
+        self.modes.append(stat.S_IMODE(staging.stat().st_mode))
+        (staging / "thing.o").write_bytes(b"built %d" % self.count)
+
+
+@pytest.fixture
+def entry(tmp_path):
+    return tmp_path / "root" / "kind" / "name"
+
+
+def test_an_entry_is_built_once_private_until_sealed(entry):
+    fill = Builds()
+    old = os.umask(0o002)  # a group-writable umask must not make a group-writable entry
+    try:
+        assert cached_dir(entry, fill) == entry
+    finally:
+        os.umask(old)
+    assert cached_dir(entry, fill) == entry and fill.count == 1
+    assert fill.modes == [0o700]  # nobody else can reach the staging directory while it is filled
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o755
+    assert stat.S_IMODE((entry / "thing.o").stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("loosen", ["entry", "file"])
+def test_an_entry_of_ours_others_may_write_is_built_again(entry, loosen):
+    fill = Builds()
+    cached_dir(entry, fill)
+    os.chmod(entry if loosen == "entry" else entry / "thing.o", 0o777 if loosen == "entry" else 0o666)
+    cached_dir(entry, fill)
+    assert fill.count == 2 and (entry / "thing.o").read_bytes() == b"built 2"
+
+
+@pytest.mark.parametrize("damage", ["symlink", "subdirectory", "file entry"])
+def test_a_damaged_entry_is_built_again(entry, tmp_path, damage):
+    fill = Builds()
+    cached_dir(entry, fill)
+    if damage == "symlink":  # a link to a file elsewhere, in place of the object
+        (tmp_path / "elsewhere.o").write_bytes(b"planted")
+        (entry / "thing.o").unlink()
+        (entry / "thing.o").symlink_to(tmp_path / "elsewhere.o")
+    elif damage == "subdirectory":
+        (entry / "nested").mkdir()
+    else:
+        for path in entry.iterdir():
+            path.unlink()
+        entry.rmdir()
+        entry.write_bytes(b"not a directory")
+    assert cached_dir(entry, fill) == entry
+    assert fill.count == 2 and (entry / "thing.o").read_bytes() == b"built 2"
+    assert (tmp_path / "elsewhere.o").read_bytes() == b"planted" if damage == "symlink" else True
+
+
+def test_our_kind_directory_is_made_private_to_write(entry):
+    entry.parent.mkdir(parents=True)
+    os.chmod(entry.parent, 0o777)
+    cached_dir(entry, Builds())
+    assert stat.S_IMODE(entry.parent.stat().st_mode) == 0o755
+
+
+@as_root
+@pytest.mark.parametrize("theirs", ["entry", "file", "kind", "root"])
+def test_what_another_user_owns_is_refused(entry, theirs):
+    fill = Builds()
+    cached_dir(entry, fill)
+    path = {"entry": entry, "file": entry / "thing.o", "kind": entry.parent, "root": entry.parent.parent}[theirs]
+    os.chown(path, 12345, 12345)
+    with pytest.raises(BuildError, match=r"refusing the SDK cache .*belongs to user 12345"):
+        cached_dir(entry, fill)
+    assert fill.count == 1
+
+
+def test_our_root_loses_group_and_other_write_unless_sticky(entry):
+    root = entry.parent.parent
+    root.mkdir(parents=True)
+    os.chmod(root, 0o777)
+    cached_dir(entry, Builds())
+    assert stat.S_IMODE(root.stat().st_mode) == 0o755
+    os.chmod(root, 0o1777)  # sticky, like /tmp: others cannot move what is ours
+    assert cached_dir(entry, Builds()) == entry and stat.S_IMODE(root.stat().st_mode) == 0o1777
