@@ -34,6 +34,11 @@ SP_BELOW_STACK = "sp would fall below the stack's lowest address"
 MAX_FAIL_TEXT = 64 << 10
 #: A berm.log line reaches the log sink cut to this many bytes on every engine (BERM_LOG_KEEP); see log_text.
 MAX_LOG_LINE = 64 << 10
+#: An invocation's berm.log lines reach the log sink until they total this many bytes (each as ``log_text`` gives
+#: it); see ``budgeted_log``.
+MAX_LOG_BYTES = 1 << 20
+#: What the sink receives in place of the first berm.log line over an invocation's ``MAX_LOG_BYTES``.
+LOG_DROPPED = b"[... further berm.log lines of this invocation dropped: over %d bytes logged]" % MAX_LOG_BYTES
 #: A tool result longer than this is refused (a HostError naming both sizes), unless the Engine sets another cap.
 DEFAULT_MAX_RESULT = 16 << 20
 
@@ -48,6 +53,19 @@ def log_text(head: bytes, length: int) -> bytes:
     """The berm.log line a log sink receives: ``head`` (its first ``MAX_LOG_LINE`` bytes) and, when the guest
     logged a longer one (``length`` bytes), a marker saying so — the same bytes on every engine."""
     return _kept(head, length, b"berm.log line")
+
+
+def budgeted_log(logged: int, line: bytes) -> tuple[bytes | None, int]:
+    """What the log sink receives for ``line`` when ``logged`` bytes of this invocation's lines reached it already,
+    and the new count: the line while the total stays within ``MAX_LOG_BYTES``; then ``LOG_DROPPED`` once, and
+    nothing (None) after — the same on every engine. A guest logging in a loop until its deadline filled a
+    daemon's log at ~19 MB a second; the guest is not told (its berm.log returns 0 either way)."""
+    total = logged + len(line)
+    if total <= MAX_LOG_BYTES:
+        return line, total
+    if logged <= MAX_LOG_BYTES:
+        return LOG_DROPPED, MAX_LOG_BYTES + 1
+    return None, logged
 
 
 def _kept(head: bytes, length: int, what: bytes) -> bytes:

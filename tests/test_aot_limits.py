@@ -9,7 +9,7 @@ import pytest
 from berm_abi.names import fnv1a64
 from berm_host.aot.runtime import lib
 from berm_host.engine import Engine
-from berm_host.layout import MAX_CALL_DEPTH, MAX_FAIL_TEXT, MAX_LOG_LINE
+from berm_host.layout import LOG_DROPPED, MAX_CALL_DEPTH, MAX_FAIL_TEXT, MAX_LOG_BYTES, MAX_LOG_LINE
 from berm_host.linker import Linker
 from berm_host.traps import HostError, ToolFailure, Trap, TrapKind
 from tests.guests import raw_harness_elf
@@ -57,6 +57,13 @@ static void long_text_call(u64 number) {
 }
 Pair berm_tool_longfail(void) { long_text_call(FAIL); return text("unreachable", 11); }
 Pair berm_tool_longlog(void) { long_text_call(LOG); return text("logged", 6); }
+/* As many berm.log lines of 1000 bytes as the arguments say. */
+Pair berm_tool_floodlog(void) {
+    char *heap = (char *)ecall2(HEAP_START, 0, 0);
+    for (u64 i = 0; i < 1000; i++) heap[i] = 'a' + i % 26;
+    for (u64 n = arg_number(); n; n--) ecall2(LOG, (u64)heap, 1000);
+    return text("logged", 6);
+}
 
 /* Call the signal capability, then spin for a bounded while (long enough for an interrupt to be noticed). */
 Pair berm_tool_signal(void) {
@@ -68,7 +75,7 @@ Pair berm_tool_signal(void) {
 
 """
 
-TOOLS = ("dirty", "check", "sized", "longfail", "longlog", "signal")
+TOOLS = ("dirty", "check", "sized", "longfail", "longlog", "floodlog", "signal")
 
 
 @pytest.fixture(scope="module")
@@ -229,6 +236,23 @@ def test_a_log_line_is_cut_with_a_marker(elf, cache_dir, kind):
     assert h.call("longlog", str(3 * MAX_LOG_LINE)) == "logged"
     marker = b" [... berm.log line truncated: %d of %d bytes kept]" % (MAX_LOG_LINE, 3 * MAX_LOG_LINE)
     assert lines == [whole, whole + marker]
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+def test_an_invocation_logs_at_most_its_budget(elf, cache_dir, kind):
+    """A guest logging in a loop until its deadline filled a daemon's log at ~19 MB a second: the sink gets an
+    invocation's lines up to MAX_LOG_BYTES, then one marker, then nothing — and the next invocation starts afresh."""
+    lines = []
+    h = Engine(kind=kind, cache_dir=cache_dir, deadline=30.0, log=lambda name, line: lines.append(line)).load(
+        elf).harness(None, name="limits")
+    line = (b"abcdefghijklmnopqrstuvwxyz" * 39)[:1000]
+    for _ in range(2):
+        lines.clear()
+        assert h.call("floodlog", str(MAX_LOG_BYTES // 1000 + 500)) == "logged"
+        assert lines == [line] * (MAX_LOG_BYTES // 1000) + [LOG_DROPPED]
+    lines.clear()
+    assert h.call("floodlog", str(MAX_LOG_BYTES // 1000)) == "logged"  # exactly at the budget: nothing dropped
+    assert lines == [line] * (MAX_LOG_BYTES // 1000)
 
 
 def test_core_and_interpreter_keep_the_same_log_line_length():

@@ -48,6 +48,7 @@ typedef struct berm_region {
     uint8_t *fail;
     uint64_t fail_len;
     int has_fail;
+    uint64_t logged;
     uint64_t staged_cap;
     char trap_msg[200];
     uint64_t generation;

@@ -692,6 +692,7 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     c->args_len = args_len;
     r->staged_len = 0;
     r->has_fail = 0;
+    r->logged = 0;
     r->fail_len = 0;
     r->trap_msg[0] = 0;
     c->trap_kind = BERM_TRAP_NONE;

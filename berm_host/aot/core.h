@@ -50,6 +50,7 @@ typedef struct berm_region {
     uint8_t *fail; /* the first BERM_FAIL_KEEP bytes of the last berm.fail text */
     uint64_t fail_len, fail_cap; /* fail_len: the full length the guest passed */
     int has_fail;
+    uint64_t logged; /* bytes of berm.log lines this invocation's log sink received (counted in Python) */
     int used; /* memory may be dirty: reset before the next invocation */
     /* guest memory the core itself wrote (host-call buffers) since the last reset: [core_lo[i], core_hi[i]) */
     uint64_t core_lo[BERM_CORE_RANGES], core_hi[BERM_CORE_RANGES];

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from berm_abi.names import ERROR_BIT, core_number
 from berm_aot.windows import Windows
 from berm_host.backend import LogSink
-from berm_host.layout import MAX_CALL_DEPTH, SP_BELOW_STACK, Layout, failure_text, log_text
+from berm_host.layout import MAX_CALL_DEPTH, SP_BELOW_STACK, Layout, budgeted_log, failure_text, log_text
 from berm_host.linker import CapabilityError, Linker, unknown_call_detail
 from berm_host.traps import HostError, TrapKind
 
@@ -241,8 +241,12 @@ class HostCalls:
         if request is None:
             return self._buffer_trap("berm.log")
         if self.log is not None:
+            raw = self.raw
+            line, raw.logged = budgeted_log(raw.logged, log_text(request, raw.call_len))
+            if line is None:
+                return 0
             try:
-                self.log(log_text(request, self.raw.call_len))
+                self.log(line)
             except Exception as exc:  # noqa: BLE001 - a broken sink must not escape into guest code
                 return self.trap(TrapKind.HOST_CALL_FAILED, LOG, f"berm.log: {type(exc).__name__}: {exc}")
         return 0

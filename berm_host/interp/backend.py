@@ -56,7 +56,7 @@ BUILDERS = _builders()
 class RunState:
     """Everything one invocation owns. Never shared between runs."""
 
-    __slots__ = ("mem", "frames", "args", "staged", "failure", "linker", "log", "deadline")
+    __slots__ = ("mem", "frames", "args", "staged", "failure", "linker", "log", "logged", "deadline")
 
     def __init__(self, mem: GuestMemory, args: bytes, linker: Linker, log: LogSink | None,
                  deadline: float | None = None):
@@ -68,6 +68,7 @@ class RunState:
         self.failure: bytes | None = None
         self.linker = linker
         self.log = log
+        self.logged = 0  # bytes of berm.log lines the sink received (layout.budgeted_log)
 
 
 class InterpBackend:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from berm_abi.names import ERROR_BIT, core_number
-from berm_host.layout import MAX_FAIL_TEXT, MAX_LOG_LINE, failure_text, log_text
+from berm_host.layout import MAX_FAIL_TEXT, MAX_LOG_LINE, budgeted_log, failure_text, log_text
 from berm_host.linker import CapabilityError, unknown_call_detail
 from berm_host.traps import TrapKind
 
@@ -60,6 +60,9 @@ def host_call(st, number: int, a0: int, a1: int) -> int:
     if number == LOG:
         line = log_text(_read(st, "berm.log", a0, a1, MAX_LOG_LINE), a1)
         if st.log is not None:
+            line, st.logged = budgeted_log(st.logged, line)
+            if line is None:
+                return 0
             try:
                 st.log(line)
             except Exception as exc:  # the sink is host code: its bug is reported like a capability's
