@@ -111,6 +111,11 @@ class Layout:
         end = addr + n
         return (self.image_lo <= addr and end <= self.guard_lo) or (self.stack_lo <= addr and end <= self.size)
 
+    def holds_result(self, addr: int, n: int) -> bool:
+        """Whether a tool's result ``(addr, n)`` can be read: readable memory, or no bytes at all wherever it points
+        (as a host call's empty buffer; a Rust empty String points at the dangling address 1)."""
+        return n == 0 or self.readable(addr, n)
+
     def writable(self, addr: int, n: int) -> bool:
         end = addr + n
         return (self.writable_lo <= addr and end <= self.guard_lo) or (self.stack_lo <= addr and end <= self.size)

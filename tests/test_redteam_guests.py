@@ -133,6 +133,7 @@ Pair berm_tool_reverse(void) {
 /* empty results at addresses outside guest memory */
 Pair berm_tool_empty_null(void) { Pair p = {0, 0}; return p; }
 Pair berm_tool_empty_wild(void) { Pair p = {~0ul, 0}; return p; }
+Pair berm_tool_empty_dangling(void) { Pair p = {1, 0}; return p; }
 /* a tool whose berm.log re-enters the host */
 Pair berm_tool_reenter(void) {
     static char s[] = "again";
@@ -198,7 +199,7 @@ NAMES = ("ld1", "ld2", "ld4", "ld8", "st1", "st2", "st4", "st8", "hc", "hc_const
          "plain_addr", "call_at", "call_back_at", "scribble", "stage", "nothing", "self_tail", "ping", "jt_spin",
          "jt_owner", "jalr_same", "pair_call", "jt_thief_jump", "jt_thief_call", "jt_thief_ret", "overlap",
          "overlap_mid")
-TOOLS = ("reverse", "reenter", "empty_null", "empty_wild")
+TOOLS = ("reverse", "reenter", "empty_null", "empty_wild", "empty_dangling")
 
 
 @cache
@@ -664,14 +665,12 @@ def test_falling_through_into_the_middle_of_the_next_function(images):
     assert r.trap is None and r.a0 == 1 + 0x451  # the straddling addi a0, a0, 0x451, then the ret after it
 
 
-@pytest.mark.parametrize("tool", ["empty_null", "empty_wild"])
-def test_an_empty_result_outside_guest_memory_is_the_same_host_error_on_both_engines(images, tool):
-    messages = set()
+@pytest.mark.parametrize("tool", ["empty_null", "empty_wild", "empty_dangling"])
+def test_an_empty_result_is_empty_text_wherever_it_points(images, tool):
+    """Zero bytes are read from nowhere, as every host call's empty buffer: a Rust tool returning an empty String
+    (its pointer is the dangling 0x1) was a host error "not inside guest memory" (a spec review's finding)."""
     for image in images:
-        with pytest.raises(HostError) as info:
-            image.harness(name="empty").call(tool)
-        messages.add(str(info.value))
-    assert len(messages) == 1 and "not inside guest memory" in messages.pop()
+        assert image.harness(name="empty").call(tool) == ""
 
 
 # ---------------------------------------------------------------- nothing survives an invocation

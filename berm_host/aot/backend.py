@@ -102,7 +102,7 @@ class AotBackend:
         trap = self.trap_info(region) if kind == _TRAPPED else None
         regs = tuple(region.regs)
         result = None
-        if (request.read_result and kind in (_OK, _FAILED, _BIG) and self.layout.readable(regs[10], regs[11])
+        if (request.read_result and kind in (_OK, _FAILED, _BIG) and self.layout.holds_result(regs[10], regs[11])
                 and (request.max_result is None or regs[11] <= request.max_result)):
             result = region.read(regs[10], regs[11])
         snapshot = tuple(region.copy_out(addr, n) for addr, n in request.snapshot)

@@ -730,7 +730,8 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
     if (t == BERM_TRAPPED) return BERM_RUN_TRAPPED | trim;
     if (r->has_fail) return BERM_RUN_FAILED | trim;
-    if (!readable(r->image, c->regs[10], c->regs[11])) return BERM_RUN_BAD_RESULT | trim;
+    /* no bytes are read from nowhere, wherever they point (as a host call's empty buffer): Layout.holds_result */
+    if (c->regs[11] && !readable(r->image, c->regs[10], c->regs[11])) return BERM_RUN_BAD_RESULT | trim;
     return (c->regs[11] > r->max_result ? BERM_RUN_BIG_RESULT : BERM_RUN_OK) | trim;
 }
 

@@ -79,8 +79,9 @@ static PyObject *run_text(PyObject *self, PyObject *const *argv, Py_ssize_t argc
     outcome = run(r, entry, args, (uint64_t)n, 0, timeout);
     Py_END_ALLOW_THREADS
     if (outcome == BERM_RUN_OK) {
-        /* berm_run checked that (a0, a1) is readable guest memory within the result cap */
+        /* berm_run checked that (a0, a1) is readable guest memory within the result cap, or empty (anywhere) */
         const berm_ctx *c = &r->ctx;
+        if (!c->regs[11]) return PyUnicode_New(0, 0);
         PyObject *text = PyUnicode_DecodeUTF8((const char *)c->mem + c->regs[10], (Py_ssize_t)c->regs[11], NULL);
         if (text) return text;
         if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL; /* out of memory */

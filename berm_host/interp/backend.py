@@ -112,7 +112,7 @@ class InterpBackend:
                 trap = trap_info(TrapKind.ILLEGAL_INSTRUCTION, pc, pc, illegal_detail(self.program, pc, pc),
                                  self.program, self.layout)
             result = None
-            if (request.read_result and trap is None and self.layout.readable(x[10], x[11])
+            if (request.read_result and trap is None and self.layout.holds_result(x[10], x[11])
                     and (request.max_result is None or x[11] <= request.max_result)):
                 result = mem.buf[x[10]:x[10] + x[11]]
             snapshot = tuple(mem.copy_out(addr, n) for addr, n in request.snapshot)
