@@ -96,6 +96,36 @@ def test_pool_is_bounded_and_per_harness_limit_holds():
         ex.shutdown()
 
 
+def test_tool_calls_go_before_wakes_and_notifications_queued_earlier():
+    """RFC 0205: a model waits on a tool call, a due instant is latency tolerant. Background work queued ahead of
+    a call (the scheduler queues wakes ahead of free workers) delayed it: one worker, four wakes queued, a call
+    ran fifth (a spec review's finding)."""
+    order, release = [], threading.Event()
+
+    def invoke(inv, deadline):
+        if inv.args == b"hold":
+            assert release.wait(10)
+        order.append(inv.label)
+        return ""
+
+    ex = Executor(invoke, workers=1, per_harness=1)
+    try:
+        held = ex.submit(Invocation(Trigger.WAKE, "h0", b"hold", schedule_id="held"))
+        wait_for(lambda: ex.load()["busy"] == 1)
+        background = [ex.submit(Invocation(trigger, harness, schedule_id="w" if trigger is Trigger.WAKE else None))
+                      for harness, trigger in (("h1", Trigger.WAKE), ("h2", Trigger.NOTIFY), ("h3", Trigger.WAKE),
+                                               ("h0", Trigger.WAKE))]
+        calls = [ex.submit(_call(h)) for h in ("h3", "h0", "h4")]
+        release.set()
+        for f in [held, *background, *calls]:
+            f.result(10)
+        assert order[0] == "h0.on_wake[held]"
+        assert set(order[1:4]) == {"h3.echo", "h0.echo", "h4.echo"}  # round-robin across harnesses, as ever
+        assert set(order[4:]) == {"h1.on_wake[w]", "h2.on_notify", "h3.on_wake[w]", "h0.on_wake[w]"}
+    finally:
+        ex.shutdown()
+
+
 def test_deadline_starts_when_the_invocation_starts():
     t = RecordingTarget()
     ex = _executor({"a": t}, workers=1, timeout=7.5)

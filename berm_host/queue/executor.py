@@ -1,8 +1,9 @@
 """The executor: the one place a guest is started (RFC 0205, "Execution: one queue").
 
 A fixed pool of worker threads (guest code releases the GIL, so they run in parallel) takes invocations from
-per-harness FIFO queues, round-robin across harnesses, never running more than a harness's concurrency limit at
-once. Each invocation gets its deadline when it *starts* (queue wait does not eat its time budget); the engine's
+per-harness queues, round-robin across harnesses, never running more than a harness's concurrency limit at once.
+Tool calls go first — before wakes and notifications queued earlier, in their harness and across harnesses: a
+model is waiting on a call, a due instant is latency tolerant (RFC 0205); each kind is first in, first out. Each invocation gets its deadline when it *starts* (queue wait does not eat its time budget); the engine's
 watchdog interrupts the guest at that deadline. Every outcome is counted per harness.
 
 The executor knows nothing about engines: it calls ``invoke(invocation, deadline)`` — a seam the daemon binds to
@@ -23,7 +24,7 @@ from berm_abi.errors import BermError
 from berm_host.traps import ToolFailure, Trap
 
 from .errors import ChainDepthError, QueueClosed
-from .invocation import Invocation, set_current
+from .invocation import Invocation, Trigger, set_current
 
 log = logging.getLogger("berm.queue")
 
@@ -77,6 +78,25 @@ class _Job:
     enqueued: float
 
 
+class _Waiting:
+    """One harness's queued jobs: its tool calls, then its wakes and notifications, each first in, first out."""
+
+    __slots__ = ("calls", "background")
+
+    def __init__(self) -> None:
+        self.calls: deque[_Job] = deque()
+        self.background: deque[_Job] = deque()
+
+    def __len__(self) -> int:
+        return len(self.calls) + len(self.background)
+
+    def append(self, job: _Job) -> None:
+        (self.calls if job.inv.trigger is Trigger.CALL else self.background).append(job)
+
+    def popleft(self) -> _Job:
+        return (self.calls or self.background).popleft()
+
+
 class Executor:
     """A bounded worker pool with per-harness concurrency limits, deadlines and accounting."""
 
@@ -90,7 +110,7 @@ class Executor:
         self.per_harness = per_harness or workers
         self.max_depth = max_depth
         self._cond = threading.Condition()
-        self._pending: dict[str, deque[_Job]] = {}
+        self._pending: dict[str, _Waiting] = {}
         self._ready: deque[str] = deque()  # harnesses with pending work and a free concurrency slot
         self._running: dict[str, int] = {}
         self._queued = 0
@@ -120,7 +140,7 @@ class Executor:
         with self._cond:
             if self._closed:
                 raise QueueClosed("the executor is shut down and takes no new work")
-            queue = self._pending.setdefault(inv.harness, deque())
+            queue = self._pending.setdefault(inv.harness, _Waiting())
             queue.append(job)
             self._queued += 1
             if len(queue) == 1 and self._running.get(inv.harness, 0) < self.per_harness:
@@ -168,7 +188,7 @@ class Executor:
                 if self._closed and not self._queued:
                     return None
                 self._cond.wait()
-            harness = self._ready.popleft()
+            harness = self._next_ready()
             queue = self._pending[harness]
             job = queue.popleft()
             self._queued -= 1
@@ -178,6 +198,16 @@ class Executor:
                 self._ready.append(harness)
                 self._cond.notify()
             return job
+
+    def _next_ready(self) -> str:
+        """Take the harness to serve next from the ready ones: the first with a tool call waiting, else the first
+        (called holding the lock, with some harness ready)."""
+        ready, pending = self._ready, self._pending
+        for i, harness in enumerate(ready):
+            if pending[harness].calls:
+                del ready[i]
+                return harness
+        return ready.popleft()
 
     def _finish(self, harness: str) -> None:
         with self._cond:
