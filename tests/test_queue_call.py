@@ -6,6 +6,7 @@ engines for the path through the SDK and the engine."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -108,6 +109,34 @@ def test_what_goes_wrong_in_the_callee_is_an_error_reply_to_the_caller(queue, re
 
     q = queue({"a": Fake(_refused), "b": Fake(callee, tools=("fail", "trap"))})
     assert q.call("a", "echo", json.dumps(request_)).result(5).startswith(f"error: {error}")
+
+
+def test_a_call_is_counted_and_held_to_the_callees_concurrency_limit(queue):
+    """RFC 0205: concurrency lives in the one queue and nothing starts a guest without passing through it. A
+    nested call ran past the callee's limit and was missing from its accounting (a spec review: two of b running
+    at per_harness=1, one counted). Now it takes one of the callee's slots, or is refused while b is at its limit,
+    and b's queued work waits for that slot like any other."""
+    entered, release, order = threading.Event(), threading.Event(), []
+
+    def callee(inv, call):
+        if inv.args == b"hold":
+            entered.set()
+            assert release.wait(10)
+        order.append(inv.args.decode())
+        return "done"
+
+    q = queue({"a": Fake(_refused), "c": Fake(_refused), "b": Fake(callee)}, workers=2, per_harness=1)
+    nested = q.call("a", "echo", json.dumps(["b", "echo", "hold"]))
+    assert entered.wait(10)  # b runs inside a's invocation, holding b's one slot
+    assert q.call("c", "echo", json.dumps(["b", "echo", "x"])).result(5) == (
+        "error: harness 'b' is at its concurrency limit (1 invocations running): try again later")
+    queued = q.call("b", "echo", "queued")
+    time.sleep(0.2)
+    assert order == []  # b's queued call waits for the slot the nested call holds
+    release.set()
+    assert nested.result(5) == "done" and queued.result(5) == "done" and order == ["hold", "queued"]
+    stats = q.executor.stats()["b"]
+    assert (stats.invocations, stats.ok) == (2, 2)
 
 
 def test_a_cycle_of_calls_ends_at_the_chain_depth_limit(queue):

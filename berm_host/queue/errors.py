@@ -22,6 +22,10 @@ class QueueClosed(QueueError):
     """The executor is shutting down and takes no new work."""
 
 
+class HarnessBusy(QueueError):
+    """A nested call (``berm.call``) found its harness at its concurrency limit."""
+
+
 class UnknownHarness(QueueError):
     """No harness of that name is loaded in this queue."""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from berm_abi.errors import BermError
 from berm_host.traps import ToolFailure, Trap
 
-from .errors import ChainDepthError, QueueClosed
+from .errors import ChainDepthError, HarnessBusy, QueueClosed
 from .invocation import Invocation, Trigger, set_current
 
 log = logging.getLogger("berm.queue")
@@ -213,10 +213,15 @@ class Executor:
         with self._cond:
             self._busy -= 1
             self._running[harness] -= 1
-            queue = self._pending.get(harness)
-            if queue and self._running[harness] == self.per_harness - 1:
-                self._ready.append(harness)
-            self._cond.notify_all()
+            self._slot_freed(harness)
+
+    def _slot_freed(self, harness: str) -> None:
+        """One of ``harness``'s invocations ended (called holding the lock): it is ready again if it has queued
+        work and was held at its limit."""
+        queue = self._pending.get(harness)
+        if queue and self._running[harness] == self.per_harness - 1:
+            self._ready.append(harness)
+        self._cond.notify_all()
 
     def _work(self) -> None:
         while (job := self._take()) is not None:
@@ -233,11 +238,50 @@ class Executor:
         """Run one invocation and count it; the counts are updated before the future resolves."""
         inv = job.inv
         started = time.monotonic()
+        outcome, result, error = self._outcome(inv, started + self.timeout)
+        wait = started - job.enqueued
+        with self._cond:
+            self._counters(inv.harness).finished(outcome, time.monotonic() - started, wait)
+        if error is None:
+            job.future.set_result(result)
+        else:
+            job.future.set_exception(error)
+
+    def run_nested(self, inv: Invocation, deadline: float) -> str:
+        """Run ``inv`` now, on this thread, as part of the invocation that asks (``berm.call``): past the chain
+        depth and within its harness's concurrency limit like any invocation (HarnessBusy when the harness is at
+        it — waiting for a slot while holding a worker could wait forever), counted in its harness's accounting,
+        but never waiting for a worker, which the caller already holds. Returns the result text or raises what
+        the guest ended in."""
+        harness = inv.harness
+        self.check_depth(harness, inv.context.depth)
+        with self._cond:
+            if self._closed:
+                raise QueueClosed("the executor is shut down and takes no new work")
+            running = self._running.get(harness, 0)
+            if running >= self.per_harness:
+                raise HarnessBusy(f"harness {harness!r} is at its concurrency limit ({self.per_harness} "
+                                  "invocations running): try again later")
+            self._running[harness] = running + 1
+        started = time.monotonic()
+        try:
+            outcome, result, error = self._outcome(inv, deadline)
+        finally:
+            with self._cond:
+                self._running[harness] -= 1
+                self._counters(harness).finished(outcome, time.monotonic() - started, 0.0)
+                self._slot_freed(harness)
+        if error is not None:
+            raise error
+        return result
+
+    def _outcome(self, inv: Invocation, deadline: float) -> tuple[str, str | None, BaseException | None]:
+        """Run ``inv`` as this thread's current invocation: (outcome counter, result text, what it raised)."""
         result: str | None = None
         error: BaseException | None = None
         previous = set_current(inv)
         try:
-            result = self._invoke(inv, started + self.timeout)
+            result = self._invoke(inv, deadline)
             outcome = "ok"
         except Trap as exc:
             outcome, error = "traps", exc
@@ -254,13 +298,7 @@ class Executor:
             log.exception("%s raised a host error", inv.label)
         finally:
             set_current(previous)
-        wait = started - job.enqueued
-        with self._cond:
-            self._counters(inv.harness).finished(outcome, time.monotonic() - started, wait)
-        if error is None:
-            job.future.set_result(result)
-        else:
-            job.future.set_exception(error)
+        return outcome, result, error
 
     # --- shutdown -------------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from berm_host.capabilities._request import Deadline
 from .dueset import DueSet, Entry
 from .errors import QueueError, ScheduleError, UnknownHarness
 from .executor import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT, DEFAULT_WORKERS, Executor
-from .invocation import Context, Invocation, Trigger, set_current
+from .invocation import Context, Invocation, Trigger
 from .scheduler import Scheduler
 from .subscriptions import Subscription, Subscriptions, notify_args
 from .target import Target
@@ -73,19 +73,13 @@ class Queue:
         """Run ``harness``'s ``tool`` now, on this thread, as part of the invocation that asks (``berm.call``).
 
         Not through the workers: a caller waiting for a worker while it holds one would wait forever once every
-        worker did. So it is part of the caller's invocation: the callee's concurrency limit and accounting do not
-        apply, and it ends within the caller's deadline, leaving the caller a fifth of its time (at most 5 s) to
-        handle the reply, as any capability that may take long does. It is refused past the chain depth like any
-        work a harness causes (``context.depth`` is the callee's)."""
-        self.executor.check_depth(harness, context.depth)
-        target = self._with_tool(harness, tool)
+        worker did. Through the executor all the same (``Executor.run_nested``): refused past the chain depth
+        (``context.depth`` is the callee's) and when the callee is at its concurrency limit, counted in the
+        callee's accounting. It ends within the caller's deadline, leaving the caller a fifth of its time (at most
+        5 s) to handle the reply, as any capability that may take long does."""
+        self._with_tool(harness, tool)
         inv = Invocation(Trigger.CALL, harness, args, tool=tool, context=context)
-        budget = Deadline.within_invocation(self.executor.timeout)
-        previous = set_current(inv)
-        try:
-            return target.invoke(inv, budget.end)
-        finally:
-            set_current(previous)
+        return self.executor.run_nested(inv, Deadline.within_invocation(self.executor.timeout).end)
 
     def subscribe(self, topic: str, harness: str, *, once: bool = False) -> Subscription:
         if "on_notify" not in self.target(harness).exports:
