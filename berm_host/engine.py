@@ -254,9 +254,10 @@ def _raise_outcome(trap: TrapInfo | None, failure: bytes | None, name: str) -> N
 
 
 def _blob(args: bytes | str | object) -> bytes:
-    """Tool arguments as bytes: str as UTF-8, any bytes-like object copied."""
+    """Tool arguments as bytes: str as UTF-8, any bytes-like object copied (an int is not one: ``bytes(5)`` would
+    hand the guest five zero bytes)."""
     try:
-        return args.encode("utf-8") if isinstance(args, str) else bytes(args)
+        return args.encode("utf-8") if isinstance(args, str) else memoryview(args).tobytes()
     except (UnicodeEncodeError, TypeError) as exc:
         raise HostError(f"tool arguments are not valid UTF-8 text or bytes: {exc}") from None
 

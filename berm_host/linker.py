@@ -22,6 +22,21 @@ class CapabilityError(BermError):
     """A capability failed; the message is staged for the guest with the ERROR bit set."""
 
 
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when that raises: host code's exception, described for a trap or an error reply
+    the same way on both engines (one whose ``__str__`` raised escaped the interpreter and was a trap of another
+    text on translated code)."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - anything its __str__ raises (a KeyboardInterrupt still goes through)
+        return "(its message could not be read)"
+
+
+def failed_detail(what: str, exc: BaseException) -> str:
+    """The detail of the host-call-failed trap for ``exc`` raised by host code serving ``what``."""
+    return f"{what}: {type(exc).__name__}: {exception_text(exc)}"
+
+
 @dataclass(frozen=True, slots=True)
 class Capability:
     name: str
@@ -56,8 +71,10 @@ class Linker:
     @property
     def lookup_fn(self) -> Callable[[int], Capability | None]:
         """``lookup`` as the table's own ``dict.get`` (no Python frame, ~80 ns less per call), for host-call
-        paths that bind it once per linker; it sees later ``define``s like ``lookup`` does."""
-        return self._by_number.get
+        paths that bind it once per linker; it sees later ``define``s like ``lookup`` does. A subclass that
+        overrides ``lookup`` (to revoke a capability at run time) is asked through it: translated code took the
+        table behind its back and served what the interpreter refused."""
+        return self._by_number.get if type(self).lookup is Linker.lookup else self.lookup
 
     def names(self) -> list[str]:
         return sorted(c.name for c in self._by_number.values())

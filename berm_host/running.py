@@ -3,8 +3,9 @@
 A guest blocked in a host call cannot be interrupted (guest code reads the watchdog's flag), so a capability that
 may take long — a command, a fetch, a search — bounds its own timeout by this (``capabilities._request.Deadline.
 within_invocation``). Translated code's core keeps the deadline of its runs per thread (``berm_thread_deadline``);
-the interpreter keeps its own here. A run nested in a host call (a capability that calls a harness) ends by the
-earliest of its own deadline and its caller's.
+the interpreter keeps its own here, and hands it to the core as well once the core is loaded. A run nested in a host
+call (a capability that calls a harness, on either engine) ends by the earliest of its own deadline and its
+caller's.
 """
 
 from __future__ import annotations
@@ -29,12 +30,19 @@ def time_left() -> float | None:
 
 
 @contextmanager
-def interpreting(deadline: float | None) -> Iterator[None]:
-    """An interpreted run with ``deadline`` (a ``time.monotonic()`` instant, None for none) on this thread."""
+def interpreting(deadline: float | None) -> Iterator[float | None]:
+    """An interpreted run with ``deadline`` (a ``time.monotonic()`` instant, None for none) on this thread; yields
+    the instant it must end by: ``deadline`` or its caller's, whichever is earlier (None: neither has one)."""
+    left = time_left()
+    ends = [d for d in (deadline, time.monotonic() + left if left is not None else None) if d is not None]
+    end = min(ends) if ends else None
     outer = getattr(_interpreted, "deadline", 0.0)
-    if deadline is not None:  # a nested run ends by its caller's deadline too
-        _interpreted.deadline = min(deadline, outer) if outer > 0 else deadline
+    _interpreted.deadline = end or 0.0
+    core = sys.modules.get(_CORE)
+    translated = core.lib.berm_thread_deadline_swap(end or 0.0) if core is not None else None
     try:
-        yield
+        yield end
     finally:
         _interpreted.deadline = outer
+        if translated is not None:
+            core.lib.berm_thread_deadline_swap(translated)

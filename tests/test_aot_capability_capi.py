@@ -126,7 +126,6 @@ def _raise_long_text(self, number, request):
     (_return_text, "TypeError: "),
     (_return_negative, "OverflowError: "),
     (_raise_unprintable, "Unprintable: (its message could not be read)"),
-    (_raise_escape, "Escape: out of the server"),
     (_raise_long_text, "ValueError: xx" + "é" * 92 + "\ufffd"),
 ])
 def test_a_broken_server_is_a_host_call_failed_trap(monkeypatch, tmp_path, elf, serve, detail):
@@ -150,8 +149,17 @@ def test_a_server_returning_a_length_it_did_not_stage_leaves_nothing_to_read(mon
     assert _harness(elf, tmp_path).call("echo", "hi") == ""
 
 
-def test_regions_serve_again_after_a_broken_server_trapped(monkeypatch, tmp_path, elf):
+def test_a_base_exception_out_of_the_server_is_raised_after_the_run(monkeypatch, tmp_path, elf):
+    """A KeyboardInterrupt from a signal handler is raised as the server is entered, before its own handler can
+    catch it: the core made it a trap and dropped it (a review: Ctrl-C lost in 197 of 200 runs of a guest calling
+    capabilities). It ends the run and is raised after it, as the interpreter lets it through."""
     monkeypatch.setattr(runtime.HostCalls, "serve", _raise_escape)
+    with pytest.raises(Escape, match="out of the server"):
+        _harness(elf, tmp_path).call("echo", "a")
+
+
+def test_regions_serve_again_after_a_broken_server_trapped(monkeypatch, tmp_path, elf):
+    monkeypatch.setattr(runtime.HostCalls, "serve", _return_text)
     with pytest.raises(Trap):
         _harness(elf, tmp_path).call("echo", "a")
     monkeypatch.undo()

@@ -292,11 +292,18 @@ static int grow(uint8_t **buf, uint64_t *cap, uint64_t need) {
 
 static double monotonic_now(void);
 
-/* With the GIL held: turn the pending Python exception (or its absence) into the host-call-failed trap. */
+/* With the GIL held: turn the pending Python exception (or its absence) into the host-call-failed trap. One that is
+ * not an Exception (KeyboardInterrupt, SystemExit: a signal handler runs as serve is entered, before its own
+ * handler can catch anything) is also handed to serve's owner (HostCalls.pending), which raises it after the run,
+ * as the interpreter lets it through; dropped here, Ctrl-C was lost in a guest calling capabilities. */
 static void python_trap(berm_region *r, uint64_t n) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
+    if (value && !PyErr_GivenExceptionMatches(value, PyExc_Exception) && r->serve && PyMethod_Check(r->serve)) {
+        PyObject *owner = PyMethod_GET_SELF((PyObject *)r->serve);
+        if (PyObject_SetAttrString(owner, "pending", value) < 0) PyErr_Clear();
+    }
     const char *name = type ? ((PyTypeObject *)type)->tp_name : "SystemError";
     PyObject *text = value ? PyObject_Str(value) : NULL;
     const char *msg = text ? PyUnicode_AsUTF8(text) : NULL;
@@ -519,17 +526,30 @@ static void *watchdog_main(void *arg) {
 /* The process that owns the watchdog thread: a forked child has no thread (and must start its own). */
 static pid_t watchdog_pid;
 
-/* Fork with the lock held by no one: take it around fork() so the child inherits it unlocked. */
-static void fork_prepare(void) { pthread_mutex_lock(&live_lock); }
-static void fork_release(void) { pthread_mutex_unlock(&live_lock); }
+/* Held while the watchdog thread is being started. */
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Fork with both locks held by no one: take them around fork() so the child inherits them unlocked (a fork while
+ * another thread started the watchdog left the child's start_lock locked forever: its first load hung). */
+static void fork_prepare(void) {
+    pthread_mutex_lock(&start_lock);
+    pthread_mutex_lock(&live_lock);
+}
+static void fork_release(void) {
+    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&start_lock);
+}
+
+/* Registered as the module loads, before anything can take the locks (registering takes the C library's own
+ * fork-handler lock, which a fork in another thread holds while it waits for ours). */
+__attribute__((constructor)) static void register_fork_handlers(void) {
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
 
 int berm_watchdog_start(double interval) {
-    static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&start_lock);
     int ok = 1;
     if (watchdog_pid != getpid()) {
-        static int atfork_done;
-        if (!atfork_done) atfork_done = pthread_atfork(fork_prepare, fork_release, fork_release) == 0;
         if (interval > 0) watchdog_interval = interval;
         pthread_t t;
         pthread_attr_t attr;
@@ -674,14 +694,26 @@ static uint64_t enter_on_native_stack(void *p) {
 
 /* The earliest deadline of the runs going on in this thread (0: none), for berm_thread_deadline. */
 static __thread BERM_TLS double thread_deadline;
+/* How many runs are going on in this thread: a run is nested in a host call of another when this is not 0. Only
+ * a nested run is held to the host stack's floor: a first run does not grow that stack (a thread of 64 KiB, all
+ * of it below the floor's margin, trapped every run as "nested" when nothing was). */
+static __thread BERM_TLS int thread_runs;
 
 double berm_thread_deadline(void) { return thread_deadline; }
+
+double berm_thread_deadline_swap(double deadline) {
+    double previous = thread_deadline;
+    thread_deadline = deadline;
+    return previous;
+}
 
 int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double timeout) {
     /* One run per region at a time (the pool's rule): a second one would reset the first's memory and share its
      * native stack. Refused, not trusted. */
     if (__atomic_exchange_n(&r->busy, 1, __ATOMIC_ACQUIRE)) return BERM_RUN_BUSY;
     double deadline = timeout > 0 ? monotonic_now() + timeout : 0;
+    double outer_deadline = thread_deadline; /* a run nested in a host call ends by its caller's deadline too */
+    if (outer_deadline > 0 && (deadline == 0 || outer_deadline < deadline)) deadline = outer_deadline;
     berm_ctx *c = &r->ctx;
     if (r->used) reset_memory(r, 0);
     r->used = 1;
@@ -706,16 +738,17 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     r->generation++;
     r->running = 1;
     pthread_mutex_unlock(&live_lock);
-    double outer_deadline = thread_deadline; /* a run nested in a host call ends by its caller's deadline too */
-    if (deadline > 0 && (outer_deadline == 0 || deadline < outer_deadline)) thread_deadline = deadline;
+    thread_deadline = deadline;
     uint64_t t;
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
-    if (here < host_stack_floor(here)) { /* runs nested in host calls, too deep */
+    if (thread_runs && here < host_stack_floor(here)) { /* runs nested in host calls, too deep */
         berm_set_trap(c, BERM_TRAP_STACK, entry, 0, BERM_STACK_HOST);
         t = BERM_TRAPPED;
     } else {
         struct guest_entry e = {r->enter, c, entry};
+        thread_runs++;
         t = berm_switch_call(r->native.top, enter_on_native_stack, &e, &r->host_sp);
+        thread_runs--;
     }
     /* No lock to stop: a watchdog that still saw this run as running may set the interrupt flag of the idle
      * region, and the next run clears it under the lock (after that scan has released it). */

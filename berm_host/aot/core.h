@@ -111,6 +111,9 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
 /* The CLOCK_MONOTONIC instant (seconds) by which the runs going on in this thread must end (the earliest deadline of
  * a run and the runs it is nested in), 0 when none has one: a host call served now may take until then at most. */
 double berm_thread_deadline(void);
+/* Set this thread's deadline (an interpreted run, whose host calls may start translated runs: they end by it too);
+ * returns the one it replaces, to restore. */
+double berm_thread_deadline_swap(double deadline);
 int berm_watchdog_start(double interval);
 /* The six numbers of a translated object's layout export (berm_aot/windows.py, Windows). */
 #define BERM_LAYOUT_WORDS 6

@@ -14,7 +14,7 @@ from berm_abi.names import ERROR_BIT, core_number
 from berm_aot.windows import Windows
 from berm_host.backend import LogSink
 from berm_host.layout import MAX_CALL_DEPTH, SP_BELOW_STACK, Layout, budgeted_log, failure_text, log_text
-from berm_host.linker import CapabilityError, Linker, unknown_call_detail
+from berm_host.linker import CapabilityError, Linker, exception_text, failed_detail, unknown_call_detail
 from berm_host.traps import HostError, TrapKind
 
 from .objects import ENTRY_SYMBOL, LAYOUT_SYMBOL
@@ -213,14 +213,14 @@ class HostCalls:
                 reply = cap.fn(request)
                 return reply if type(reply) is _bytes else _reply_bytes(reply)
             except _error as exc:
-                text = str(exc).encode("utf-8", "replace")
+                text = exception_text(exc).encode("utf-8", "replace")
                 return lib.berm_region_stage(self.raw, text, len(text)) | _error_bit
             except Exception as exc:  # noqa: BLE001 - a capability bug is a trap, never an escape
-                return self.trap(TrapKind.HOST_CALL_FAILED, number, f"{cap.name}: {type(exc).__name__}: {exc}")
+                return self.trap(TrapKind.HOST_CALL_FAILED, number, failed_detail(cap.name, exc))
         except BaseException as exc:  # noqa: BLE001 - nothing may unwind through guest code
             if not isinstance(exc, Exception):
                 self.pending = exc
-            return self.trap(TrapKind.HOST_CALL_FAILED, number, f"{type(exc).__name__}: {exc}")
+            return self.trap(TrapKind.HOST_CALL_FAILED, number, f"{type(exc).__name__}: {exception_text(exc)}")
 
     def reraise(self) -> None:
         """After a run that trapped: raise the ``pending`` exception, if a host call left one."""
@@ -248,7 +248,7 @@ class HostCalls:
             try:
                 self.log(line)
             except Exception as exc:  # noqa: BLE001 - a broken sink must not escape into guest code
-                return self.trap(TrapKind.HOST_CALL_FAILED, LOG, f"berm.log: {type(exc).__name__}: {exc}")
+                return self.trap(TrapKind.HOST_CALL_FAILED, LOG, failed_detail("berm.log", exc))
         return 0
 
     def _buffer_trap(self, call: str) -> int:

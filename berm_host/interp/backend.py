@@ -105,7 +105,7 @@ class InterpBackend:
             for i, v in enumerate(request.int_args):
                 x[10 + i] = v & semantics.M
             if request.entry in self.program.function_starts:
-                with interpreting(request.deadline):
+                with interpreting(request.deadline) as st.deadline:  # a run nested in a host call: its caller's too
                     pc, trap = self._execute(x, mem.buf, st, request.entry)
             else:  # as translated code, which enters functions only
                 pc = request.entry

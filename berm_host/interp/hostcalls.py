@@ -11,7 +11,7 @@ import time
 
 from berm_abi.names import ERROR_BIT, core_number
 from berm_host.layout import MAX_FAIL_TEXT, MAX_LOG_LINE, budgeted_log, failure_text, log_text
-from berm_host.linker import CapabilityError, unknown_call_detail
+from berm_host.linker import CapabilityError, exception_text, failed_detail, unknown_call_detail
 from berm_host.traps import TrapKind
 
 from .trap import GuestTrap, deadline_passed
@@ -66,7 +66,7 @@ def host_call(st, number: int, a0: int, a1: int) -> int:
             try:
                 st.log(line)
             except Exception as exc:  # the sink is host code: its bug is reported like a capability's
-                raise GuestTrap(TrapKind.HOST_CALL_FAILED, number, f"berm.log: {type(exc).__name__}: {exc}") from None
+                raise GuestTrap(TrapKind.HOST_CALL_FAILED, number, failed_detail("berm.log", exc)) from None
             _check_deadline(st)
         return 0
     if number == FAIL:
@@ -87,10 +87,10 @@ def host_call(st, number: int, a0: int, a1: int) -> int:
         st.staged = bytes(reply)
         ret = len(st.staged)
     except CapabilityError as exc:
-        st.staged = str(exc).encode("utf-8", "replace")
+        st.staged = exception_text(exc).encode("utf-8", "replace")
         ret = len(st.staged) | ERROR_BIT
     except Exception as exc:  # a capability bug must never escape into (or out of) guest code
-        raise GuestTrap(TrapKind.HOST_CALL_FAILED, number, f"{cap.name}: {type(exc).__name__}: {exc}") from None
+        raise GuestTrap(TrapKind.HOST_CALL_FAILED, number, failed_detail(cap.name, exc)) from None
     _check_deadline(st)
     return ret
 

@@ -1,0 +1,204 @@
+"""What an embedder may legally do, met with the same answer on both engines and never a hang: fork while another
+thread makes the first load, capabilities that run harnesses (nested runs end by their caller's deadline), a
+linker that revokes a capability at run time, host exceptions that cannot be printed, small thread stacks, and
+tool arguments that are not bytes. Each was found by a review of the embedding API."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from berm_abi.names import fnv1a64
+from berm_host.engine import Engine
+from berm_host.linker import CapabilityError, Linker
+from berm_host.traps import HostError, Trap, TrapKind
+from tests.bounded import GRACE
+from tests.guests import raw_harness_elf
+
+KINDS = ("aot", "interp")
+
+SOURCE = r"""
+static char out[256];
+static char buf[256];
+Pair berm_tool_ok(void) { out[0] = 'o'; out[1] = 'k'; Pair p = { (u64)out, 2 }; return p; }
+Pair berm_tool_spin(void) { for (volatile u64 i = 0; ; i++) {} }
+/* The arguments to x.cap; its reply, "E:" first when it is an error reply. */
+Pair berm_tool_cap(void) {
+    u64 n = ecall2(ARGS_READ, (u64)buf, sizeof buf);
+    u64 r = ecall2(X_CAP, (u64)buf, n < sizeof buf ? n : sizeof buf);
+    u64 len = r & ~(1ul << 63), off = 0;
+    if (len > sizeof out - 2) len = sizeof out - 2;
+    if (r >> 63) { out[0] = 'E'; out[1] = ':'; off = 2; }
+    ecall2(RESULT_READ, (u64)out + off, len);
+    Pair p = { (u64)out, len + off };
+    return p;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def elf() -> bytes:
+    return raw_harness_elf(SOURCE, ("ok", "spin", "cap"), {"X_CAP": fnv1a64("x.cap")})
+
+
+def harness(elf: bytes, kind: str, tmp_path, linker: Linker | None = None, deadline: float = 10.0):
+    return Engine(kind=kind, cache_dir=tmp_path, deadline=deadline).load(elf).harness(linker)
+
+
+def test_a_fork_while_another_thread_makes_the_first_load_leaves_the_child_working(tmp_path, elf):
+    """The core held its watchdog's start lock across pthread_create, and its fork handlers did not cover it: a
+    child forked meanwhile inherited the lock held and hung at its first load (5 of 10 trials of this script)."""
+    (tmp_path / "guest.elf").write_bytes(elf)
+    script = textwrap.dedent(f"""
+        import os, threading, time
+        import berm_host.aot.runtime  # imported first: a fork during an import leaves the child's import stuck
+        from berm_host.engine import Engine
+        from berm_host.traps import Trap
+        ELF, CACHE = {str(tmp_path / "guest.elf")!r}, {str(tmp_path / "cache")!r}
+        Engine(kind="interp").load(ELF)  # imports done; the watchdog is not started yet
+        stop, children = [], []
+        def forker():
+            while not stop:
+                pid = os.fork()
+                if pid == 0:  # the child's first translated run starts its own watchdog
+                    try:
+                        Engine(cache_dir=CACHE, deadline=0.2).load(ELF).harness().call("spin")
+                    except Trap:
+                        os._exit(0)
+                    os._exit(2)
+                children.append(pid)
+        for trial in range(6):
+            if (pid := os.fork()) == 0:  # each trial in a process whose watchdog has not started
+                thread = threading.Thread(target=forker)
+                thread.start()
+                time.sleep(0.002)
+                Engine(cache_dir=CACHE).load(ELF)  # starts the watchdog while the other thread forks
+                stop.append(1)
+                thread.join()
+                hung = 0
+                for child in children:
+                    end = time.monotonic() + 10
+                    while not os.waitpid(child, os.WNOHANG)[0]:
+                        if time.monotonic() > end:
+                            os.kill(child, 9)
+                            os.waitpid(child, 0)
+                            hung += 1
+                            break
+                        time.sleep(0.01)
+                os._exit(min(hung, 100))
+            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0, f"trial {{trial}}: a child hung"
+        print("no child hung")
+    """)
+    Engine(cache_dir=tmp_path / "cache").load(elf)  # compiled here, once
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "no child hung" in proc.stdout, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("outer", KINDS)
+@pytest.mark.parametrize("inner", KINDS)
+def test_a_run_started_by_a_capability_ends_by_its_callers_deadline(tmp_path, elf, outer, inner):
+    """A 0.3 s invocation whose capability ran a harness of a 5 s engine took 5 s, on both engines: the nested run
+    kept only its own deadline (the watchdog's, on translated code). Across engines too."""
+    spinner = harness(elf, inner, tmp_path, deadline=3 * GRACE)
+    seen = []
+
+    def cap(request: bytes) -> bytes:
+        try:
+            spinner.call("spin")
+        except Trap as exc:
+            seen.append(exc.kind)
+        return b"back"
+
+    linker = Linker()
+    linker.define("x.cap", cap)
+    start = time.monotonic()
+    with pytest.raises(Trap) as info:  # back in the caller after its deadline: interrupted at the ecall
+        harness(elf, outer, tmp_path, linker, deadline=0.3).call("cap")
+    assert time.monotonic() - start < 0.3 + GRACE
+    assert seen == [TrapKind.INTERRUPTED] and info.value.kind is TrapKind.INTERRUPTED
+
+
+class Revocable(Linker):
+    revoked = False
+
+    def lookup(self, number):
+        return None if self.revoked else super().lookup(number)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_linker_that_overrides_lookup_is_obeyed(tmp_path, elf, kind):
+    """Translated code looked capabilities up in the linker's table behind its back: one revoked at run time was
+    still served (the interpreter refused it)."""
+    linker = Revocable()
+    linker.define("x.cap", lambda request: b"secret")
+    h = harness(elf, kind, tmp_path, linker)
+    assert h.call("cap") == "secret"
+    linker.revoked = True
+    with pytest.raises(Trap) as info:
+        h.call("cap")
+    assert info.value.kind is TrapKind.UNKNOWN_HOST_CALL
+
+
+class Unprintable(CapabilityError):
+    def __str__(self):
+        raise RuntimeError("str boom")
+
+
+class UnprintableBug(Exception):
+    def __str__(self):
+        raise RuntimeError("str boom")
+
+
+def _raise(exc_type):
+    def cap(request: bytes) -> bytes:
+        raise exc_type()
+    return cap
+
+
+@pytest.mark.parametrize("raised, outcome", [
+    (Unprintable, "E:(its message could not be read)"),
+    (UnprintableBug, "host call failed: x.cap: UnprintableBug: (its message could not be read)"),
+])
+def test_an_exception_that_cannot_be_printed_is_described_alike(tmp_path, elf, raised, outcome):
+    """Its __str__'s own RuntimeError escaped the interpreter, and translated code made a trap of another text
+    (a CapabilityError's error reply became a trap on both)."""
+    answers = set()
+    for kind in KINDS:
+        linker = Linker()
+        linker.define("x.cap", _raise(raised))
+        try:
+            answers.add(harness(elf, kind, tmp_path, linker).call("cap"))
+        except Trap as exc:
+            answers.add(str(exc.info).split(" in ")[0])
+    assert answers == {outcome}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_run_on_a_small_thread_stack(tmp_path, elf, kind):
+    """On a 64 KiB thread (legal: threading.stack_size's minimum is 32 KiB) every translated run trapped "the host
+    thread's stack is exhausted (runs nested in host calls)": no run was nested, and a first run does not grow
+    the thread's stack (translated code has a stack of its own)."""
+    h = harness(elf, kind, tmp_path)
+    out = []
+    previous = threading.stack_size(64 << 10)
+    try:
+        thread = threading.Thread(target=lambda: out.append(h.call("ok")))
+        thread.start()
+        thread.join(30)
+    finally:
+        threading.stack_size(previous)
+    assert out == ["ok"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tool_arguments_must_be_text_or_bytes(tmp_path, elf, kind):
+    """``bytes(5)`` is five zero bytes: an int passed as arguments reached the guest as NULs."""
+    h = harness(elf, kind, tmp_path)
+    with pytest.raises(HostError, match="not valid UTF-8 text or bytes"):
+        h.call("ok", 5)
+    assert h.call("ok", memoryview(b"abc")) == "ok" and h.call("ok", bytearray(b"x")) == "ok"
