@@ -139,6 +139,53 @@ def test_a_call_is_counted_and_held_to_the_callees_concurrency_limit(queue):
     assert (stats.invocations, stats.ok) == (2, 2)
 
 
+def test_nested_calls_that_take_a_harness_to_its_limit_keep_its_queued_work_waiting(queue):
+    """b has queued work, no worker is free, then two nested calls take b to its limit of 2. A worker freed then
+    must not start b's queued work beside them (b stayed on the ready list at its limit: three of b ran)."""
+    lock, go, free_d, release = threading.Lock(), threading.Event(), threading.Event(), threading.Event()
+    entered = threading.Semaphore(0)
+    state = {"b": 0, "most": 0}
+
+    def callee(inv, call):
+        with lock:
+            state["b"] += 1
+            state["most"] = max(state["most"], state["b"])
+        try:
+            if inv.args == b"hold":
+                entered.release()
+                assert release.wait(10)
+            return "done"
+        finally:
+            with lock:
+                state["b"] -= 1
+
+    def nesting(inv, call):
+        entered.release()
+        assert go.wait(10)
+        return call("b", "echo", "hold")
+
+    def blocker(inv, call):
+        entered.release()
+        assert free_d.wait(10)
+        return "free"
+
+    q = queue({"a": Fake(nesting), "c": Fake(nesting), "d": Fake(blocker), "b": Fake(callee)},
+              workers=3, per_harness=2)
+    held = [q.call(name, "echo") for name in "dac"]
+    for _ in range(3):
+        assert entered.acquire(timeout=10)  # every worker is busy
+    queued = [q.call("b", "echo", "queued") for _ in range(3)]  # b is ready, with no worker to run it
+    go.set()
+    for _ in range(2):
+        assert entered.acquire(timeout=10)  # the two nested calls hold b's two slots
+    free_d.set()  # a worker is free: b's queued work must wait for a slot
+    time.sleep(0.2)
+    assert state["most"] == 2
+    release.set()
+    assert [f.result(10) for f in held + queued] == ["free"] + ["done"] * 5
+    assert state["most"] == 2
+
+
 def test_a_cycle_of_calls_ends_at_the_chain_depth_limit(queue):
     def ping(inv, call):
         try:

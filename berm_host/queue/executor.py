@@ -3,8 +3,9 @@
 A fixed pool of worker threads (guest code releases the GIL, so they run in parallel) takes invocations from
 per-harness queues, round-robin across harnesses, never running more than a harness's concurrency limit at once.
 Tool calls go first — before wakes and notifications queued earlier, in their harness and across harnesses: a
-model is waiting on a call, a due instant is latency tolerant (RFC 0205); each kind is first in, first out. Each invocation gets its deadline when it *starts* (queue wait does not eat its time budget); the engine's
-watchdog interrupts the guest at that deadline. Every outcome is counted per harness.
+model is waiting on a call, a due instant is latency tolerant (RFC 0205); each kind is first in, first out. Each
+invocation gets its deadline when it *starts* (queue wait does not eat its time budget); the engine's watchdog
+interrupts the guest at that deadline. Every outcome is counted per harness.
 
 The executor knows nothing about engines: it calls ``invoke(invocation, deadline)`` — a seam the daemon binds to
 loaded harnesses — which returns the result text or raises (Trap, ToolFailure, HostError, …).
@@ -111,7 +112,7 @@ class Executor:
         self.max_depth = max_depth
         self._cond = threading.Condition()
         self._pending: dict[str, _Waiting] = {}
-        self._ready: deque[str] = deque()  # harnesses with pending work and a free concurrency slot
+        self._ready: deque[str] = deque()  # harnesses with pending work and a free concurrency slot, once each
         self._running: dict[str, int] = {}
         self._queued = 0
         self._busy = 0
@@ -263,7 +264,10 @@ class Executor:
                 raise HarnessBusy(f"harness {harness!r} is at its concurrency limit ({self.per_harness} "
                                   "invocations running): try again later")
             self._running[harness] = running + 1
+            if running + 1 == self.per_harness and harness in self._ready:  # its last slot: not ready any more
+                self._ready.remove(harness)
         started = time.monotonic()
+        outcome, result, error = "errors", None, None
         try:
             outcome, result, error = self._outcome(inv, deadline)
         finally:
