@@ -203,7 +203,7 @@ class Harness:
         entry = self._entries.get(tool)
         if entry is None:
             raise HostError(f"harness {self.name} has no tool {tool!r} (it has: {', '.join(self._entries)})")
-        blob = args if type(args) is bytes else _blob(args)
+        blob = args if type(args) is bytes else tool_args(args)
         timeout = self._engine.deadline if deadline is None else self._timeout(deadline)  # the common case inline
         if self._call_tool is not None:
             out = self._call_tool(entry, blob, self.linker, self._log, timeout)
@@ -233,7 +233,7 @@ class Harness:
         entry = self._lifecycle.get(export)
         if entry is None:
             raise HostError(f"harness {self.name} does not export {export}")
-        r = self.image.backend.run(RunRequest(entry=entry, args=_blob(args), linker=self.linker, log=self._log,
+        r = self.image.backend.run(RunRequest(entry=entry, args=tool_args(args), linker=self.linker, log=self._log,
                                               deadline=time.monotonic() + self._timeout(deadline)))
         _raise_outcome(r.trap, r.failure, export)
 
@@ -253,7 +253,7 @@ def _raise_outcome(trap: TrapInfo | None, failure: bytes | None, name: str) -> N
         raise ToolFailure(name, failure.decode("utf-8", "replace"))
 
 
-def _blob(args: bytes | str | object) -> bytes:
+def tool_args(args: bytes | str | object) -> bytes:
     """Tool arguments as bytes: str as UTF-8, any bytes-like object copied (an int is not one: ``bytes(5)`` would
     hand the guest five zero bytes)."""
     try:
@@ -262,4 +262,4 @@ def _blob(args: bytes | str | object) -> bytes:
         raise HostError(f"tool arguments are not valid UTF-8 text or bytes: {exc}") from None
 
 
-__all__ = ["BermError", "Engine", "EngineLog", "Harness", "Image"]
+__all__ = ["BermError", "Engine", "EngineLog", "Harness", "Image", "tool_args"]

@@ -10,6 +10,7 @@ caller's.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 import time
@@ -18,6 +19,14 @@ from contextlib import contextmanager
 
 _interpreted = threading.local()
 _CORE = "berm_host.aot._core"
+
+
+def _core():
+    """The translated engine's core module, imported if need be; None when it is not built."""
+    try:
+        return importlib.import_module(_CORE)
+    except ImportError:
+        return None
 
 
 def time_left() -> float | None:
@@ -38,7 +47,7 @@ def interpreting(deadline: float | None) -> Iterator[float | None]:
     end = min(ends) if ends else None
     outer = getattr(_interpreted, "deadline", 0.0)
     _interpreted.deadline = end or 0.0
-    core = sys.modules.get(_CORE)
+    core = _core()  # imported now if need be: a host call may create the first translated engine of the process
     translated = core.lib.berm_thread_deadline_swap(end or 0.0) if core is not None else None
     try:
         yield end

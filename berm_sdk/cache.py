@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -70,12 +71,10 @@ def cached_dir(cached: Path, fill: Callable[[Path], None]) -> Path:
 
 def _intact(cached: Path) -> bool:
     """Whether ``cached`` is a trusted entry (a directory of regular files); an entry of ours that is not (others
-    may write it, or it is damaged) is moved aside and removed, and False returned."""
+    may write it, or it is damaged) is moved aside and removed, and False returned. An entry that goes while it is
+    looked at (another process found it untrusted too and moved it) is absent: False."""
     try:
         st = os.stat(cached, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    try:
         _trusted(st, cached)
         if not stat.S_ISDIR(st.st_mode):
             raise Untrusted(cached)
@@ -85,8 +84,10 @@ def _intact(cached: Path) -> bool:
                 _trusted(est, Path(entry.path))
                 if not stat.S_ISREG(est.st_mode):
                     raise Untrusted(entry.path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
     except Untrusted:
-        trash = cached.with_name(f".bad-{cached.name}-{os.getpid()}")
+        trash = cached.with_name(f".bad-{cached.name}-{os.getpid()}-{secrets.token_hex(4)}")
         try:
             os.replace(cached, trash)  # first: another process may be reading it
         except FileNotFoundError:  # another process moved it first

@@ -255,6 +255,23 @@ def test_an_invocation_logs_at_most_its_budget(elf, cache_dir, kind):
     assert lines == [line] * (MAX_LOG_BYTES // 1000)
 
 
+@pytest.mark.parametrize("sink", [True, False], ids=["sink", "no sink"])
+def test_a_guest_logging_until_its_deadline_traps_at_an_ecall_on_both_engines(elf, cache_dir, sink):
+    """Both engines look at the deadline after every berm.log (it is served in Python): the interpreter skipped
+    that for a line over the budget and with no log sink, and trapped at the instructions around the ecall."""
+    pcs = set()
+    for kind in ("aot", "interp"):
+        image = Engine(kind=kind, cache_dir=cache_dir, deadline=0.3,
+                       log=(lambda name, line: None) if sink else None).load(elf)
+        for _ in range(2):
+            with pytest.raises(Trap) as info:
+                image.harness(None, name="limits").call("floodlog", str(10**12))
+            assert info.value.kind is TrapKind.INTERRUPTED
+            pcs.add(info.value.info.pc)
+    assert len(pcs) == 1
+    assert image.program.instruction(pcs.pop()).op == "ecall"
+
+
 def test_core_and_interpreter_keep_the_same_log_line_length():
     assert lib.BERM_LOG_KEEP == MAX_LOG_LINE
 

@@ -75,7 +75,7 @@ def test_a_run_in_progress_keeps_its_code_while_its_caller_lets_go(tmp_path, elv
     worker = threading.Thread(target=run, args=(holder.pop("harness"),))
     worker.start()
     end = time.monotonic() + 0.4
-    while time.monotonic() < end:  # the worker's frame is all that holds the image now
+    while time.monotonic() < end:  # only the worker thread (its frames and arguments) holds the image now
         gc.collect()
     assert len(mapped(tmp_path)) == 1
     worker.join(30)

@@ -123,6 +123,38 @@ def test_a_run_started_by_a_capability_ends_by_its_callers_deadline(tmp_path, el
     assert seen == [TrapKind.INTERRUPTED] and info.value.kind is TrapKind.INTERRUPTED
 
 
+def test_the_first_translated_engine_made_by_an_interpreted_runs_capability_keeps_its_deadline(tmp_path, elf):
+    """The interpreter handed its deadline to the translated core only when the core was already imported: a
+    capability that made the process's first translated engine ran it to that engine's own deadline."""
+    (tmp_path / "guest.elf").write_bytes(elf)
+    Engine(cache_dir=tmp_path / "cache").load(elf)  # compiled here, once
+    script = textwrap.dedent(f"""
+        import sys, time
+        from berm_host.engine import Engine
+        from berm_host.linker import Linker
+        from berm_host.traps import Trap
+        assert "berm_host.aot._core" not in sys.modules
+        ELF, CACHE = {str(tmp_path / "guest.elf")!r}, {str(tmp_path / "cache")!r}
+        def cap(request):
+            try:
+                Engine(cache_dir=CACHE, deadline={3 * GRACE}).load(ELF).harness().call("spin")
+            except Trap:
+                pass
+            return b"back"
+        linker = Linker()
+        linker.define("x.cap", cap)
+        start = time.monotonic()
+        try:
+            Engine(kind="interp", deadline=0.3).load(ELF).harness(linker).call("cap")
+        except Trap:
+            pass
+        print(round(time.monotonic() - start, 2))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert float(proc.stdout) < 0.3 + GRACE
+
+
 class Revocable(Linker):
     revoked = False
 

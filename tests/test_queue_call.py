@@ -19,7 +19,7 @@ from berm_host.linker import CapabilityError
 from berm_host.queue import Queue, call_capabilities, current_invocation
 from berm_host.queue.harness import Loader
 from berm_host.running import interpreting
-from berm_host.traps import ToolFailure, Trap, TrapInfo, TrapKind
+from berm_host.traps import HostError, ToolFailure, Trap, TrapInfo, TrapKind
 from berm_sdk.build import build_harness
 from tests.queue_helpers import queue_factory
 from tests.sdk_engines import ENGINE_KINDS
@@ -136,7 +136,7 @@ def test_a_call_is_counted_and_held_to_the_callees_concurrency_limit(queue):
     release.set()
     assert nested.result(5) == "done" and queued.result(5) == "done" and order == ["hold", "queued"]
     stats = q.executor.stats()["b"]
-    assert (stats.invocations, stats.ok) == (2, 2)
+    assert (stats.invocations, stats.ok, stats.refused) == (2, 2, 1)
 
 
 def test_nested_calls_that_take_a_harness_to_its_limit_keep_its_queued_work_waiting(queue):
@@ -184,6 +184,14 @@ def test_nested_calls_that_take_a_harness_to_its_limit_keep_its_queued_work_wait
     release.set()
     assert [f.result(10) for f in held + queued] == ["free"] + ["done"] * 5
     assert state["most"] == 2
+
+
+def test_queued_tool_arguments_must_be_text_or_bytes(queue):
+    """As Harness.call's: ``bytes(5)`` handed the guest five zero bytes."""
+    q = queue({"a": Fake(lambda inv, call: inv.args.decode())})
+    with pytest.raises(HostError, match="not valid UTF-8 text or bytes"):
+        q.call("a", "echo", 5)
+    assert q.call("a", "echo", bytearray(b"ok")).result(5) == "ok"
 
 
 def test_a_cycle_of_calls_ends_at_the_chain_depth_limit(queue):

@@ -46,7 +46,7 @@ class HarnessStats:
     traps: int = 0
     failures: int = 0  # the guest called berm.fail
     errors: int = 0  # host errors and anything else that is not the guest's trap or failure
-    refused: int = 0  # enqueues refused (chain depth)
+    refused: int = 0  # work refused (chain depth; a nested call at the concurrency limit)
     run_time: float = 0.0
     wait_time: float = 0.0
     max_wait: float = 0.0
@@ -261,6 +261,7 @@ class Executor:
                 raise QueueClosed("the executor is shut down and takes no new work")
             running = self._running.get(harness, 0)
             if running >= self.per_harness:
+                self._counters(harness).refused += 1
                 raise HarnessBusy(f"harness {harness!r} is at its concurrency limit ({self.per_harness} "
                                   "invocations running): try again later")
             self._running[harness] = running + 1

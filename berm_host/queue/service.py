@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from berm_host.capabilities._request import Deadline
+from berm_host.engine import tool_args
 
 from .dueset import DueSet, Entry
 from .errors import QueueError, ScheduleError, UnknownHarness
@@ -60,8 +61,7 @@ class Queue:
     def call(self, harness: str, tool: str, args: bytes | str = b"", context: Context = Context()) -> Future:
         """Queue a tool invocation; the future resolves to its result text (or raises Trap/ToolFailure/…)."""
         self._with_tool(harness, tool)
-        data = args.encode("utf-8") if isinstance(args, str) else bytes(args)
-        return self.executor.submit(Invocation(Trigger.CALL, harness, data, tool=tool, context=context))
+        return self.executor.submit(Invocation(Trigger.CALL, harness, tool_args(args), tool=tool, context=context))
 
     def _with_tool(self, harness: str, tool: str) -> Target:
         target = self.target(harness)
