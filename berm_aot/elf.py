@@ -22,6 +22,7 @@ from elftools.common.exceptions import ELFError
 from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 
+from berm_aot import attributes
 from berm_aot.errors import ElfError
 from berm_aot.image import ElfImage, Relocation, Section, Segment, Symbol
 
@@ -33,6 +34,8 @@ MAX_IMAGE_END = 4 << 30
 MAX_LOAD_SEGMENTS = 64
 #: The manifest section (ABI.md §4).
 MANIFEST_SECTION = ".berm.abi"
+#: The RISC-V build attributes: the extensions the image was compiled for (berm_aot/attributes.py).
+ATTRIBUTES_SECTION = ".riscv.attributes"
 
 _EHDR_SIZE, _PHDR_SIZE, _SHDR_SIZE, _SYM_SIZE, _RELA_SIZE = 64, 56, 64, 24, 24
 _EF_RISCV_FLOAT_ABI = 0x6
@@ -142,7 +145,13 @@ class _Reader:
         self.shdrs = self._section_headers()
         self.names = self._section_names()
         sections = self._sections(segments)
+        self._check_arch()
         symbols, raw_symbols = self._symbols()
+        if not any(s.executable and s.alloc and s.size for s in sections):
+            raise ElfError("the image has no code (no executable section with anything in it): with --gc-sections, "
+                           "code nothing reaches from the entry point is dropped, tools included — keep them "
+                           "reachable (the SDK's entry, or a _start that takes every export's address as "
+                           "harnesses/rust-probe does)")
         relocations = self._relocations(raw_symbols)
         return ElfImage(
             sha256=hashlib.sha256(self.data).hexdigest(), size=len(self.data), entry=hdr["e_entry"],
@@ -350,6 +359,14 @@ class _Reader:
         return out
 
     # -- manifest ------------------------------------------------------------------------------------------
+
+    def _check_arch(self) -> None:
+        """Refuse an image its build attributes say was compiled for extensions the host does not run."""
+        for i, name in enumerate(self.names):
+            if name == ATTRIBUTES_SECTION:
+                found = attributes.arch(self._contents(i))
+                if found is not None:
+                    attributes.check(found)
 
     def _manifest(self) -> bytes | None:
         found = [i for i, name in enumerate(self.names) if name == MANIFEST_SECTION]

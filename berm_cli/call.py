@@ -17,7 +17,7 @@ from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_cli.interrupt import interruptible
-from berm_cli.terminal import shown
+from berm_cli.terminal import compile_notice, shown
 from berm_host.declaration import declaration_from_table
 from berm_host.grants import BOUNDS, linker_for
 from berm_host.traps import ToolFailure
@@ -110,7 +110,7 @@ def run(args) -> int:
 
     decl = _declaration(args)
     linker = linker_for(decl, data_dir=args.data_dir)
-    options = {"kind": args.engine, "log": _log}
+    options = {"kind": args.engine, "log": _log, "on_compile": compile_notice("berm call")}
     if decl.memory is not None:
         options["memory_size"] = decl.memory
     if decl.timeout is not None:

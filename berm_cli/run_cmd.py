@@ -17,7 +17,7 @@ from berm_abi.errors import BermError
 from berm_aot.elf import read_elf_file
 from berm_aot.program import Program
 from berm_cli.interrupt import interruptible
-from berm_cli.terminal import shown
+from berm_cli.terminal import compile_notice, shown
 from berm_host.backend import RunRequest, RunResult
 from berm_host.declaration import parse_memory
 from berm_host.interp import InterpBackend
@@ -63,7 +63,8 @@ def _load(args):
         return program, InterpBackend(program, size)
     from berm_host.engine import Engine
 
-    image = Engine(kind="aot", memory_size=size, deadline=args.timeout).load(args.elf)
+    image = Engine(kind="aot", memory_size=size, deadline=args.timeout,
+                   on_compile=compile_notice("berm run")).load(args.elf)
     return image.program, image.backend
 
 

@@ -29,3 +29,11 @@ def reader_may_leave(main: Callable[[], int]) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return BROKEN_PIPE
+
+
+def compile_notice(command: str) -> Callable[[str], None] | None:
+    """What ``command`` says on stderr before a load compiles an image (the first load of a large one takes
+    minutes, which looked like a hang), when stderr is a terminal; None (silence) otherwise."""
+    if not sys.stderr.isatty():
+        return None
+    return lambda what: print(f"{command}: {what}…", file=sys.stderr, flush=True)

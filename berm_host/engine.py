@@ -41,9 +41,10 @@ MIN_TIMEOUT = 0.001
 class Engine:
     def __init__(self, *, kind: str = "aot", memory_size: int = DEFAULT_MEMORY, cache_dir: Path | None = None,
                  deadline: float = 60.0, log: EngineLog | None = None, jobs: int | None = None,
-                 max_result: int = DEFAULT_MAX_RESULT):
+                 max_result: int = DEFAULT_MAX_RESULT, on_compile: Callable[[str], None] | None = None):
         """``max_result``: the longest tool result (bytes) ``Harness.call`` accepts; a longer one is a HostError
-        (fixed per image when it loads)."""
+        (fixed per image when it loads). ``on_compile``: told in a line what a load is about to compile, before
+        a cache miss compiles (seconds for a small image, minutes for a large one)."""
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, not {kind!r}")
         if not deadline > 0:
@@ -56,6 +57,7 @@ class Engine:
         self.cache = CodeCache(cache_dir)
         self.deadline = deadline
         self.log = log
+        self.on_compile = on_compile
         self.jobs = jobs or min(2, os.cpu_count() or 1)
         #: loaded images while anyone holds them (an image, a harness of it, a region running its code): an image
         #: nobody holds is unloaded, its translated object closed, so an engine that loads image after image does
@@ -163,7 +165,8 @@ class Image:
             self._program = Program.from_image(self.elf)
             return InterpBackend(self._program, e.memory_size)
         from berm_host.aot import AotBackend
-        return AotBackend(self.facts, e.memory_size, cache=e.cache, jobs=e.jobs, max_result=e.max_result)
+        return AotBackend(self.facts, e.memory_size, cache=e.cache, jobs=e.jobs, max_result=e.max_result,
+                          on_compile=e.on_compile)
 
     def harness(self, linker: Linker | None = None, *, name: str | None = None) -> Harness:
         if self.manifest is None:

@@ -184,6 +184,7 @@ def _many_loads(data):
     (lambda d: _patch_section(d, ".bss", "sh_size", 0x20000), "section .bss .* is not inside any loadable segment"),
     (lambda d: _patch_section(_patch_section(d, ".rela.text", "sh_type", 1), ".rela.rodata", "sh_type", 1),
      "link it with --emit-relocs"),
+    (lambda d: _patch_section(d, ".text", "sh_flags", 2), "has no code .*reachable"),  # nothing executable left
     (lambda d: _patch_section(d, ".rela.text", "sh_info", 500), "which does not exist"),
     (lambda d: _patch_section(d, ".rela.text", "sh_size", 25), "whole number of entries"),
     (lambda d: _patch_section(d, ".shstrtab", "sh_size", 3), "section-name table is not NUL-terminated"),

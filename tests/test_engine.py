@@ -276,3 +276,13 @@ def test_an_image_without_lifecycle_exports_cannot_be_entered(engine, elf):
     assert h.exports == frozenset()
     with pytest.raises(HostError, match="does not export on_wake"):
         h.enter("on_wake", b"{}")
+
+
+def test_a_load_that_compiles_says_so_first(tmp_path, elf):
+    """The first load of a large image takes minutes (a Rust debug build: 91 s of silence in ``berm call``):
+    ``on_compile`` hears what is compiled before a cache miss compiles, and nothing on a hit."""
+    said = []
+    Engine(cache_dir=tmp_path, on_compile=said.append).load(elf)
+    assert len(said) == 1 and said[0].startswith("translating and compiling ") and "KB of guest code" in said[0]
+    Engine(cache_dir=tmp_path, on_compile=said.append).load(elf)
+    assert len(said) == 1

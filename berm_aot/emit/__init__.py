@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from berm_aot.analysis import Analysis, analyse
+from berm_aot.demangle import demangle
 from berm_aot.errors import CompileError
 from berm_aot.program import Program
 
@@ -92,9 +93,10 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
     analysis = analyse(program)
     for f in analysis.functions:
         if len(f.insns) > MAX_FUNCTION_INSNS:
-            raise CompileError(f"function {f.func.name!r} at {f.start:#x} has {len(f.insns)} instructions: translated "
-                               f"code takes at most {MAX_FUNCTION_INSNS} in one function (the C compiler's time and "
-                               "memory grow faster than a function's size)")
+            raise CompileError(f"function {demangle(f.func.name)!r} at {f.start:#x} has {len(f.insns)} instructions: "
+                               f"translated code takes at most {MAX_FUNCTION_INSNS} in one function (the C compiler's "
+                               "time and memory grow faster than a function's size); split it, or turn a large match "
+                               "into a table, or run the image on the interpreter (--engine interp)")
     total = sum(len(f.insns) for f in analysis.functions)
     n = max(1, min(MAX_UNITS, -(-total // _UNIT_INSNS)))
     share = -(-total // n)

@@ -8,6 +8,7 @@ invocation, zeroes the registers and runs the translated entry.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from berm_aot.cache import CodeCache
@@ -53,12 +54,12 @@ class AotBackend:
     program's symbols in it; without it the object comes from ``cache`` (compiled on a miss). Either way the code
     must have been translated for this memory's layout (the core checks). ``compiled`` says whether this
     construction ran the C compiler. ``max_result``: ``call_tool`` gives no bytes for a result longer than this
-    (None: no cap).
+    (None: no cap). ``on_compile`` receives a line saying what is compiled before a cache miss compiles.
     """
 
     def __init__(self, source: Program | ElfImage | ElfFacts, memory_size: int = DEFAULT_MEMORY, *,
                  cache: CodeCache | None = None, code: tuple[Path, str] | None = None, jobs: int = 2,
-                 max_result: int | None = None):
+                 max_result: int | None = None, on_compile: Callable[[str], None] | None = None):
         self._program = source if isinstance(source, Program) else None
         self.image = source.image if isinstance(source, Program) else source
         self.layout = layout_for(self.image, memory_size)
@@ -66,8 +67,8 @@ class AotBackend:
         key = None
         if code is None:
             key = object_key(self.image, windows)
-            path, self.compiled = cached_object(self.image, windows, cache or CodeCache(), lambda: self.program,
-                                                jobs=jobs, key=key)
+            path, self.compiled = cached_object(self.image, windows, cache or CodeCache(),
+                                                lambda: self._to_compile(on_compile), jobs=jobs, key=key)
             code = (path, "")
         else:
             self.compiled = False
@@ -75,6 +76,15 @@ class AotBackend:
         self.memory = MemoryImage(self.layout, image_hull(self.image, self.layout),
                                   load_code(str(code[0]), code[1], windows, key), max_result)
         watchdog.ensure_started()
+
+    def _to_compile(self, on_compile: Callable[[str], None] | None) -> Program:
+        """The program model, for a cache miss: said to ``on_compile`` first (a large image takes minutes)."""
+        program = self.program
+        if on_compile is not None:
+            code = sum(s.size for s in program.image.sections if s.executable and s.alloc)
+            on_compile(f"translating and compiling {max(1, round(code / 1024))} KB of guest code into the code cache "
+                       "(once per image and memory size)")
+        return program
 
     @property
     def program(self) -> Program:

@@ -1,0 +1,112 @@
+"""Which ISA extensions an image was compiled for, from its RISC-V build attributes (``.riscv.attributes``).
+
+An image built for extensions the host does not run (Zbb's ``rol``, F's ``fadd.s``) would load and then trap with
+"illegal instruction" at the first such instruction, deep in some library function; its attributes say so up
+front, so it is refused when it is read, naming the extensions.
+
+The section's format (RISC-V ELF psABI, "Attributes"): ``A``, then subsections — a uint32 length counting itself,
+a NUL-terminated vendor name, then sub-subsections: a tag byte, a uint32 length counting the tag and itself, then
+attributes, each a ULEB128 tag and a value: a ULEB128 integer for even tags, a NUL-terminated string for odd ones.
+Only vendor ``riscv``, ``Tag_File`` (1) and ``Tag_RISCV_arch`` (5) matter here. Anything malformed is an ElfError.
+"""
+
+from __future__ import annotations
+
+import re
+
+from berm_aot.errors import ElfError
+
+TAG_FILE = 1
+TAG_ARCH = 5
+#: What the host runs: RV64IMAC and the named subsets of it (Zmmul, Zaamo, Zalrsc, Zca), extensions whose only
+#: instructions are hints encoded as instructions RV64IMAC has (Zihintpause, Zihintntl, Zicbop), and Zicsr and
+#: Zifencei, which compilers list by default and use only when the source asks (the host treats CSR access and
+#: fence.i as any other illegal instruction, when reached). RV64E is RV64I with fewer registers.
+RUNS = frozenset({"i", "e", "m", "a", "c", "zicsr", "zifencei", "zmmul", "zaamo", "zalrsc", "zca", "zihintpause",
+                  "zihintntl", "zicbop"})
+_VERSION = re.compile(r"\d+(p\d+)?$")
+_LETTER = re.compile(r"([a-z])(?:\d+(?:p\d+)?)?")
+
+
+def arch(section: bytes) -> str | None:
+    """The ``Tag_RISCV_arch`` string of a ``.riscv.attributes`` section, None when it names none."""
+    if not section.startswith(b"A"):
+        raise ElfError("the .riscv.attributes section does not start with format version 'A'")
+    pos = 1
+    while pos < len(section):
+        length = _u32(section, pos, "subsection")
+        end = pos + length
+        name_end = section.find(b"\0", pos + 4, end)
+        if length < 5 or end > len(section) or name_end < 0:
+            raise ElfError(f"the .riscv.attributes section has a malformed subsection at byte {pos}")
+        if section[pos + 4:name_end] == b"riscv":
+            found = _file_arch(section, name_end + 1, end)
+            if found is not None:
+                return found
+        pos = end
+    return None
+
+
+def _file_arch(data: bytes, pos: int, end: int) -> str | None:
+    while pos < end:
+        tag, length = data[pos], _u32(data, pos + 1, "sub-subsection")
+        stop = pos + length
+        if length < 5 or stop > end:
+            raise ElfError(f"the .riscv.attributes section has a malformed sub-subsection at byte {pos}")
+        if tag == TAG_FILE:
+            at = pos + 5
+            while at < stop:
+                attr, at = _uleb(data, at, stop)
+                if attr % 2:
+                    nul = data.find(b"\0", at, stop)
+                    if nul < 0:
+                        raise ElfError("the .riscv.attributes section has an unterminated string")
+                    if attr == TAG_ARCH:
+                        return data[at:nul].decode("ascii", "replace")
+                    at = nul + 1
+                else:
+                    _, at = _uleb(data, at, stop)
+        pos = stop
+    return None
+
+
+def _u32(data: bytes, pos: int, what: str) -> int:
+    if pos + 4 > len(data):
+        raise ElfError(f"the .riscv.attributes section ends inside a {what} length")
+    return int.from_bytes(data[pos:pos + 4], "little")
+
+
+def _uleb(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while pos < end and shift < 64:
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    raise ElfError("the .riscv.attributes section has a malformed ULEB128 number")
+
+
+def extensions(arch_string: str) -> list[str]:
+    """The extensions an arch string names, in its order: ``rv64i2p1_m2p0_c2p0_zicsr2p0`` or ``rv64imac_zicsr``."""
+    text = arch_string.lower()
+    if not text.startswith(("rv32", "rv64")):
+        raise ElfError(f"the image's architecture {arch_string!r} is not an RV32/RV64 arch string")
+    out = []
+    for token in text[4:].split("_"):
+        if token[:1] in ("z", "s", "x"):
+            out.append(_VERSION.sub("", token))
+        else:
+            out.extend(m.group(1) for m in _LETTER.finditer(token))
+    return out
+
+
+def check(arch_string: str) -> None:
+    """Refuse an image built for RV32, or for extensions the host does not run (ElfError naming them)."""
+    if arch_string.lower().startswith("rv32"):
+        raise ElfError(f"the image was built for RV32 ({arch_string}); build for rv64imac, the lp64 ABI")
+    unknown = [e for e in extensions(arch_string) if e not in RUNS]
+    if unknown:
+        raise ElfError(f"the image was built for RISC-V extensions this host does not run: {', '.join(unknown)} "
+                       f"(its attributes say {arch_string}); build for rv64imac, the lp64 ABI")
