@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from berm_aot import attributes
 from berm_aot.elf import read_elf
@@ -88,3 +90,13 @@ def _arch_patched(data: bytes, old: bytes, new: bytes) -> bytes:
     section = _section(data)
     at = data.index(section)
     return data[:at] + section.replace(old, new) + data[at + len(section):]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_are_an_arch_none_or_an_elf_error(data):
+    try:
+        found = attributes.arch(b"A" + data)
+    except ElfError:
+        return
+    assert found is None or isinstance(found, str)
