@@ -7,7 +7,7 @@ the memory size (berm_host.layout.Layout.windows), and are part of the object's 
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 #: The C names of the fields, in order (berm_code.h checks that a unit defines all of them).
 C_NAMES = ("BERM_LOAD_LO", "BERM_LOAD_SPAN", "BERM_STORE_LO", "BERM_STORE_SPAN", "BERM_STACK_LO", "BERM_STACK_SPAN")
@@ -26,7 +26,8 @@ class Windows:
     stack_span: int
 
     def values(self) -> tuple[int, ...]:
-        return astuple(self)
+        # not dataclasses.astuple, which deep-copies every field: ~50 us of a ~600 us cached load
+        return (self.load_lo, self.load_span, self.store_lo, self.store_span, self.stack_lo, self.stack_span)
 
     def defines(self) -> list[str]:
         """The ``#define`` lines a unit starts with."""

@@ -5,12 +5,15 @@ on engines of different sizes must fault at each size's own edges, exactly as th
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from berm_aot import cc
 from berm_aot.elf import read_elf
 from berm_aot.errors import ElfError
 from berm_aot.program import Program
+from berm_aot.windows import Windows
 from berm_host.aot.backend import AotBackend
 from berm_host.aot.objects import compile_programs
 from berm_host.aot.runtime import load_code
@@ -77,6 +80,12 @@ def test_the_core_compares_every_layout_number():
     from berm_host.aot.runtime import lib
 
     assert len(fields(Windows)) == len(C_NAMES) == lib.BERM_LAYOUT_WORDS
+
+
+def test_windows_values_are_the_fields_in_order():
+    """``values()`` is what the C defines and the core's layout check read, by position."""
+    fields = [f.name for f in dataclasses.fields(Windows)]
+    assert Windows(*range(6)).values() == tuple(range(6)) and len(fields) == 6
 
 
 def test_a_window_of_one_to_seven_bytes_is_refused():
