@@ -95,7 +95,8 @@ def capability_seconds(runner: BermRunner, n: int, repeats: int) -> float:
 
 
 def cached_load_p50(elf: bytes, loads: int) -> float:
-    """``Engine(...).load`` of an image already in the cache (a new Engine each time, so nothing is memoised)."""
+    """``Engine(...).load`` of an image already in the cache (a new Engine each time, so nothing is memoised; the
+    previous load's image is dropped, so each load dlopens its object afresh)."""
     from berm_host.engine import Engine
 
     with tempfile.TemporaryDirectory(prefix="berm-bench-cache-") as cache:
