@@ -55,7 +55,8 @@ def cached_dir(cached: Path, fill: Callable[[Path], None]) -> Path:
     try:
         fill(staging)
         for path in staging.iterdir():
-            os.chmod(path, 0o644, follow_symlinks=False)
+            if not path.is_symlink() and path.is_file():  # anything else fails the check below
+                os.chmod(path, 0o644)
         os.chmod(staging, 0o755)
         try:
             os.replace(staging, cached)

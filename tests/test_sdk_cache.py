@@ -118,3 +118,14 @@ def test_our_root_loses_group_and_other_write_unless_sticky(entry):
     assert stat.S_IMODE(root.stat().st_mode) == 0o755
     os.chmod(root, 0o1777)  # sticky, like /tmp: others cannot move what is ours
     assert cached_dir(entry, Builds()) == entry and stat.S_IMODE(root.stat().st_mode) == 0o1777
+
+
+def test_a_fill_that_leaves_a_symlink_is_refused_without_touching_its_target(entry, tmp_path):
+    """Sealing the staging directory sets its files' modes: a symlink there (no fill of ours makes one) is left
+    alone — never followed to chmod what it points at — and the entry fails its check."""
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"x")
+    os.chmod(target, 0o600)
+    with pytest.raises(BuildError, match="did not verify"):
+        cached_dir(entry, lambda staging: (staging / "link.o").symlink_to(target))
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
