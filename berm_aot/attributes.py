@@ -7,7 +7,9 @@ front, so it is refused when it is read, naming the extensions.
 The section's format (RISC-V ELF psABI, "Attributes"): ``A``, then subsections — a uint32 length counting itself,
 a NUL-terminated vendor name, then sub-subsections: a tag byte, a uint32 length counting the tag and itself, then
 attributes, each a ULEB128 tag and a value: a ULEB128 integer for even tags, a NUL-terminated string for odd ones.
-Only vendor ``riscv``, ``Tag_File`` (1) and ``Tag_RISCV_arch`` (5) matter here. Anything malformed is an ElfError.
+Only vendor ``riscv``, ``Tag_File`` (1) and ``Tag_RISCV_arch`` (5) matter here; the whole section is read, every
+arch tag is checked, and anything malformed is an ElfError. The section is read in one pass and an arch string is
+at most ``MAX_ARCH`` characters (a hostile one of 200,000 digits took a backtracking pattern minutes).
 """
 
 from __future__ import annotations
@@ -24,14 +26,17 @@ TAG_ARCH = 5
 #: fence.i as any other illegal instruction, when reached). RV64E is RV64I with fewer registers.
 RUNS = frozenset({"i", "e", "m", "a", "c", "zicsr", "zifencei", "zmmul", "zaamo", "zalrsc", "zca", "zihintpause",
                   "zihintntl", "zicbop"})
-_VERSION = re.compile(r"\d+(p\d+)?$")
+#: The longest arch string accepted (every extension there is, with versions, is a few hundred characters).
+MAX_ARCH = 1024
+_VERSION = re.compile(r"(?<!\d)\d+(p\d+)?$")  # anchored to the start of a digit run: linear, not quadratic
 _LETTER = re.compile(r"([a-z])(?:\d+(?:p\d+)?)?")
 
 
-def arch(section: bytes) -> str | None:
-    """The ``Tag_RISCV_arch`` string of a ``.riscv.attributes`` section, None when it names none."""
+def arches(section: bytes) -> list[str]:
+    """Every ``Tag_RISCV_arch`` string of a ``.riscv.attributes`` section, in order (usually one)."""
     if not section.startswith(b"A"):
         raise ElfError("the .riscv.attributes section does not start with format version 'A'")
+    found: list[str] = []
     pos = 1
     while pos < len(section):
         length = _u32(section, pos, "subsection")
@@ -40,14 +45,12 @@ def arch(section: bytes) -> str | None:
         if length < 5 or end > len(section) or name_end < 0:
             raise ElfError(f"the .riscv.attributes section has a malformed subsection at byte {pos}")
         if section[pos + 4:name_end] == b"riscv":
-            found = _file_arch(section, name_end + 1, end)
-            if found is not None:
-                return found
+            _file_arches(section, name_end + 1, end, found)
         pos = end
-    return None
+    return found
 
 
-def _file_arch(data: bytes, pos: int, end: int) -> str | None:
+def _file_arches(data: bytes, pos: int, end: int, found: list[str]) -> None:
     while pos < end:
         tag, length = data[pos], _u32(data, pos + 1, "sub-subsection")
         stop = pos + length
@@ -62,12 +65,14 @@ def _file_arch(data: bytes, pos: int, end: int) -> str | None:
                     if nul < 0:
                         raise ElfError("the .riscv.attributes section has an unterminated string")
                     if attr == TAG_ARCH:
-                        return data[at:nul].decode("ascii", "replace")
+                        if nul - at > MAX_ARCH:
+                            raise ElfError(f"the .riscv.attributes section has an arch string of {nul - at} "
+                                           f"characters (at most {MAX_ARCH})")
+                        found.append(data[at:nul].decode("ascii", "replace"))
                     at = nul + 1
                 else:
                     _, at = _uleb(data, at, stop)
         pos = stop
-    return None
 
 
 def _u32(data: bytes, pos: int, what: str) -> int:

@@ -361,12 +361,14 @@ class _Reader:
     # -- manifest ------------------------------------------------------------------------------------------
 
     def _check_arch(self) -> None:
-        """Refuse an image its build attributes say was compiled for extensions the host does not run."""
-        for i, name in enumerate(self.names):
-            if name == ATTRIBUTES_SECTION:
-                found = attributes.arch(self._contents(i))
-                if found is not None:
-                    attributes.check(found)
+        """Refuse an image its build attributes say was compiled for extensions the host does not run (one
+        attributes section, as linkers write: section headers may alias one large blob many times over)."""
+        found = [i for i, name in enumerate(self.names) if name == ATTRIBUTES_SECTION]
+        if len(found) > 1:
+            raise ElfError(f"the image has {len(found)} {ATTRIBUTES_SECTION} sections")
+        for i in found:
+            for arch in attributes.arches(self._contents(i)):
+                attributes.check(arch)
 
     def _manifest(self) -> bytes | None:
         found = [i for i, name in enumerate(self.names) if name == MANIFEST_SECTION]

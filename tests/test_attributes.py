@@ -13,9 +13,19 @@ from hypothesis import strategies as st
 from berm_aot import attributes
 from berm_aot.elf import read_elf
 from berm_aot.errors import ElfError
+from tests.elf_samples import SHDR_FIELDS, field, patched, shdr_offsets
 from tests.guests import guest_elf
 
 RUST_PROBE = Path(__file__).resolve().parent.parent / "harnesses" / "rust-probe" / "rust-probe.elf"
+
+
+def _file(attributes_: bytes) -> bytes:
+    """A Tag_File sub-subsection holding ``attributes_``."""
+    return b"\x01" + (5 + len(attributes_)).to_bytes(4, "little") + attributes_
+
+
+def _subsection(body: bytes, vendor: bytes = b"riscv") -> bytes:
+    return (4 + len(vendor) + 1 + len(body)).to_bytes(4, "little") + vendor + b"\0" + body
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +39,7 @@ def test_what_the_toolchains_write_is_accepted(elf):
     for data in (elf, RUST_PROBE.read_bytes()):
         read_elf(data)
     section = _section(RUST_PROBE.read_bytes())
-    assert attributes.arch(section) == "rv64i2p1_m2p0_a2p1_c2p0_zmmul1p0_zaamo1p0_zalrsc1p0_zca1p0"
+    assert attributes.arches(section) == ["rv64i2p1_m2p0_a2p1_c2p0_zmmul1p0_zaamo1p0_zalrsc1p0_zca1p0"]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -52,6 +62,17 @@ def test_an_image_built_for_extensions_the_host_does_not_run_is_refused(elf, rep
         read_elf(patched)
 
 
+def test_a_second_attributes_section_is_refused(elf):
+    """Section headers may alias one large blob many times over (200 of them over 1 MB took 42 s to read)."""
+    offsets = shdr_offsets(elf)
+    name = field(elf, offsets[".riscv.attributes"], SHDR_FIELDS, "sh_name")
+    other = next(s for s in offsets if s not in (".riscv.attributes", ".text", ".berm.abi", "") and
+                 not s.startswith((".rela", ".sym", ".str", ".shstr")))
+    doubled = patched(elf, offsets[other] + SHDR_FIELDS["sh_name"][0], SHDR_FIELDS["sh_name"][1], name)
+    with pytest.raises(ElfError, match="2 .riscv.attributes sections"):
+        read_elf(doubled)
+
+
 def test_rv32_is_refused():
     with pytest.raises(ElfError, match="built for RV32"):
         attributes.check("rv32imac")
@@ -64,16 +85,33 @@ def test_rv32_is_refused():
     b"A\x10\x00\x00\x00riscv\x00\x01\x00\x00\x00\x00",  # a sub-subsection of length 0
     b"A\x13\x00\x00\x00riscv\x00\x01\x09\x00\x00\x00\x05rv",  # an unterminated arch string
     b"A\x13\x00\x00\x00riscv\x00\x01\x09\x00\x00\x00\x04\xff\xff",  # a ULEB128 number that never ends
+    _file(b"\x05rv64imac\x00\xff\xff\xff\xff"),  # trailing garbage after the arch string
+    _file(b"\x05rv64i_z" + b"1" * 5000 + b"\x00"),  # an arch string longer than any real one
 ])
 def test_a_malformed_section_is_an_elf_error(section):
     with pytest.raises(ElfError, match=r"\.riscv\.attributes"):
-        attributes.arch(section)
+        attributes.arches(section)
+
+
+def test_every_arch_tag_is_checked(elf):
+    """A second arch string (or a second Tag_File, or subsection) after an acceptable one was never read."""
+    section = b"A" + _subsection(_file(b"\x05rv64imac\x00") + _file(b"\x05rv64gc_zbb\x00"))
+    assert attributes.arches(section) == ["rv64imac", "rv64gc_zbb"]
+    with pytest.raises(ElfError, match="extensions this host does not run: g, zbb"):
+        for arch in attributes.arches(section):
+            attributes.check(arch)
+
+
+def test_a_long_run_of_digits_is_checked_in_linear_time():
+    """A backtracking version pattern made a 200,000-digit extension name take minutes (the arch string came
+    from a 265 KB hostile ELF): the pattern is anchored, and arch strings are capped anyway."""
+    assert attributes.extensions("rv64i_z" + "1" * 200_000 + "x") == ["i", "z" + "1" * 200_000 + "x"]
 
 
 def test_other_vendors_and_tags_are_skipped():
     vendor = b"\x0e\x00\x00\x00acme\x00" + b"\x01\x05\x00\x00\x00"
     ours = b"\x1b\x00\x00\x00riscv\x00" + b"\x01\x11\x00\x00\x00" + b"\x04\x10" + b"\x05rv64imac\x00"
-    assert attributes.arch(b"A" + vendor + ours) == "rv64imac"
+    assert attributes.arches(b"A" + vendor + ours) == ["rv64imac"]
 
 
 def _section(data: bytes) -> bytes:
@@ -94,9 +132,9 @@ def _arch_patched(data: bytes, old: bytes, new: bytes) -> bytes:
 
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=200))
-def test_any_bytes_are_an_arch_none_or_an_elf_error(data):
+def test_any_bytes_are_arch_strings_or_an_elf_error(data):
     try:
-        found = attributes.arch(b"A" + data)
+        found = attributes.arches(b"A" + data)
     except ElfError:
         return
-    assert found is None or isinstance(found, str)
+    assert all(isinstance(arch, str) for arch in found)
