@@ -319,8 +319,10 @@ class _Reader:
     # -- relocations ---------------------------------------------------------------------------------------
 
     def _relocations(self, symbols: list[tuple[str, int]]) -> tuple[Relocation, ...]:
-        """Every relocation that patched an allocated section; those against debug sections are ignored."""
-        out, applied = [], False
+        """Every relocation that patched an allocated section; those against debug sections are ignored. A section
+        is patched by one relocation section, as linkers write them (headers may alias one large table many times
+        over, and each alias would be read in full)."""
+        out, applied, patched = [], False, set()
         for i, sh in enumerate(self.shdrs):
             if sh["sh_type"] != "SHT_RELA":
                 continue
@@ -331,6 +333,9 @@ class _Reader:
             tsh = self.shdrs[target]
             if not tsh["sh_flags"] & _SHF_ALLOC:
                 continue
+            if target in patched:
+                raise ElfError(f"section {self.names[target]} has more than one relocation section")
+            patched.add(target)
             if sh["sh_link"] != self.symtab:
                 raise ElfError(f"relocation section {self.names[i]} does not use the symbol table")
             applied = True

@@ -186,6 +186,8 @@ def _many_loads(data):
      "link it with --emit-relocs"),
     (lambda d: _patch_section(d, ".text", "sh_flags", 2), "has no code .*reachable"),  # nothing executable left
     (lambda d: _patch_section(d, ".rela.text", "sh_info", 500), "which does not exist"),
+    (lambda d: _patch_section(d, ".rela.rodata", "sh_info", field(d, shdr_offsets(d)[".rela.text"], SHDR_FIELDS,
+                                                                 "sh_info")), "more than one relocation section"),
     (lambda d: _patch_section(d, ".rela.text", "sh_size", 25), "whole number of entries"),
     (lambda d: _patch_section(d, ".shstrtab", "sh_size", 3), "section-name table is not NUL-terminated"),
     (lambda d: _patch_section(d, ".text", "sh_name", 0xFFFF), "past the end of the section-name table"),
