@@ -528,16 +528,22 @@ static pid_t watchdog_pid;
 
 /* Held while the watchdog thread is being started. */
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Held around this core's dlopen and dlclose (berm_load, berm_unload): a child forked while another thread was in
+ * the dynamic loader inherits the loader's own lock held, and its first dlopen never returns. */
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Fork with both locks held by no one: take them around fork() so the child inherits them unlocked (a fork while
- * another thread started the watchdog left the child's start_lock locked forever: its first load hung). */
+/* Fork with these locks held by no one: take them around fork() so the child inherits them unlocked, and no load
+ * of ours is halfway through the loader (a fork while another thread started the watchdog, or loaded an image,
+ * left the child hung at its own first load). */
 static void fork_prepare(void) {
+    pthread_mutex_lock(&load_lock);
     pthread_mutex_lock(&start_lock);
     pthread_mutex_lock(&live_lock);
 }
 static void fork_release(void) {
     pthread_mutex_unlock(&live_lock);
     pthread_mutex_unlock(&start_lock);
+    pthread_mutex_unlock(&load_lock);
 }
 
 /* Registered as the module loads, before anything can take the locks (registering takes the C library's own
@@ -772,7 +778,9 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
 
 void *berm_load(const char *path, const char *symbol, const char *layout_symbol, const uint64_t *layout,
                 const char *key, uint64_t *frame, void **handle, char *err, size_t errlen) {
+    pthread_mutex_lock(&load_lock);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    pthread_mutex_unlock(&load_lock);
     if (!h) {
         snprintf(err, errlen, "%s", dlerror());
         return NULL;
@@ -800,10 +808,13 @@ void *berm_load(const char *path, const char *symbol, const char *layout_symbol,
         *handle = h;
         return enter;
     }
-    dlclose(h);
+    berm_unload(h);
     return NULL;
 }
 
 void berm_unload(void *handle) {
-    if (handle) dlclose(handle);
+    if (!handle) return;
+    pthread_mutex_lock(&load_lock);
+    dlclose(handle);
+    pthread_mutex_unlock(&load_lock);
 }
