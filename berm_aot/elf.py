@@ -322,7 +322,7 @@ class _Reader:
         """Every relocation that patched an allocated section; those against debug sections are ignored. A section
         is patched by one relocation section, as linkers write them (headers may alias one large table many times
         over, and each alias would be read in full)."""
-        out, applied, patched = [], False, set()
+        out, patched = [], set()
         for i, sh in enumerate(self.shdrs):
             if sh["sh_type"] != "SHT_RELA":
                 continue
@@ -338,9 +338,8 @@ class _Reader:
             patched.add(target)
             if sh["sh_link"] != self.symtab:
                 raise ElfError(f"relocation section {self.names[i]} does not use the symbol table")
-            applied = True
             out.extend(self._rela_table(i, self.names[target], tsh["sh_addr"], tsh["sh_size"], symbols))
-        if not applied:
+        if not patched:
             raise ElfError("the image carries no relocations for its code; link it with --emit-relocs "
                            "(the host needs them to know the legal indirect-jump targets)")
         return tuple(out)
@@ -363,20 +362,23 @@ class _Reader:
                               section))
         return out
 
-    # -- manifest ------------------------------------------------------------------------------------------
+    # -- build attributes and manifest: one section each -----------------------------------------------------
+
+    def _only(self, name: str) -> int | None:
+        """The index of the section ``name``, None without one; more than one is refused (linkers write one, and
+        section headers may alias one large blob many times over)."""
+        found = [i for i, n in enumerate(self.names) if n == name]
+        if len(found) > 1:
+            raise ElfError(f"the image has {len(found)} {name} sections")
+        return found[0] if found else None
 
     def _check_arch(self) -> None:
-        """Refuse an image its build attributes say was compiled for extensions the host does not run (one
-        attributes section, as linkers write: section headers may alias one large blob many times over)."""
-        found = [i for i, name in enumerate(self.names) if name == ATTRIBUTES_SECTION]
-        if len(found) > 1:
-            raise ElfError(f"the image has {len(found)} {ATTRIBUTES_SECTION} sections")
-        for i in found:
-            for arch in attributes.arches(self._contents(i)):
+        """Refuse an image its build attributes say was compiled for extensions the host does not run."""
+        index = self._only(ATTRIBUTES_SECTION)
+        if index is not None:
+            for arch in attributes.arches(self._contents(index)):
                 attributes.check(arch)
 
     def _manifest(self) -> bytes | None:
-        found = [i for i, name in enumerate(self.names) if name == MANIFEST_SECTION]
-        if len(found) > 1:
-            raise ElfError(f"the image has {len(found)} {MANIFEST_SECTION} sections")
-        return self._contents(found[0]) if found else None
+        index = self._only(MANIFEST_SECTION)
+        return self._contents(index) if index is not None else None

@@ -164,7 +164,7 @@ class Image:
             from berm_host.interp import InterpBackend
             self._program = Program.from_image(self.elf)
             return InterpBackend(self._program, e.memory_size)
-        from berm_host.aot import AotBackend
+        from berm_host.aot.backend import AotBackend
         return AotBackend(self.facts, e.memory_size, cache=e.cache, jobs=e.jobs, max_result=e.max_result,
                           on_compile=e.on_compile)
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import pytest
 
@@ -17,10 +16,12 @@ from berm_abi.names import fnv1a64
 from berm_host.engine import Engine
 from berm_host.linker import CapabilityError, Linker
 from berm_host.traps import HostError, Trap, TrapKind
-from tests.bounded import GRACE
+from tests.bounded import GRACE, ends_within
 from tests.guests import raw_harness_elf
 
 KINDS = ("aot", "interp")
+#: A deadline no test waits for: a run that ends at all under it ended by another's.
+NEVER = 1e6
 
 SOURCE = r"""
 static char out[256];
@@ -58,7 +59,7 @@ def test_a_fork_while_another_thread_makes_the_first_load_leaves_the_child_worki
     (tmp_path / "guest.elf").write_bytes(elf)
     script = textwrap.dedent(f"""
         import os, threading, time
-        import berm_host.aot.runtime  # imported first: a fork during an import leaves the child's import stuck
+        import berm_host.aot.backend  # imported first: a fork during an import leaves the child's import stuck
         from berm_host.engine import Engine
         from berm_host.traps import Trap
         ELF, CACHE = {str(tmp_path / "guest.elf")!r}, {str(tmp_path / "cache")!r}
@@ -105,8 +106,9 @@ def test_a_fork_while_another_thread_makes_the_first_load_leaves_the_child_worki
 @pytest.mark.parametrize("inner", KINDS)
 def test_a_run_started_by_a_capability_ends_by_its_callers_deadline(tmp_path, elf, outer, inner):
     """A 0.3 s invocation whose capability ran a harness of a 5 s engine took 5 s, on both engines: the nested run
-    kept only its own deadline (the watchdog's, on translated code). Across engines too."""
-    spinner = harness(elf, inner, tmp_path, deadline=3 * GRACE)
+    kept only its own deadline (the watchdog's, on translated code). Across engines too. The nested run's own
+    deadline is one it would never reach: ending at all is ending by its caller's."""
+    spinner = harness(elf, inner, tmp_path, deadline=NEVER)
     seen = []
 
     def cap(request: bytes) -> bytes:
@@ -118,10 +120,9 @@ def test_a_run_started_by_a_capability_ends_by_its_callers_deadline(tmp_path, el
 
     linker = Linker()
     linker.define("x.cap", cap)
-    start = time.monotonic()
+    caller = harness(elf, outer, tmp_path, linker, deadline=0.3)
     with pytest.raises(Trap) as info:  # back in the caller after its deadline: interrupted at the ecall
-        harness(elf, outer, tmp_path, linker, deadline=0.3).call("cap")
-    assert time.monotonic() - start < 0.3 + GRACE
+        ends_within(GRACE, lambda: caller.call("cap"))
     assert seen == [TrapKind.INTERRUPTED] and info.value.kind is TrapKind.INTERRUPTED
 
 
@@ -139,22 +140,20 @@ def test_the_first_translated_engine_made_by_an_interpreted_runs_capability_keep
         ELF, CACHE = {str(tmp_path / "guest.elf")!r}, {str(tmp_path / "cache")!r}
         def cap(request):
             try:
-                Engine(cache_dir=CACHE, deadline={3 * GRACE}).load(ELF).harness().call("spin")
+                Engine(cache_dir=CACHE, deadline={NEVER}).load(ELF).harness().call("spin")
             except Trap:
                 pass
             return b"back"
         linker = Linker()
         linker.define("x.cap", cap)
-        start = time.monotonic()
         try:
             Engine(kind="interp", deadline=0.3).load(ELF).harness(linker).call("cap")
         except Trap:
-            pass
-        print(round(time.monotonic() - start, 2))
+            print("ended")
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert float(proc.stdout) < 0.3 + GRACE
+    # the nested run's own deadline is never reached: a run that kept only that one spins until this timeout
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60 + GRACE)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ended", proc.stderr[-2000:]
 
 
 class Revocable(Linker):

@@ -1,5 +1,3 @@
-"""Translated code: the runtime core (C, built with cffi), its Python side, and the AOT backend."""
-
-from .backend import AotBackend
-
-__all__ = ["AotBackend"]
+"""Translated code: the runtime core (C, built with cffi: ``_core``), its Python side (``runtime``), and the AOT
+backend (``backend.AotBackend``). Nothing is imported here, so loading the core alone stays cheap (the interpreter
+hands it its deadline: berm_host/running.py)."""
