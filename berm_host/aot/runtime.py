@@ -185,7 +185,8 @@ class HostCalls:
         self.detail = ""  # detail of a trap raised from Python
         #: A KeyboardInterrupt, SystemExit or other BaseException that is not an Exception, raised while serving a
         #: host call: the run ends in a trap (nothing unwinds through guest code), then the backend raises it
-        #: (``reraise``), as the interpreter lets it through.
+        #: (``reraise``), as the interpreter lets it through. Set by ``serve`` and, for one raised as ``serve`` is
+        #: entered, by the core (core.c, ``python_trap``, by this attribute's name).
         self.pending: BaseException | None = None
 
     def bind(self, linker: Linker | None, log: LogSink | None) -> None:
