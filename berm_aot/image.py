@@ -89,10 +89,16 @@ class ElfImage:
         return tuple(s for s in self.sections if s.alloc and s.executable and s.size)
 
     def read(self, addr: int, n: int) -> bytes:
-        """``n`` bytes of the initial image at ``addr`` (zero-filled for .bss); ValueError outside every segment."""
-        for seg in self.segments:
-            if seg.vaddr <= addr and addr + n <= seg.end:
-                off = addr - seg.vaddr
-                chunk = seg.data[off:off + n]
-                return chunk + bytes(n - len(chunk))
-        raise ValueError(f"{n} bytes at {addr:#x} are not inside one loadable segment")
+        """``n`` bytes of the initial image at ``addr`` (``read_segments``)."""
+        return read_segments(self.segments, addr, n)
+
+
+def read_segments(segments: tuple[Segment, ...], addr: int, n: int) -> bytes:
+    """``n`` bytes of the initial image ``segments`` at ``addr`` (zero-filled for .bss); ValueError outside every
+    segment."""
+    for seg in segments:
+        if seg.vaddr <= addr and addr + n <= seg.end:
+            off = addr - seg.vaddr
+            chunk = seg.data[off:off + n]
+            return chunk + bytes(n - len(chunk))
+    raise ValueError(f"{n} bytes at {addr:#x} are not inside one loadable segment")

@@ -18,15 +18,14 @@ Decisions this module makes where SEMANTICS leaves room:
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
 from berm_aot.decode import decode
-from berm_aot.demangle import demangle
 from berm_aot.errors import DecodeError
-from berm_aot.image import ElfImage, Section, Symbol
+from berm_aot.image import ElfImage, Symbol
 from berm_aot.isa import BRANCHES, NO_FALL_THROUGH, Instruction
+from berm_aot.locator import CodeSection, CodeSections, Function, Locator, partition
 
 #: Relocation types of a ``call``/``tail``: unrelaxed, an ``auipc``/``jalr`` pair (an indirect call or tail call),
 #: so its ``S + A`` is a legal indirect target; relaxed or not, a function entry, so also a function start.
@@ -38,44 +37,19 @@ TARGET_RELOCATIONS = frozenset({"R_RISCV_64", "R_RISCV_32", "R_RISCV_PCREL_HI20"
 _BINDING_RANK = {"global": 0, "weak": 1, "local": 2}
 
 
-@dataclass(frozen=True)
-class Function:
-    name: str
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class _CodeSection:
-    """An executable section and its bytes."""
-
-    section: Section
-    data: bytes
-
-    def decode_at(self, addr: int) -> Instruction:
-        return decode(self.data, addr - self.section.addr, addr)
-
-
-class _CodeMap:
+class _CodeMap(CodeSections):
     """The executable sections of an image, found by address, and recursive descent over them."""
 
     def __init__(self, image: ElfImage):
-        self.sections: list[_CodeSection] = []
-        for sec in sorted(image.executable_sections(), key=lambda s: s.addr):
+        sections = []
+        for sec in image.executable_sections():
             try:
-                data = image.read(sec.addr, sec.size)
+                sections.append(CodeSection(sec.addr, image.read(sec.addr, sec.size)))
             except ValueError:
                 raise DecodeError(f"executable section {sec.name} at {sec.addr:#x} is not inside one loadable "
                                   "segment") from None
-            self.sections.append(_CodeSection(sec, data))
-        self._starts = [s.section.addr for s in self.sections]
-        self.names = frozenset(s.section.name for s in self.sections)
-
-    def section_of(self, addr: int) -> _CodeSection | None:
-        k = bisect.bisect_right(self._starts, addr) - 1
-        if k >= 0 and addr < self.sections[k].section.end:
-            return self.sections[k]
-        return None
+        super().__init__(sections)
+        self.names = frozenset(s.name for s in image.executable_sections())
 
     def descend(self, roots: set[int]) -> dict[int, Instruction]:
         """Every instruction reachable from ``roots`` through fall-through and direct branches and jumps."""
@@ -86,7 +60,7 @@ class _CodeMap:
             sec = self.section_of(addr)
             if sec is None:
                 continue
-            base, end, data = sec.section.addr, sec.section.end, sec.data
+            base, end, data = sec.addr, sec.end, sec.data
             while base <= addr < end and addr not in code:
                 insn = code[addr] = decode(data, addr - base, addr)
                 op = insn.op
@@ -140,16 +114,14 @@ class Program:
     indirect_targets: frozenset[int]
     code: Mapping[int, Instruction]
 
-    def __init__(self, image: ElfImage, codemap: _CodeMap, functions: tuple[Function, ...],
-                 indirect_targets: frozenset[int], code: dict[int, Instruction]):
+    def __init__(self, image: ElfImage, locator: Locator, indirect_targets: frozenset[int],
+                 code: dict[int, Instruction]):
         self.image = image
-        self.functions = functions
-        self.function_starts = frozenset(f.start for f in functions)
+        self.locator = locator
+        self.functions = locator.functions
+        self.function_starts = locator.function_starts
         self.indirect_targets = indirect_targets
         self.code = MappingProxyType(code)
-        self._codemap = codemap
-        self._starts = [f.start for f in functions]
-        self._on_demand: dict[int, Instruction] = {}
         self._globals: dict[str, int] = {}
         for sym in sorted(image.symbols, key=_symbol_rank, reverse=True):  # the best definition is written last
             if sym.binding in ("global", "weak") and sym.section is not None:
@@ -164,11 +136,11 @@ class Program:
         targets = frozenset(t for t in _legal_targets(image) if in_code(t))
         starts = {s.value for s in image.symbols
                   if s.kind == "func" and s.section in codemap.names and _is_label(s) and in_code(s.value)}
-        starts |= {s.section.addr for s in codemap.sections}
+        starts |= {s.addr for s in codemap.sections}
         starts |= _call_targets(image) & targets
         code = codemap.descend(starts | targets)
         starts = _close_starts(starts, code, codemap)
-        program = cls(image, codemap, _functions(image, codemap, starts), targets, code)
+        program = cls(image, Locator(codemap, _functions(image, codemap, starts)), targets, code)
         program._refuse_unsupported()
         return program
 
@@ -183,39 +155,22 @@ class Program:
 
     def in_code(self, addr: int) -> bool:
         """Whether ``addr`` lies inside an executable section."""
-        return self._codemap.section_of(addr) is not None
+        return self.locator.in_code(addr)
 
     def function_at(self, pc: int) -> Function | None:
-        k = bisect.bisect_right(self._starts, pc) - 1
-        if k >= 0 and pc < self.functions[k].end:
-            return self.functions[k]
-        return None
+        return self.locator.function_at(pc)
 
     def symbolize(self, pc: int) -> str:
-        """``name+0x1c`` of the function containing ``pc``, ``name`` at its start, ``0x…`` outside every one; a
-        Rust name demangled (``__rustc::rust_begin_unwind``, berm_aot.demangle)."""
-        f = self.function_at(pc)
-        if f is None:
-            return f"{pc:#x}"
-        name = demangle(f.name)
-        return name if pc == f.start else f"{name}+{pc - f.start:#x}"
+        """``name+0x1c`` of the function containing ``pc`` (``Locator.symbolize``)."""
+        return self.locator.symbolize(pc)
 
     def symbol(self, name: str) -> int | None:
         """The address of the global (else weak) symbol ``name``, None when the image defines none."""
         return self._globals.get(name)
 
     def instruction(self, addr: int) -> Instruction:
-        """The instruction at ``addr``: from ``code``, else decoded now (an address outside every executable
-        section gives an ``illegal`` instruction with note ``"not code"``)."""
-        insn = self.code.get(addr) or self._on_demand.get(addr)
-        if insn is None:
-            sec = self._codemap.section_of(addr)
-            if sec is None:
-                insn = Instruction(addr, 2, 0, "illegal", note="not code")
-            else:
-                insn = sec.decode_at(addr)
-            self._on_demand[addr] = insn
-        return insn
+        """The instruction at ``addr``: from ``code``, else decoded now (``Locator.instruction``)."""
+        return self.code.get(addr) or self.locator.instruction(addr)
 
     def check_indirect(self, src_pc: int, target: int, is_call: bool) -> str | None:
         """How the ``jalr`` at ``src_pc`` may reach ``target``: ``"call"`` (an indirect call to a function start),
@@ -298,12 +253,4 @@ def _functions(image: ElfImage, codemap: _CodeMap, starts: set[int]) -> tuple[Fu
             best = names.get(sym.value)
             if best is None or _symbol_rank(sym) < _symbol_rank(best):
                 names[sym.value] = sym
-    ordered = sorted(starts)
-    functions = []
-    for sec in codemap.sections:
-        inner = ordered[bisect.bisect_left(ordered, sec.section.addr):bisect.bisect_left(ordered, sec.section.end)]
-        for k, start in enumerate(inner):
-            end = inner[k + 1] if k + 1 < len(inner) else sec.section.end
-            sym = names.get(start)
-            functions.append(Function(sym.name if sym else f"fn_{start:x}", start, end))
-    return tuple(functions)
+    return partition(codemap, {start: names[start].name if start in names else f"fn_{start:x}" for start in starts})

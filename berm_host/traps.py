@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from berm_abi.errors import BermError
+
+if TYPE_CHECKING:
+    from berm_aot.locator import Locator
 
 
 class TrapKind(enum.Enum):
@@ -20,22 +24,22 @@ class TrapKind(enum.Enum):
     STACK_EXHAUSTED = "stack exhausted"
 
 
-def trap_info(kind: TrapKind, pc: int, addr: int, detail: str, program, layout) -> TrapInfo:
+def trap_info(kind: TrapKind, pc: int, addr: int, detail: str, locator: Locator, layout) -> TrapInfo:
     """The TrapInfo both engines report: the function and offset of ``pc`` and, for a memory fault, where the
     address points (the detail of a store says "store")."""
     region = layout.fault_region(addr, detail.startswith("store")) if kind is TrapKind.MEMORY_FAULT else ""
-    return TrapInfo(kind, pc, addr, detail, program.symbolize(pc), region)
+    return TrapInfo(kind, pc, addr, detail, locator.symbolize(pc), region)
 
 
-def illegal_detail(program, pc: int, addr: int) -> str:
+def illegal_detail(locator: Locator, pc: int, addr: int) -> str:
     """The detail of an illegal-instruction trap at ``pc`` (``addr``: the target reached, when a transfer reached
     it), worded alike by both engines: no code there, an entry that is not a function start (translated code enters
     functions only, so the interpreter refuses such an entry too), or the decoder's note on the encoding."""
-    if not program.in_code(pc):
+    if not locator.in_code(pc):
         return f"no code at {pc:#x}"
-    if addr == pc and pc not in program.function_starts:
+    if addr == pc and pc not in locator.function_starts:
         return f"entered at {pc:#x}, which is not the start of a function"
-    return program.instruction(pc).note or ""
+    return locator.instruction(pc).note or ""
 
 
 @dataclass(frozen=True)

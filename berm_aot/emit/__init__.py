@@ -1,11 +1,11 @@
 """Emit C for a whole program: several translation units that compile in parallel into one shared object.
 
-Unit 0 holds the lookups (function start → C function; legal indirect entry → C function) and the export
-``<prefix>berm_enter`` and the memory layout the code is specialised to, ``<prefix>berm_layout`` (the uint64_t
-fields of ``berm_aot.windows.Windows``); every unit holds some of the guest functions (``berm_aot.emit.function``) and declares all of them.
-``prefix`` namespaces every global symbol, so several programs can share one object (tests batch many random
-programs into one compile).
-"""
+Unit 0 holds the lookups (function start → C function; legal indirect entry → C function), the export
+``<prefix>berm_enter``, the memory layout the code is specialised to, ``<prefix>berm_layout`` (the uint64_t
+fields of ``berm_aot.windows.Windows``), and the program's functions by name, ``<prefix>berm_locator``
+(``berm_aot.locator``: a trap is named without the program model); every unit holds some of the guest functions
+(``berm_aot.emit.function``) and declares all of them. ``prefix`` namespaces every global symbol, so several
+programs can share one object (tests batch many random programs into one compile)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,9 @@ def _lookups(analysis: Analysis, prefix: str) -> list[str]:
     p = prefix
     lines = ["/* The layout the code is specialised to: the core refuses to run it on other memory. */",
              f"BERM_EXPORT const uint64_t {p}berm_layout[{len(C_NAMES)}] = {{{', '.join(C_NAMES)}}};", ""]
+    lines += ["/* The executable sections and functions, for naming where a trap happened (berm_aot.locator). */",
+              f"BERM_EXPORT const char {p}berm_locator[] =",
+              *(f'    "{_c_text(line)}\\n"' for line in analysis.program.locator.dumps()), "    ;", ""]
     lines += [f"static berm_fn {p}start_fn(uint64_t t) {{", "    switch (t) {"]
     lines += [f"    case {lit(f.start)}: return {fn_name(p, f.start)};" for f in analysis.functions]
     lines += ["    default: return 0;", "    }", "}", ""]
@@ -84,6 +87,11 @@ def _lookups(analysis: Analysis, prefix: str) -> list[str]:
         "",
     ]
     return lines
+
+
+def _c_text(ascii_line: str) -> str:
+    """``ascii_line`` inside a C string literal."""
+    return ascii_line.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Iterator[str]:

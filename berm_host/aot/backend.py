@@ -12,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from berm_aot.cache import CodeCache
-from berm_aot.image import ElfImage
+from berm_aot.image import ElfImage, read_segments
+from berm_aot.locator import Locator
 from berm_aot.program import Program
 from berm_host.backend import RunRequest, RunResult
 from berm_host import watchdog
@@ -49,10 +50,10 @@ def image_hull(image: ElfImage | ElfFacts, layout: Layout) -> bytes:
 class AotBackend:
     """An image translated, compiled and loaded, with ``memory_size`` bytes of guest memory per invocation.
 
-    ``source`` is a ``Program``, or an ``ElfImage`` or ``ElfFacts`` whose program model is built only when needed
-    (compiling on a cache miss, describing a trap). ``code`` names an already-built object and the prefix of the
-    program's symbols in it; without it the object comes from ``cache`` (compiled on a miss). Either way the code
-    must have been translated for this memory's layout (the core checks). ``compiled`` says whether this
+    ``source`` is a ``Program``, or an ``ElfImage`` or ``ElfFacts`` whose program model is built only to compile
+    (a trap is described from the locator the object carries). ``code`` names an already-built object and the
+    prefix of the program's symbols in it; without it the object comes from ``cache`` (compiled on a miss). Either
+    way the code must have been translated for this memory's layout (the core checks). ``compiled`` says whether this
     construction ran the C compiler. ``max_result``: ``call_tool`` gives no bytes for a result longer than this
     (None: no cap). ``on_compile`` receives a line saying what is compiled before a cache miss compiles.
     """
@@ -61,6 +62,7 @@ class AotBackend:
                  cache: CodeCache | None = None, code: tuple[Path, str] | None = None, jobs: int = 2,
                  max_result: int | None = None, on_compile: Callable[[str], None] | None = None):
         self._program = source if isinstance(source, Program) else None
+        self._locator = self._program.locator if self._program is not None else None
         self.image = source.image if isinstance(source, Program) else source
         self.layout = layout_for(self.image, memory_size)
         windows = self.layout.windows()  # an ElfError for a layout the checks cannot be exact for
@@ -92,6 +94,14 @@ class AotBackend:
             image = self.image
             self._program = Program.from_image(image.elf() if isinstance(image, ElfFacts) else image)
         return self._program
+
+    @property
+    def locator(self) -> Locator:
+        """Where guest addresses are, for describing traps: the program's, else read from the object."""
+        if self._locator is None:
+            segments = self.image.segments
+            self._locator = Locator.loads(self.memory.code.locator(), lambda a, n: read_segments(segments, a, n))
+        return self._locator
 
     # -- one invocation -----------------------------------------------------------------------------------------
 
@@ -178,8 +188,8 @@ class AotBackend:
             return None
         kind, pc, addr, detail = record
         if kind is TrapKind.ILLEGAL_INSTRUCTION:
-            detail = illegal_detail(self.program, pc, addr)
-        return trap_info(kind, pc, addr, detail, self.program, self.layout)
+            detail = illegal_detail(self.locator, pc, addr)
+        return trap_info(kind, pc, addr, detail, self.locator, self.layout)
 
 
 def _busy() -> HostError:

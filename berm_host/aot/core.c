@@ -528,8 +528,9 @@ static pid_t watchdog_pid;
 
 /* Held while the watchdog thread is being started. */
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Held around this core's dlopen and dlclose (berm_load, berm_unload): a child forked while another thread was in
- * the dynamic loader inherits the loader's own lock held, and its first dlopen never returns. */
+/* Held around this core's dlopen, dlsym and dlclose (berm_load, berm_object_symbol, berm_unload): a child forked
+ * while another thread was in the dynamic loader inherits the loader's own lock held, and its first dlopen never
+ * returns. */
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Fork with these locks held by no one: take them around fork() so the child inherits them unlocked, and no load
@@ -785,11 +786,11 @@ void *berm_load(const char *path, const char *symbol, const char *layout_symbol,
         snprintf(err, errlen, "%s", dlerror());
         return NULL;
     }
-    const int *abi = dlsym(h, "berm_rt_abi");
-    void *enter = dlsym(h, symbol);
-    const uint64_t *built_for = dlsym(h, layout_symbol);
-    const unsigned long long *max_frame = dlsym(h, "berm_max_frame");
-    const char *built_key = key ? dlsym(h, "berm_object_key") : NULL;
+    const int *abi = berm_object_symbol(h, "berm_rt_abi");
+    void *enter = berm_object_symbol(h, symbol);
+    const uint64_t *built_for = berm_object_symbol(h, layout_symbol);
+    const unsigned long long *max_frame = berm_object_symbol(h, "berm_max_frame");
+    const char *built_key = key ? berm_object_symbol(h, "berm_object_key") : NULL;
     if (abi && *abi != BERM_RT_ABI) { /* first: what an object of another runtime lacks is no news */
         snprintf(err, errlen, "%s was built for runtime ABI %d, this runtime is %d", path, *abi, BERM_RT_ABI);
     } else if (!abi || !enter || !built_for || !max_frame) {
@@ -810,6 +811,13 @@ void *berm_load(const char *path, const char *symbol, const char *layout_symbol,
     }
     berm_unload(h);
     return NULL;
+}
+
+void *berm_object_symbol(void *handle, const char *name) {
+    pthread_mutex_lock(&load_lock);
+    void *p = dlsym(handle, name);
+    pthread_mutex_unlock(&load_lock);
+    return p;
 }
 
 void berm_unload(void *handle) {

@@ -124,6 +124,8 @@ int berm_watchdog_start(double interval);
  * object's dlopen handle, which keeps the code mapped until berm_unload. */
 void *berm_load(const char *path, const char *symbol, const char *layout_symbol, const uint64_t *layout,
                 const char *key, uint64_t *frame, void **handle, char *err, size_t errlen);
+/* The address of symbol `name` in the object of a handle berm_load gave (dlsym), NULL when it has none. */
+void *berm_object_symbol(void *handle, const char *name);
 /* Close a handle berm_load gave (dlclose): only once no region that runs its code can run again. */
 void berm_unload(void *handle);
 /* Give a new region the code it runs: `enter` (berm_load) and that object's largest frame, which native_floor

@@ -25,9 +25,11 @@ from berm_aot.program import Program
 
 RUNTIME_DIR = Path(__file__).resolve().parent
 HEADERS = (RUNTIME_DIR / "berm_rt.h", RUNTIME_DIR / "berm_code.h")
-#: The exports of a program's code, after its prefix: the entry point and the layout it is specialised to.
+#: The exports of a program's code, after its prefix: the entry point, the layout it is specialised to, and its
+#: functions by name (berm_aot.locator).
 ENTRY_SYMBOL = "berm_enter"
 LAYOUT_SYMBOL = "berm_layout"
+LOCATOR_SYMBOL = "berm_locator"
 
 
 def source_digest(sources: str) -> str:

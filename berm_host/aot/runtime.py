@@ -17,7 +17,7 @@ from berm_host.layout import MAX_CALL_DEPTH, SP_BELOW_STACK, Layout, budgeted_lo
 from berm_host.linker import CapabilityError, Linker, exception_text, failed_detail, unknown_call_detail
 from berm_host.traps import HostError, TrapKind
 
-from .objects import ENTRY_SYMBOL, LAYOUT_SYMBOL
+from .objects import ENTRY_SYMBOL, LAYOUT_SYMBOL, LOCATOR_SYMBOL
 
 try:
     from ._core import ffi, lib
@@ -55,13 +55,18 @@ def capability_lookup(linker: Linker | None):
 
 class Code(NamedTuple):
     """A loaded program (``load_code``): its entry point (a ``void *`` for ``berm_run``), the largest native
-    stack frame of its object, in bytes, and the object's dlopen handle, closed when the last reference to it
-    goes. Every region that runs the code holds its image, which holds this: the object stays mapped while any
-    of them could still run (a run in progress holds its region)."""
+    stack frame of its object, in bytes, the object's dlopen handle, closed when the last reference to it goes, and
+    where its locator text lies in the object (``locator``). Every region that runs the code holds its image, which
+    holds this: the object stays mapped while any of them could still run (a run in progress holds its region)."""
 
     enter: object
     frame: int
     handle: object
+    locator_text: object
+
+    def locator(self) -> str:
+        """The program's ``berm_aot.locator.Locator`` as ``Locator.dumps`` wrote it into the object."""
+        return ffi.string(ffi.cast("char *", self.locator_text)).decode("ascii")
 
 
 class MemoryImage:
@@ -276,4 +281,8 @@ def load_code(path: str, prefix: str, windows: Windows, key: str | None = None) 
                           layout, key.encode() if key is not None else ffi.NULL, frame, handle, err, 512)
     if enter == ffi.NULL:
         raise HostError(f"cannot load translated code: {ffi.string(err).decode(errors='replace')}")
-    return Code(enter, frame[0], ffi.gc(handle[0], lib.berm_unload))
+    code = ffi.gc(handle[0], lib.berm_unload)
+    locator = lib.berm_object_symbol(code, (prefix + LOCATOR_SYMBOL).encode())
+    if locator == ffi.NULL:
+        raise HostError(f"cannot load translated code: {path} has no {prefix + LOCATOR_SYMBOL}")
+    return Code(enter, frame[0], code, locator)

@@ -109,8 +109,9 @@ class InterpBackend:
                     pc, trap = self._execute(x, mem.buf, st, request.entry)
             else:  # as translated code, which enters functions only
                 pc = request.entry
-                trap = trap_info(TrapKind.ILLEGAL_INSTRUCTION, pc, pc, illegal_detail(self.program, pc, pc),
-                                 self.program, self.layout)
+                locator = self.program.locator
+                trap = trap_info(TrapKind.ILLEGAL_INSTRUCTION, pc, pc, illegal_detail(locator, pc, pc), locator,
+                                 self.layout)
             result = None
             if (request.read_result and trap is None and self.layout.holds_result(x[10], x[11])
                     and (request.max_result is None or x[11] <= request.max_result)):
@@ -132,7 +133,7 @@ class InterpBackend:
         except Returned:
             return 0, None
         except GuestTrap as t:
-            return pc, trap_info(t.kind, pc, t.addr, t.detail, self.program, self.layout)
+            return pc, trap_info(t.kind, pc, t.addr, t.detail, self.program.locator, self.layout)
 
 
 def _no_code(pc: int):
