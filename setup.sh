@@ -1,18 +1,42 @@
 #!/usr/bin/env bash
 # One command to install everything Berm needs, development tools included, on a fresh Debian 12 machine:
 #   ./setup.sh
-# The guest toolchain (clang/lld for riscv64) comes from PyPI's ziglang, so no root is needed for it. Root is used
-# only to apt-install llvm (llvm-objdump, which the disassembler tests compare against) when it is missing.
+# It installs into the Python on PATH, unless that is one pip may not install into (Debian's own python3 is
+# "externally managed", PEP 668): then into a virtual environment it makes in .venv, to activate with
+# `. .venv/bin/activate`. The guest toolchain (clang/lld for riscv64) comes from PyPI's ziglang, so no root is needed
+# for it. Root is used only to apt-install what is missing: Debian's python3-venv and python3-dev (the headers the
+# runtime's C extensions compile against) and llvm (llvm-objdump, which the disassembler tests compare against).
 set -euo pipefail
 cd "$(dirname "$0")"
 
-if ! command -v llvm-objdump >/dev/null 2>&1; then
+missing=()
+python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
+    || missing+=(python3-dev)
+managed=0
+python3 -c 'import sysconfig, os, sys
+sys.exit(not (sys.prefix == sys.base_prefix and os.path.exists(sysconfig.get_path("stdlib") + "/EXTERNALLY-MANAGED")))' \
+    && managed=1
+if [ "$managed" = 1 ] && [ ! -x .venv/bin/python3 ]; then
+    python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+fi
+command -v llvm-objdump >/dev/null 2>&1 || missing+=(llvm)
+if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq && apt-get install -y -qq llvm >/dev/null
+        apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-        echo "setup.sh: llvm-objdump is missing; install Debian's 'llvm' package for the disassembler tests" >&2
+        echo "setup.sh: missing Debian packages ${missing[*]}: run 'sudo apt-get install ${missing[*]}' first" >&2
+        [ "${missing[*]}" = llvm ] || exit 1  # llvm serves the disassembler tests only
     fi
 fi
 
-python3 -m pip install --quiet -e '.[dev]'
-echo "Berm is installed: try 'berm --help'"
+python=python3
+if [ "$managed" = 1 ]; then
+    [ -x .venv/bin/python3 ] || python3 -m venv .venv
+    python=.venv/bin/python3
+fi
+"$python" -m pip install --quiet -e '.[dev]'
+if [ "$managed" = 1 ]; then
+    echo "Berm is installed in .venv: run '. .venv/bin/activate', then try 'berm --help'"
+else
+    echo "Berm is installed: try 'berm --help'"
+fi

@@ -39,8 +39,8 @@ def add_arguments(p) -> None:
     p.add_argument("--data-dir", type=Path, help="where kv data lives (default: $BERM_DATA_DIR or the user data dir)")
     p.add_argument("--daemon", nargs="?", const="", metavar="SOCKET",
                    help="call the harness of that name in a running daemon (berm serve) over its control socket "
-                        "(default socket: $BERM_SOCKET or the user runtime dir); its declaration grants, so the "
-                        "options above do not apply")
+                        "(default socket: $BERM_SOCKET, $XDG_RUNTIME_DIR/berm.sock or the user state dir, as for "
+                        "berm serve); its declaration grants, so the options above do not apply")
 
 #: Options that describe a one-entry declaration: meaningless when a daemon's own declarations decide.
 _LOCAL_ONLY = ("grant", "root", "host", "memory", "timeout", "name", "data_dir")

@@ -43,17 +43,21 @@ def _iso(ms: int) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--socket", type=Path, default=None, help="the daemon's control socket")
+    socket_help = "the daemon's control socket (default: as for berm serve)"
+    p.add_argument("--socket", type=Path, default=None, help=socket_help)
+    # accepted after the action too (berm schedule list --socket S); unset there, it leaves the one before alone
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--socket", type=Path, default=argparse.SUPPRESS, help=socket_help)
     sub = p.add_subparsers(dest="action", required=True)
-    add = sub.add_parser("add", help="wake HARNESS at WHEN with PAYLOAD (replaces a pending ID)")
+    add = sub.add_parser("add", parents=[common], help="wake HARNESS at WHEN with PAYLOAD (replaces a pending ID)")
     add.add_argument("harness")
     add.add_argument("id")
     add.add_argument("when", help="+30s, +5m, +2h, +1d, an ISO-8601 time, or epoch milliseconds")
     add.add_argument("--payload", default="")
-    ls = sub.add_parser("list", help="pending wakes, soonest first")
+    ls = sub.add_parser("list", parents=[common], help="pending wakes, soonest first")
     ls.add_argument("harness", nargs="?")
     ls.add_argument("--json", action="store_true", help="one JSON object per line")
-    cancel = sub.add_parser("cancel", help="remove a pending wake")
+    cancel = sub.add_parser("cancel", parents=[common], help="remove a pending wake")
     cancel.add_argument("harness")
     cancel.add_argument("id")
 

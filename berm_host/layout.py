@@ -24,8 +24,11 @@ MAX_MEMORY = 4 << 30
 DEFAULT_MEMORY = 64 << 20
 #: The lowest address a segment may start at: page zero stays unmapped so a null dereference traps.
 MIN_IMAGE_ADDR = PAGE
-#: Nested guest calls allowed before the "stack exhausted" trap; both engines count the same way.
+#: Frames on the shadow call stack, the entry's included, before a call is the "stack exhausted" trap: both engines
+#: count the same way, so MAX_CALL_DEPTH - 1 nested calls succeed (docs/SEMANTICS.md).
 MAX_CALL_DEPTH = 10_000
+#: The detail of that trap.
+DEPTH_DETAIL = f"more than {MAX_CALL_DEPTH - 1} nested calls"
 #: The detail of the "stack exhausted" trap of an instruction that would set sp below the stack (its address is
 #: the value sp would have had): a frame larger than the room left, which would otherwise skip the guard page
 #: and write the heap.

@@ -24,7 +24,10 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from berm_abi.errors import BermError
+from berm_aot.analysis import analyse
 from berm_aot.elf import read_elf
+from berm_aot.emit import refuse_oversized
+from berm_aot.errors import CompileError
 from berm_aot.manifest import TOOL_PREFIX, load_manifest, tool_exports
 from berm_aot.program import Program
 
@@ -131,16 +134,22 @@ def _sdk_objects(work: Path, profile: Profile) -> list[Path]:
     return sorted(cached_dir(cache_root() / "sdk-objects" / digest.hexdigest()[:32], fill).glob("*.o"))
 
 
-def verify_image(path: Path, spec: HarnessSpec) -> None:
-    """Read the built image as the host will; a BuildError says which check failed."""
+def verify_image(path: Path, spec: HarnessSpec, warn: Callable[[str], None] | None = None) -> None:
+    """Read the built image as the host will; a BuildError says which check failed. ``warn`` hears what only the
+    translated engine refuses (a function too large to translate: the interpreter runs it)."""
     try:
         image = read_elf(path.read_bytes())
         manifest = load_manifest(image)
         if not image.relocations:
             raise BuildError("it carries no relocations (was it linked without --emit-relocs?)")
-        Program.from_image(image)
+        program = Program.from_image(image)
     except BermError as exc:
         raise BuildError(f"{path}: the built image fails its own check: {exc}") from None
+    try:
+        refuse_oversized(analyse(program))
+    except CompileError as exc:
+        if warn is not None:
+            warn(f"the translated engine will refuse this harness: {exc}")
     if [t.name for t in manifest.tools] != [t.name for t in spec.tools]:
         raise BuildError(f"{path}: the built manifest does not list the tools of {spec.path}")
     extra = sorted(set(tool_exports(image)) - {t.name for t in spec.tools})
@@ -176,7 +185,7 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
         generated = _compile_all([entry], work / "entry", profile, include)
         objects = [*own.values(), *generated.values(), *_sdk_objects(work, profile)]
         linked = link(objects, work / "harness.elf", linker_script=profile.linker_script)
-        verify_image(linked, spec)
+        verify_image(linked, spec, warn)
         out.parent.mkdir(parents=True, exist_ok=True)
         staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
         shutil.copyfile(linked, staged)

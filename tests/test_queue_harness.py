@@ -334,6 +334,8 @@ def test_berm_schedule_add_list_cancel_against_a_running_daemon(images, tmp_path
         assert main([*sock, "add", "fixture-less", "x", "+1s"]) == 2
         assert "no harness named 'fixture-less'" in capsys.readouterr().err
         assert daemon.queue.list() == []
+        assert main(["schedule", "list", "--socket", str(config.socket)]) == 0  # the option after the action too
+        assert main(["schedule", "--socket", "/nonexistent/berm.sock", "list", "--socket", str(config.socket)]) == 0
     finally:
         daemon.stop()
 

@@ -26,7 +26,7 @@ from berm_abi.names import core_number, fnv1a64
 from berm_host.aot.runtime import lib
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine, Image
-from berm_host.layout import MAX_CALL_DEPTH, SP_BELOW_STACK
+from berm_host.layout import DEPTH_DETAIL, MAX_CALL_DEPTH, SP_BELOW_STACK
 from berm_host.linker import Linker
 from berm_host.traps import HostError, Trap, TrapKind
 from tests.bounded import GRACE, ends_within
@@ -512,7 +512,7 @@ def test_recursion_of_every_shape_ends_in_a_trap_in_a_live_host(cache_dir):
     assert aot["big_frames"]["trap"] == "STACK_EXHAUSTED" and aot["big_frames"]["detail"] == SP_BELOW_STACK
     for name in ("mut_a", "ind_rec", "log_rec"):
         assert aot[name]["trap"] == "STACK_EXHAUSTED", name
-        assert aot[name]["detail"] == f"more than {MAX_CALL_DEPTH} nested calls"
+        assert aot[name]["detail"] == DEPTH_DETAIL
     assert aot["log_rec_lines"] == MAX_CALL_DEPTH
     assert aot["rec_to"]["trap"] is None and aot["rec_to"]["regs"][10] == 1
 
@@ -529,7 +529,7 @@ def test_deep_recursion_then_a_host_call_on_a_small_host_thread(cache_dir):
     assert out["deepest"]["trap"] is None and out["lines"] == 1
     assert not out["python_on_native_stack"]  # the host call switched back to the thread's own stack
     assert out["beyond"]["trap"] == "STACK_EXHAUSTED"
-    assert out["beyond"]["detail"] == f"more than {MAX_CALL_DEPTH} nested calls"
+    assert out["beyond"]["detail"] == DEPTH_DETAIL
 
 
 def test_recursion_that_reaches_the_bottom_of_the_native_stack_is_a_trap(images):

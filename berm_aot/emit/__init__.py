@@ -89,6 +89,16 @@ def _lookups(analysis: Analysis, prefix: str) -> list[str]:
     return lines
 
 
+def refuse_oversized(analysis: Analysis) -> None:
+    """A CompileError naming the first function over ``MAX_FUNCTION_INSNS`` instructions, if there is one."""
+    for f in analysis.functions:
+        if len(f.insns) > MAX_FUNCTION_INSNS:
+            raise CompileError(f"function {demangle(f.func.name)!r} at {f.start:#x} has {len(f.insns)} instructions: "
+                               f"translated code takes at most {MAX_FUNCTION_INSNS} in one function (the C compiler's "
+                               "time and memory grow faster than a function's size); split it, or turn a large match "
+                               "into a table, or run the image on the interpreter (--engine interp)")
+
+
 def _c_text(ascii_line: str) -> str:
     """``ascii_line`` inside a C string literal."""
     return ascii_line.replace("\\", "\\\\").replace('"', '\\"')
@@ -99,12 +109,7 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
     at most ``MAX_UNITS``), each yielded as soon as it is complete, so the C compiler can start on it
     (berm_aot.cc.compile_shared) while the rest are translated."""
     analysis = analyse(program)
-    for f in analysis.functions:
-        if len(f.insns) > MAX_FUNCTION_INSNS:
-            raise CompileError(f"function {demangle(f.func.name)!r} at {f.start:#x} has {len(f.insns)} instructions: "
-                               f"translated code takes at most {MAX_FUNCTION_INSNS} in one function (the C compiler's "
-                               "time and memory grow faster than a function's size); split it, or turn a large match "
-                               "into a table, or run the image on the interpreter (--engine interp)")
+    refuse_oversized(analysis)
     total = sum(len(f.insns) for f in analysis.functions)
     n = max(1, min(MAX_UNITS, -(-total // _UNIT_INSNS)))
     share = -(-total // n)

@@ -7,20 +7,18 @@ from __future__ import annotations
 
 from berm_aot.isa import Instruction
 from berm_aot.program import Program
-from berm_host.layout import MAX_CALL_DEPTH, SP_BELOW_STACK
+from berm_host.layout import DEPTH_DETAIL, MAX_CALL_DEPTH, SP_BELOW_STACK
 from berm_host.traps import TrapKind
 
 from .hostcalls import host_call
 from .semantics import M
 from .trap import GuestTrap, Returned
 
-_DEPTH_DETAIL = f"more than {MAX_CALL_DEPTH} nested calls"
-
 
 def _push(frames: list[int], link: int) -> None:
     """Push a call frame, or the stack-exhausted trap when the shadow stack is full (before any effect)."""
     if len(frames) >= MAX_CALL_DEPTH:
-        raise GuestTrap(TrapKind.STACK_EXHAUSTED, 0, _DEPTH_DETAIL)
+        raise GuestTrap(TrapKind.STACK_EXHAUSTED, 0, DEPTH_DETAIL)
     frames.append(link)
 
 
