@@ -27,6 +27,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Callable
 from contextlib import contextmanager
 from functools import partial
@@ -235,15 +236,20 @@ class CodeCache:
 
     @contextmanager
     def _locked(self, path: Path):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise CompileError(f"cannot lock the code cache entry {path}: {exc}") from None
+        with _lock_fds.guard:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise CompileError(f"cannot lock the code cache entry {path}: {exc}") from None
+            _lock_fds.open.add(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)
+            with _lock_fds.guard:
+                if fd in _lock_fds.open:  # not when this is a child that closed it (a fork inside a build)
+                    _lock_fds.open.discard(fd)
+                    os.close(fd)
 
     def _discard(self, d: Path) -> None:
         """Move a damaged entry out of the way (rename first: another process may be reading it), then remove it."""
@@ -264,3 +270,25 @@ class CodeCache:
                     shutil.rmtree(left, ignore_errors=True)
                 else:
                     left.unlink(missing_ok=True)
+
+
+class _LockFds:
+    """The lock files this process has open (``CodeCache._locked``). A flock belongs to the open file, which a
+    forked child shares: while the child kept its copy, the lock outlived the parent's build, and the child's own
+    load of that entry waited for it for ever (3 of 3 children forked during a compile). A child closes its copies
+    at once; ``guard`` keeps a fork out of the moment between opening one and noting it."""
+
+    def __init__(self):
+        self.guard = threading.Lock()
+        self.open: set[int] = set()
+        os.register_at_fork(before=self.guard.acquire, after_in_parent=self.guard.release,
+                            after_in_child=self._close_in_child)
+
+    def _close_in_child(self) -> None:
+        for fd in self.open:
+            os.close(fd)
+        self.open.clear()
+        self.guard.release()
+
+
+_lock_fds = _LockFds()

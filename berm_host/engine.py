@@ -51,6 +51,8 @@ class Engine:
             raise ValueError(f"the deadline must be a positive number of seconds, not {deadline!r}")
         if type(max_result) is not int or not 0 <= max_result < 1 << 64:
             raise ValueError(f"the result cap must be a number of bytes, not {max_result!r}")
+        if kind == "aot":  # imported here, not at the first load, which may run in a thread: a child forked while
+            import berm_host.aot.backend  # noqa: F401  another thread imported it waited for ever to import it too
         self.kind = kind
         self.max_result = max_result
         self.memory_size = check_memory_size(memory_size)
@@ -65,6 +67,15 @@ class Engine:
         self._images: weakref.WeakValueDictionary[str, Image] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()  # guards the two dicts, never held while an image loads
         self._loading: dict[str, _Gate] = {}
+        _ENGINES.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child has only the thread that forked: locks other threads held (a load in progress holds its
+        digest's gate for the whole compile) would stay held for ever, and the child's own load of that image
+        would wait on them (83 of 100 children of a process loading in another thread hung). The child starts
+        with fresh ones and no load in progress."""
+        self._lock = threading.Lock()
+        self._loading = {}
 
     def load(self, source: str | Path | bytes) -> Image:
         """The image in ``source`` (ELF bytes or a path), translated and loaded; the same bytes load once while
@@ -99,7 +110,7 @@ class Engine:
         finally:
             with self._lock:  # the last thread out removes the gate, after a failed load too (not before: a
                 gate.users -= 1  # thread waiting on it and one coming later would then load the same bytes at once)
-                if not gate.users:
+                if not gate.users and self._loading.get(digest) is gate:  # (a fork's child forgot it: above)
                     del self._loading[digest]
 
     def _facts(self, data: bytes, digest: str) -> ElfFacts:
@@ -108,6 +119,18 @@ class Engine:
         if self.kind == "aot":
             return load_facts(self.cache, data, digest)
         return ElfFacts.of(read_elf(data))
+
+
+#: Every live Engine, for the fork handler.
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for engine in list(_ENGINES):
+        engine._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Gate:

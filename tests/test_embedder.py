@@ -102,6 +102,91 @@ def test_a_fork_while_another_thread_makes_the_first_load_leaves_the_child_worki
     assert proc.returncode == 0 and "no child hung" in proc.stdout, proc.stderr[-2000:]
 
 
+#: The end of a script whose main thread forks while another thread is inside a load (``hold``: it set ``held`` and
+#: waits for ``release``): the child loads the image itself and calls it; the parent lets the load finish, then
+#: waits a minute at most for the child.
+_FORK_DURING_A_LOAD = """
+thread = threading.Thread(target=hold)
+thread.start()
+assert held.wait(60)
+if (pid := os.fork()) == 0:
+    try:
+        os._exit(0 if child_engine().load(ELF).harness().call("ok") == "ok" else 2)
+    except BaseException:
+        os._exit(3)
+release.set()
+thread.join()
+end = time.monotonic() + 60
+while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+    if time.monotonic() > end:
+        os.kill(pid, 9)
+        raise SystemExit("the child hung")
+    time.sleep(0.01)
+print("child exit status", os.waitstatus_to_exitcode(done[1]))
+"""
+
+
+def _fork_during_a_load(tmp_path, elf: bytes, setup: str) -> None:
+    (tmp_path / "guest.elf").write_bytes(elf)
+    script = textwrap.dedent(f"""
+        import os, threading, time
+        import berm_host.aot.backend
+        from berm_host.engine import Engine
+        ELF, CACHE = {str(tmp_path / "guest.elf")!r}, {str(tmp_path / "cache")!r}
+        held, release = threading.Event(), threading.Event()
+    """) + textwrap.dedent(setup) + _FORK_DURING_A_LOAD
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "child exit status 0" in proc.stdout, (proc.stdout + proc.stderr)[-2000:]
+
+
+def test_a_child_forked_while_another_thread_compiles_does_not_wait_on_the_cache_lock(tmp_path, elf):
+    """A flock belongs to the open file, which a forked child shares: the lock of the entry another thread was
+    compiling outlived that compile while the child lived, and the child's own load of the image waited for it
+    for ever (3 of 3 trials in a review's script). The child closes its copies of the cache's lock files."""
+    _fork_during_a_load(tmp_path, elf, """
+        def hold():  # a compile, paused as it starts: the entry's lock is held
+            Engine(cache_dir=CACHE, on_compile=lambda line: held.set() or release.wait()).load(ELF)
+        child_engine = lambda: Engine(cache_dir=CACHE)
+    """)
+
+
+def test_a_child_forked_while_another_thread_loads_on_the_same_engine_can_load(tmp_path, elf):
+    """Engine.load holds the image's gate for the whole load: a child forked meanwhile inherited it held by a
+    thread it does not have, and its own load of the image on that Engine waited for ever (83 of 100 children in
+    a review's script). A child starts its Engines with fresh locks."""
+    Engine(cache_dir=tmp_path / "cache").load(elf)  # compiled: the load below holds no cache lock
+    _fork_during_a_load(tmp_path, elf, """
+        engine = Engine(cache_dir=CACHE)
+        facts = engine._facts
+        def paused(data, digest):  # the load, paused inside its gate
+            held.set()
+            release.wait()
+            return facts(data, digest)
+        engine._facts = paused
+        def hold():
+            engine.load(ELF)
+        def child_engine():
+            engine._facts = facts
+            return engine
+    """)
+
+
+def test_the_translated_engine_is_imported_when_an_engine_is_made_not_at_its_first_load():
+    """A child forked while another thread was importing the translated engine at its first load waited for ever
+    to import it itself (6 of 6 trials of a review's script): Python's lock on a module being imported stays held in
+    the child. An Engine is usually made before threads start; an interpreting one imports none of it."""
+    script = textwrap.dedent("""
+        import sys
+        from berm_host.engine import Engine
+        Engine(kind="interp")
+        assert "berm_host.aot.backend" not in sys.modules
+        Engine(kind="aot")
+        assert "berm_host.aot.backend" in sys.modules
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("outer", KINDS)
 @pytest.mark.parametrize("inner", KINDS)
 def test_a_run_started_by_a_capability_ends_by_its_callers_deadline(tmp_path, elf, outer, inner):
