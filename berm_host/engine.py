@@ -11,6 +11,7 @@ Every invocation runs in fresh guest memory under the engine's deadline (one wat
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import threading
 import time
@@ -52,7 +53,7 @@ class Engine:
         if type(max_result) is not int or not 0 <= max_result < 1 << 64:
             raise ValueError(f"the result cap must be a number of bytes, not {max_result!r}")
         if kind == "aot":  # imported here, not at the first load, which may run in a thread: a child forked while
-            import berm_host.aot.backend  # noqa: F401  another thread imported it waited for ever to import it too
+            importlib.import_module("berm_host.aot.backend")  # another thread imported it waited for ever to as well
         self.kind = kind
         self.max_result = max_result
         self.memory_size = check_memory_size(memory_size)
