@@ -40,11 +40,10 @@ struct berm_image {
 
 /* ---------------------------------------------------------------- images */
 
-berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
-                           uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull,
-                           uint64_t hull_len) {
+int berm_image_new(berm_image **slot, uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
+                   uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull, uint64_t hull_len) {
     berm_image *im = calloc(1, sizeof *im);
-    if (!im) return NULL;
+    if (!im) return 0;
     im->size = size;
     im->image_lo = image_lo;
     im->writable_lo = writable_lo;
@@ -59,13 +58,16 @@ berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_l
     im->pristine = calloc(1, n ? n : 1);
     if (!im->pristine) {
         free(im);
-        return NULL;
+        return 0;
     }
     memcpy(im->pristine + (image_lo - im->hull_lo), hull, hull_len);
-    return im;
+    *slot = im;
+    return 1;
 }
 
-void berm_image_free(berm_image *im) {
+void berm_image_release(berm_image **slot) {
+    berm_image *im = *slot;
+    *slot = NULL;
     if (!im) return;
     free(im->pristine);
     free(im);
@@ -421,7 +423,7 @@ static uint64_t py_ecall(berm_region *r, uint64_t n, uint64_t a0, uint64_t a1, i
  * collector can see and free. A reference held here would hide the cycle and keep the region mapped forever. */
 void berm_region_serve(berm_region *r, uintptr_t fn) { r->serve = (void *)fn; }
 
-/* Drop the region's reference to a Python object (berm_region_free; the interpreter may be gone at exit). */
+/* Drop the region's reference to a Python object (berm_region_release; the interpreter may be gone at exit). */
 static void drop_number(berm_region *r) {
     r->serve = NULL;
     if (!r->number_obj || !Py_IsInitialized()) return;
@@ -573,9 +575,9 @@ int berm_watchdog_start(double interval) {
 
 /* ---------------------------------------------------------------- regions */
 
-berm_region *berm_region_new(const berm_image *im) {
+int berm_region_new(berm_region **slot, const berm_image *im) {
     berm_region *r = calloc(1, sizeof *r);
-    if (!r) return NULL;
+    if (!r) return 0;
     r->image = im;
     r->max_result = UINT64_MAX;
     r->size = im->size;
@@ -593,7 +595,7 @@ berm_region *berm_region_new(const berm_image *im) {
         free(r->touched);
         free(r->ctx.shadow);
         free(r);
-        return NULL;
+        return 0;
     }
     r->ctx.dirty = base;
     r->ctx.coarse = base + BERM_FINE_BYTES(im->size);
@@ -620,7 +622,8 @@ berm_region *berm_region_new(const berm_image *im) {
     live = r;
     pthread_mutex_unlock(&live_lock);
     c->ecall = core_ecall;
-    return r;
+    *slot = r;
+    return 1;
 }
 
 int berm_region_code(berm_region *r, void *enter, uint64_t frame) {
@@ -632,7 +635,9 @@ int berm_region_code(berm_region *r, void *enter, uint64_t frame) {
     return 1;
 }
 
-void berm_region_free(berm_region *r) {
+void berm_region_release(berm_region **slot) {
+    berm_region *r = *slot;
+    *slot = NULL;
     if (!r) return;
     pthread_mutex_lock(&live_lock);
     if (r->prev) r->prev->next = r->next;
@@ -809,7 +814,7 @@ void *berm_load(const char *path, const char *symbol, const char *layout_symbol,
         *handle = h;
         return enter;
     }
-    berm_unload(h);
+    berm_unload(&h);
     return NULL;
 }
 
@@ -820,9 +825,11 @@ void *berm_object_symbol(void *handle, const char *name) {
     return p;
 }
 
-void berm_unload(void *handle) {
-    if (!handle) return;
+void berm_unload(void **handle) {
+    void *h = *handle;
+    *handle = NULL;
+    if (!h) return;
     pthread_mutex_lock(&load_lock);
-    dlclose(handle);
+    dlclose(h);
     pthread_mutex_unlock(&load_lock);
 }

@@ -56,7 +56,7 @@ typedef struct berm_region {
     uint64_t core_lo[BERM_CORE_RANGES], core_hi[BERM_CORE_RANGES];
     int n_core;
     /* PyObject *: the callable serving berm.log and capabilities (berm_region_serve: borrowed), and the int object
-     * of the last call number passed to it (calls repeat; a strong reference dropped by berm_region_free) */
+     * of the last call number passed to it (calls repeat; a strong reference dropped by berm_region_release) */
     void *serve, *number_obj;
     uint64_t max_result; /* a readable result longer than this is BERM_RUN_BIG_RESULT (set by Python) */
     uint64_t size, npages, ncoarse;
@@ -87,18 +87,22 @@ enum {
 enum { BERM_RUN_TRIM = 8 };
 
 /* API (begin): _build.py reads the declarations between these markers into cffi's cdef */
-berm_image *berm_image_new(uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
-                           uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull,
-                           uint64_t hull_len);
-void berm_image_free(berm_image *im);
-berm_region *berm_region_new(const berm_image *im);
+/* The constructors put what they make in their caller's `slot`, which owns it (the matching release frees what a
+ * slot holds, if anything), and return 0 when out of memory. Python makes the slot, with its release attached,
+ * before the call: a result handed back would sit in no owner for a moment, and an exception raised as the call
+ * returns (a KeyboardInterrupt is, at the first chance after a C call) leaked it — a 64 MiB region each time,
+ * left on the watchdog's list for good. */
+int berm_image_new(berm_image **slot, uint64_t size, uint64_t image_lo, uint64_t writable_lo, uint64_t image_end,
+                   uint64_t heap_start, uint64_t guard_lo, uint64_t stack_lo, const char *hull, uint64_t hull_len);
+void berm_image_release(berm_image **slot);
+int berm_region_new(berm_region **slot, const berm_image *im);
 /* Hand the region the callable serving its berm.log and capability calls: `fn` is the address of a Python object
  * (id(fn)) that the caller keeps alive as long as the region may run (borrowed: see core.c). */
 void berm_region_serve(berm_region *r, uintptr_t fn);
 /* Stage `data` as the reply berm.result.read serves (the server's path for an error reply); returns n, or 0 with
  * the host-call-failed trap set when out of host memory. */
 uint64_t berm_region_stage(berm_region *r, const char *data, uint64_t n);
-void berm_region_free(berm_region *r);
+void berm_region_release(berm_region **slot);
 /* timeout: seconds from now until the watchdog interrupts the run (read on CLOCK_MONOTONIC here, which saves the
  * caller a clock read); <= 0 = none. */
 /* Reset the region now (its next run starts clean) and release its zero-initial memory to the kernel, and the
@@ -120,14 +124,16 @@ int berm_watchdog_start(double interval);
 /* dlopen a translated object and return its `symbol` entry point, once its runtime ABI and the layout it was
  * translated for (the uint64_t[6] at `layout_symbol`) match this runtime and `layout`, and (unless `key` is NULL)
  * the cache key it was compiled under (berm_object_key: berm_aot/cc.py) is `key`; else NULL and a message.
- * *frame receives the object's largest native stack frame (berm_max_frame: berm_aot/cc.py) and *handle the
- * object's dlopen handle, which keeps the code mapped until berm_unload. */
+ * *frame receives the object's largest native stack frame (berm_max_frame: berm_aot/cc.py) and the slot *handle
+ * (its caller's, as the constructors' above) the object's dlopen handle, which keeps the code mapped until
+ * berm_unload. */
 void *berm_load(const char *path, const char *symbol, const char *layout_symbol, const uint64_t *layout,
                 const char *key, uint64_t *frame, void **handle, char *err, size_t errlen);
 /* The address of symbol `name` in the object of a handle berm_load gave (dlsym), NULL when it has none. */
 void *berm_object_symbol(void *handle, const char *name);
-/* Close a handle berm_load gave (dlclose): only once no region that runs its code can run again. */
-void berm_unload(void *handle);
+/* Close the handle berm_load put in `handle` (dlclose), if it did: only once no region that runs its code can run
+ * again. */
+void berm_unload(void **handle);
 /* Give a new region the code it runs: `enter` (berm_load) and that object's largest frame, which native_floor
  * keeps room for below it (a function's entry check may run once its frame is allocated). Returns 0 when such a
  * frame does not fit the native stack with room to spare (over an eighth of it). */

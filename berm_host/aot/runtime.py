@@ -55,8 +55,8 @@ def capability_lookup(linker: Linker | None):
 
 class Code(NamedTuple):
     """A loaded program (``load_code``): its entry point (a ``void *`` for ``berm_run``), the largest native
-    stack frame of its object, in bytes, the object's dlopen handle, closed when the last reference to it goes, and
-    where its locator text lies in the object (``locator``). Every region that runs the code holds its image, which
+    stack frame of its object, in bytes, the slot holding the object's dlopen handle, closed when the last
+    reference to it goes, and where its locator text lies in the object (``locator``). Every region that runs the code holds its image, which
     holds this: the object stays mapped while any of them could still run (a run in progress holds its region)."""
 
     enter: object
@@ -78,11 +78,11 @@ class MemoryImage:
         self.code = code
         self.max_result = max_result  # None: no cap (see berm_run's BERM_RUN_BIG_RESULT)
         self._keep = hull
-        ptr = lib.berm_image_new(layout.size, layout.image_lo, layout.writable_lo, layout.image_end,
-                                 layout.heap_start, layout.guard_lo, layout.stack_lo, hull, len(hull))
-        if ptr == ffi.NULL:
+        self._owner = _slot("berm_image **", lib.berm_image_release)
+        if not lib.berm_image_new(self._owner, layout.size, layout.image_lo, layout.writable_lo, layout.image_end,
+                                  layout.heap_start, layout.guard_lo, layout.stack_lo, hull, len(hull)):
             raise HostError("out of host memory for the image")
-        self.ptr = ffi.gc(ptr, lib.berm_image_free)
+        self.ptr = self._owner[0]
         #: idle regions; the hot path pops and appends directly (both atomic under the GIL)
         self.pool: list[Region] = []
 
@@ -104,14 +104,15 @@ class Region:
     callable; this object owns it (``serve``), so when the last linker or log sink refers back to whatever owns
     this region (a harness, its engine, a queue), the cycle is one the garbage collector sees and frees."""
 
-    __slots__ = ("image", "ptr", "addr", "ctx", "regs", "memory", "int_args", "calls", "serve", "__weakref__")
+    __slots__ = ("image", "owner", "ptr", "addr", "ctx", "regs", "memory", "int_args", "calls", "serve",
+                 "__weakref__")
 
     def __init__(self, image: MemoryImage):
         self.image = image  # keeps the core's berm_image alive as long as the region
-        raw = lib.berm_region_new(image.ptr)
-        if raw == ffi.NULL:
+        self.owner = _slot("berm_region **", lib.berm_region_release)
+        if not lib.berm_region_new(self.owner, image.ptr):
             raise HostError(f"cannot map {image.layout.size} bytes of guest memory")
-        self.ptr = ffi.gc(raw, lib.berm_region_free)
+        self.ptr = raw = self.owner[0]  # alive as long as owner
         self.addr = int(ffi.cast("uintptr_t", raw))  # for run_text (invoke.c); alive as long as ptr
         if not lib.berm_region_code(raw, image.code.enter, image.code.frame):
             raise HostError(f"translated code needs native stack frames of {image.code.frame} bytes: more than an "
@@ -180,7 +181,7 @@ class HostCalls:
     __slots__ = ("raw", "ctx", "linker", "lookup", "log", "detail", "pending")
 
     def __init__(self, raw: object):
-        self.raw = raw  # the core's region, not owned (its owner, Region.ptr, is what frees it)
+        self.raw = raw  # the core's region, not owned (Region.owner is what frees it)
         self.ctx = raw.ctx
         # The capability set of the current (or last) invocation and its bound lookup: rebound only when another
         # linker comes, so the hot paths pay an identity test instead of building a bound method per call.
@@ -276,13 +277,19 @@ def load_code(path: str, prefix: str, windows: Windows, key: str | None = None) 
     err = ffi.new("char[512]")
     layout = ffi.new("uint64_t[]", list(windows.values()))  # BERM_LAYOUT_WORDS of them (tests/test_aot_layout.py)
     frame = ffi.new("uint64_t *")
-    handle = ffi.new("void **")
+    handle = _slot("void **", lib.berm_unload)
     enter = lib.berm_load(path.encode(), (prefix + ENTRY_SYMBOL).encode(), (prefix + LAYOUT_SYMBOL).encode(),
                           layout, key.encode() if key is not None else ffi.NULL, frame, handle, err, 512)
     if enter == ffi.NULL:
         raise HostError(f"cannot load translated code: {ffi.string(err).decode(errors='replace')}")
-    code = ffi.gc(handle[0], lib.berm_unload)
-    locator = lib.berm_object_symbol(code, (prefix + LOCATOR_SYMBOL).encode())
+    locator = lib.berm_object_symbol(handle[0], (prefix + LOCATOR_SYMBOL).encode())
     if locator == ffi.NULL:
         raise HostError(f"cannot load translated code: {path} has no {prefix + LOCATOR_SYMBOL}")
-    return Code(enter, frame[0], code, locator)
+    return Code(enter, frame[0], handle, locator)
+
+
+def _slot(ctype: str, release):
+    """An owner for what a core constructor makes (core.h): a pointer slot, empty until the constructor fills it,
+    whose contents ``release`` frees when the slot goes — also when an exception, a KeyboardInterrupt raised as
+    the constructor returns, unwinds the frame that made it."""
+    return ffi.gc(ffi.new(ctype), release)
