@@ -28,13 +28,16 @@ Pair berm_tool_echo(void) {
     return len == got ? p : (Pair){ 0, 0 };
 }
 /* Count the non-zero bytes an earlier invocation left in out[] and big[], then have the core write the arguments
- * to six scattered places of big[] (more separate ranges than the core remembers byte-exact). */
+ * to big[]: a short write and one overlapping it that ends past it (one range the core widens), then six
+ * scattered places (more separate ranges than the core remembers byte-exact). */
 static char big[40000];
 static char count[24];
 Pair berm_tool_residue(void) {
     u64 dirty = 0;
     for (u64 i = 0; i < sizeof out; i++) dirty += out[i] != 0;
     for (u64 i = 0; i < sizeof big; i++) dirty += big[i] != 0;
+    ecall2(ARGS_READ, (u64)big + 30001, 4);
+    ecall2(ARGS_READ, (u64)big + 30003, 600);
     for (u64 k = 0; k < 6; k++) ecall2(ARGS_READ, (u64)big + 5001 * k + 3, 600);
     u64 n = 0;
     do { count[n++] = '0' + dirty % 10; dirty /= 10; } while (dirty);

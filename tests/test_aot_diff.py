@@ -169,6 +169,39 @@ def test_srliw_at_every_shift_amount():
         assert_same(gen, expected, results[0])
 
 
+def test_host_call_numbers_known_at_translation_are_the_ones_the_guest_computes():
+    """The translator serves a core host call inline when it knows a7 at the ecall (berm_aot/emit/consts.py): after a
+    call that sets a7 in the callee, along both sides of a join, and through an ``ori`` (random programs make no
+    ecall, and a mutation review found forgetting a7 across a call and folding ``ori`` as ``+`` both unnoticed)."""
+    from berm_abi.names import core_number
+    from tests.rvenc import Label, Op, li
+
+    start, size = core_number("berm.heap.start"), core_number("berm.heap.size")
+    assert size & 1 == 0  # so (size - 1) | 1 is not size: an unknown call
+    ret = Op("jalr", rs1=1)
+    save, restore = [Op("addi", rd=2, rs1=2, imm=-16), Op("sd", rs1=2, rs2=1, imm=8)], \
+        [Op("ld", rd=1, rs1=2, imm=8), Op("addi", rd=2, rs1=2, imm=16)]
+    cases = {
+        "set by the callee": ([*save, *li(17, start), Op("jal", rd=1, target="f1"), Op("ecall"), *restore, ret],
+                              [*li(17, size), ret]),
+        "join, taken": ([*li(11, 1), *li(17, start), Op("bne", rs1=11, rs2=0, target=".j"), *li(17, size),
+                         Label(".j"), Op("ecall"), ret], [ret]),
+        "join, fallen through": ([*li(17, start), Op("bne", rs1=11, rs2=0, target=".j"), *li(17, size),
+                                  Label(".j"), Op("ecall"), ret], [ret]),
+        "ori": ([*li(17, size - 1), Op("ori", rd=17, rs1=17, imm=1), Op("ecall"), ret], [ret]),
+    }
+    gens = []
+    for name, (f0, f1) in cases.items():
+        image = progen.build_image([progen.Function("f0", f0), progen.Function("f1", f1)])
+        gens.append(progen.GenProgram(image, image.entry, name))
+    outcomes = []
+    for gen, expected, results in run_both(gens):
+        assert_same(gen, expected, results[0])
+        outcomes.append(expected.trap.kind if expected.trap else expected.regs[10])
+    heap = layout_for(gens[0].image, progen.MEMORY_SIZE)
+    assert outcomes == [heap.heap_size, heap.heap_start, heap.heap_size, TrapKind.UNKNOWN_HOST_CALL]
+
+
 def test_every_way_of_writing_sp_below_the_stack_traps_alike():
     """An instruction that would set sp below the stack's lowest address is the stack-exhausted trap there, sp as
     it was (a frame larger than the guard page skipped it and wrote the heap): arithmetic, lui, a load, an AMO (its

@@ -20,6 +20,11 @@ Pair berm_tool_hello(void) { return text(hello, sizeof hello - 1); }
 Pair berm_tool_empty(void) { return text(hello, 0); }
 Pair berm_tool_broken(void) { return text(broken, sizeof broken - 1); }
 Pair berm_tool_outside(void) { return text((const char *)0x10, 4); }
+/* One byte outside: read unchecked, a byte of the null page, or far away, a crash of the host (a review's mutation
+ * of the core's result check survived every test). */
+Pair berm_tool_outside1(void) { return text((const char *)0x10, 1); }
+Pair berm_tool_far1(void) { return text((const char *)0x4000000000000000ul, 1); }
+Pair berm_tool_last1(void) { return text((const char *)~0ul, 1); }
 Pair berm_tool_failing(void) { ecall2(FAIL, (u64)hello, 5); return text(hello, 1); }
 Pair berm_tool_trapping(void) { return text(*(const char **)8, 1); }
 /* The argument blob, echoed: the fast path must pass it whole. */
@@ -31,7 +36,8 @@ Pair berm_tool_echo(void) {
 }
 """
 
-TOOLS = ("hello", "empty", "broken", "outside", "failing", "trapping", "echo")
+TOOLS = ("hello", "empty", "broken", "outside", "outside1", "far1", "last1", "failing", "trapping", "echo")
+OUTSIDE = ("outside", "outside1", "far1", "last1")
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +56,9 @@ def test_results_come_back_as_text(harness):
 def test_every_other_outcome_takes_the_general_path(harness):
     with pytest.raises(HostError, match="not UTF-8"):
         harness.call("broken")
-    with pytest.raises(HostError, match="not inside guest memory"):
-        harness.call("outside")
+    for tool in OUTSIDE:
+        with pytest.raises(HostError, match="not inside guest memory"):
+            harness.call(tool)
     with pytest.raises(ToolFailure, match="^héll$"):
         harness.call("failing")
     with pytest.raises(Trap) as info:
@@ -67,7 +74,8 @@ def test_run_text_answers_an_outcome_it_cannot_turn_into_text(harness):
         entry = harness._entries
         assert run_text(region.addr, entry["hello"], b"", 10.0) == "héllo, wörld"
         assert run_text(region.addr, entry["broken"], b"", 10.0) == lib.BERM_RUN_OK
-        assert run_text(region.addr, entry["outside"], b"", 10.0) == lib.BERM_RUN_BAD_RESULT
+        for tool in OUTSIDE:
+            assert run_text(region.addr, entry[tool], b"", 10.0) == lib.BERM_RUN_BAD_RESULT
         assert run_text(region.addr, entry["failing"], b"", 10.0) == lib.BERM_RUN_FAILED
         assert run_text(region.addr, entry["trapping"], b"", 10.0) == lib.BERM_RUN_TRAPPED
     finally:

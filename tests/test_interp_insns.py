@@ -20,11 +20,7 @@ def neg(v: int) -> int:
     return v & M
 
 
-def alu(op: str, a: int, b: int) -> int:
-    return run_snippet([Op(op, rd=A2, rs1=A0, rs2=A1)], regs={A0: a, A1: b}).regs[A2]
-
-
-@pytest.mark.parametrize("op, a, b, expected", [
+REGISTER_OPS = [
     ("add", M, 1, 0), ("sub", 0, 1, M), ("sll", 1, 63, MIN64), ("sll", 1, 64, 1), ("sll", 3, 65, 6),
     ("slt", neg(-1), 1, 1), ("slt", 1, neg(-1), 0), ("sltu", neg(-1), 1, 0), ("sltu", 1, neg(-1), 1),
     ("xor", 0xF0, 0xFF, 0x0F), ("or", 0xF0, 0x0F, 0xFF), ("and", 0xF0, 0x3C, 0x30),
@@ -51,12 +47,10 @@ def alu(op: str, a: int, b: int) -> int:
     ("divuw", 5, 0, M), ("divuw", 0x80000000, 1, 0xFFFFFFFF80000000), ("divuw", 0xFFFFFFFF, 0x1_0000_0001, M),
     ("remw", 0x80000000, neg(-1), 0), ("remw", 0x1_8000_0001, 0, 0xFFFFFFFF80000001), ("remw", neg(-7), 2, M),
     ("remuw", 0x80000001, 0, 0xFFFFFFFF80000001), ("remuw", 7, 0x1_0000_0002, 1),
-])
-def test_register_ops(op, a, b, expected):
-    assert alu(op, a, b) == expected
+]
 
 
-@pytest.mark.parametrize("op, a, imm, expected", [
+IMMEDIATE_OPS = [
     ("addi", 5, -6, M), ("addi", 0, 2047, 2047), ("addi", 0, -2048, neg(-2048)),
     ("slti", neg(-2), -1, 1), ("slti", 0, -1, 0), ("sltiu", 0, 1, 1), ("sltiu", 5, -1, 1), ("sltiu", M, -1, 0),
     ("xori", 0, -1, M), ("ori", 0x100, 0xFF, 0x1FF), ("andi", M, -2048, neg(-2048)),
@@ -65,9 +59,90 @@ def test_register_ops(op, a, b, expected):
     ("slliw", 1, 31, 0xFFFFFFFF80000000), ("slliw", 0xFFFFFFFF, 0, M),
     ("srliw", 0xFFFFFFFF, 31, 1), ("srliw", 0x80000000, 0, 0xFFFFFFFF80000000),
     ("sraiw", 0x80000000, 31, M), ("sraiw", 0xF_7FFF_FFFF, 31, 0),
-])
+]
+
+
+LOADS = [
+    ("lb", neg(-128)), ("lbu", 0x80), ("lh", 0xFFFFFFFFFFFF8180), ("lhu", 0x8180),
+    ("lw", 0xFFFFFFFF83828180), ("lwu", 0x83828180), ("ld", 0x8786858483828180),
+]
+
+
+BRANCHES = [
+    ("beq", 5, 5, True), ("beq", 5, 6, False), ("bne", 5, 6, True), ("bne", M, M, False),
+    ("blt", neg(-1), 1, True), ("blt", 1, neg(-1), False), ("bge", neg(-1), neg(-1), True), ("bge", neg(-2), 1, False),
+    ("bltu", neg(-1), 1, False), ("bltu", 1, neg(-1), True), ("bgeu", neg(-1), 1, True), ("bgeu", 0, 1, False),
+]
+
+
+AMOS = [
+    ("amoswap.w", 0x80000000, 5, 5, 0xFFFFFFFF80000000),
+    ("amoadd.w", 0xFFFFFFFF, 1, 0, M), ("amoadd.d", M, 2, 1, M),
+    ("amoxor.w", 0xF0F0F0F0, 0xFFFFFFFF, 0x0F0F0F0F, 0xFFFFFFFFF0F0F0F0),
+    ("amoand.d", 0xFF00, 0x0FF0, 0x0F00, 0xFF00), ("amoor.w", 0x1, 0x8000_0000, 0x80000001, 1),
+    ("amomin.w", 0xFFFFFFFF, 1, 0xFFFFFFFF, M), ("amominu.w", 0xFFFFFFFF, 1, 1, M),
+    ("amomax.w", 0xFFFFFFFF, 1, 1, M), ("amomaxu.w", 0xFFFFFFFF, 1, 0xFFFFFFFF, M),
+    ("amomin.w", 5, 0x1_FFFF_FFFF, 0xFFFFFFFF, 5),  # rs2's upper half is ignored by .w: it is -1
+    ("amominu.w", 5, 0xFFFFFFFF_00000001, 1, 5), ("amomaxu.w", 5, 0x1_0000_0001, 5, 5),  # ... and unsigned: 1
+    ("amomin.d", M, 1, M, M), ("amominu.d", M, 1, 1, M), ("amomax.d", M, 1, 1, M), ("amomaxu.d", M, 1, M, M),
+    ("amomax.d", MIN64, neg(-1), neg(-1), MIN64), ("amominu.d", MIN64, 3, 3, MIN64),
+]
+
+
+MISALIGNED_ATOMICS = [("lr.w", 2), ("sc.w", 1), ("amoadd.w", 2), ("amoor.w", 3), ("lr.d", 4), ("sc.d", 6),
+                      ("amoswap.d", 4), ("amomaxu.d", 1), ("amoand.d", 7), ("amominu.d", 2)]
+
+
+# What each vector runs (run_snippet's arguments): tests/test_aot_vectors.py runs them all on translated code too.
+
+def register_op(op: str, a: int, b: int) -> dict:
+    return dict(ops=[Op(op, rd=A2, rs1=A0, rs2=A1)], regs={A0: a, A1: b})
+
+
+def immediate_op(op: str, a: int, imm: int) -> dict:
+    return dict(ops=[Op(op, rd=A2, rs1=A0, imm=imm)], regs={A0: a})
+
+
+def load(op: str) -> dict:
+    return dict(ops=[Op(op, rd=A0, rs1=A1)], regs={A1: progen.DATA}, data=bytes(range(0x80, 0x88)))
+
+
+def branch(op: str, a: int, b: int) -> dict:
+    return dict(ops=[Op(op, rs1=A0, rs2=A1, target=".t"), Op("addi", rd=A2, imm=1), Label(".t")], regs={A0: a, A1: b})
+
+
+def _word(value: int, n: int) -> bytes:
+    return (value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+
+
+def amo(op: str, mem: int, rs2: int) -> dict:
+    n = 4 if op.endswith(".w") else 8
+    return dict(ops=[Op(op, rd=A0, rs1=A1, rs2=A2, aq=True, rl=True)], regs={A1: progen.DATA + 8, A2: rs2},
+                data=bytes(8) + _word(mem, n) + bytes(8))
+
+
+def misaligned_atomic(op: str, offset: int) -> dict:
+    rs2 = 0 if op.startswith("lr") else A2
+    return dict(ops=[Op("addi", rd=A2, imm=1), Op(op, rd=A0, rs1=A1, rs2=rs2)], regs={A1: progen.DATA + offset},
+                data=bytes(16))
+
+
+def vectors() -> list[dict]:
+    """Every vector of the tables above as the snippet it runs."""
+    return [*(register_op(op, a, b) for op, a, b, _ in REGISTER_OPS),
+            *(immediate_op(op, a, imm) for op, a, imm, _ in IMMEDIATE_OPS), *(load(op) for op, _ in LOADS),
+            *(branch(op, a, b) for op, a, b, _ in BRANCHES), *(amo(op, mem, rs2) for op, mem, rs2, _, _ in AMOS),
+            *(misaligned_atomic(op, offset) for op, offset in MISALIGNED_ATOMICS)]
+
+
+@pytest.mark.parametrize("op, a, b, expected", REGISTER_OPS)
+def test_register_ops(op, a, b, expected):
+    assert run_snippet(**register_op(op, a, b)).regs[A2] == expected
+
+
+@pytest.mark.parametrize("op, a, imm, expected", IMMEDIATE_OPS)
 def test_immediate_ops(op, a, imm, expected):
-    assert run_snippet([Op(op, rd=A2, rs1=A0, imm=imm)], regs={A0: a}).regs[A2] == expected
+    assert run_snippet(**immediate_op(op, a, imm)).regs[A2] == expected
 
 
 def test_lui_and_auipc_sign_extend():
@@ -86,13 +161,9 @@ def test_writes_to_x0_are_discarded():
     assert r.trap is None and r.regs[0] == 0 and r.regs[A2] == 0 and r.regs[A3] == 0
 
 
-@pytest.mark.parametrize("op, expected", [
-    ("lb", neg(-128)), ("lbu", 0x80), ("lh", 0xFFFFFFFFFFFF8180), ("lhu", 0x8180),
-    ("lw", 0xFFFFFFFF83828180), ("lwu", 0x83828180), ("ld", 0x8786858483828180),
-])
+@pytest.mark.parametrize("op, expected", LOADS)
 def test_loads_sign_or_zero_extend(op, expected):
-    data = bytes(range(0x80, 0x88))
-    assert run_snippet([Op(op, rd=A0, rs1=A1)], regs={A1: progen.DATA}, data=data).regs[A0] == expected
+    assert run_snippet(**load(op)).regs[A0] == expected
 
 
 def test_misaligned_plain_accesses_are_allowed():
@@ -111,14 +182,9 @@ def test_stores_truncate(op, size):
     assert r.snapshot[0] == (0x1122334455667788).to_bytes(8, "little")[:size] + bytes(8 - size)
 
 
-@pytest.mark.parametrize("op, a, b, taken", [
-    ("beq", 5, 5, True), ("beq", 5, 6, False), ("bne", 5, 6, True), ("bne", M, M, False),
-    ("blt", neg(-1), 1, True), ("blt", 1, neg(-1), False), ("bge", neg(-1), neg(-1), True), ("bge", neg(-2), 1, False),
-    ("bltu", neg(-1), 1, False), ("bltu", 1, neg(-1), True), ("bgeu", neg(-1), 1, True), ("bgeu", 0, 1, False),
-])
+@pytest.mark.parametrize("op, a, b, taken", BRANCHES)
 def test_branches_compare_signed_or_unsigned(op, a, b, taken):
-    ops = [Op(op, rs1=A0, rs2=A1, target=".t"), Op("addi", rd=A2, imm=1), Label(".t")]
-    assert run_snippet(ops, regs={A0: a, A1: b}).regs[A2] == (0 if taken else 1)
+    assert run_snippet(**branch(op, a, b)).regs[A2] == (0 if taken else 1)
 
 
 def test_backward_branch_loop():
@@ -127,25 +193,10 @@ def test_backward_branch_loop():
     assert run_snippet(ops, regs={A1: 1000}).regs[A0] == 3000
 
 
-def _word(value: int, n: int) -> bytes:
-    return (value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
-
-
-@pytest.mark.parametrize("op, mem, rs2, stored, rd", [
-    ("amoswap.w", 0x80000000, 5, 5, 0xFFFFFFFF80000000),
-    ("amoadd.w", 0xFFFFFFFF, 1, 0, M), ("amoadd.d", M, 2, 1, M),
-    ("amoxor.w", 0xF0F0F0F0, 0xFFFFFFFF, 0x0F0F0F0F, 0xFFFFFFFFF0F0F0F0),
-    ("amoand.d", 0xFF00, 0x0FF0, 0x0F00, 0xFF00), ("amoor.w", 0x1, 0x8000_0000, 0x80000001, 1),
-    ("amomin.w", 0xFFFFFFFF, 1, 0xFFFFFFFF, M), ("amominu.w", 0xFFFFFFFF, 1, 1, M),
-    ("amomax.w", 0xFFFFFFFF, 1, 1, M), ("amomaxu.w", 0xFFFFFFFF, 1, 0xFFFFFFFF, M),
-    ("amomin.w", 5, 0x1_FFFF_FFFF, 0xFFFFFFFF, 5),  # rs2's upper half is ignored by .w: it is -1
-    ("amomin.d", M, 1, M, M), ("amominu.d", M, 1, 1, M), ("amomax.d", M, 1, 1, M), ("amomaxu.d", M, 1, M, M),
-    ("amomax.d", MIN64, neg(-1), neg(-1), MIN64), ("amominu.d", MIN64, 3, 3, MIN64),
-])
+@pytest.mark.parametrize("op, mem, rs2, stored, rd", AMOS)
 def test_amos(op, mem, rs2, stored, rd):
     n = 4 if op.endswith(".w") else 8
-    r = run_snippet([Op(op, rd=A0, rs1=A1, rs2=A2, aq=True, rl=True)], regs={A1: progen.DATA + 8, A2: rs2},
-                    data=bytes(8) + _word(mem, n) + bytes(8), snapshot=((progen.DATA + 8, n),))
+    r = run_snippet(**amo(op, mem, rs2), snapshot=((progen.DATA + 8, n),))
     assert r.trap is None
     assert r.snapshot[0] == _word(stored, n)
     assert r.regs[A0] == rd
@@ -162,13 +213,10 @@ def test_lr_sc_single_hart():
     assert r.snapshot[0] == _word(0xFFFFFFFF80000001, 8)
 
 
-@pytest.mark.parametrize("op, offset", [("lr.w", 2), ("sc.w", 1), ("amoadd.w", 2), ("lr.d", 4), ("sc.d", 6),
-                                        ("amoswap.d", 4), ("amomaxu.d", 1)])
+@pytest.mark.parametrize("op, offset", MISALIGNED_ATOMICS)
 def test_misaligned_atomics_fault(op, offset):
     n = 4 if op.endswith(".w") else 8
-    rs2 = 0 if op.startswith("lr") else A2
-    r = run_snippet([Op("addi", rd=A2, imm=1), Op(op, rd=A0, rs1=A1, rs2=rs2)], regs={A1: progen.DATA + offset},
-                    data=bytes(16))
+    r = run_snippet(**misaligned_atomic(op, offset))
     assert r.trap.kind is TrapKind.MEMORY_FAULT
     assert r.trap.addr == progen.DATA + offset and r.trap.detail == f"misaligned {n}-byte atomic"
     assert r.regs[A0] == 0 and r.regs[A2] == 1  # the atomic had no effect
