@@ -258,18 +258,20 @@ def test_an_invocation_logs_at_most_its_budget(elf, cache_dir, kind):
 @pytest.mark.parametrize("sink", [True, False], ids=["sink", "no sink"])
 def test_a_guest_logging_until_its_deadline_traps_at_an_ecall_on_both_engines(elf, cache_dir, sink):
     """Both engines look at the deadline after every berm.log (it is served in Python): the interpreter skipped
-    that for a line over the budget and with no log sink, and trapped at the instructions around the ecall."""
-    pcs = set()
+    that for a line over the budget and with no log sink, and trapped at the instructions around the ecall, every
+    time. Where the guest spends most of its time, a run mostly ends at the ecall; the loop's own poll (or the
+    interpreter's periodic look) may notice the deadline first now and then, more often on a loaded machine (a
+    review saw it once), so each engine must end at the ecall in some of four runs, not in all."""
     for kind in ("aot", "interp"):
-        image = Engine(kind=kind, cache_dir=cache_dir, deadline=0.3,
+        image = Engine(kind=kind, cache_dir=cache_dir, deadline=0.2,
                        log=(lambda name, line: None) if sink else None).load(elf)
-        for _ in range(2):
+        ops = []
+        for _ in range(4):
             with pytest.raises(Trap) as info:
                 image.harness(None, name="limits").call("floodlog", str(10**12))
             assert info.value.kind is TrapKind.INTERRUPTED
-            pcs.add(info.value.info.pc)
-    assert len(pcs) == 1
-    assert image.program.instruction(pcs.pop()).op == "ecall"
+            ops.append(image.program.instruction(info.value.info.pc).op)
+        assert "ecall" in ops, (kind, ops)
 
 
 def test_core_and_interpreter_keep_the_same_log_line_length():
