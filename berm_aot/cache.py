@@ -285,10 +285,12 @@ class _LockFds:
                             after_in_child=self._close_in_child)
 
     def _close_in_child(self) -> None:
-        for fd in self.open:
-            os.close(fd)
-        self.open.clear()
-        self.guard.release()
+        try:
+            for fd in self.open:
+                os.close(fd)
+        finally:
+            self.open.clear()
+            self.guard.release()
 
 
 _lock_fds = _LockFds()

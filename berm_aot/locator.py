@@ -99,19 +99,17 @@ class Locator:
     # -- the form written into a translated object ---------------------------------------------------------------
 
     def dumps(self) -> list[str]:
-        """JSON text, one line per section and function (ASCII: names are escaped), for ``loads``. Function ends
-        are not written: each ends at the next function's start or its section's end."""
-        lines = ['{"sections": [', *_items([[s.addr, len(s.data)] for s in self.code.sections]), '],',
-                 '"functions": [', *_items([[f.start, f.name] for f in self.functions]), ']}']
-        return lines
+        """The lines of a JSON text, one per section and function (ASCII: names are escaped), for ``loads``.
+        Function ends are not written: each ends at the next function's start or its section's end."""
+        return ['{"sections": [', *_items([[s.addr, len(s.data)] for s in self.code.sections]), '],',
+                '"functions": [', *_items([[f.start, f.name] for f in self.functions]), ']}']
 
     @classmethod
     def loads(cls, text: str, read: Callable[[int, int], bytes]) -> Locator:
         """The locator ``dumps`` wrote, its sections' bytes from ``read(addr, size)`` (the image's segments)."""
         table = json.loads(text)
         code = CodeSections(CodeSection(addr, read(addr, size)) for addr, size in table["sections"])
-        starts = [(start, name) for start, name in table["functions"]]
-        return cls(code, partition(code, dict(starts)))
+        return cls(code, partition(code, {start: name for start, name in table["functions"]}))
 
 
 def _items(rows: list) -> list[str]:

@@ -56,8 +56,9 @@ def capability_lookup(linker: Linker | None):
 class Code(NamedTuple):
     """A loaded program (``load_code``): its entry point (a ``void *`` for ``berm_run``), the largest native
     stack frame of its object, in bytes, the slot holding the object's dlopen handle, closed when the last
-    reference to it goes, and where its locator text lies in the object (``locator``). Every region that runs the code holds its image, which
-    holds this: the object stays mapped while any of them could still run (a run in progress holds its region)."""
+    reference to it goes, and where its locator text lies in the object (``locator``). Every region that runs the
+    code holds its image, which holds this: the object stays mapped while any of them could still run (a run in
+    progress holds its region)."""
 
     enter: object
     frame: int
