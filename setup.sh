@@ -16,7 +16,8 @@ managed=0
 python3 -c 'import sysconfig, os, sys
 sys.exit(not (sys.prefix == sys.base_prefix and os.path.exists(sysconfig.get_path("stdlib") + "/EXTERNALLY-MANAGED")))' \
     && managed=1
-if [ "$managed" = 1 ] && [ ! -x .venv/bin/python3 ]; then
+venv_works() { [ -x .venv/bin/python3 ] && .venv/bin/python3 -m pip --version >/dev/null 2>&1; }
+if [ "$managed" = 1 ] && ! venv_works; then
     python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 fi
 command -v llvm-objdump >/dev/null 2>&1 || missing+=(llvm)
@@ -31,7 +32,7 @@ fi
 
 python=python3
 if [ "$managed" = 1 ]; then
-    [ -x .venv/bin/python3 ] || python3 -m venv .venv
+    venv_works || python3 -m venv --clear .venv  # (again, if a first try stopped halfway)
     python=.venv/bin/python3
 fi
 "$python" -m pip install --quiet -e '.[dev]'

@@ -248,7 +248,10 @@ class CodeCache:
         finally:
             with _lock_fds.guard:
                 if fd in _lock_fds.open:  # not when this is a child that closed it (a fork inside a build)
-                    _lock_fds.open.discard(fd)
+                    # no call between forgetting and closing: a KeyboardInterrupt is raised as a call returns, and
+                    # one there would leave the lock held by a descriptor nobody closes (later loads of the entry
+                    # by this process would wait for it for ever)
+                    _lock_fds.open -= {fd}
                     os.close(fd)
 
     def _discard(self, d: Path) -> None:
