@@ -15,7 +15,7 @@ from tests.test_interp_insns import vectors
 def test_every_vector_runs_on_translated_code_as_on_the_interpreter():
     gens = []
     for k, snippet in enumerate(vectors()):
-        image = snippet_image(snippet["ops"], regs=snippet["regs"], data=snippet.get("data", b""))
+        image = snippet_image(**snippet)
         gens.append(progen.GenProgram(image, image.entry, f"vector {k}: {snippet}"))
     for gen, expected, (got,) in run_both(gens):
         assert_same(gen, expected, got)

@@ -62,7 +62,7 @@ class AotBackend:
                  cache: CodeCache | None = None, code: tuple[Path, str] | None = None, jobs: int = 2,
                  max_result: int | None = None, on_compile: Callable[[str], None] | None = None):
         self._program = source if isinstance(source, Program) else None
-        self._locator = self._program.locator if self._program is not None else None
+        self._locator: Locator | None = None
         self.image = source.image if isinstance(source, Program) else source
         self.layout = layout_for(self.image, memory_size)
         windows = self.layout.windows()  # an ElfError for a layout the checks cannot be exact for
@@ -99,8 +99,11 @@ class AotBackend:
     def locator(self) -> Locator:
         """Where guest addresses are, for describing traps: the program's, else read from the object."""
         if self._locator is None:
-            segments = self.image.segments
-            self._locator = Locator.loads(self.memory.code.locator(), lambda a, n: read_segments(segments, a, n))
+            if self._program is not None:
+                self._locator = self._program.locator
+            else:
+                segments = self.image.segments
+                self._locator = Locator.loads(self.memory.code.locator(), lambda a, n: read_segments(segments, a, n))
         return self._locator
 
     # -- one invocation -----------------------------------------------------------------------------------------
