@@ -18,6 +18,7 @@ from berm_aot.program import Program
 
 from .function import FunctionEmitter, fn_name
 from .insn import lit
+from .slowrun import declarations, runner
 from berm_aot.windows import C_NAMES, Windows
 
 #: Bumped whenever the emitted code changes meaning or shape: part of the cache key.
@@ -41,6 +42,7 @@ def _header(analysis: Analysis, prefix: str, windows: Windows) -> list[str]:
     lines += [
         f"BERM_HIDDEN berm_fn {p}entry_fn(uint64_t t);",
         f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link, uint32_t depth);",
+        *declarations(p),
         "",
         "/* Run the tail-call chain a callee started until it returns to `link` or traps; every function of the chain",
         "   runs with the callee's `depth` (frames on the shadow call stack, its own included). */",
@@ -80,6 +82,7 @@ def _lookups(analysis: Analysis, prefix: str) -> list[str]:
         "    return f(ctx, link, depth);",
         "}",
         "",
+        *runner(p),
         f"BERM_EXPORT uint64_t {p}berm_enter(berm_ctx *ctx, uint64_t entry) {{",
         f"    uint64_t t = {p}finish(ctx, {p}dispatch(ctx, entry, 0, 1), 0, 1);",
         "    return t == BERM_TRAPPED ? BERM_TRAPPED : 0;",

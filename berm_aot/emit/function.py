@@ -32,7 +32,8 @@ from .groups import access_groups
 from .loops import CountedLoop, counted_loops
 from .sites import dynamic_jumps, jump_targets
 from .stackptr import stack_pointers
-from .insn import BRANCH_CONDS, comment, compute, dst, lit, reg
+from .insn import BRANCH_CONDS, CHECKED, comment, compute, dst, lit, reg
+from .slowrun import slow_path
 
 #: Core calls answered by a field of ctx, with no call at all when the number is known at translation time.
 _INLINE_CALLS = {
@@ -127,7 +128,8 @@ class FunctionEmitter:
         self._fast: CountedLoop | None = None  # the counted loop whose second copy is being emitted
         self.in_loops = {addr: g for loop in self.loops.values() for g in loop.groups for addr in g.members}
         self.groups, self.grouped = access_groups(insns, self.labels, self.follows, self.stack_at, self.in_loops)
-        self.grouped.update(self.in_loops)
+        #: where a group's run ends: the label its slow path continues at follows that instruction
+        self.run_ends = {g.run[-1].addr for g in self.groups.values()}
 
     # ---------------------------------------------------------------- helpers
 
@@ -265,23 +267,34 @@ class FunctionEmitter:
     # ---------------------------------------------------------------- one instruction
 
     def _emit_insn(self, insn: Instruction) -> bool:
-        """``insn`` with its comment and, at the first member of a group, the group's check (in both copies of a
-        counted loop: a group's flag is set afresh in every block, so the second copy must not reuse the value
-        another block left in it); True when it may fall through."""
+        """``insn`` with its comment and, at the first member of a group, the group's check and slow path (in both
+        copies of a counted loop: a group's flag is set afresh in every block, so the second copy must not reuse the
+        value another block left in it); True when it may fall through."""
         self.out.append(f"    /* {insn.addr:x}: {comment(disassemble(insn))} */")
-        if insn.addr in self.groups:
-            self.out.append("    " + self.groups[insn.addr].header())
+        group = self.groups.get(insn.addr)
+        if group is not None:
+            self.out.append("    " + group.header())
+            self.out += slow_path(group.flag, group.run, self.f.written, self.p, self._run_end(group.run[-1].addr))
         falls = self._insn(insn)
+        if insn.addr in self.run_ends:
+            self.out.append(f"{self._run_end(insn.addr)}:;")
         self.consts.step(insn)
         return falls
+
+    def _run_end(self, addr: int) -> str:
+        """The label after the group run that ends at ``addr`` (one per copy of a counted loop)."""
+        return f"{'GF' if self._fast is not None else 'G'}_{addr:x}_end"
 
     def _insn(self, insn: Instruction) -> bool:
         """Emit ``insn``; True when it may fall through to ``insn.next_pc``."""
         out, op, pc = self.out, insn.op, lit(insn.addr)
-        group = self.grouped.get(insn.addr)
-        flag = group.flag if group else None
-        if self._fast is not None and insn.addr in self.in_loops:
-            flag = "1"  # a member of the loop's groups, in the copy that runs only when all of them passed
+        if insn.addr in self.grouped:
+            flag = CHECKED  # its group's check passed, or the run went through the runner instead
+        elif insn.addr in self.in_loops:
+            # a member of the loop's groups: unchecked in the copy that runs only when all of them passed
+            flag = CHECKED if self._fast is not None else self.in_loops[insn.addr].flag
+        else:
+            flag = None
         stmt = compute(insn, insn.rs1 in self.stack_at.get(insn.addr, ()), flag)
         if stmt is not None:
             out.append(f"    BERM_SP_WRITE({pc}, {stmt});" if checks_sp(insn) else "    " + stmt)

@@ -17,8 +17,14 @@ A group is checked against the stack window and the store window when a member s
 window), else the load window, the stack's first when the base is sp or holds a stack address
 (berm_aot/emit/stackptr.py). Checking one window only cost SHA-256 a fifth and tokenize two thirds more time: a
 pointer argument into the caller's stack, or a local array the analysis does not see, failed the check and sent
-every member to the slow path. When the group's range is in neither window, every member takes the per-access check
-(out of line, both windows, the same outcome as BERM_LD / BERM_ST), so a trap is exactly the interpreter's.
+every member to the slow path.
+
+The members take no check of their own. When the group's range is in neither window, the group's **run** — its
+first member to the end of its segment, where a segment is the union of the overlapping spans (first to last
+member) of the block's groups — goes through the checked runner (berm_aot.emit.slowrun), every access checked on its
+own exactly as BERM_LD / BERM_ST check it, so a trap is exactly the interpreter's; the code then continues after
+the segment. A run ends at the segment, not at the group's last member, so that it covers every other group whose
+check it skipped: groups that interleave share one segment. An ``ecall`` ends a block here, so no run holds one.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ class Group:
     lo: int  # the lowest offset from the base a member touches
     size: int  # bytes from base + lo past the last byte a member touches
     stores: tuple[int, int] | None  # the lowest and highest offsets a store starts at (None: loads only)
+    run: tuple[Instruction, ...]  # its first member to the end of its segment: what the runner runs when it fails
 
     @property
     def flag(self) -> str:
@@ -66,7 +73,7 @@ def _member(insn: Instruction) -> bool:
 def _ends_block(insn: Instruction, falls_through: bool) -> bool:
     """No member after ``insn`` may share a group with one before it."""
     return (not falls_through or insn.op in BRANCHES
-            or insn.op in ("jal", "jalr", "ebreak", "illegal", "unsupported"))
+            or insn.op in ("jal", "jalr", "ecall", "ebreak", "illegal", "unsupported"))
 
 
 def access_groups(insns: list[Instruction], labels: Container[int], follows: Mapping[int, bool],
@@ -78,39 +85,59 @@ def access_groups(insns: list[Instruction], labels: Container[int], follows: Map
     otherwise (members of a counted loop's groups, berm_aot.emit.loops), in no group here."""
     by_first: dict[int, Group] = {}
     by_member: dict[int, Group] = {}
-    runs: dict[int, list[Instruction]] = {}  # open runs in the current block, by base register
-    slots = 0  # flags handed out in the current block
+    accesses: dict[int, list[int]] = {}  # open in the current block, by base register: positions in insns
+    closed: list[list[int]] = []  # the current block's groups, in the order their flags are handed out
 
     def close(base: int) -> None:
-        nonlocal slots
-        run = runs.pop(base)
-        if len(run) < 2:
-            return
-        first = run[0]
-        stores = [i.imm for i in run if i.op in STORE_TYPES]
-        data = "STORE" if stores else "LOAD"
-        windows = ("STACK", data) if base == SP or base in stack_at.get(first.addr, ()) else (data, "STACK")
-        lo = min(i.imm for i in run)
-        group = Group(base, slots, windows, lo, max(i.imm + ACCESS_BYTES[i.op] for i in run) - lo,
-                      (min(stores), max(stores)) if stores else None)
-        slots += 1
-        by_first[first.addr] = group
-        by_member.update((i.addr, group) for i in run)
+        members = accesses.pop(base)
+        if len(members) >= 2:
+            closed.append(members)
 
     def close_all() -> None:
-        nonlocal slots
-        for base in sorted(runs, key=lambda b: runs[b][0].addr):
+        for base in sorted(accesses, key=lambda b: accesses[b][0]):
             close(base)
-        slots = 0
+        ends = _segment_ends([(members[0], members[-1]) for members in closed])
+        for slot, members in enumerate(closed):
+            group = _group([insns[k] for k in members], slot, insns[members[0]:ends[members[0]] + 1], stack_at)
+            by_first[group.run[0].addr] = group
+            by_member.update((insns[k].addr, group) for k in members)
+        closed.clear()
 
-    for insn in insns:
+    for k, insn in enumerate(insns):
         if insn.addr in labels:
             close_all()
         if _member(insn) and insn.addr not in taken:
-            runs.setdefault(insn.rs1, []).append(insn)
-        for base in writes(insn) & runs.keys():
+            accesses.setdefault(insn.rs1, []).append(k)
+        for base in writes(insn) & accesses.keys():
             close(base)
         if _ends_block(insn, follows.get(insn.addr, False)):
             close_all()
     close_all()
     return by_first, by_member
+
+
+def _segment_ends(spans: list[tuple[int, int]]) -> dict[int, int]:
+    """For spans ``(first, last)`` of positions, each span's first → the last position of the union of overlapping
+    spans it belongs to."""
+    ends: dict[int, int] = {}
+    group: list[int] = []
+    end = -1
+    for first, last in sorted(spans):
+        if first > end and group:
+            ends.update((f, end) for f in group)
+            group = []
+        group.append(first)
+        end = max(end, last)
+    ends.update((f, end) for f in group)
+    return ends
+
+
+def _group(members: list[Instruction], slot: int, run: list[Instruction],
+           stack_at: Mapping[int, Container[int]]) -> Group:
+    first, base = members[0], members[0].rs1
+    stores = [i.imm for i in members if i.op in STORE_TYPES]
+    data = "STORE" if stores else "LOAD"
+    windows = ("STACK", data) if base == SP or base in stack_at.get(first.addr, ()) else (data, "STACK")
+    lo = min(i.imm for i in members)
+    return Group(base, slot, windows, lo, max(i.imm + ACCESS_BYTES[i.op] for i in members) - lo,
+                 (min(stores), max(stores)) if stores else None, tuple(run))

@@ -72,11 +72,16 @@ BRANCH_CONDS = {
 }
 
 
+#: ``compute``'s ``group`` for an access whose range is known to be in a window: no check at all.
+CHECKED = "checked"
+
+
 def compute(insn: Instruction, stack_base: bool = False, group: str | None = None) -> str | None:
     """The C statement for a computing instruction, or None when ``insn`` is not one. ``stack_base``: the base
     register of a load or store holds a stack address (berm_aot.emit.stackptr), so the stack window is tested
-    first, as for sp itself. ``group``: the flag of the group this access belongs to, checked already at its first
-    member (berm_aot.emit.groups)."""
+    first, as for sp itself. ``group``: ``CHECKED`` for a member of a group that runs only when the group's check
+    passed (berm_aot.emit.groups; a counted loop's second copy), or the flag of the counted loop's group this
+    access belongs to, set at the loop's head (berm_aot.emit.loops), which the access tests."""
     op = insn.op
     a, b = reg(insn.rs1), reg(insn.rs2)
     if op in _BIN:
@@ -91,6 +96,10 @@ def compute(insn: Instruction, stack_base: bool = False, group: str | None = Non
         return f"{dst(insn.rd)} = {lit(insn.imm)};"
     if op == "auipc":
         return f"{dst(insn.rd)} = {lit(insn.addr + insn.imm)};"
+    if op in LOAD_TYPES and group == CHECKED:
+        return f"BERM_GROUPED_LD({dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)});"
+    if op in STORE_TYPES and group == CHECKED:
+        return f"BERM_GROUPED_ST({STORE_TYPES[op]}, {a} + {lit(insn.imm)}, {b});"
     if op in LOAD_TYPES and group:
         return f"BERM_G_LD({group}, {dst(insn.rd)}, {LOAD_TYPES[op]}, {a} + {lit(insn.imm)}, {lit(insn.addr)});"
     if op in STORE_TYPES and group:
@@ -110,14 +119,21 @@ def compute(insn: Instruction, stack_base: bool = False, group: str | None = Non
 
 
 def _atomic(insn: Instruction) -> str:
-    base, width = insn.op.split(".")
+    s_type = "int32_t" if insn.op.endswith(".w") else "int64_t"
+    store = 0 if insn.op.startswith("lr.") else 1
+    return (f"{{ BERM_ATOMIC_ADDR(a_, {s_type}, {reg(insn.rs1)}, {store}, {lit(insn.addr)}); "
+            f"{atomic_body(insn.op, 'a_', reg(insn.rs2), dst(insn.rd))} }}")
+
+
+def atomic_body(op: str, addr: str, src: str, out: str) -> str:
+    """The C of the atomic ``op`` at guest address ``addr`` (aligned and in its window: checked before), with the
+    source register's value ``src``, writing ``out``."""
+    base, width = op.split(".")
     s_type, u_type = ("int32_t", "uint32_t") if width == "w" else ("int64_t", "uint64_t")
-    pc, a, b, d = lit(insn.addr), reg(insn.rs1), reg(insn.rs2), dst(insn.rd)
-    head = f"{{ BERM_ATOMIC_ADDR(a_, {s_type}, {a}, {0 if base == 'lr' else 1}, {pc}); "
     if base == "lr":
-        return head + f"{s_type} o; memcpy(&o, M + a_, sizeof o); {d} = (uint64_t)(int64_t)o; }}"
+        return f"{s_type} o; memcpy(&o, M + {addr}, sizeof o); {out} = (uint64_t)(int64_t)o;"
     if base == "sc":
-        return head + f"{s_type} s = ({s_type}){b}; memcpy(M + a_, &s, sizeof s); BERM_MARK(a_); {d} = 0; }}"
+        return f"{s_type} s = ({s_type}){src}; memcpy(M + {addr}, &s, sizeof s); BERM_MARK({addr}); {out} = 0;"
     new = _AMO[base].replace("(S)", f"({s_type})").replace("(U)", f"({u_type})")
-    return (head + f"{s_type} s = ({s_type}){b}, o; memcpy(&o, M + a_, sizeof o); {s_type} n = {new}; "
-            f"memcpy(M + a_, &n, sizeof n); BERM_MARK(a_); {d} = (uint64_t)(int64_t)o; }}")
+    return (f"{s_type} s = ({s_type}){src}, o; memcpy(&o, M + {addr}, sizeof o); {s_type} n = {new}; "
+            f"memcpy(M + {addr}, &n, sizeof n); BERM_MARK({addr}); {out} = (uint64_t)(int64_t)o;")

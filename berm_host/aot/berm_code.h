@@ -146,8 +146,9 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
  * (BERM_GROUP_MARK; `stack` is the flag value of the stack window): in the stack they lower ctx->stack_low to the
  * lowest byte they write (on a recursion that is a compare that rarely stores, where marking pages cost two stores
  * per call), in the store window they mark the (at most two) pages they start in. The members need no check and no
- * mark. When the range is in neither window, every member takes the per-access check (out of line, the same
- * outcome as BERM_LD / BERM_ST), so a trap is exactly the interpreter's. */
+ * mark (BERM_GROUPED_LD / BERM_GROUPED_ST). When the range is in neither window, the members never run: the group's
+ * run goes through the checked runner instead (berm_aot/emit/slowrun.py), with the same outcome as BERM_LD /
+ * BERM_ST access by access, so a trap is exactly the interpreter's. */
 #define BERM_RANGE_IN(LO, SPAN, a, n) (((n) <= (SPAN) + 8) & ((uint64_t)((a) - (LO)) <= (SPAN) + 8 - (n)))
 #define BERM_GROUP(g, W1, W2, base, lo, n)                                                          \
     (g = BERM_RANGE_IN(BERM_##W1##_LO, BERM_##W1##_SPAN, (base) + (uint64_t)(lo), (n))   ? 1      \
@@ -184,6 +185,19 @@ static __attribute__((noinline, cold)) int berm_store_slow(berm_ctx *ctx, uint64
     }
     return 1;
 }
+#define BERM_GROUPED_LD(dst, T, addr)   \
+    do {                                \
+        T v_;                           \
+        memcpy(&v_, M + (addr), sizeof v_); \
+        dst = (uint64_t)(int64_t)v_;    \
+    } while (0)
+#define BERM_GROUPED_ST(T, addr, val)   \
+    do {                                \
+        T v_ = (T)(val);                \
+        memcpy(M + (addr), &v_, sizeof v_); \
+    } while (0)
+/* A member of a counted loop's group, in the loop's first copy (berm_aot/emit/loops.py): its group's flag g says
+ * whether the loop's head found the group's range in a window; else the access takes its own check (out of line). */
 #define BERM_G_LD(g, dst, T, addr, pc)                                                              \
     do {                                                                                            \
         uint64_t a_ = (addr);                                                                       \

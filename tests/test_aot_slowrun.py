@@ -1,0 +1,113 @@
+"""The checked runner (berm_aot/emit/slowrun.py), the slow path of every group of accesses: the rest of a group's run
+executed from a table, each access checked on its own. It runs only when a group's range is in no window — rarely,
+in ordinary programs — so these tests also compile translations whose every group check fails (``BERM_GROUP``
+overridden to 0 in each unit), which sends every run through the runner, and hold them to the interpreter: the
+hand-written vectors of every operation, wrapped in a group, and random programs."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+import berm_host.aot.objects as objects
+from berm_abi.names import core_number
+from berm_aot.emit.slowrun import RUN_OPS, row
+from berm_aot.isa import BRANCHES, OPS, Instruction
+from tests import progen
+from tests.interp_helpers import snippet_image
+from tests.rvenc import Op, li
+from tests.test_aot_diff import assert_same, collect, run_both
+from tests.test_interp_insns import vectors
+
+SP, A0, T3, T4 = 2, 10, 28, 29
+INCLUDE = '#include "berm_code.h"\n'
+EVERY_GROUP_FAILS = INCLUDE + "#undef BERM_GROUP\n#define BERM_GROUP(g, W1, W2, base, lo, n) (g = 0)\n"
+
+
+@contextlib.contextmanager
+def every_group_fails(emitted: list[str]):
+    """Translations compiled meanwhile find every group's range in no window; their C is appended to ``emitted``."""
+    emit = objects.emit_units
+
+    def failing(*args, **kwargs):
+        for unit in emit(*args, **kwargs):
+            assert INCLUDE in unit
+            emitted.append(unit)
+            yield unit.replace(INCLUDE, EVERY_GROUP_FAILS, 1)
+
+    objects.emit_units = failing
+    try:
+        yield
+    finally:
+        objects.emit_units = emit
+
+
+def test_every_operation_a_run_may_hold_has_a_row():
+    """Runs end at anything that transfers control or traps by itself (berm_aot.emit.groups); everything else
+    must be a row, or emitting it would fail."""
+    ends = {"jal", "jalr", "ecall", "ebreak", "illegal", "unsupported", *BRANCHES}
+    for op in sorted(OPS - ends):
+        assert row(Instruction(0x10000, 4, 0, op, rd=1, rs1=2, rs2=3, imm=8)).startswith("{0x10000ull")
+    assert set(RUN_OPS) == OPS - ends - {"auipc"}  # auipc is a lui of its result
+    with pytest.raises(ValueError, match="ecall cannot be in a group's run"):
+        row(Instruction(0x10000, 4, 0, "ecall"))
+
+
+def test_every_vector_inside_a_failing_group_runs_as_on_the_interpreter():
+    """Each vector of tests/test_interp_insns.py between two loads through sp (one group, whose run holds the vector's
+    instructions) runs on the runner: registers, memory and trap as the interpreter's."""
+    gens, straight = [], 0
+    for k, snippet in enumerate(vectors()):
+        straight += not any(isinstance(op, Op) and op.name in BRANCHES for op in snippet["ops"])
+        wrapped = [Op("ld", rd=0, rs1=SP, imm=-8), *snippet["ops"], Op("ld", rd=0, rs1=SP, imm=-16)]
+        image = snippet_image(**{**snippet, "ops": wrapped})
+        gens.append(progen.GenProgram(image, image.entry, f"vector {k} in a group: {snippet}"))
+    emitted: list[str] = []
+    with every_group_fails(emitted):
+        for gen, expected, (got,) in run_both(gens):
+            assert_same(gen, expected, got)
+    # not vacuous: a run per vector that has no branch (a branch ends the block, and with it the group)
+    assert sum(unit.count("slow_run(ctx, run_,") for unit in emitted) == straight > 100
+
+
+def test_random_programs_with_every_group_failing_match_the_interpreter():
+    gens = collect(progen.programs(), 60, derandomize=True)
+    emitted: list[str] = []
+    with every_group_fails(emitted):
+        for gen, expected, results in run_both(gens, repeat=2):
+            for got in results:
+                assert_same(gen, expected, got)
+    assert sum(unit.count("slow_run(ctx, run_,") for unit in emitted) >= 100
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["checked", "forced"])
+def test_a_run_that_traps_keeps_the_registers_its_function_wrote(fails):
+    """A register the function wrote before the group (held in a C local, not yet in ctx->regs) and that the run
+    writes later: when the run traps first, the trap shows the local's value. (The runner's registers were once
+    reloaded from ctx->regs without being stored first: t3 came back as it was at the function's entry.)"""
+    ops = [Op("addi", rd=T3, imm=7), Op("addi", rd=T4, imm=9),
+           Op("ld", rd=T3, rs1=A0, imm=0), Op("ld", rd=T4, rs1=A0, imm=8)]
+    image = snippet_image(ops, regs={A0: 8})  # a0 = 8: in no window, the first load faults
+    gens = [progen.GenProgram(image, image.entry, "a run trapping at its first member")]
+    emitted: list[str] = []
+    with every_group_fails(emitted) if fails else contextlib.nullcontext():
+        for gen, expected, (got,) in run_both(gens):
+            assert expected.trap is not None and expected.regs[T3] == 7 and expected.regs[T4] == 9
+            assert_same(gen, expected, got)
+
+
+def test_an_ecall_ends_a_group():
+    """A run never holds an ``ecall`` (the runner serves no host call): accesses on both sides of one make two groups
+    or none, and the program runs as on the interpreter with every group failing."""
+    ops = [Op("ld", rd=13, rs1=SP, imm=-8), Op("sd", rd=0, rs1=SP, rs2=13, imm=-24),
+           *li(17, core_number("berm.args.len")), Op("ecall"),
+           Op("ld", rd=14, rs1=SP, imm=-16), Op("sd", rd=0, rs1=SP, rs2=14, imm=-32)]
+    image = snippet_image(ops)
+    gens = [progen.GenProgram(image, image.entry, "accesses around an ecall")]
+    emitted: list[str] = []
+    with every_group_fails(emitted):
+        for gen, expected, (got,) in run_both(gens):
+            assert expected.trap is None
+            assert_same(gen, expected, got)
+    assert sum(unit.count("slow_run(ctx, run_,") for unit in emitted) == 2
