@@ -11,6 +11,7 @@ are not compared (docs/SEMANTICS.md).
     python tools/fuzz_diff.py --seed 1234 --rounds 1 --verbose    # replay one round
     python tools/fuzz_diff.py --minutes 5 --dump cases/           # also save each finding's program ...
     python tools/fuzz_diff.py --replay cases/seed1234-p7.pickle   # ... and run it alone on both engines
+    python tools/fuzz_diff.py --minutes 5 --every-group-fails     # every group's slow path: the checked runner
 
 A dumped case is a pickle of the generated program (image, entry, snapshot ranges, listing): load only files this
 tool wrote. Replaying one is how to debug it (it is built, translated and compared exactly as in its round), and
@@ -19,6 +20,7 @@ its listing is what a regression test in tests/test_aot_diff.py is written from.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import pickle
 import random
@@ -40,6 +42,7 @@ from berm_host.interp import InterpBackend
 from berm_host.traps import TrapKind
 from tests import progen
 from tests.test_aot_diff import assert_same
+from tests.test_aot_slowrun import every_group_fails
 
 DEADLINE = 0.5
 
@@ -155,14 +158,18 @@ def main() -> int:
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--dump", type=Path, metavar="DIR", help="save each finding's program in DIR (for --replay)")
     p.add_argument("--replay", type=Path, metavar="FILE", help="run one saved program on both engines, and stop")
+    p.add_argument("--every-group-fails", action="store_true",
+                   help="translate so that every group of accesses fails its check and runs on the checked runner "
+                        "(berm_aot/emit/slowrun.py), its rarely taken slow path")
     args = p.parse_args()
-    if args.replay:
-        return replay(args.replay)
-    campaign = Campaign("fuzz_diff", args)
-    for s in campaign.seeds():
-        print(f"[fuzz_diff] round seed {s}", flush=True)
-        run_round(campaign, s, args.batch, args.mutate, args.targets, args.verbose, args.dump)
-    return campaign.summary()
+    with every_group_fails() if args.every_group_fails else contextlib.nullcontext():
+        if args.replay:
+            return replay(args.replay)
+        campaign = Campaign("fuzz_diff", args)
+        for s in campaign.seeds():
+            print(f"[fuzz_diff] round seed {s}", flush=True)
+            run_round(campaign, s, args.batch, args.mutate, args.targets, args.verbose, args.dump)
+        return campaign.summary()
 
 
 if __name__ == "__main__":
