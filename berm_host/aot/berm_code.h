@@ -185,16 +185,17 @@ static __attribute__((noinline, cold)) int berm_store_slow(berm_ctx *ctx, uint64
     }
     return 1;
 }
-#define BERM_GROUPED_LD(dst, T, addr)   \
-    do {                                \
-        T v_;                           \
-        memcpy(&v_, M + (addr), sizeof v_); \
-        dst = (uint64_t)(int64_t)v_;    \
+/* A member of a group whose check passed (the only way to reach it): no check, no mark. */
+#define BERM_GROUPED_LD(dst, T, addr)           \
+    do {                                        \
+        T v_;                                   \
+        memcpy(&v_, M + (addr), sizeof v_);     \
+        dst = (uint64_t)(int64_t)v_;            \
     } while (0)
-#define BERM_GROUPED_ST(T, addr, val)   \
-    do {                                \
-        T v_ = (T)(val);                \
-        memcpy(M + (addr), &v_, sizeof v_); \
+#define BERM_GROUPED_ST(T, addr, val)           \
+    do {                                        \
+        T v_ = (T)(val);                        \
+        memcpy(M + (addr), &v_, sizeof v_);     \
     } while (0)
 /* A member of a counted loop's group, in the loop's first copy (berm_aot/emit/loops.py): its group's flag g says
  * whether the loop's head found the group's range in a window; else the access takes its own check (out of line). */
