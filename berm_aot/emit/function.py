@@ -33,7 +33,7 @@ from .loops import CountedLoop, counted_loops
 from .sites import dynamic_jumps, jump_targets
 from .stackptr import stack_pointers
 from .insn import BRANCH_CONDS, CHECKED, comment, compute, dst, lit, reg
-from .slowrun import slow_path
+from .slowrun import RunTable
 
 #: Core calls answered by a field of ctx, with no call at all when the number is known at translation time.
 _INLINE_CALLS = {
@@ -130,6 +130,8 @@ class FunctionEmitter:
         self.groups, self.grouped = access_groups(insns, self.labels, self.follows, self.stack_at, self.in_loops)
         #: where a group's run ends: the label its slow path continues at follows that instruction
         self.run_ends = {g.run[-1].addr for g in self.groups.values()}
+        name = resume_name(prefix, info.start) if resume else fn_name(prefix, info.start)
+        self.runs = RunTable(name, (g.run for g in self.groups.values()))
 
     # ---------------------------------------------------------------- helpers
 
@@ -176,6 +178,7 @@ class FunctionEmitter:
         f = self.f
         touched = sorted(f.touched)
         out = self.out
+        out += self.runs.definition()
         if self.resume:
             out.append(f"/* {comment(f.func.name)} [{f.start:#x}, {f.end:#x}), resumed at a local target `at` */")
             out.append(f"static uint64_t {resume_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth, "
@@ -274,7 +277,8 @@ class FunctionEmitter:
         group = self.groups.get(insn.addr)
         if group is not None:
             self.out.append("    " + group.header())
-            self.out += slow_path(group.flag, group.run, self.f.written, self.p, self._run_end(group.run[-1].addr))
+            self.out += self.runs.slow_path(group.flag, group.run, self.f.written, self.p,
+                                            self._run_end(group.run[-1].addr))
         falls = self._insn(insn)
         if insn.addr in self.run_ends:
             self.out.append(f"{self._run_end(insn.addr)}:;")

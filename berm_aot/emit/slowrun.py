@@ -60,24 +60,50 @@ def row(insn: Instruction) -> str:
             f"{int(checks_sp(insn))}}}, /* {comment(disassemble(insn))} */")
 
 
-def slow_path(flag: str, run: list[Instruction], written: Iterable[int], prefix: str, end: str) -> list[str]:
-    """The C after a group's check: when ``flag`` is 0, ``run`` (the group's first member to the end of its run)
-    goes through the runner, then the code continues at ``end``, or traps. The registers the run reads or writes
-    are stored first (those the function wrote: the others are in ctx->regs already) — the written ones too, since a
-    trap may stop the run before it writes them — and the written ones reloaded after it."""
-    load = sorted(set().union(*map(writes, run)))
-    store = sorted((set().union(*map(reads, run)) | set(load)) & set(written))
-    lines = [f"    if (BERM_UNLIKELY(!{flag})) {{ /* in no window: the run to {run[-1].addr:x}, checked access by access */",
-             "        static const berm_uop run_[] = {",
-             *(f"            {row(insn)}" for insn in run),
-             "        };"]
-    if store:
-        lines.append("        " + " ".join(f"ctx->regs[{r}] = x{r};" for r in store))
-    lines.append(f"        uint32_t t_ = {prefix}slow_run(ctx, run_, {len(run)});")
-    if load:
-        lines.append("        " + " ".join(f"x{r} = ctx->regs[{r}];" for r in load))
-    lines += ["        if (BERM_UNLIKELY(t_)) goto trap;", f"        goto {end};", "    }"]
-    return lines
+class RunTable:
+    """A C function's runs, in one table before it (``static const berm_uop <name>_runs[]``): each segment's
+    instructions once, every group of the segment entering at its own first member. (A table per group repeated
+    the rest of the segment for each of its groups: a block of overlapping groups made C quadratic in its length,
+    gigabytes for one crafted 5,000-instruction function.)"""
+
+    def __init__(self, function: str, runs: Iterable[tuple[Instruction, ...]]):
+        self.name = f"{function}_runs"
+        segments: dict[int, tuple[Instruction, ...]] = {}  # by the address of their last instruction
+        for run in runs:
+            if len(run) > len(segments.get(run[-1].addr, ())):
+                segments[run[-1].addr] = run
+        self.rows: list[Instruction] = []
+        self._at: dict[int, int] = {}  # the first row of each instruction
+        for end in sorted(segments):
+            for insn in segments[end]:
+                self._at[insn.addr] = len(self.rows)
+                self.rows.append(insn)
+
+    def definition(self) -> list[str]:
+        if not self.rows:
+            return []
+        return ["/* the runs of the function below (berm_aot/emit/slowrun.py): its groups' slow paths */",
+                f"static const berm_uop {self.name}[] = {{",
+                *(f"    {row(insn)}" for insn in self.rows),
+                "};"]
+
+    def slow_path(self, flag: str, run: tuple[Instruction, ...], written: Iterable[int], prefix: str,
+                  end: str) -> list[str]:
+        """The C after a group's check: when ``flag`` is 0, ``run`` (the group's first member to the end of its
+        segment) goes through the runner, then the code continues at ``end``, or traps. The registers the run reads
+        or writes are stored first (those the function wrote: the others are in ctx->regs already) — the written
+        ones too, since a trap may stop the run before it writes them — and the written ones reloaded after it."""
+        load = sorted(set().union(*map(writes, run)))
+        store = sorted((set().union(*map(reads, run)) | set(load)) & set(written))
+        lines = [f"    if (BERM_UNLIKELY(!{flag})) {{ /* in no window: {run[0].addr:x}..{run[-1].addr:x}, "
+                 "checked access by access */"]
+        if store:
+            lines.append("        " + " ".join(f"ctx->regs[{r}] = x{r};" for r in store))
+        lines.append(f"        uint32_t t_ = {prefix}slow_run(ctx, {self.name} + {self._at[run[0].addr]}, {len(run)});")
+        if load:
+            lines.append("        " + " ".join(f"x{r} = ctx->regs[{r}];" for r in load))
+        lines += ["        if (BERM_UNLIKELY(t_)) goto trap;", f"        goto {end};", "    }"]
+        return lines
 
 
 def runner(prefix: str) -> list[str]:
