@@ -22,7 +22,9 @@ def comment(text: str) -> str:
     """``text`` made safe inside a C comment: printable ASCII only (anything else, a newline included, becomes
     ``?``), and no ``*/`` to end the comment. Symbol names come from the guest's ELF: a name that closed the comment
     put its own C into the object the host loads (it ran as a constructor in the host process)."""
-    return "".join(c if " " <= c <= "~" else "?" for c in text).replace("*/", "*?/")
+    if not (text.isascii() and text.isprintable()):  # printable ASCII is exactly " " to "~"
+        text = "".join(c if " " <= c <= "~" else "?" for c in text)
+    return text.replace("*/", "*?/")
 
 
 def reg(n: int) -> str:
