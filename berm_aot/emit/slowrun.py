@@ -12,9 +12,10 @@ disagree; tests/test_aot_slowrun.py compiles translations whose every group fail
 interpreter.
 
 Why not a checked slow path per member, in line: on the 98 KB compile guest (tools/bench_bigguest.py) those paths
-were a fifth of gcc's time, each one an edge into the function's fault block carrying every register, while a
-run's one call costs a spill and a reload of the registers it reads and writes. The compile took 16% less CPU time
-with runs; the kernels' fast paths are the same code as before.
+were a fifth of gcc's time, each one an edge into the function's fault block carrying every register (gcc also
+threaded them into a second copy of the run), while a run's one call costs a spill and a reload of the registers it
+reads and writes. With runs gcc executes 12-13% fewer instructions per unit of that guest; the kernels' fast paths
+are the same accesses, and fewer instructions overall (BENCHMARKS.md, session 13).
 """
 
 from __future__ import annotations
