@@ -120,15 +120,15 @@ def _segment_ends(spans: list[tuple[int, int]]) -> dict[int, int]:
     """For spans ``(first, last)`` of positions, each span's first → the last position of the union of overlapping
     spans it belongs to."""
     ends: dict[int, int] = {}
-    group: list[int] = []
+    firsts: list[int] = []  # of the spans in the current union
     end = -1
     for first, last in sorted(spans):
-        if first > end and group:
-            ends.update((f, end) for f in group)
-            group = []
-        group.append(first)
+        if first > end and firsts:
+            ends.update((f, end) for f in firsts)
+            firsts = []
+        firsts.append(first)
         end = max(end, last)
-    ends.update((f, end) for f in group)
+    ends.update((f, end) for f in firsts)
     return ends
 
 
