@@ -128,10 +128,10 @@ class FunctionEmitter:
         self._fast: CountedLoop | None = None  # the counted loop whose second copy is being emitted
         self.in_loops = {addr: g for loop in self.loops.values() for g in loop.groups for addr in g.members}
         self.groups, self.grouped = access_groups(insns, self.labels, self.follows, self.stack_at, self.in_loops)
-        #: where a group's run ends: the label its slow path continues at follows that instruction
-        self.run_ends = {g.run[-1].addr for g in self.groups.values()}
+        #: where a group's segment ends: the label its slow path continues at follows that instruction
+        self.run_ends = {g.segment[-1].addr for g in self.groups.values()}
         name = resume_name(prefix, info.start) if resume else fn_name(prefix, info.start)
-        self.runs = RunTable(name, (g.run for g in self.groups.values()))
+        self.runs = RunTable(name, (g.segment for g in self.groups.values()))
 
     # ---------------------------------------------------------------- helpers
 
@@ -277,8 +277,8 @@ class FunctionEmitter:
         group = self.groups.get(insn.addr)
         if group is not None:
             self.out.append("    " + group.header())
-            self.out += self.runs.slow_path(group.flag, group.run, self.f.written, self.p,
-                                            self._run_end(group.run[-1].addr))
+            self.out += self.runs.slow_path(group.flag, group.segment, group.offset, self.f.written, self.p,
+                                            self._run_end(group.segment[-1].addr))
         falls = self._insn(insn)
         if insn.addr in self.run_ends:
             self.out.append(f"{self._run_end(insn.addr)}:;")

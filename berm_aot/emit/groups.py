@@ -50,7 +50,10 @@ class Group:
     lo: int  # the lowest offset from the base a member touches
     size: int  # bytes from base + lo past the last byte a member touches
     stores: tuple[int, int] | None  # the lowest and highest offsets a store starts at (None: loads only)
-    run: tuple[Instruction, ...]  # its first member to the end of its segment: what the runner runs when it fails
+    #: the instructions of its segment (one tuple shared by the segment's groups) and where its first member is in
+    #: it: the runner runs ``segment[offset:]`` when the group's check fails
+    segment: tuple[Instruction, ...]
+    offset: int
 
     @property
     def flag(self) -> str:
@@ -96,10 +99,12 @@ def access_groups(insns: list[Instruction], labels: Container[int], follows: Map
     def close_all() -> None:
         for base in sorted(accesses, key=lambda b: accesses[b][0]):
             close(base)
-        ends = _segment_ends([(members[0], members[-1]) for members in closed])
+        spans = _segments([(members[0], members[-1]) for members in closed])
+        segments = {span: tuple(insns[span[0]:span[1] + 1]) for span in set(spans.values())}
         for slot, members in enumerate(closed):
-            group = _group([insns[k] for k in members], slot, insns[members[0]:ends[members[0]] + 1], stack_at)
-            by_first[group.run[0].addr] = group
+            span = spans[members[0]]
+            group = _group([insns[k] for k in members], slot, segments[span], members[0] - span[0], stack_at)
+            by_first[insns[members[0]].addr] = group
             by_member.update((insns[k].addr, group) for k in members)
         closed.clear()
 
@@ -116,23 +121,23 @@ def access_groups(insns: list[Instruction], labels: Container[int], follows: Map
     return by_first, by_member
 
 
-def _segment_ends(spans: list[tuple[int, int]]) -> dict[int, int]:
-    """For spans ``(first, last)`` of positions, each span's first → the last position of the union of overlapping
-    spans it belongs to."""
-    ends: dict[int, int] = {}
+def _segments(spans: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """For spans ``(first, last)`` of positions, each span's first → the first and last position of the union of
+    overlapping spans it belongs to."""
+    union: dict[int, tuple[int, int]] = {}
     firsts: list[int] = []  # of the spans in the current union
     end = -1
     for first, last in sorted(spans):
         if first > end and firsts:
-            ends.update((f, end) for f in firsts)
+            union.update((f, (firsts[0], end)) for f in firsts)
             firsts = []
         firsts.append(first)
         end = max(end, last)
-    ends.update((f, end) for f in firsts)
-    return ends
+    union.update((f, (firsts[0], end)) for f in firsts)
+    return union
 
 
-def _group(members: list[Instruction], slot: int, run: list[Instruction],
+def _group(members: list[Instruction], slot: int, segment: tuple[Instruction, ...], offset: int,
            stack_at: Mapping[int, Container[int]]) -> Group:
     first, base = members[0], members[0].rs1
     stores = [i.imm for i in members if i.op in STORE_TYPES]
@@ -140,4 +145,4 @@ def _group(members: list[Instruction], slot: int, run: list[Instruction],
     windows = ("STACK", data) if base == SP or base in stack_at.get(first.addr, ()) else (data, "STACK")
     lo = min(i.imm for i in members)
     return Group(base, slot, windows, lo, max(i.imm + ACCESS_BYTES[i.op] for i in members) - lo,
-                 (min(stores), max(stores)) if stores else None, tuple(run))
+                 (min(stores), max(stores)) if stores else None, segment, offset)

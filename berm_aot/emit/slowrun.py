@@ -63,22 +63,23 @@ def row(insn: Instruction) -> str:
 
 class RunTable:
     """A C function's runs, in one table before it (``static const berm_uop <name>_runs[]``): each segment's
-    instructions once, every group of the segment entering at its own first member. (A table per group repeated
-    the rest of the segment for each of its groups: a block of overlapping groups made C quadratic in its length,
-    gigabytes for one crafted 5,000-instruction function.)"""
+    instructions once, every group of the segment entering at its own first member. Everything here is linear in
+    the function: a segment's rows and its register sets are made once, not once per group (a block of overlapping
+    groups chains one segment over its whole length; a table per group made the C quadratic in it, and register sets
+    per group made the translation so: a review's crafted 9,606-instruction function took 76 s to emit)."""
 
-    def __init__(self, function: str, runs: Iterable[tuple[Instruction, ...]]):
+    def __init__(self, function: str, segments: Iterable[tuple[Instruction, ...]]):
         self.name = f"{function}_runs"
-        segments: dict[int, tuple[Instruction, ...]] = {}  # by the address of their last instruction
-        for run in runs:
-            if len(run) > len(segments.get(run[-1].addr, ())):
-                segments[run[-1].addr] = run
+        by_end = {segment[-1].addr: segment for segment in segments}
         self.rows: list[Instruction] = []
-        self._at: dict[int, int] = {}  # the first row of each instruction
-        for end in sorted(segments):
-            for insn in segments[end]:
-                self._at[insn.addr] = len(self.rows)
-                self.rows.append(insn)
+        self._first_row: dict[int, int] = {}  # by the segment's last address
+        self._regs: dict[int, tuple[list[int], list[int]]] = {}  # (stored, reloaded) by the segment's last address
+        for end in sorted(by_end):
+            segment = by_end[end]
+            self._first_row[end] = len(self.rows)
+            self.rows += segment
+            written = sorted(set().union(*map(writes, segment)))
+            self._regs[end] = (sorted(set().union(*map(reads, segment)) | set(written)), written)
 
     def definition(self) -> list[str]:
         if not self.rows:
@@ -88,19 +89,23 @@ class RunTable:
                 *(f"    {row(insn)}" for insn in self.rows),
                 "};"]
 
-    def slow_path(self, flag: str, run: tuple[Instruction, ...], written: Iterable[int], prefix: str,
-                  end: str) -> list[str]:
-        """The C after a group's check: when ``flag`` is 0, ``run`` (the group's first member to the end of its
-        segment) goes through the runner, then the code continues at ``end``, or traps. The registers the run reads
-        or writes are stored first (those the function wrote: the others are in ctx->regs already) — the written
-        ones too, since a trap may stop the run before it writes them — and the written ones reloaded after it."""
-        load = sorted(set().union(*map(writes, run)))
-        store = sorted((set().union(*map(reads, run)) | set(load)) & set(written))
-        lines = [f"    if (BERM_UNLIKELY(!{flag})) {{ /* in no window: {run[0].addr:x}..{run[-1].addr:x}, "
+    def slow_path(self, flag: str, segment: tuple[Instruction, ...], offset: int, written: Iterable[int],
+                  prefix: str, end: str) -> list[str]:
+        """The C after a group's check: when ``flag`` is 0, ``segment[offset:]`` (the group's first member to the
+        end of its segment) goes through the runner, then the code continues at ``end``, or traps. The registers the
+        segment reads or writes are stored first (those the function wrote: the others are in ctx->regs already) —
+        the written ones too, since a trap may stop the run before it writes them — and the written ones reloaded
+        after it. (The whole segment's registers, not just the run's: no more than the run's is needed, and no
+        harm done, since what is stored is each register's current value.)"""
+        last = segment[-1].addr
+        read, load = self._regs[last]
+        store = sorted(set(read) & set(written))
+        lines = [f"    if (BERM_UNLIKELY(!{flag})) {{ /* in no window: {segment[offset].addr:x}..{last:x}, "
                  "checked access by access */"]
         if store:
             lines.append("        " + " ".join(f"ctx->regs[{r}] = x{r};" for r in store))
-        lines.append(f"        uint32_t t_ = {prefix}slow_run(ctx, {self.name} + {self._at[run[0].addr]}, {len(run)});")
+        lines.append(f"        uint32_t t_ = {prefix}slow_run(ctx, {self.name} + {self._first_row[last] + offset}, "
+                     f"{len(segment) - offset});")
         if load:
             lines.append("        " + " ".join(f"x{r} = ctx->regs[{r}];" for r in load))
         lines += ["        if (BERM_UNLIKELY(t_)) goto trap;", f"        goto {end};", "    }"]
