@@ -2,9 +2,10 @@
 
 A group's members take no check of their own: its first member checks the whole range once. When that check fails
 (the range is in neither window: some member faults, or the members lie in two windows), the translated code hands
-the rest of the group's run — every instruction from its first member to the end of its run, members or not — to
-``<prefix>slow_run``, one C function per image that executes a table of those instructions (``berm_uop``, made here
-at translation time: no decoding at run time) on ``ctx->regs``, each access through the translated code's own
+the rest of the group's run — every instruction from its first member to the end of its segment (the union of the
+overlapping groups of its block: berm_aot.emit.groups), members or not — to ``<prefix>slow_run``, one C function per
+image that executes a table of those instructions (``berm_uop``, made here at translation time: no decoding at run
+time) on ``ctx->regs``, each access through the translated code's own
 single-access macros (``BERM_LD``, ``BERM_ST``, ``BERM_ATOMIC_ADDR``: the same checks, marks and faults), and then
 continues after the run, or traps where the runner stopped, with the registers of that instruction. Its arithmetic
 is the emitter's own (``berm_aot.emit.insn``: the same C expressions over ``ctx->regs``), so the two paths cannot

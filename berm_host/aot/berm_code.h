@@ -146,9 +146,9 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
  * (BERM_GROUP_MARK; `stack` is the flag value of the stack window): in the stack they lower ctx->stack_low to the
  * lowest byte they write (on a recursion that is a compare that rarely stores, where marking pages cost two stores
  * per call), in the store window they mark the (at most two) pages they start in. The members need no check and no
- * mark (BERM_GROUPED_LD / BERM_GROUPED_ST). When the range is in neither window, the members never run: the group's
- * run goes through the checked runner instead (berm_aot/emit/slowrun.py), with the same outcome as BERM_LD /
- * BERM_ST access by access, so a trap is exactly the interpreter's. */
+ * mark (BERM_GROUPED_LD / BERM_GROUPED_ST). When the range is in neither window, that unchecked code is skipped:
+ * the group's run goes through the checked runner instead (berm_aot/emit/slowrun.py), every access checked by
+ * BERM_LD / BERM_ST, so a trap is exactly the interpreter's. */
 #define BERM_RANGE_IN(LO, SPAN, a, n) (((n) <= (SPAN) + 8) & ((uint64_t)((a) - (LO)) <= (SPAN) + 8 - (n)))
 #define BERM_GROUP(g, W1, W2, base, lo, n)                                                          \
     (g = BERM_RANGE_IN(BERM_##W1##_LO, BERM_##W1##_SPAN, (base) + (uint64_t)(lo), (n))   ? 1      \
