@@ -209,3 +209,52 @@ def test_an_unusable_data_dir_is_a_clear_error(tmp_path):
     (tmp_path / "file").write_bytes(b"")
     with pytest.raises(kv.KvStoreError, match="cannot open the key-value store"):
         kv.KvStore(tmp_path / "file" / "kv.sqlite3")
+
+
+_FORK_SCRIPT = """
+import os, sys, threading
+from pathlib import Path
+from berm_host.capabilities.kv import KvStore
+directory = Path(sys.argv[1])
+store = KvStore.shared(directory)
+store.set("ns", b"before", b"parent")
+held, release = threading.Event(), threading.Event()
+def busy():  # another thread of the parent, in the middle of a call and of an open, when the fork happens
+    with store._lock, KvStore._open_lock:
+        held.set()
+        release.wait()
+threading.Thread(target=busy, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    try:
+        child = KvStore.shared(directory)
+        assert child.get("ns", b"before") == b"parent"
+        child.set("ns", b"from", b"child")
+        store.set("ns", b"also", b"child")  # a store object the child inherited works too
+        os._exit(0)
+    except BaseException as exc:
+        print("child:", repr(exc), flush=True)
+        os._exit(1)
+_, status = os.waitpid(pid, 0)
+release.set()
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert store.get("ns", b"from") == b"child" and store.get("ns", b"also") == b"child"
+store.set("ns", b"after", b"parent")  # the parent's own connection still serves it
+print("ok")
+"""
+
+
+def test_a_forked_child_uses_its_own_connection_and_locks(tmp_path):
+    """A child forked while another thread of its parent held a store's lock and the lock that opens stores (a
+    call and an open in progress) reads and writes that store at once, through a connection of its own: SQLite
+    connections must not cross a fork (a database used through one in two processes can be corrupted), and the
+    locks, held for ever in the child, made it wait out KV_TIMEOUT on every call, or for ever to open a store."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _FORK_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+    db = sqlite3.connect(tmp_path / kv.DB_NAME)
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)

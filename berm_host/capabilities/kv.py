@@ -14,6 +14,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,9 +50,24 @@ def data_dir(override: str | os.PathLike[str] | None = None) -> Path:
     return Path(chosen).expanduser().resolve()
 
 
+#: Every store of this process, for the fork handler; and the connections a forked child inherited (kept, unused).
+_STORES: "weakref.WeakSet[KvStore]" = weakref.WeakSet()
+_INHERITED: list[sqlite3.Connection] = []
+
+
+def _after_fork_in_child() -> None:
+    KvStore._open_lock = threading.Lock()  # another thread may have held it, opening a store
+    for store in list(_STORES):
+        store._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class KvStore:
     """One database file; safe to share between threads (one connection behind a lock) and processes (SQLite
-    locking, waiting up to ``KV_TIMEOUT`` seconds)."""
+    locking, waiting up to ``KV_TIMEOUT`` seconds). A forked child opens a connection of its own at its first call
+    (``_after_fork_in_child``)."""
 
     _open: dict[Path, "KvStore"] = {}
     _open_lock = threading.Lock()
@@ -59,28 +75,45 @@ class KvStore:
     def __init__(self, path: Path):
         self.path = path
         self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = self._connect()
+        _STORES.add(self)
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self.path
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # every harness's data: the user's only
-            self._db = sqlite3.connect(path, timeout=KV_TIMEOUT, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("BEGIN IMMEDIATE")
+            db = sqlite3.connect(path, timeout=KV_TIMEOUT, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT NOT NULL, key BLOB NOT NULL, "
-                                 "value BLOB NOT NULL, PRIMARY KEY (ns, key)) WITHOUT ROWID")
+                db.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT NOT NULL, key BLOB NOT NULL, "
+                           "value BLOB NOT NULL, PRIMARY KEY (ns, key)) WITHOUT ROWID")
                 # counted afresh at every open: a store written before the table existed, or by such a version of
                 # this code while this one ran, is counted right again
-                self._db.execute(_USAGE_SCHEMA)
-                self._db.execute("DELETE FROM usage")
-                self._db.execute("INSERT INTO usage SELECT ns, COUNT(*), SUM(length(key) + length(value)) "
-                                 "FROM kv GROUP BY ns")
+                db.execute(_USAGE_SCHEMA)
+                db.execute("DELETE FROM usage")
+                db.execute("INSERT INTO usage SELECT ns, COUNT(*), SUM(length(key) + length(value)) "
+                           "FROM kv GROUP BY ns")
             except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            db.execute("COMMIT")
+            return db
         except (OSError, sqlite3.Error) as exc:
             raise KvStoreError(f"cannot open the key-value store {path}: {exc}") from None
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child has only the thread that forked: the lock another thread held would stay held for ever
+        (every call then waited out its budget and failed), and an SQLite connection must not be used on both sides
+        of a fork (the database can be corrupted). The child gets a fresh lock and opens a connection of its own at
+        its first call; the inherited one is kept, never used and never closed (closing it could drop the POSIX
+        locks of the child's own connection to the same file)."""
+        self._lock = threading.Lock()
+        if self._db is not None:
+            _INHERITED.append(self._db)
+        self._db = None
 
     @classmethod
     def shared(cls, directory: Path) -> "KvStore":
@@ -101,20 +134,25 @@ class KvStore:
         if not self._lock.acquire(timeout=max(budget.seconds, 0.001)):
             raise CapabilityError(f"storage is busy: waited {budget.seconds:.3g} s")
         try:
-            self._db.execute(f"PRAGMA busy_timeout = {max(1, int(budget.remaining() * 1000))}")
+            if self._db is None:  # the first call in a forked child
+                self._db = self._connect()
+            db = self._db
+            db.execute(f"PRAGMA busy_timeout = {max(1, int(budget.remaining() * 1000))}")
             if not write:
-                yield self._db
+                yield db
                 return
-            self._db.execute("BEGIN IMMEDIATE")
+            db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
+                yield db
             except BaseException:
-                if self._db.in_transaction:  # SQLite rolls back by itself on some errors (a full disk)
-                    self._db.execute("ROLLBACK")
+                if db.in_transaction:  # SQLite rolls back by itself on some errors (a full disk)
+                    db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise CapabilityError(f"storage failed: {exc}") from None
+        except KvStoreError as exc:
+            raise CapabilityError(str(exc)) from None
         finally:
             self._lock.release()
 
