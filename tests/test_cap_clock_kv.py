@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -250,9 +252,6 @@ def test_a_forked_child_uses_its_own_connection_and_locks(tmp_path):
     call and an open in progress) reads and writes that store at once, through a connection of its own: SQLite
     connections must not cross a fork (a database used through one in two processes can be corrupted), and the
     locks, held for ever in the child, made it wait out KV_TIMEOUT on every call, or for ever to open a store."""
-    import subprocess
-    import sys
-
     proc = subprocess.run([sys.executable, "-c", _FORK_SCRIPT, str(tmp_path)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr

@@ -121,13 +121,18 @@ def compute(insn: Instruction, stack_base: bool = False, group: str | None = Non
 
 
 def _atomic(insn: Instruction) -> str:
-    s_type = "int32_t" if insn.op.endswith(".w") else "int64_t"
-    store = 0 if insn.op.startswith("lr.") else 1
-    return (f"{{ BERM_ATOMIC_ADDR(a_, {s_type}, {reg(insn.rs1)}, {store}, {lit(insn.addr)}); "
-            f"{atomic_body(insn.op, 'a_', reg(insn.rs2), dst(insn.rd))} }}")
+    return atomic(insn.op, reg(insn.rs1), reg(insn.rs2), dst(insn.rd), lit(insn.addr))
 
 
-def atomic_body(op: str, addr: str, src: str, out: str) -> str:
+def atomic(op: str, addr: str, src: str, out: str, pc: str) -> str:
+    """The C of the atomic ``op`` at the guest address ``addr`` with the source register's value ``src``, writing
+    ``out``: aligned and in its window (BERM_ATOMIC_ADDR, a fault at ``pc`` else), then the operation."""
+    s_type = "int32_t" if op.endswith(".w") else "int64_t"
+    store = 0 if op.startswith("lr.") else 1
+    return f"{{ BERM_ATOMIC_ADDR(a_, {s_type}, {addr}, {store}, {pc}); {_atomic_body(op, 'a_', src, out)} }}"
+
+
+def _atomic_body(op: str, addr: str, src: str, out: str) -> str:
     """The C of the atomic ``op`` at guest address ``addr`` (aligned and in its window: checked before), with the
     source register's value ``src``, writing ``out``."""
     base, width = op.split(".")

@@ -27,7 +27,7 @@ from berm_aot.analysis import is_atomic, reads, writes
 from berm_aot.disasm import disassemble
 from berm_aot.isa import Instruction, checks_sp
 
-from .insn import _AMO, _BIN, _IMM, LOAD_TYPES, STORE_TYPES, atomic_body, comment, lit
+from .insn import _AMO, _BIN, _IMM, LOAD_TYPES, STORE_TYPES, atomic, comment, lit
 
 #: Every operation a run may hold: what follows a group's first member in a block (no branch, jump, call, ecall,
 #: ebreak or undecodable instruction ends up in one: berm_aot.emit.groups). ``auipc`` becomes a ``lui`` of its
@@ -128,9 +128,7 @@ def runner(prefix: str) -> list[str]:
         cases.append(f"        case {op_name(op)}: BERM_ST({t}, a + i, b, u->pc); continue;")
     cases.append(f"        case {op_name('fence')}: case {op_name('fence.i')}: continue;")
     for op in filter(is_atomic, RUN_OPS):
-        s_type = "int32_t" if op.endswith(".w") else "int64_t"
-        cases.append(f"        case {op_name(op)}: {{ BERM_ATOMIC_ADDR(a_, {s_type}, a, {0 if op.startswith('lr.') else 1}, "
-                     f"u->pc); {atomic_body(op, 'a_', 'b', 'v')} }} break;")
+        cases.append(f"        case {op_name(op)}: {atomic(op, 'a', 'b', 'v', 'u->pc')} break;")
     return [
         "/* The checked runner (berm_aot/emit/slowrun.py): the `count` instructions at u on ctx->regs, every access checked",
         "   on its own; 0 when all ran, else the trap of the one that could not (registers as it found them). */",
