@@ -189,9 +189,9 @@ class Program:
 def _close_starts(starts: set[int], code: dict[int, Instruction], codemap: _CodeMap) -> set[int]:
     """Add direct call targets, then close: a direct jump or branch whose target lies in another function than its
     source makes the target a function start; adding a start splits a function, so a start may make more jumps
-    cross a boundary. Fall-through counts as a jump: a 4-byte instruction straddling a function start falls into
-    the middle of that function, so its fall-through address becomes a start too — a call's as well, since its
-    callee returns there.
+    cross a boundary. Fall-through counts as a jump: an instruction straddling a function start (at any byte inside
+    it: a symbol or a relocation may name an odd address) falls into the middle of that function, so its
+    fall-through address becomes a start too — a call's as well, since its callee returns there.
 
     Both ends of a jump lie in code, and every section start is a function start, so a jump crosses a boundary
     when a start lies in (min(src, target), max(src, target)]. Starts only grow, so each jump needs to fire once:
@@ -201,10 +201,11 @@ def _close_starts(starts: set[int], code: dict[int, Instruction], codemap: _Code
     backward jumps — quadratic, 30 s for 32 KB of such code."""
     starts = set(starts)
     jumps: list[tuple[int, int]] = []  # (source, target) of a jump or branch that is not a call
-    falls_into: dict[int, list[int]] = {}  # addr + 2 of a 4-byte instruction that may fall through → its next_pc
+    falls_into: dict[int, list[int]] = {}  # a byte inside an instruction that may fall through → its next_pc
     for insn in code.values():
-        if insn.size == 4 and insn.falls_through and codemap.section_of(insn.next_pc) is not None:
-            falls_into.setdefault(insn.addr + 2, []).append(insn.next_pc)
+        if insn.falls_through and codemap.section_of(insn.next_pc) is not None:
+            for inside in range(insn.addr + 1, insn.next_pc):
+                falls_into.setdefault(inside, []).append(insn.next_pc)
         if insn.op == "jal" or insn.op in BRANCHES:
             target = insn.addr + insn.imm
             if codemap.section_of(target) is None:

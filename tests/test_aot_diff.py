@@ -146,6 +146,42 @@ def test_return_into_the_middle_of_a_function_that_starts_inside_the_call():
         assert_same(gen, expected, results[0])
 
 
+def odd_start_program(ops: list, offset: int, helpers: tuple = ()) -> progen.GenProgram:
+    """f0 (``ops``, then ``helpers``) with one more ``FUNC`` symbol at the odd address f0 + ``offset``, inside an
+    instruction: no pc can ever be odd, but a symbol may say so."""
+    import dataclasses
+
+    from berm_aot.image import Symbol
+
+    image = progen.build_image([progen.Function("f0", ops), *helpers])
+    text = image.symbols[0].value
+    odd = Symbol("odd", text + offset, 1, "func", "global", ".text")
+    image = dataclasses.replace(image, symbols=(*image.symbols, odd))
+    return progen.GenProgram(image, text, f"f0 with a function start at f0+{offset}")
+
+
+def test_fall_through_out_of_an_instruction_holding_an_odd_function_start():
+    """Found by a review: a function starting at an odd address inside an instruction only made that instruction's
+    fall-through address a start when the start lay at the middle of a 4-byte instruction. At f0+1, inside a 4-byte
+    ``addi``, a 2-byte ``c.li`` or a call, the next instruction lay in the middle of the odd function: the
+    translated code trapped there (illegal instruction) while the interpreter ran on."""
+    from tests.rvenc import Op
+
+    ret = Op("jalr", rs1=1)
+    g = progen.Function("g", [Op("addi", rd=7, imm=3), ret])
+    gens = [odd_start_program([Op("addi", rd=5, imm=1), Op("addi", rd=6, imm=2), ret], 1),
+            odd_start_program([Op("c.li", rd=5, imm=1), Op("addi", rd=6, imm=2), ret], 1),
+            odd_start_program([Op("addi", rd=2, rs1=2, imm=-16), Op("sd", rs1=2, rs2=1), Op("jal", rd=1, target="g"),
+                               Op("addi", rd=6, imm=2), Op("ld", rd=1, rs1=2), Op("addi", rd=2, rs1=2, imm=16), ret],
+                              9, (g,))]
+    for gen in gens:
+        starts = Program.from_image(gen.image).function_starts
+        assert any(a % 2 for a in starts)
+    for gen, expected, results in run_both(gens):
+        assert expected.trap is None and expected.regs[6] == 2
+        assert_same(gen, expected, results[0])
+
+
 def test_srliw_at_every_shift_amount():
     """``srliw`` at every shift amount, on values with bit 31 set and clear: by 1..31 the result's bit 31 is 0 (sign
     and zero extension agree), by 0 it is ``sext.w`` and must sign-extend."""
