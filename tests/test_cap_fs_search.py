@@ -170,6 +170,37 @@ def test_a_regex_that_would_unroll_into_gigabytes_is_refused_before_compiling(ca
         grep(caps, pattern)
 
 
+@pytest.mark.parametrize("pattern", ["(?x)a{1 000000}", "(?x)a{4294967294 }", "(?x)a{1#}\n000000}", "(?ix:a{1 0000000})",
+                                     "(?i)(?x)b{10 0000}"])
+def test_verbose_mode_cannot_hide_a_counted_repeat(caps, pattern):
+    """Found by a review: verbose mode lets whitespace and comments into a count, which the repeat check did not
+    see: (?x)a{4294967294 } took the host to 3 GiB in 5 s, before the search's time budget began."""
+    with pytest.raises(CapabilityError, match=r"inline flags \(\?.*verbose mode"):
+        grep(caps, pattern)
+
+
+def test_inline_flags_that_hide_nothing_still_search(root, caps):
+    (root / "mixed.txt").write_text("Needle\n")
+    assert grep(caps, "(?i)needle") == grep(caps, "(?-x:Needle)") == grep(caps, r"\(?x\)|Needle") == ["mixed.txt"]
+
+
+def test_a_version_flag_is_a_tool_error_not_a_host_bug(caps):
+    """Found by a review: (?V1) contradicts the VERSION0 the host compiles with, and the regex module raised a
+    KeyError, which reached the guest as the host-call-failed trap."""
+    with pytest.raises(CapabilityError, match="version"):
+        grep(caps, "(?V1)[[a-z]--[aeiou]]")
+
+
+def test_a_search_that_runs_out_of_memory_returns_what_it_found(root, caps):
+    """Found by a review: a backtracking pattern over an 8 MiB file grows the regex module's stack to ~660 MiB, and
+    its MemoryError reached the guest as the host-call-failed trap. It ends the search like a timeout now."""
+    (root / "a-found.txt").write_text("7\n")
+    (root / "big.txt").write_bytes(b"a" * (8 << 20))
+    out = grep(caps, r"(a|b)*\d", include="*.txt", mode="count")
+    assert out == ["a-found.txt:1", "[truncated: the pattern needed too much memory (it backtracks too much: "
+                                    "simplify it), the results so far]"]
+
+
 def test_counted_repeats_of_ordinary_size_still_search(root, caps):
     (root / "dates.txt").write_text("on 2026-12-01 and 1999-01-02\n")
     assert grep(caps, r"\d{4}-\d{2}-\d{2}", mode="content") == ["dates.txt:1:on 2026-12-01 and 1999-01-02"]

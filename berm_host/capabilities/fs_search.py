@@ -4,7 +4,9 @@ Both walk with directory descriptors (``os.fwalk`` without following symlinks: a
 mid-walk is skipped, never entered), skip ``.git``, honour a per-call time budget and cap what they return. Output
 is text, one root-relative path (or match) per line; when a cap or the time budget cut it short, what was found so
 far is returned and a last line starting with ``[truncated`` says why. Grep skips binary files (a NUL byte in the
-first 8 KiB), files over the read cap and symlinks, and honours ``.gitignore`` files from the root down.
+first 8 KiB), files over the read cap and symlinks, and honours ``.gitignore`` files from the root down. Its
+patterns are the ``regex`` module's (VERSION0, multiline), less what could hide their cost: counted repeats past
+``MAX_REPEATS`` and the inline flags for verbose mode and versions are refused.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ MAX_REPEATS = 100_000
 #: Every brace pair that may be a counted repeat, wherever it is (inside a class or escaped too: counting those
 #: as well only ever overestimates).
 _COUNTED = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
+#: An inline flag group, ``(?flags)`` or ``(?flags:…)``, whose parenthesis is not escaped (wherever it is: inside a
+#: class it is only text, and refusing it there too only ever refuses more). Verbose mode (``x``) lets whitespace
+#: and comments into a counted repeat (``(?x)a{1 000000}``, ``(?x)a{1#}`` newline ``000000}``), out of
+#: ``_COUNTED``'s sight; a version flag (``V1``) contradicts the host's ``VERSION0`` (a KeyError inside the module).
+_FLAG_GROUP = regex.compile(r"(?<!\\)(?:\\\\)*\(\?([\w^-]*)[:)]")
 
 
 @dataclass(frozen=True)
@@ -205,7 +212,13 @@ def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Dead
 
 
 def _check_repeats(pattern: str) -> None:
-    """Refuse a pattern whose counted repeats, taken as if all nested, multiply past MAX_REPEATS."""
+    """Refuse a pattern whose counted repeats, taken as if all nested, multiply past MAX_REPEATS, or that turns on
+    a flag that would hide them from this check (``_FLAG_GROUP``)."""
+    for m in _FLAG_GROUP.finditer(pattern):
+        on = m.group(1).split("-", 1)[0]
+        if "x" in on or "V" in on:
+            raise CapabilityError(f"bad regex: its inline flags (?{m.group(1)} turn on verbose mode (x) or a version "
+                                  "(V0, V1), which grep does not support")
     product = 1
     for m in _COUNTED.finditer(pattern):
         product *= max([1, *(int(g) for g in m.groups() if g)])
@@ -246,6 +259,8 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
                 lines += shown if mode == "content" else [f"{entry.rel}:{count}"]
     except TimeoutError:
         note = _timed_out(deadline)
+    except MemoryError:  # the regex module's backtracking stack, at ~100 times the text searched
+        note = "the pattern needed too much memory (it backtracks too much: simplify it), the results so far"
     if mode == "files":
         hits.sort(key=lambda t: (-t[0], t[1]))
         lines = [rel for _, rel in hits[:cap + 1]]
