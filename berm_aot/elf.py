@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import stat
 import struct
 
 from elftools.common.exceptions import ELFError
@@ -32,6 +33,10 @@ MAX_IMAGE_END = 4 << 30
 #: every constant-address load the translator resolves is looked up among them (32,000 one-byte segments made a
 #: 3.9 MB file take 27 s to read, and its translation 22 s).
 MAX_LOAD_SEGMENTS = 64
+#: The largest ELF file read: its loaded bytes fit guest memory (``MAX_IMAGE_END``), and what it holds besides
+#: (symbols, relocations, debug information) is no more than that. `berm inspect` of a 5 GB file read it all first
+#: (32 s, 5 GB of memory), and /dev/zero never ended.
+MAX_FILE_BYTES = MAX_IMAGE_END
 #: The manifest section (ABI.md §4).
 MANIFEST_SECTION = ".berm.abi"
 #: The RISC-V build attributes: the extensions the image was compiled for (berm_aot/attributes.py).
@@ -71,12 +76,26 @@ def reloc_type_name(rtype: int) -> str:
 
 def read_elf_file(path: str | os.PathLike) -> ElfImage:
     """Read and validate the ELF file at ``path``; an unreadable file is an ElfError too."""
+    return read_elf(read_file(path))
+
+
+def read_file(path: str | os.PathLike) -> bytes:
+    """The bytes of the image file at ``path``: a regular file of at most ``MAX_FILE_BYTES``, else an ElfError (as
+    for a file that cannot be read)."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ElfError(f"{os.fspath(path)} is not a regular file")
+            if st.st_size > MAX_FILE_BYTES:
+                raise ElfError(f"{os.fspath(path)} is {st.st_size} bytes, larger than any image "
+                               f"({MAX_FILE_BYTES} bytes at most)")
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ElfError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
-    return read_elf(data)
+    if len(data) > MAX_FILE_BYTES:  # it grew since fstat
+        raise ElfError(f"{os.fspath(path)} is larger than any image ({MAX_FILE_BYTES} bytes at most)")
+    return data
 
 
 def read_elf(data: bytes) -> ElfImage:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
-from berm_aot.elf import read_elf
+from berm_aot.elf import read_elf, read_file
 from berm_aot.program import Program
 from berm_cli.terminal import reader_may_leave, shown
 from berm_host.aot.objects import cached_object
@@ -54,18 +54,11 @@ class Job:
     memory: int
 
 
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise BermError(f"cannot read {path}: {exc.strerror or exc}") from None
-
-
 def jobs_for(elves: list[Path], declarations: Path | None, harnesses: str | None, memory: int) -> list[Job]:
     """The images named on the command line (for ``memory``), then every declared harness for the memory the
     daemon runs it with: its declared ``memory``, else the default (berm_host/queue/harness.py), whatever
     ``--memory`` says; its pinned digest is checked when it is read."""
-    jobs = [Job(path.name, partial(_read, path), memory) for path in elves]
+    jobs = [Job(path.name, partial(read_file, path), memory) for path in elves]
     if declarations is not None:
         jobs += [Job(decl.name, partial(decl.load_image, harnesses), decl.memory or DEFAULT_MEMORY)
                  for decl in load_declarations(declarations)]
@@ -86,7 +79,7 @@ def compile_one(job: Job, cache: CodeCache, jobs: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return reader_may_leave(lambda: _main(argv))
+    return reader_may_leave("berm-compile", lambda: _main(argv))
 
 
 def _main(argv: list[str] | None) -> int:

@@ -19,7 +19,7 @@ from berm_aot.program import Program
 from berm_cli.interrupt import interruptible
 from berm_cli.terminal import compile_notice, shown
 from berm_host.backend import RunRequest, RunResult
-from berm_host.declaration import parse_memory
+from berm_host.declaration import MAX_TIMEOUT, is_timeout, parse_memory
 from berm_host.interp import InterpBackend
 from berm_host.layout import DEFAULT_MEMORY
 from berm_host.traps import Trap
@@ -89,8 +89,8 @@ def format_trap(program, result: RunResult) -> list[str]:
 def run(args) -> int:
     if len(args.args) > 8:
         raise BermError(f"at most 8 integer arguments fit a0..a7, not {len(args.args)}")
-    if not args.timeout > 0:
-        raise BermError(f"--timeout must be a positive number of seconds, not {args.timeout}")
+    if not is_timeout(args.timeout):
+        raise BermError(f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {args.timeout}")
     program, backend = _load(args)
     entry = program.symbol(args.symbol)
     if entry is None:

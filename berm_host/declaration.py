@@ -122,11 +122,16 @@ def _strings(entry: dict, key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def is_timeout(value: object) -> bool:
+    """Whether ``value`` is a deadline in seconds a harness may be given: a number in (0, ``MAX_TIMEOUT``]."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= MAX_TIMEOUT
+
+
 def _timeout(entry: dict, where: str) -> float | None:
     value = entry.get("timeout")
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT:
+    if not is_timeout(value):
         raise DeclarationError(f"{where}: timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {value!r}")
     return float(value)
 

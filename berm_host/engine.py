@@ -22,11 +22,13 @@ from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
-from berm_aot.errors import ElfError, ManifestError, NoManifestError
+from berm_aot.elf import read_file
+from berm_aot.errors import ManifestError, NoManifestError
 from berm_aot.image import ElfImage
 from berm_aot.manifest import Manifest, lifecycle_exports, load_manifest, tool_exports
 from berm_aot.program import Program
 from berm_host.backend import Backend, RunRequest
+from berm_host.declaration import MAX_TIMEOUT, is_timeout
 from berm_host.image_facts import ElfFacts, load_facts, read_elf
 from berm_host.layout import DEFAULT_MAX_RESULT, DEFAULT_MEMORY, check_memory_size
 from berm_host.linker import Linker
@@ -48,8 +50,10 @@ class Engine:
         a cache miss compiles (seconds for a small image, minutes for a large one)."""
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, not {kind!r}")
-        if not deadline > 0:
-            raise ValueError(f"the deadline must be a positive number of seconds, not {deadline!r}")
+        if not is_timeout(deadline):
+            raise ValueError(f"the deadline must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {deadline!r}")
+        if jobs is not None and (type(jobs) is not int or jobs < 1):
+            raise ValueError(f"jobs must be a positive number of compilers, not {jobs!r}")
         if type(max_result) is not int or not 0 <= max_result < 1 << 64:
             raise ValueError(f"the result cap must be a number of bytes, not {max_result!r}")
         if kind == "aot":  # imported here, not at the first load, which may run in a thread: a child forked while
@@ -84,7 +88,7 @@ class Engine:
 
         Loads of different images proceed side by side (a cold compile takes seconds); concurrent loads of the
         same bytes wait for the one that is compiling and share its image."""
-        data = bytes(source) if isinstance(source, (bytes, bytearray, memoryview)) else _read(Path(source))
+        data = bytes(source) if isinstance(source, (bytes, bytearray, memoryview)) else read_file(source)
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
             image = self._images.get(digest)
@@ -145,13 +149,6 @@ class _Gate:
         self.lock = threading.Lock()
         self.users = 0
         self.failure: BaseException | None = None
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 class Image:
@@ -268,7 +265,11 @@ class Harness:
         """Seconds this invocation may run: the engine's deadline, shortened by the caller's. Never zero or less
         (which the core reads as "no deadline"): a deadline already past leaves a millisecond, then the interrupt."""
         timeout = self._engine.deadline
-        return timeout if deadline is None else max(MIN_TIMEOUT, min(timeout, deadline - time.monotonic()))
+        if deadline is None:
+            return timeout
+        if deadline != deadline:  # nan: min() would have ignored it
+            raise ValueError("the deadline is not a number (nan)")
+        return max(MIN_TIMEOUT, min(timeout, deadline - time.monotonic()))
 
 
 def _raise_outcome(trap: TrapInfo | None, failure: bytes | None, name: str) -> None:

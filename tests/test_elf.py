@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from berm_aot.elf import MAX_LOAD_SEGMENTS, read_elf, read_elf_file, reloc_type_name
+from berm_aot.elf import MAX_FILE_BYTES, MAX_LOAD_SEGMENTS, read_elf, read_elf_file, read_file, reloc_type_name
 from berm_aot.errors import ElfError
 from tests.elf_samples import (EHDR_FIELDS, PHDR_FIELDS, SHDR_FIELDS, dispatch_elf, field, harness_elf,
                                manifest_json, patched, phdr_offsets, shdr_offsets)
@@ -97,6 +97,20 @@ def test_read_elf_file(tmp_path, dispatch):
     assert read_elf_file(path).sha256 == read_elf(dispatch).sha256
     with pytest.raises(ElfError, match="cannot read"):
         read_elf_file(tmp_path / "missing.elf")
+
+
+def test_only_a_regular_file_of_image_size_is_read(tmp_path):
+    """Found by a review: files were read whole first, so `berm inspect` of a 5 GB file took 32 s and 5 GB, and
+    /dev/zero never ended. The size is judged before reading (the sparse file below occupies no disk)."""
+    huge = tmp_path / "huge.elf"
+    with open(huge, "wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)
+    with pytest.raises(ElfError, match=f"is {MAX_FILE_BYTES + 1} bytes, larger than any image"):
+        read_file(huge)
+    with pytest.raises(ElfError, match="is not a regular file"):
+        read_file("/dev/zero")
+    with pytest.raises(ElfError, match="cannot read"):
+        read_file(tmp_path)
 
 
 def test_relocations_against_non_alloc_sections_are_ignored(dispatch):

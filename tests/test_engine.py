@@ -202,6 +202,22 @@ def test_bad_engine_arguments():
         Engine(memory_size=3 << 20)
     with pytest.raises(ValueError, match="kind"):
         Engine(kind="jit")
+    # found by a review: jobs went unchecked until the first compile (a TypeError deep in it), and an infinite
+    # deadline turned the watchdog off
+    for jobs in ("2", -3, 0, 2.5, True):
+        with pytest.raises(ValueError, match="jobs must be"):
+            Engine(jobs=jobs)
+    for deadline in (float("inf"), float("nan"), 1e300, 0, -1.0, "60", True):
+        with pytest.raises(ValueError, match=r"deadline must be a number of seconds in \(0, 86400\]"):
+            Engine(deadline=deadline)
+
+
+def test_a_caller_deadline_that_is_not_a_number_is_refused(engine, elf):
+    """Found by a review: min() ignores a nan, so a nan deadline silently ran to the engine's own."""
+    h = engine.load(elf).harness()
+    with pytest.raises(ValueError, match="nan"):
+        h.call("log", deadline=float("nan"))
+    assert h.call("log", deadline=float("inf")) == "logged"  # no deadline of its own: the engine's
 
 
 def test_deadline_still_fires_in_a_forked_child(engine, elf):

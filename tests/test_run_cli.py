@@ -79,6 +79,7 @@ def test_berm_fail_exits_1_with_the_text(elf, capsys):
     (["add", *["1"] * 9], "at most 8 integer arguments"),
     (["add", "1", "--memory", "3M"], "power of two"),
     (["add", "1", "--memory", "lots"], "size like"),
+    (["add", "1", "--timeout", "inf"], "--timeout must be a number of seconds in (0, 86400]"),  # ran for ever
 ])
 def test_bad_input_exits_2_with_a_message(elf, capsys, argv, message):
     assert main(["run", elf, *argv]) == 2
