@@ -82,12 +82,23 @@ FRAME_SLACK = 256
 
 
 def compiler() -> list[str]:
-    return shlex.split(os.environ.get("BERM_CC", "cc"))
+    cmd = _words("BERM_CC", os.environ.get("BERM_CC", "cc"))
+    if not cmd:
+        raise CompileError("BERM_CC is empty: it names the C compiler (default: cc)")
+    return cmd
 
 
 def opt_flags() -> tuple[str, ...]:
     env = os.environ.get("BERM_CFLAGS")
-    return tuple(shlex.split(env)) if env is not None else DEFAULT_OPT_FLAGS
+    return tuple(_words("BERM_CFLAGS", env)) if env is not None else DEFAULT_OPT_FLAGS
+
+
+def _words(variable: str, value: str) -> list[str]:
+    """``value`` split as a shell would split it, or a CompileError naming ``variable``."""
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise CompileError(f"{variable} is not a list of shell words ({exc}): {value!r}") from None
 
 
 def compiler_env() -> dict[str, str]:

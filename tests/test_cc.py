@@ -135,3 +135,16 @@ def test_a_reaped_compiler_is_never_killed_by_its_number(monkeypatch):
     monkeypatch.setattr(cc.os, "killpg", lambda pid, sig: killed.append(pid))
     cc._kill(proc)
     assert killed == []
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("BERM_CFLAGS", '-O1 "', "BERM_CFLAGS is not a list of shell words"),
+    ("BERM_CC", 'gcc "', "BERM_CC is not a list of shell words"),
+    ("BERM_CC", "", "BERM_CC is empty"),
+])
+def test_bad_compiler_settings_are_compile_errors(tmp_path, monkeypatch, variable, value, message):
+    """Found by a review: a quote left open was a ValueError traceback in every command that compiles, and an
+    empty BERM_CC said the program '--version' could not be run."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(CompileError, match=message):
+        cc.compile_shared(["int x;"], tmp_path / "x.so")
