@@ -9,10 +9,12 @@ reachable. Errors name the file, and the line when known.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import tomllib
 from collections.abc import Callable
@@ -186,8 +188,29 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
         objects = [*own.values(), *generated.values(), *_sdk_objects(work, profile)]
         linked = link(objects, work / "harness.elf", linker_script=profile.linker_script)
         verify_image(linked, spec, warn)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        shutil.copyfile(linked, staged)
-        os.replace(staged, out)
+        _install(linked, out)
     return out
+
+
+def _install(built: Path, out: Path) -> None:
+    """Put ``built`` at ``out`` whole or not at all (a copy beside it, renamed over it). What ``out`` names now
+    must be a regular file, or nothing: renaming over a FIFO or a device replaced it with the image."""
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise BuildError(f"cannot write {out}: {exc.strerror or exc}") from None
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise BuildError(f"cannot write {out}: it exists and is not a regular file")
+    staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(built, staged)
+        os.replace(staged, out)
+    except OSError as exc:
+        raise BuildError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):  # gone once renamed; never there when its directory could not be made
+            staged.unlink()

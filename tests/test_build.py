@@ -52,6 +52,26 @@ def test_default_output_is_name_dot_elf_in_the_working_directory(tmp_path, monke
     assert (tmp_path / "tiny.elf").exists()
 
 
+def test_an_output_that_cannot_be_written_is_an_error_and_leaves_nothing(tmp_path, capsys):
+    """Found by a review: -o naming a directory, or a path under a file, was an OSError traceback that left the
+    staged copy behind, and -o naming a FIFO (or, as root, /dev/full) replaced it with the image."""
+    import os
+    import stat
+
+    d = harness(tmp_path, tiny=HELLO)
+    out = tmp_path / "out"
+    (out / "adir").mkdir(parents=True)
+    os.mkfifo(out / "fifo")
+    (out / "file").write_text("")
+    for target, message in [("adir", "is not a regular file"), ("fifo", "is not a regular file"),
+                            ("file/tiny.elf", "cannot write")]:
+        assert main(["build", str(d), "-o", str(out / target)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("berm build: cannot write ") and message in err
+    assert sorted(p.name for p in out.iterdir()) == ["adir", "fifo", "file"]  # nothing staged is left
+    assert stat.S_ISFIFO((out / "fifo").stat().st_mode)
+
+
 def test_a_declared_tool_without_a_function_is_refused(tmp_path, capsys):
     d = harness(tmp_path, TOML + '\n[[tools]]\nname = "missing"\ndescription = "m"\n', tiny=HELLO)
     assert main(["build", str(d), "-o", str(tmp_path / "x.elf")]) == 2
