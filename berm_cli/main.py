@@ -44,7 +44,7 @@ def _chosen(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parser(_chosen(argv)).parse_args(argv)
-    return reader_may_leave(lambda: _run(args))
+    return reader_may_leave("berm", lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ as it is: it is the tool's output, as ``cat`` prints a file."""
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -18,17 +19,34 @@ def shown(text: str) -> str:
     return escaped(text)
 
 
-def reader_may_leave(main: Callable[[], int]) -> int:
+def reader_may_leave(command: str, main: Callable[[], int]) -> int:
     """``main()``, ending quietly with BROKEN_PIPE when its output's reader has gone (``berm inspect … | head``
-    printed a BrokenPipeError traceback). stdout is pointed at /dev/null so the interpreter's own flush at exit
+    printed a BrokenPipeError traceback), and with a line and status 1 when its output cannot be written (a full
+    disk, /dev/full: a traceback too). stdout is then pointed at /dev/null so the interpreter's own flush at exit
     does not raise again (Python's documentation, "Note on SIGPIPE")."""
     try:
-        return main()
+        status = main()
+        sys.stdout.flush()  # what is still buffered fails here, not at exit
+        return status
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _silence_stdout()
         return BROKEN_PIPE
+    except OSError as exc:
+        if exc.filename is not None or exc.errno not in _OUTPUT_ERRORS:
+            raise
+        _silence_stdout()
+        print(f"{command}: cannot write its output: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+#: What a write to a stream (no file name) fails with when its file or device takes no more.
+_OUTPUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def compile_notice(command: str) -> Callable[[str], None] | None:

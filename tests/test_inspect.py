@@ -73,6 +73,19 @@ def test_bad_images_exit_2(tmp_path, capsys, content, message):
     assert err.startswith("berm inspect: ") and message in err
 
 
+def test_output_that_cannot_be_written_exits_1_with_a_line(harness):
+    """Found by a review: a full disk (here /dev/full) under stdout was an OSError traceback in every command."""
+    import subprocess
+    import sys
+
+    path, _ = harness
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "berm_cli.main", "inspect", str(path), "--json"], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr == "berm: cannot write its output: No space left on device\n"
+
+
 def test_missing_file_exits_2(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "nope.elf")]) == 2
     assert "cannot read" in capsys.readouterr().err
