@@ -238,3 +238,60 @@ def test_harnesses_at_their_limit_neither_hide_another_due_wake_nor_spin_the_sch
     for c in calls:
         c.result(10)
     wait_for(lambda: len(b.wakes()) == 1 and q.stats()["pending"] == 0)
+
+
+def _queued_wake(make_queue, **kw):
+    """A queue whose only worker a tool call of ``h`` holds until ``gate`` is set, and ``g``'s due wake ``w``
+    (payload ``old``) handed to the executor behind it: (queue, g, gate, the call's future)."""
+    gate = threading.Event()
+    h, g = RecordingTarget(on_call=lambda inv: gate.wait(10)), RecordingTarget()
+    q = make_queue({"h": h, "g": g}, workers=1, **kw)
+    call = q.call("h", "echo", "x")
+    wait_for(lambda: q.executor.load()["busy"] == 1)
+    q.schedule("g", "w", now_ms() - 1, "old")
+    wait_for(lambda: q.executor.load()["queued"] == 1)
+    return q, g, gate, call
+
+
+def test_a_wake_cancelled_while_it_waits_for_a_worker_never_runs(make_queue):
+    """The scheduler hands due wakes to the executor ahead of a free worker; cancel() deleted the due-set row and
+    said True, and the queued wake ran all the same."""
+    q, g, gate, call = _queued_wake(make_queue)
+    try:
+        assert q.cancel("g", "w") is True
+    finally:
+        gate.set()
+    call.result(10)
+    wait_for(lambda: q.executor.load() == {"workers": 1, "busy": 0, "queued": 0})
+    assert g.calls == [] and q.list() == []
+
+
+@pytest.mark.parametrize("cancel_first", [True, False])
+def test_a_wake_replaced_while_it_waits_for_a_worker_runs_once_as_replaced(make_queue, cancel_first):
+    """Cancelling then re-adding the id (or scheduling it again) while its wake was queued ran it twice: the old
+    occurrence, then the new one."""
+    q, g, gate, call = _queued_wake(make_queue)
+    try:
+        if cancel_first:
+            q.cancel("g", "w")
+        q.schedule("g", "w", now_ms() - 1, "new")
+    finally:
+        gate.set()
+    call.result(10)
+    wait_for(lambda: g.wakes() and q.stats()["pending"] == 0)
+    assert [w["payload"] for w in g.wakes()] == ["new"]
+
+
+def test_a_wake_queued_when_the_queue_stops_stays_for_the_next_start(tmp_path, make_queue):
+    q, g, gate, call = _queued_wake(make_queue)
+    stopping = threading.Thread(target=q.stop)
+    stopping.start()
+    wait_for(lambda: q.executor.load()["queued"] == 0)  # dropped by the stop, while the call still runs
+    gate.set()
+    stopping.join(10)
+    assert not stopping.is_alive() and g.calls == []
+    ds = DueSet(tmp_path / "due.db")
+    try:
+        assert [(e.harness, e.id, e.payload) for e in ds.list()] == [("g", "w", "old")]
+    finally:
+        ds.close()

@@ -14,7 +14,10 @@ Rules (RFC 0205, "Scheduling"):
   rest *spill* to the next drain, logged once per episode and counted per drain;
 - a delivered occurrence is deleted when its invocation ends, whatever the outcome (a trap costs that occurrence
   only); deleting by generation keeps a re-arm the wake itself wrote under the same id. After a crash mid-wake
-  the occurrence is delivered again: at-least-once across crashes, exactly once otherwise.
+  the occurrence is delivered again: at-least-once across crashes, exactly once otherwise;
+- a wake handed to the executor but not started yet is withdrawn when its entry is cancelled or replaced: it
+  never runs (the replacement comes due on its own). One that has started runs on. A wake still queued when the
+  daemon stops stays in the due-set and is delivered after the next start.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from .dueset import DueSet, Entry
@@ -67,7 +71,7 @@ class Scheduler:
         self._dueset = dueset
         self._executor = executor
         self._cond = threading.Condition()
-        self._inflight: dict[tuple[str, str], Entry] = {}
+        self._inflight: dict[tuple[str, str], tuple[Entry, Future]] = {}  # handed to the executor, not ended
         self._finished: list[Entry] = []
         self._ended: dict[tuple[str, str], int] = {}  # keys whose wake ended since the last drain: when
         self._n = dict.fromkeys(SchedulerStats.__dataclass_fields__, 0)  # the counters behind stats()
@@ -102,9 +106,13 @@ class Scheduler:
         with self._cond:
             self._flush()
 
-    def poke(self) -> None:
-        """The due-set changed: recompute the earliest instant."""
+    def changed(self, harness: str, id: str) -> None:
+        """``(harness, id)`` was scheduled, replaced or cancelled: a wake of it still queued in the executor is
+        withdrawn (it was for the old entry), and the earliest instant is recomputed."""
         with self._cond:
+            fired = self._inflight.get((harness, id))
+            if fired is not None:
+                fired[1].cancel()  # False once it runs: a wake that started runs on
             self._cond.notify()
 
     def stats(self) -> SchedulerStats:
@@ -210,7 +218,7 @@ class Scheduler:
         inv = Invocation(Trigger.WAKE, entry.harness, wake_args(entry, now), context=Context(depth=entry.depth),
                          schedule_id=entry.id)
         try:
-            self._executor.submit(inv)
+            future = self._executor.submit(inv)
         except QueueClosed:
             self._stopping = True
             return
@@ -219,16 +227,18 @@ class Scheduler:
             self._finished.append(entry)
             self._count(dropped=1)
             return
-        self._inflight[entry.key] = entry
+        self._inflight[entry.key] = (entry, future)
         self._count(fired=1)
 
     def _on_finished(self, inv: Invocation) -> None:
         with self._cond:
             if inv.trigger is Trigger.WAKE:
-                entry = self._inflight.pop((inv.harness, inv.schedule_id), None)
-                if entry is not None:
-                    self._finished.append(entry)
-                    self._ended[entry.key] = now_ms()
+                fired = self._inflight.pop((inv.harness, inv.schedule_id), None)
+                if fired is not None:
+                    entry, future = fired
+                    if not future.cancelled():  # a withdrawn wake never ran: its entry is gone or replaced
+                        self._finished.append(entry)
+                        self._ended[entry.key] = now_ms()
                     self._cond.notify()
             elif self._n["backlog"] or inv.harness in self._held:
                 self._cond.notify()

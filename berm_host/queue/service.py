@@ -97,18 +97,20 @@ class Queue:
     # --- scheduling -----------------------------------------------------------------------------------------
 
     def schedule(self, harness: str, id: str, when_ms: int, payload: str = "", *, depth: int = 0) -> Entry:
-        """Wake ``harness`` at ``when_ms`` (UTC ms) with ``payload``; replaces a pending ``id``. Durable on return."""
+        """Wake ``harness`` at ``when_ms`` (UTC ms) with ``payload``; replaces a pending ``id`` (whose wake then
+        never runs unless it has already started). Durable on return."""
         if "on_wake" not in self.target(harness).exports:
             raise ScheduleError(f"harness {harness!r} does not export on_wake, so it cannot be scheduled")
         self.executor.check_depth(harness, depth)
         entry = self.dueset.put(harness, id, when_ms, payload, depth)
-        self.scheduler.poke()
+        self.scheduler.changed(harness, id)
         return entry
 
     def cancel(self, harness: str, id: str) -> bool:
+        """Remove a pending ``id``: its wake never runs unless it has already started."""
         removed = self.dueset.cancel(harness, id)
         if removed:
-            self.scheduler.poke()
+            self.scheduler.changed(harness, id)
         return removed
 
     def list(self, harness: str | None = None) -> list[Entry]:
