@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--harnesses-dir", type=Path, default=None, help="where {name}.elf images are found")
     p.add_argument("--engine", choices=("aot", "interp"), default="aot")
     p.add_argument("--workers", type=int, default=4, help="worker threads (the most guests running at once)")
-    p.add_argument("--per-harness", type=int, default=None, help="most invocations of one harness at once")
+    p.add_argument("--per-harness", type=int, default=None, help="most invocations of one harness at once "
+                   "(default: one fewer than --workers, so one harness never holds every worker)")
     p.add_argument("--timeout", type=float, default=60.0, help="per-invocation deadline in seconds")
     p.add_argument("--max-depth", type=int, default=8, help="chain depth past which harness-caused work is refused")
     p.add_argument("-v", "--verbose", action="store_true", help="log every invocation-level event")

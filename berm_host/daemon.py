@@ -73,7 +73,7 @@ class DaemonConfig:
     harnesses_dir: Path | None = None  # None: berm_host.declaration.harnesses_dir()
     engine: str = "aot"
     workers: int = 4
-    per_harness: int | None = None
+    per_harness: int | None = None  # None: one fewer than the workers (executor.default_per_harness)
     max_depth: int = 8
     timeout: float = 60.0
 

@@ -96,6 +96,30 @@ def test_pool_is_bounded_and_per_harness_limit_holds():
         ex.shutdown()
 
 
+@pytest.mark.parametrize("workers, limit", [(1, 1), (2, 1), (4, 3)])
+def test_by_default_one_harness_never_holds_every_worker(workers, limit):
+    """The default per-harness limit was the worker count: four 5 s wakes of one harness took the daemon's four
+    workers, and another harness's tool call waited for them."""
+    release = threading.Event()
+
+    def invoke(inv, deadline):
+        if inv.harness == "hog":
+            assert release.wait(10)
+        return "done"
+
+    ex = Executor(invoke, workers=workers)
+    try:
+        assert ex.per_harness == limit
+        hog = [ex.submit(Invocation(Trigger.WAKE, "hog", schedule_id=f"w{i}")) for i in range(workers)]
+        wait_for(lambda: ex.load()["busy"] == limit)
+        if workers > 1:
+            assert ex.submit(_call("other")).result(10) == "done"  # a worker was left for it
+    finally:
+        release.set()
+        ex.shutdown()
+    assert [f.result(0) for f in hog] == ["done"] * workers
+
+
 def test_tool_calls_go_before_wakes_and_notifications_queued_earlier():
     """RFC 0205: a model waits on a tool call, a due instant is latency tolerant. Background work queued ahead of
     a call (the scheduler queues wakes ahead of free workers) delayed it: one worker, four wakes queued, a call

@@ -1,7 +1,8 @@
 """The executor: the one place a guest is started (RFC 0205, "Execution: one queue").
 
 A fixed pool of worker threads (guest code releases the GIL, so they run in parallel) takes invocations from
-per-harness queues, round-robin across harnesses, never running more than a harness's concurrency limit at once.
+per-harness queues, round-robin across harnesses, never running more than a harness's concurrency limit at once
+(by default one fewer than the workers: a harness alone never holds the whole pool).
 Tool calls go first — before wakes and notifications queued earlier, in their harness and across harnesses: a
 model is waiting on a call, a due instant is latency tolerant (RFC 0205); each kind is first in, first out. Each
 invocation gets its deadline when it *starts* (queue wait does not eat its time budget); the engine's watchdog
@@ -35,6 +36,13 @@ Invoke = Callable[[Invocation, float], str]
 DEFAULT_WORKERS = 4
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_MAX_DEPTH = 8
+
+
+def default_per_harness(workers: int) -> int:
+    """One fewer than the workers (one of one): with the whole pool as the limit, one harness's wakes could take
+    every worker and leave the others' tool calls waiting (RFC 0205: "without it the first badly written harness
+    pins the pool")."""
+    return max(1, workers - 1)
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,7 @@ class Executor:
         self._invoke = invoke
         self.workers = workers
         self.timeout = timeout
-        self.per_harness = per_harness or workers
+        self.per_harness = per_harness or default_per_harness(workers)
         self.max_depth = max_depth
         self._cond = threading.Condition()
         self._pending: dict[str, _Waiting] = {}
