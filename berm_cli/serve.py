@@ -10,7 +10,33 @@ import threading
 from pathlib import Path
 
 from berm_host.daemon import Daemon, DaemonConfig, default_socket
+from berm_host.declaration import MAX_TIMEOUT
 from berm_host.text import escaped
+
+
+def _at_least(least: int):
+    """An argparse type: a whole number no smaller than ``least``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a number of seconds a declaration's ``timeout`` could hold too."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= MAX_TIMEOUT:  # nan too
+        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {text}")
+    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,11 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where the due-set and kv store live (default: the user data dir)")
     p.add_argument("--harnesses-dir", type=Path, default=None, help="where {name}.elf images are found")
     p.add_argument("--engine", choices=("aot", "interp"), default="aot")
-    p.add_argument("--workers", type=int, default=4, help="worker threads (the most guests running at once)")
-    p.add_argument("--per-harness", type=int, default=None, help="most invocations of one harness at once "
+    p.add_argument("--workers", type=_at_least(1), default=4, help="worker threads (the most guests running at once)")
+    p.add_argument("--per-harness", type=_at_least(1), default=None, help="most invocations of one harness at once "
                    "(default: one fewer than --workers, so one harness never holds every worker)")
-    p.add_argument("--timeout", type=float, default=60.0, help="per-invocation deadline in seconds")
-    p.add_argument("--max-depth", type=int, default=8, help="chain depth past which harness-caused work is refused")
+    p.add_argument("--timeout", type=_seconds, default=60.0, help="per-invocation deadline in seconds (at most a day)")
+    p.add_argument("--max-depth", type=_at_least(0), default=8,
+                   help="chain depth past which harness-caused work is refused (0: a harness causes none)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every invocation-level event")
 
 

@@ -1,6 +1,8 @@
 """The daemon's control socket and lifecycle: 0600 socket, JSON-lines protocol, errors as replies, SIGTERM."""
 
+import argparse
 import json
+import re
 import signal
 import socket
 import socketserver
@@ -12,6 +14,7 @@ import time
 import pytest
 
 from berm_abi.errors import BermError
+from berm_cli import serve
 from berm_cli.schedule import WhenError, parse_when
 from berm_host import daemon as daemon_mod
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
@@ -98,6 +101,33 @@ def test_berm_serve_stops_cleanly_on_sigterm(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.parametrize("option, message", [
+    ("--workers=0", "--workers: must be at least 1, not 0"),
+    ("--per-harness=0", "--per-harness: must be at least 1, not 0"),
+    ("--per-harness=-1", "--per-harness: must be at least 1, not -1"),
+    ("--max-depth=-1", "--max-depth: must be at least 0, not -1"),
+    ("--timeout=nan", r"--timeout: must be a number of seconds in \(0, 86400\], not nan"),
+    ("--timeout=0", "--timeout: must be a number of seconds"),
+    ("--workers=four", "--workers: 'four' is not a whole number"),
+])
+def test_berm_serve_refuses_limits_it_cannot_run_with(option, message, capsys):
+    """They were taken as given: --workers 0 and --timeout nan ended in a traceback, --per-harness -1 started a
+    daemon where every call waited for ever, --max-depth -1 refused every harness-caused enqueue."""
+    parser = argparse.ArgumentParser(prog="berm serve")
+    serve.add_arguments(parser)
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["agent.toml", option])
+    assert exit_.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_a_daemon_configured_with_a_bad_limit_refuses_to_start(tmp_path):
+    config = DaemonConfig(declarations=tmp_path / "agent.toml", socket=tmp_path / "berm.sock",
+                          state_dir=tmp_path / "state", per_harness=-1)
+    with pytest.raises(BermError, match="per-harness limit must be at least 1, not -1"):
+        Daemon(config)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from berm_host.queue import (ChainDepthError, Context, Executor, Invocation, QueueClosed, Trigger,
+from berm_host.queue import (ChainDepthError, Context, Executor, Invocation, LimitError, QueueClosed, Trigger,
                              current_invocation)
 from berm_host.traps import Trap
 
@@ -118,6 +118,22 @@ def test_by_default_one_harness_never_holds_every_worker(workers, limit):
         release.set()
         ex.shutdown()
     assert [f.result(0) for f in hog] == ["done"] * workers
+
+
+@pytest.mark.parametrize("limits, message", [
+    ({"workers": 0}, "at least one worker, not 0"),
+    ({"per_harness": 0}, "per-harness limit must be at least 1, not 0"),
+    ({"per_harness": -1}, "per-harness limit must be at least 1, not -1"),
+    ({"timeout": float("nan")}, r"timeout must be a number of seconds in \(0, 86400\], not nan"),
+    ({"timeout": 0}, "not 0"),
+    ({"timeout": 1e300}, "not 1e\\+300"),
+    ({"max_depth": -1}, "chain depth limit must be 0 or more, not -1"),
+])
+def test_limits_no_executor_can_run_with_are_refused(limits, message):
+    """A per-harness limit of -1 started nothing (every call waited for ever), 0 silently meant the worker count,
+    and a worker count of 0 or a NaN timeout were bare ValueErrors (a traceback from berm serve)."""
+    with pytest.raises(LimitError, match=message):
+        Executor(lambda inv, deadline: "", **limits)
 
 
 def test_tool_calls_go_before_wakes_and_notifications_queued_earlier():

@@ -3,7 +3,8 @@ executor; timed wakes come from a persisted due-set drained by a scheduler that 
 
 from .capability import call_capabilities, schedule_capabilities
 from .dueset import DueSet, Entry
-from .errors import ChainDepthError, HarnessBusy, QueueClosed, QueueError, ScheduleError, UnknownHarness
+from .errors import (ChainDepthError, HarnessBusy, LimitError, QueueClosed, QueueError, ScheduleError,
+                     UnknownHarness)
 from .executor import Executor, HarnessStats
 from .invocation import Context, Invocation, Trigger, current_invocation
 from .scheduler import Scheduler, SchedulerStats, wake_args
@@ -12,8 +13,8 @@ from .subscriptions import Subscription, Subscriptions
 from .target import Target
 
 __all__ = [
-    "ChainDepthError", "Context", "DueSet", "Entry", "Executor", "HarnessBusy", "HarnessStats", "Invocation", "Queue",
-    "QueueClosed", "QueueError", "ScheduleError", "Scheduler", "SchedulerStats", "Subscription", "Subscriptions",
-    "Target", "Trigger", "UnknownHarness", "call_capabilities", "current_invocation", "schedule_capabilities",
-    "wake_args",
+    "ChainDepthError", "Context", "DueSet", "Entry", "Executor", "HarnessBusy", "HarnessStats", "Invocation",
+    "LimitError", "Queue", "QueueClosed", "QueueError", "ScheduleError", "Scheduler", "SchedulerStats", "Subscription",
+    "Subscriptions", "Target", "Trigger", "UnknownHarness", "call_capabilities", "current_invocation",
+    "schedule_capabilities", "wake_args",
 ]

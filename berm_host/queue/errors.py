@@ -18,6 +18,10 @@ class ChainDepthError(QueueError):
                          f"caused by a harness (a harness re-triggering itself in a tight chain?)")
 
 
+class LimitError(QueueError):
+    """A queue limit (workers, per-harness concurrency, timeout, chain depth) is out of range."""
+
+
 class QueueClosed(QueueError):
     """The executor is shutting down and takes no new work."""
 

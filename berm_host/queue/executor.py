@@ -23,9 +23,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from berm_abi.errors import BermError
+from berm_host.declaration import MAX_TIMEOUT
 from berm_host.traps import ToolFailure, Trap
 
-from .errors import ChainDepthError, HarnessBusy, QueueClosed
+from .errors import ChainDepthError, HarnessBusy, LimitError, QueueClosed
 from .invocation import Invocation, Trigger, set_current
 
 log = logging.getLogger("berm.queue")
@@ -43,6 +44,23 @@ def default_per_harness(workers: int) -> int:
     every worker and leave the others' tool calls waiting (RFC 0205: "without it the first badly written harness
     pins the pool")."""
     return max(1, workers - 1)
+
+
+def _check_limits(workers: int, per_harness: int | None, timeout: float, max_depth: int) -> None:
+    """Raise LimitError for a limit no executor can run with (a per-harness limit of 0 or less started nothing,
+    and each call waited for ever)."""
+    if not _whole(workers) or workers < 1:
+        raise LimitError(f"the executor needs at least one worker, not {workers!r}")
+    if per_harness is not None and (not _whole(per_harness) or per_harness < 1):
+        raise LimitError(f"the per-harness limit must be at least 1, not {per_harness!r}")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout <= MAX_TIMEOUT:
+        raise LimitError(f"the timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {timeout!r}")
+    if not _whole(max_depth) or max_depth < 0:
+        raise LimitError(f"the chain depth limit must be 0 or more, not {max_depth!r}")
+
+
+def _whole(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool)
 
 
 @dataclass(frozen=True)
@@ -111,12 +129,11 @@ class Executor:
 
     def __init__(self, invoke: Invoke, *, workers: int = DEFAULT_WORKERS, timeout: float = DEFAULT_TIMEOUT,
                  per_harness: int | None = None, max_depth: int = DEFAULT_MAX_DEPTH):
-        if workers < 1:
-            raise ValueError(f"the executor needs at least one worker, not {workers}")
+        _check_limits(workers, per_harness, timeout, max_depth)
         self._invoke = invoke
         self.workers = workers
         self.timeout = timeout
-        self.per_harness = per_harness or default_per_harness(workers)
+        self.per_harness = default_per_harness(workers) if per_harness is None else per_harness
         self.max_depth = max_depth
         self._cond = threading.Condition()
         self._pending: dict[str, _Waiting] = {}
