@@ -24,22 +24,31 @@ def parse_when(text: str, now_ms: int | None = None) -> int:
     """UTC milliseconds from ``+30s``/``+5m``/``+2h``/``+1d``, an ISO-8601 instant (local time when it has no
     zone), or integer milliseconds since the epoch."""
     now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    try:
+        return _instant(text, now_ms)
+    except (ValueError, OverflowError):  # unreadable, or out of the range of a date (year 0) or of int()
+        raise WhenError(f"cannot read {text!r} as an instant: use +30s, +5m, +2h, +1d, an ISO-8601 time "
+                        "(2026-12-01T08:00, 2026-12-01T08:00:00Z) or epoch milliseconds") from None
+
+
+def _instant(text: str, now_ms: int) -> int:
     if m := _RELATIVE.fullmatch(text):
         return now_ms + int(m[1]) * _UNIT_MS[m[2]]
     if text.isdigit():
         return int(text)
-    try:
-        instant = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise WhenError(f"cannot read {text!r} as an instant: use +30s, +5m, +2h, +1d, an ISO-8601 time "
-                        "(2026-12-01T08:00, 2026-12-01T08:00:00Z) or epoch milliseconds") from None
+    instant = dt.datetime.fromisoformat(text)
     if instant.tzinfo is None:
         instant = instant.astimezone()  # local wall-clock time
     return int(instant.timestamp() * 1000)
 
 
 def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="seconds")
+    """``ms`` as local ISO-8601 time; as the milliseconds themselves when no date can show it (the daemon takes
+    any instant within 2**62 ms of the epoch, years past 9999 or before 1)."""
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="seconds")
+    except (ValueError, OverflowError, OSError):
+        return str(ms)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -15,9 +15,12 @@ import pytest
 
 from berm_abi.errors import BermError
 from berm_cli import serve
+from berm_cli.main import main as cli_main
 from berm_cli.schedule import WhenError, parse_when
 from berm_host import daemon as daemon_mod
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
+
+from .queue_helpers import RecordingTarget
 
 
 
@@ -139,9 +142,25 @@ def test_schedule_instants(text, expected):
     assert parse_when(text, now_ms=1_000_000_000) == expected
 
 
-def test_schedule_instant_errors_are_clear():
-    with pytest.raises(WhenError, match="cannot read 'tomorrow'"):
-        parse_when("tomorrow")
+@pytest.mark.parametrize("text", ["tomorrow", "0001-01-01T00:00", "9" * 5000, "+" + "9" * 5000 + "s", "\u00b2"],
+                         ids=["word", "year-0-local", "5000-digits", "relative-5000-digits", "superscript"])
+def test_schedule_instant_errors_are_clear(text):
+    """An instant before the year 1 in local time, or past int()'s digit limit, was a bare ValueError."""
+    with pytest.raises(WhenError, match="cannot read '"):
+        parse_when(text)
+
+
+def test_berm_schedule_shows_instants_no_date_can_hold(empty_daemon, capsys):
+    """A harness may schedule any instant within 2**62 ms of the epoch: 'year 146140482 is out of range' broke
+    `berm schedule add`'s output, and every `berm schedule list` after it."""
+    empty_daemon.queue.add("h", RecordingTarget())
+    sock = str(empty_daemon.config.socket)
+    far, early = (1 << 62) - 1, -(1 << 62) + 1
+    assert cli_main(["schedule", "--socket", sock, "add", "h", "far", str(far)]) == 0
+    empty_daemon.queue.dueset.put("gone", "early", early)  # its harness is not loaded: it stays pending
+    assert cli_main(["schedule", "--socket", sock, "list"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"scheduled h[far] at {far}", f"{early}  gone  early  ",
+                                                    f"{far}  h  far  "]
 
 
 def test_a_declared_harness_without_an_image_stops_the_start_clearly(tmp_path):
