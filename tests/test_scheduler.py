@@ -281,6 +281,19 @@ def test_a_wake_replaced_while_it_waits_for_a_worker_runs_once_as_replaced(make_
     assert [w["payload"] for w in g.wakes()] == ["new"]
 
 
+def test_the_notice_of_the_write_a_queued_wake_is_for_leaves_it_queued(make_queue):
+    """The scheduler may drain a new entry before schedule() tells it of the write: that notice withdrew the wake
+    it had just queued for that very write, which then fired a second time."""
+    q, g, gate, call = _queued_wake(make_queue)
+    try:
+        q.scheduler.changed("g", "w", q.dueset.get("g", "w").gen)  # as a schedule() that lost the race would
+    finally:
+        gate.set()
+    call.result(10)
+    wait_for(lambda: g.wakes() and q.stats()["pending"] == 0)
+    assert [w["payload"] for w in g.wakes()] == ["old"] and q.scheduler.stats().fired == 1
+
+
 def test_a_wake_queued_when_the_queue_stops_stays_for_the_next_start(tmp_path, make_queue):
     q, g, gate, call = _queued_wake(make_queue)
     stopping = threading.Thread(target=q.stop)

@@ -106,12 +106,13 @@ class Scheduler:
         with self._cond:
             self._flush()
 
-    def changed(self, harness: str, id: str) -> None:
-        """``(harness, id)`` was scheduled, replaced or cancelled: a wake of it still queued in the executor is
-        withdrawn (it was for the old entry), and the earliest instant is recomputed."""
+    def changed(self, harness: str, id: str, gen: int | None = None) -> None:
+        """``(harness, id)`` was written as generation ``gen``, or cancelled (None): a wake of an older write
+        still queued in the executor is withdrawn, and the earliest instant is recomputed. (A wake withdrawn by a
+        cancel racing a later write is not lost: the row it was for stays, and fires at the next drain.)"""
         with self._cond:
             fired = self._inflight.get((harness, id))
-            if fired is not None:
+            if fired is not None and (gen is None or fired[0].gen < gen):
                 fired[1].cancel()  # False once it runs: a wake that started runs on
             self._cond.notify()
 

@@ -103,7 +103,7 @@ class Queue:
             raise ScheduleError(f"harness {harness!r} does not export on_wake, so it cannot be scheduled")
         self.executor.check_depth(harness, depth)
         entry = self.dueset.put(harness, id, when_ms, payload, depth)
-        self.scheduler.changed(harness, id)
+        self.scheduler.changed(harness, id, entry.gen)
         return entry
 
     def cancel(self, harness: str, id: str) -> bool:
