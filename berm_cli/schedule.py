@@ -79,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"scheduled {entry['harness']}[{entry['id']}] at {_iso(entry['when_ms'])}")
         return 0
     if args.action == "list":
-        request = {"op": "schedule.list"} | ({"harness": args.harness} if args.harness else {})
-        for e in client.request(request)["entries"]:
+        for e in client.schedules(args.harness):
             if args.json:
                 print(json.dumps(e, ensure_ascii=False))
             else:

@@ -7,16 +7,22 @@ connection. Requests (``op``):
 
     {"op": "call", "harness": H, "tool": T, "args": "<text>", "context": {agent, conversation, sender}}
     {"op": "schedule.add", "harness": H, "id": I, "when_ms": N, "payload": "<text>"}
-    {"op": "schedule.list", "harness": H?}
+    {"op": "schedule.list", "harness": H?, "after": {"when_ms": N, "harness": H, "id": I}?}
     {"op": "schedule.cancel", "harness": H, "id": I}
     {"op": "publish", "topic": T, "event": "<text>"}
     {"op": "stats"}        {"op": "harnesses"}
 
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": KIND, "message": TEXT}`` where KIND is ``trap``,
 ``failure`` (the guest's berm.fail), ``refused`` (a BermError: unknown harness, bad schedule, chain depth, …),
-``protocol`` (a malformed request) or ``host`` (a bug in the host, logged; the daemon stays up). Shutdown
-(``stop``, SIGTERM in ``berm serve``) closes the socket, stops the scheduler, drops queued work and lets running
-guests finish or be interrupted at their deadline; every pending wake stays in the due-set for the next start.
+``protocol`` (a malformed request) or ``host`` (a bug in the host, logged; the daemon stays up).
+
+A ``schedule.list`` reply is one page, ``{"entries": [...], "next": CURSOR}``, of at most LIST_PAGE entries
+(what a harness may hold would not fit one line), earliest first: while ``next`` is not null, ask again with it
+as ``after`` (``DaemonClient.schedules`` does).
+
+Shutdown (``stop``, SIGTERM in ``berm serve``) closes the socket, stops the scheduler, drops queued work and lets
+running guests finish or be interrupted at their deadline; every pending wake stays in the due-set for the next
+start.
 
 Besides the host's grants, a declaration may grant ``schedule`` (``berm.schedule.*`` for itself) and ``call``
 (``berm.call``: the tools of the other harnesses declared beside it).
@@ -31,6 +37,7 @@ import socket
 import socketserver
 import stat
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +45,7 @@ from berm_abi.errors import BermError
 from berm_host.declaration import load_declarations
 from berm_host.grants import linker_for
 from berm_host.queue import Context, Queue, call_capabilities, schedule_capabilities
+from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD
 from berm_host.queue.target import Target
 from berm_host.text import escaped
 from berm_host.traps import ToolFailure, Trap
@@ -51,6 +59,10 @@ MAX_LINE = 16 << 20
 MAX_CLIENTS = 64
 #: How long stop() waits for handler threads to write the replies of requests that were in flight.
 REPLY_GRACE = 5.0
+#: Entries in one schedule.list reply: as many as fit a line whatever they hold (JSON escapes a control character
+#: in 6 bytes; a harness name is at most 64 bytes, the rest of an entry far less than 1 KiB). One harness's
+#: entries alone may hold 16 MiB of payload, so a listing comes in pages.
+LIST_PAGE = MAX_LINE // (6 * (MAX_PAYLOAD + MAX_ID) + 1024)
 
 
 class DaemonError(BermError):
@@ -183,8 +195,7 @@ class Daemon:
                                _field(r, "payload", str, ""))
             return {"entry": entry.as_dict()}
         if op == "schedule.list":
-            harness = _field(r, "harness", str, None)
-            return {"entries": [e.as_dict() for e in q.list(harness)]}
+            return self._list_page(_field(r, "harness", str, None), _field(r, "after", dict, None))
         if op == "schedule.cancel":
             return {"cancelled": q.cancel(_field(r, "harness", str), _field(r, "id", str))}
         if op == "publish":
@@ -195,6 +206,12 @@ class Daemon:
         if op == "harnesses":
             return {"harnesses": q.harnesses()}
         raise _Protocol(f"unknown op {op!r}")
+
+    def _list_page(self, harness: str | None, after: dict | None) -> dict:
+        """One page of pending wakes past the cursor ``after``, and the cursor of the next page (None: none)."""
+        rows = self.queue.list(harness, after=None if after is None else _cursor(after), limit=LIST_PAGE + 1)
+        page = [e.as_dict() for e in rows[:LIST_PAGE]]
+        return {"entries": page, "next": {k: page[-1][k] for k in _CURSOR} if len(rows) > LIST_PAGE else None}
 
 
 class _Protocol(Exception):
@@ -213,6 +230,17 @@ def _field(r: dict, key: str, kind: type, default: object = _MISSING):
     if not isinstance(value, kind) or isinstance(value, bool):
         raise _Protocol(f"{key!r} must be {kind.__name__}, not {type(value).__name__}")
     return value
+
+
+_CURSOR = ("when_ms", "harness", "id")
+
+
+def _cursor(after: dict) -> tuple[int, str, str]:
+    """A schedule.list cursor as the due-set key it names."""
+    when, harness, id = (_field(after, k, kind) for k, kind in zip(_CURSOR, (int, str, str)))
+    if not -(1 << 63) <= when < 1 << 63:
+        raise _Protocol("'after' is not a cursor of schedule.list: its when_ms is out of range")
+    return when, harness, id
 
 
 # --- the socket ------------------------------------------------------------------------------------------------
@@ -368,6 +396,16 @@ class DaemonClient:
     def call(self, harness: str, tool: str, args: str = "", **context: str) -> str:
         return self.request({"op": "call", "harness": harness, "tool": tool, "args": args,
                              "context": context})["result"]
+
+    def schedules(self, harness: str | None = None) -> Iterator[dict]:
+        """Every pending wake (of ``harness``, when named), earliest first, a page per request."""
+        request = {"op": "schedule.list"} | ({"harness": harness} if harness else {})
+        while True:
+            reply = self.request(request)
+            yield from reply["entries"]
+            if reply.get("next") is None:
+                return
+            request["after"] = reply["next"]
 
 
 def default_socket() -> Path:

@@ -19,6 +19,7 @@ from berm_cli.main import main as cli_main
 from berm_cli.schedule import WhenError, parse_when
 from berm_host import daemon as daemon_mod
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
+from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD, MAX_PAYLOAD_BYTES
 
 from .queue_helpers import RecordingTarget
 
@@ -74,6 +75,31 @@ def test_errors_come_back_as_replies(empty_daemon):
     assert err.value.kind == "protocol"
     with pytest.raises(RemoteError, match="needs 'tool'"):
         client.request({"op": "call", "harness": "ghost"})
+
+
+def test_schedule_list_pages_what_one_reply_line_cannot_hold(empty_daemon, capsys):
+    """256 payloads of 64 KiB (one harness's payload cap) made one schedule.list reply of over 16 MiB, past what
+    a client reads: "the daemon sent no valid reply", so no schedule could be seen, nor found to cancel."""
+    empty_daemon.queue.add("h", RecordingTarget())
+    far = 4102444800000  # 2100-01-01: none of them comes due
+    worst = daemon_mod.LIST_PAGE + 1  # a page of the entries JSON makes longest (6 bytes a character) still fits
+    ids = [f"{i:03}".ljust(MAX_ID, "\x01" if i < worst else "-") for i in range(MAX_PAYLOAD_BYTES // MAX_PAYLOAD)]
+    empty_daemon.queue.dueset.put_many([("h", id, far, ("\x01" if i < worst else "x") * MAX_PAYLOAD, 0)
+                                        for i, id in enumerate(ids)])
+    empty_daemon.queue.dueset.put("gone", "other", far + 1)  # another harness's, after all of h's
+    entries = list(DaemonClient(empty_daemon.config.socket).schedules())
+    assert [(e["harness"], e["id"]) for e in entries] == [("h", id) for id in ids] + [("gone", "other")]
+    assert all(len(e["payload"]) == MAX_PAYLOAD for e in entries[:-1])
+    assert cli_main(["schedule", "--socket", str(empty_daemon.config.socket), "list", "h", "--json"]) == 0
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ids
+
+
+def test_a_schedule_list_cursor_is_checked(empty_daemon):
+    client = DaemonClient(empty_daemon.config.socket)
+    for after in ({"when_ms": 1, "harness": "h"}, {"when_ms": 1 << 70, "harness": "h", "id": "x"}, []):
+        with pytest.raises(RemoteError) as err:
+            client.request({"op": "schedule.list", "after": after})
+        assert err.value.kind == "protocol"
 
 
 def test_a_second_daemon_on_the_same_socket_is_refused(empty_daemon, tmp_path):

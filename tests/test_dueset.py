@@ -27,6 +27,17 @@ def test_put_list_due_cancel(tmp_path):
     assert ds.get("h", "a") is None and ds.get("h", "b").payload == "two"
 
 
+def test_list_pages_by_key(tmp_path):
+    ds = DueSet(tmp_path / "due.db")
+    for harness, id, when in (("h", "b", 1000), ("g", "z", 1000), ("h", "a", 1000), ("h", "c", 500), ("g", "y", 2000)):
+        ds.put(harness, id, when)
+    keys = [(e.when_ms, e.harness, e.id) for e in ds.list()]
+    assert keys == [(500, "h", "c"), (1000, "g", "z"), (1000, "h", "a"), (1000, "h", "b"), (2000, "g", "y")]
+    assert [(e.harness, e.id) for e in ds.list(after=keys[1], limit=2)] == [("h", "a"), ("h", "b")]
+    assert [e.id for e in ds.list("h", after=(1000, "h", "a"))] == ["b"]
+    assert ds.list(after=keys[-1]) == []
+
+
 def test_same_id_replaces_and_remove_fired_spares_a_rearm(tmp_path):
     ds = DueSet(tmp_path / "due.db")
     fired = ds.put("h", "daily", 1000, "p")

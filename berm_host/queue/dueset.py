@@ -30,6 +30,8 @@ DEFAULT_PER_HARNESS = 100_000
 MAX_PAYLOAD_BYTES = 16 << 20
 #: Restricts a read to the named harnesses; None reads them all.
 Harnesses = frozenset[str] | None
+#: Where an entry sorts in a listing: ``(when_ms, harness, id)``.
+Key = tuple[int, str, str]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS due (
@@ -148,11 +150,18 @@ class DueSet:
         rows = self._select("WHERE harness=? AND id=?", (harness, id))
         return rows[0] if rows else None
 
-    def list(self, harness: str | None = None) -> list[Entry]:
-        """Every pending entry (of one harness, when named), earliest first."""
-        if harness is None:
-            return self._select("ORDER BY when_ms, harness, id", ())
-        return self._select("WHERE harness=? ORDER BY when_ms, id", (harness,))
+    def list(self, harness: str | None = None, *, after: Key | None = None, limit: int = -1) -> list[Entry]:
+        """The pending entries (of one harness, when named) in ``(when_ms, harness, id)`` order, earliest first:
+        those past ``after`` in that order, at most ``limit`` (-1: all). A page and the key of its last entry
+        read the next page: an entry never moved between the reads is never missed nor repeated."""
+        terms, params = ["1"], []
+        if harness is not None:
+            terms.append("harness=?")
+            params.append(harness)
+        if after is not None:
+            terms.append("(when_ms, harness, id) > (?, ?, ?)")
+            params.extend(after)
+        return self._select(f"WHERE {' AND '.join(terms)} ORDER BY when_ms, harness, id LIMIT ?", (*params, limit))
 
     def earliest(self, n: int, *, only: Harnesses = None) -> list[Entry]:
         """The ``n`` earliest entries (of the harnesses in ``only``, when given)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from berm_host.capabilities._request import Deadline
 from berm_host.engine import tool_args
 
-from .dueset import DueSet, Entry
+from .dueset import DueSet, Entry, Key
 from .errors import QueueError, ScheduleError, UnknownHarness
 from .executor import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT, DEFAULT_WORKERS, Executor
 from .invocation import Context, Invocation, Trigger
@@ -113,8 +113,9 @@ class Queue:
             self.scheduler.changed(harness, id)
         return removed
 
-    def list(self, harness: str | None = None) -> list[Entry]:
-        return self.dueset.list(harness)
+    def list(self, harness: str | None = None, *, after: Key | None = None, limit: int = -1) -> list[Entry]:
+        """Pending wakes, earliest first (``DueSet.list``: a page of them with ``after`` and ``limit``)."""
+        return self.dueset.list(harness, after=after, limit=limit)
 
     # --- life -----------------------------------------------------------------------------------------------
 
