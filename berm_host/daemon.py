@@ -248,7 +248,7 @@ def _cursor(after: dict) -> tuple[int, str, str]:
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         daemon: Daemon = self.server.daemon  # type: ignore[attr-defined]
-        while line := self.rfile.readline(MAX_LINE + 1):
+        while line := self._read():
             with self.server.replies:  # type: ignore[attr-defined]
                 if len(line) > MAX_LINE:
                     reply = {"ok": False, "error": "protocol", "message": f"a request line is over {MAX_LINE} bytes"}
@@ -266,6 +266,14 @@ class _Handler(socketserver.StreamRequestHandler):
                     self.wfile.write(_encode(reply))
                 except OSError:  # the client went away before its reply: nothing to tell it
                     return
+
+    def _read(self) -> bytes:
+        """The next request line, or b"" once the client has gone: closed, or reset (it closed with a reply
+        unread), which is no error of the daemon's."""
+        try:
+            return self.rfile.readline(MAX_LINE + 1)
+        except OSError:
+            return b""
 
 
 class _InFlight:

@@ -9,6 +9,7 @@ import socketserver
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -252,6 +253,22 @@ def test_a_connection_whose_thread_could_not_start_gives_its_slot_back(empty_dae
             s.connect(str(empty_daemon.config.socket))
             s.recv(1)  # closed by the server
     assert DaemonClient(empty_daemon.config.socket).request({"op": "harnesses"}) == {"harnesses": []}
+
+
+def test_a_client_that_leaves_with_a_reply_unread_is_no_error(empty_daemon, monkeypatch):
+    """Closing a connection with a reply unread resets it: the handler's next read raised ConnectionResetError,
+    and socketserver printed its traceback on the daemon's stderr."""
+    server = empty_daemon._server
+    errors, done = [], threading.Event()
+    monkeypatch.setattr(server, "handle_error", lambda request, address: errors.append(sys.exc_info()[1]))
+    monkeypatch.setattr(server, "shutdown_request", lambda request: (request.close(), done.set()))
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(empty_daemon.config.socket))
+        s.sendall(b'{"op": "stats"}\n')
+        s.settimeout(10)
+        s.recv(1, socket.MSG_PEEK)  # the reply has arrived; it is left unread
+    assert done.wait(10)  # the connection's handler has ended
+    assert errors == []
 
 
 def test_guest_text_cannot_forge_daemon_log_lines(caplog):
