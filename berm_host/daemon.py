@@ -3,7 +3,7 @@ socket.
 
 The control socket is a Unix domain socket created with permission 0600 (only its owner may talk to the
 daemon). The protocol is JSON lines: one request object per line, one reply object per line, any number per
-connection. Requests (``op``):
+connection; a connection silent for ``idle_timeout`` seconds (60) is closed. Requests (``op``):
 
     {"op": "call", "harness": H, "tool": T, "args": "<text>", "context": {agent, conversation, sender}}
     {"op": "schedule.add", "harness": H, "id": I, "when_ms": N, "payload": "<text>"}
@@ -57,6 +57,9 @@ DUE_DB = "due.sqlite3"
 MAX_LINE = 16 << 20
 #: Connections served at once (a thread each); a local client holding many open cost a thread and a buffer each.
 MAX_CLIENTS = 64
+#: Seconds a connection may stay silent (or leave a reply unread) before it is closed: idle clients that were
+#: never closed held every slot, locking out every other client for good.
+IDLE_TIMEOUT = 60.0
 #: How long stop() waits for handler threads to write the replies of requests that were in flight.
 REPLY_GRACE = 5.0
 #: Entries in one schedule.list reply: as many as fit a line whatever they hold (JSON escapes a control character
@@ -88,6 +91,7 @@ class DaemonConfig:
     per_harness: int | None = None  # None: one fewer than the workers (executor.default_per_harness)
     max_depth: int = 8
     timeout: float = 60.0
+    idle_timeout: float = IDLE_TIMEOUT  # of a control connection
 
 
 def load_targets(config: DaemonConfig, queue: Queue) -> dict[str, Target]:
@@ -246,6 +250,11 @@ def _cursor(after: dict) -> tuple[int, str, str]:
 # --- the socket ------------------------------------------------------------------------------------------------
 
 class _Handler(socketserver.StreamRequestHandler):
+    def setup(self) -> None:
+        # StreamRequestHandler sets this on the connection: each read and each write waits at most this long
+        self.timeout = self.server.daemon.config.idle_timeout  # type: ignore[attr-defined]
+        super().setup()
+
     def handle(self) -> None:
         daemon: Daemon = self.server.daemon  # type: ignore[attr-defined]
         while line := self._read():
@@ -268,8 +277,8 @@ class _Handler(socketserver.StreamRequestHandler):
                     return
 
     def _read(self) -> bytes:
-        """The next request line, or b"" once the client has gone: closed, or reset (it closed with a reply
-        unread), which is no error of the daemon's."""
+        """The next request line, or b"" once the client has gone: closed, reset (it closed with a reply unread)
+        or silent for the idle timeout; none of them an error of the daemon's."""
         try:
             return self.rfile.readline(MAX_LINE + 1)
         except OSError:

@@ -22,18 +22,32 @@ from berm_host import daemon as daemon_mod
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
 from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD, MAX_PAYLOAD_BYTES
 
-from .queue_helpers import RecordingTarget
+from .queue_helpers import RecordingTarget, wait_for
 
 
 
 @pytest.fixture
-def empty_daemon(tmp_path):
+def make_daemon(tmp_path):
+    """``make(**config)``: a started daemon with no harness declared, stopped after the test."""
     decl = tmp_path / "agent.toml"
     decl.write_text("")
-    d = Daemon(DaemonConfig(declarations=decl, socket=tmp_path / "run" / "berm.sock", state_dir=tmp_path / "state"))
-    d.start()
-    yield d
-    d.stop()
+    daemons = []
+
+    def make(**config) -> Daemon:
+        d = Daemon(DaemonConfig(declarations=decl, socket=tmp_path / "run" / "berm.sock",
+                                state_dir=tmp_path / "state", **config))
+        d.start()
+        daemons.append(d)
+        return d
+
+    yield make
+    for d in daemons:
+        d.stop()
+
+
+@pytest.fixture
+def empty_daemon(make_daemon):
+    return make_daemon()
 
 
 def test_socket_is_private_and_speaks_json_lines(empty_daemon):
@@ -234,6 +248,30 @@ def test_connections_past_the_limit_are_told_so_and_closed(empty_daemon):
             time.sleep(0.05)
     else:
         pytest.fail("the daemon never served a client again")
+
+
+def test_idle_connections_are_closed_and_free_their_slots(make_daemon):
+    """With no idle timeout, MAX_CLIENTS connections a client opened and never used (or leaked) held every slot,
+    locking every other client out of the daemon for good."""
+    daemon = make_daemon(idle_timeout=0.2)
+    held = [socket.socket(socket.AF_UNIX) for _ in range(daemon_mod.MAX_CLIENTS)]
+    try:
+        for s in held:
+            s.connect(str(daemon.config.socket))
+            s.settimeout(10)
+        held[0].sendall(b'{"op": "harn')  # half a request, then silence
+        assert all(s.recv(1) == b"" for s in held)  # each closed by the daemon
+    finally:
+        for s in held:
+            s.close()
+    wait_for(lambda: _answers(daemon))
+
+
+def _answers(daemon: Daemon) -> bool:
+    try:
+        return DaemonClient(daemon.config.socket).request({"op": "harnesses"}) == {"harnesses": []}
+    except RemoteError:  # the slots are given back as the closed connections' threads end
+        return False
 
 
 def test_a_connection_whose_thread_could_not_start_gives_its_slot_back(empty_daemon, monkeypatch):
