@@ -38,13 +38,14 @@ import socketserver
 import stat
 import threading
 from collections.abc import Iterator
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_host.declaration import load_declarations
 from berm_host.grants import linker_for
-from berm_host.queue import Context, Queue, call_capabilities, schedule_capabilities
+from berm_host.queue import Context, Queue, QueueClosed, call_capabilities, schedule_capabilities
 from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD
 from berm_host.queue.target import Target
 from berm_host.text import escaped
@@ -193,7 +194,10 @@ class Daemon:
             ctx = _field(r, "context", dict, {})
             context = Context(**{k: _field(ctx, k, str, "") for k in ("agent", "conversation", "sender")})
             future = q.call(_field(r, "harness", str), _field(r, "tool", str), _field(r, "args", str, ""), context)
-            return {"result": future.result()}
+            try:
+                return {"result": future.result()}
+            except CancelledError:  # still queued when stop() dropped the queued work
+                raise QueueClosed("the daemon is stopping") from None
         if op == "schedule.add":
             entry = q.schedule(_field(r, "harness", str), _field(r, "id", str), _field(r, "when_ms", int),
                                _field(r, "payload", str, ""))
@@ -233,6 +237,11 @@ def _field(r: dict, key: str, kind: type, default: object = _MISSING):
         return default
     if not isinstance(value, kind) or isinstance(value, bool):
         raise _Protocol(f"{key!r} must be {kind.__name__}, not {type(value).__name__}")
+    if kind is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # JSON's "\ud800": no key, name or text holds one
+            raise _Protocol(f"{key!r} must be Unicode text, not a lone surrogate") from None
     return value
 
 

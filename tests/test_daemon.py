@@ -227,6 +227,50 @@ def test_an_invocation_ending_in_system_exit_is_a_host_error_reply(empty_daemon)
     assert empty_daemon.handle({"op": "harnesses"})["ok"]
 
 
+@pytest.mark.parametrize("request_line", [b'{"op": "schedule.cancel", "harness": "h", "id": "\\ud800"}',
+                                          b'{"op": "schedule.list", "harness": "\\udfff"}',
+                                          b'{"op": "call", "harness": "h", "tool": "echo", "args": "\\ud800"}'])
+def test_a_lone_surrogate_in_a_request_is_a_protocol_error(empty_daemon, request_line, caplog):
+    """JSON may escape a lone surrogate, which no UTF-8 text holds: the due-set's SQLite raised on it, and the
+    daemon answered 'host' and logged a traceback as for a bug of its own."""
+    empty_daemon.queue.add("h", RecordingTarget())
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(empty_daemon.config.socket))
+        s.sendall(request_line + b"\n")
+        reply = json.loads(s.makefile("rb").readline())
+    assert reply["error"] == "protocol" and "lone surrogate" in reply["message"]
+    assert not caplog.records
+
+
+def test_a_call_still_queued_at_stop_is_told_the_daemon_is_stopping(make_daemon):
+    """stop() drops queued work: the call's future.result() raised CancelledError, answered as a host error
+    with an empty message ('CancelledError: ') and logged with a traceback."""
+    daemon = make_daemon(workers=1)
+    gate = threading.Event()
+    daemon.queue.add("h", RecordingTarget(on_call=lambda inv: gate.wait(10)))
+    replies = {}
+
+    def ask(name: str) -> None:
+        replies[name] = daemon.handle({"op": "call", "harness": "h", "tool": "echo", "args": name})
+
+    running = threading.Thread(target=ask, args=("running",))
+    queued = threading.Thread(target=ask, args=("queued",))
+    stopping = threading.Thread(target=daemon.stop)
+    try:
+        running.start()
+        wait_for(lambda: daemon.queue.executor.load()["busy"] == 1)
+        queued.start()
+        wait_for(lambda: daemon.queue.executor.load()["queued"] == 1)
+        stopping.start()
+        queued.join(10)
+        assert replies["queued"] == {"ok": False, "error": "refused", "message": "the daemon is stopping"}
+    finally:
+        gate.set()
+    for t in (running, stopping):
+        t.join(10)
+    assert replies["running"] == {"ok": True, "result": "running"}
+
+
 def test_connections_past_the_limit_are_told_so_and_closed(empty_daemon):
     path = str(empty_daemon.config.socket)
     held = []
