@@ -166,6 +166,8 @@ def declaration_from_table(entry: Any, where: str = "harness") -> Declaration:
     if sha is not None and not _SHA256.fullmatch(sha.lower()):
         raise DeclarationError(f"{where}: sha256 must be 64 hex digits")
     root = _string(entry, "root", where)
+    if root is not None and "\0" in root:  # no path holds one (os calls raise ValueError on it)
+        raise DeclarationError(f"{where}: root must not contain a NUL character")
     if root is not None and not os.path.isabs(os.path.expanduser(root)):
         raise DeclarationError(f"{where}: root must be an absolute path, not {root!r}")
     hosts = _strings(entry, "hosts", where)

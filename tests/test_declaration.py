@@ -62,6 +62,7 @@ def test_unknown_key_names_the_entry_and_the_key():
     ('capabilities = ["fs", "fs"]', "capabilities lists the same entry twice"),
     ("root = 3", "root must be a string"),
     ('root = "relative/dir"', "root must be an absolute path"),
+    ('root = "/tmp\\u0000x"', "root must not contain a NUL character"),  # was a ValueError from realpath
     ('hosts = "a.com"', "hosts must be a list of strings"),
     ('hosts = ["bad host"]', "hosts: bad host entry"),
     ("sha256 = 12", "sha256 must be a string"),

@@ -83,6 +83,12 @@ def test_a_root_that_is_not_a_directory_is_a_grant_error(tmp_path):
         linker_for(Declaration(name="h", capabilities=("fs",), root=str(tmp_path / "missing")))
 
 
+def test_a_root_holding_a_nul_is_a_grant_error_naming_the_harness():
+    """A Declaration made in code (no TOML parse) reached os.path.realpath, which raised a bare ValueError."""
+    with pytest.raises(GrantError, match="harness 'h': root '/tmp\\\\x00x' contains a NUL character"):
+        linker_for(Declaration(name="h", capabilities=("fs",), root="/tmp\0x"))
+
+
 def test_kv_is_namespaced_by_harness_name(tmp_path):
     a = linker_for(Declaration(name="a", capabilities=("kv",)), data_dir=tmp_path)
     b = linker_for(Declaration(name="b", capabilities=("kv",)), data_dir=tmp_path)

@@ -56,6 +56,8 @@ class Root:
     """A directory that bounds every path of the capabilities built over it."""
 
     def __init__(self, path: str | os.PathLike[str]):
+        if "\0" in os.fspath(path):  # realpath raises ValueError on it
+            raise RootError(f"root {os.fspath(path)!r} contains a NUL character")
         given = os.path.abspath(os.path.expanduser(os.fspath(path)))
         real = os.path.realpath(given)
         if not os.path.isdir(real):
