@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from berm_host.daemon import Daemon, DaemonConfig, default_socket
-from berm_host.declaration import MAX_TIMEOUT
+from berm_host.declaration import MAX_TIMEOUT, is_timeout
 from berm_host.text import escaped
 
 
@@ -34,7 +34,7 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= MAX_TIMEOUT:  # nan too
+    if not is_timeout(value):
         raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {text}")
     return value
 

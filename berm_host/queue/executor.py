@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from berm_abi.errors import BermError
-from berm_host.declaration import MAX_TIMEOUT
+from berm_host.declaration import MAX_TIMEOUT, is_timeout
 from berm_host.traps import ToolFailure, Trap
 
 from .errors import ChainDepthError, HarnessBusy, LimitError, QueueClosed
@@ -53,7 +53,7 @@ def _check_limits(workers: int, per_harness: int | None, timeout: float, max_dep
         raise LimitError(f"the executor needs at least one worker, not {workers!r}")
     if per_harness is not None and (not _whole(per_harness) or per_harness < 1):
         raise LimitError(f"the per-harness limit must be at least 1, not {per_harness!r}")
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout <= MAX_TIMEOUT:
+    if not is_timeout(timeout):
         raise LimitError(f"the timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {timeout!r}")
     if not _whole(max_depth) or max_depth < 0:
         raise LimitError(f"the chain depth limit must be 0 or more, not {max_depth!r}")
