@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+from decimal import Decimal
 
 import pytest
 from hypothesis import given, settings
@@ -295,6 +296,13 @@ def snprintf(lib, cap: int, fmt: bytes, *args) -> tuple[int, bytes]:
      b"[  -2.500][0.0e+00 ][-0001.50][+2.0][1E-10]"),
     (b"%f %f %F %5f %s", (ctypes.c_double(float("inf")), ctypes.c_double(float("-inf")),
                           ctypes.c_double(float("nan")), ctypes.c_double(float("nan")), b"ok"), b"inf -inf NAN   nan ok"),
+    # found by a review: %g of 17 digits under 0.1 is up to 20 places of %f, and read past the powers of ten
+    # (garbage digits); # on octal added a 0 where the precision had one, and none to a zero of precision 0
+    (b"%.15g %.16g %.17g %.17g", (ctypes.c_double(0.0001), ctypes.c_double(0.0001234), ctypes.c_double(0.001),
+                                  ctypes.c_double(0.05)), b"0.0001 0.0001234 0.001 0.05"),
+    (b"%.15g %.15g %.15g", (ctypes.c_double(1e-300), ctypes.c_double(1e300), ctypes.c_double(0.00029082155041939564)),
+     b"1e-300 1e+300 0.000290821550419396"),
+    (b"%#.0o|%#.3o|%#o|%#.0o", (ctypes.c_uint(0), ctypes.c_uint(8), ctypes.c_uint(0), ctypes.c_uint(7)), b"0|010|0|07"),
 ])
 def test_snprintf_conversions(lib, fmt, args, text):
     assert snprintf(lib, 256, fmt, *args) == (len(text), text)
@@ -333,6 +341,19 @@ def _c_integer(fmt: str, value: int) -> str:
 @given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e15, max_value=1e15) | st.floats(-1e-3, 1e-3),
        st.sampled_from("feg"), st.integers(0, 10))
 def test_snprintf_doubles_are_within_a_unit_of_their_last_digit(lib, value, conv, precision):
+    _within_a_unit_of_the_last_digit(lib, value, conv, precision)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=False), st.sampled_from("eg"),
+       st.integers(0, 15))
+def test_snprintf_doubles_of_any_size_to_15_digits(lib, value, conv, precision):
+    """Every magnitude, to the 15 significant digits every double holds (found by a review: %.15g under 0.001
+    read past a table, and 1e-300 came out as 9.99999999999999e-301)."""
+    _within_a_unit_of_the_last_digit(lib, value, conv, precision)
+
+
+def _within_a_unit_of_the_last_digit(lib, value: float, conv: str, precision: int) -> None:
     """Rounded in double arithmetic, not exactly: the digits shown may differ from an exact expansion in the last
     place, never by more, and the shape (digits after the point, exponent) is C's."""
     fmt = f"%.{precision}{conv}"
@@ -341,8 +362,9 @@ def test_snprintf_doubles_are_within_a_unit_of_their_last_digit(lib, value, conv
     if conv != "g":  # C's shape: as many digits after the point (in the mantissa, for %e)
         assert got.split("e")[0].partition(".")[2] == "" if precision == 0 else \
             len(got.split("e")[0].partition(".")[2]) == precision
-    unit = 10.0 ** -precision if conv == "f" else abs(float(exact)) * 10.0 ** (1 - max(precision, 1))
-    assert abs(float(got) - float(exact)) <= unit * 1.000001 + abs(value) * 1e-15
+    shown, right = Decimal(got), Decimal(exact)  # not floats: 1.5e308 rounds to 2e+308, past the largest double
+    unit = Decimal(10) ** -precision if conv == "f" else abs(right) * Decimal(10) ** (1 - max(precision, 1))
+    assert abs(shown - right) <= unit * Decimal("1.000001") + abs(Decimal(value)) * Decimal("1e-15")
 
 
 # ---------------------------------------------------------------- mem* and str*

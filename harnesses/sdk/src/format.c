@@ -64,6 +64,10 @@ static const uint64_t POW10[18] = {1ull, 10ull, 100ull, 1000ull, 10000ull, 10000
                                    1000000000000ull, 10000000000000ull, 100000000000000ull,
                                    1000000000000000ull, 10000000000000000ull, 100000000000000000ull};
 
+/* The powers of ten a double holds exactly, for the places of %f (at most 20: %g's 17 digits under 0.001). */
+static const double SCALE10[21] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9, 1e10,
+                                   1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20};
+
 /* Decimal digits of v, at least `width` of them, at `at`; returns how many. */
 static size_t put_decimal(char *at, uint64_t v, size_t width) {
     char tmp[24];
@@ -74,11 +78,14 @@ static size_t put_decimal(char *at, uint64_t v, size_t width) {
     return n;
 }
 
-/* |v| as m * 10^e with 1 <= m < 10 (m = 0 for 0). */
+/* |v| as m * 10^e with 1 <= m < 10 (m = 0 for 0). Far from 1 it scales by 10^22 (the largest power of ten a double
+ * holds exactly) first: each step rounds, and 300 steps of 10 put 1e-300 at 9.99999999999999e-301 in %.15g. */
 static double decimal_exponent(double v, int *e) {
     *e = 0;
     if (v == 0) return 0;
+    while (v >= 1e22) v /= 1e22, *e += 22;
     while (v >= 10) v /= 10, (*e)++;
+    while (v < 1e-22) v *= 1e22, *e -= 22;
     while (v < 1) v *= 10, (*e)--;
     return v;
 }
@@ -115,10 +122,11 @@ static void emit_float(out_t *o, const spec_t *sp, double v, char conv, bool has
         strip = !sp->alt;
         if ((int)p > rounded && rounded >= -4) lower = 'f', p = (size_t)((int)p - 1 - rounded);
         else lower = 'e', p -= 1;
+        /* in %f style under 0.1, up to 20 places (%.17g of 0.0001): past POW10, which it read beyond */
     }
     if (lower == 'f' && x < 1e17) {
-        uint64_t whole = (uint64_t)x, frac = (uint64_t)((x - (double)whole) * (double)POW10[p] + 0.5);
-        if (frac >= POW10[p]) whole++, frac -= POW10[p];
+        uint64_t whole = (uint64_t)x, frac = (uint64_t)((x - (double)whole) * SCALE10[p] + 0.5);
+        if (p < 18 && frac >= POW10[p]) whole++, frac -= POW10[p]; /* more places only under 0.1: no carry */
         n += put_decimal(tmp + n, whole, 1);
         if (p || sp->alt) tmp[n++] = '.';
         if (p) n += put_decimal(tmp + n, frac, p);
@@ -224,7 +232,12 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
             else if (size == 1) v = (uint8_t)v;
             spec_t unsigned_sp = int_sp;
             unsigned_sp.plus = unsigned_sp.space = false;
-            const char *prefix = !sp.alt || !v ? "" : *f == 'x' ? "0x" : *f == 'X' ? "0X" : *f == 'o' ? "0" : "";
+            const char *prefix = !sp.alt || !v ? "" : *f == 'x' ? "0x" : *f == 'X' ? "0X" : "";
+            if (sp.alt && *f == 'o') { /* as many digits as it takes to start with a 0, as C's # does */
+                size_t octal = 0;
+                for (uint64_t rest = v; rest; rest >>= 3) octal++;
+                if (min_digits <= octal) min_digits = octal + 1;
+            }
             emit_number(&o, &unsigned_sp, v, false, *f == 'o' ? 8 : *f == 'u' ? 10 : 16, *f == 'X', prefix,
                         min_digits);
             break;
