@@ -266,9 +266,11 @@ def test_invalid_arguments_are_tool_failures(os_tools, tool, args, message):
     assert info.value.message == message
 
 
-@pytest.mark.parametrize("offset", ["2.0", "2e0", "0.2e1", "20e-1", "2.000", "200e-2", "0.000002e6"])
+@pytest.mark.parametrize("offset", ["2.0", "2e0", "0.2e1", "20e-1", "2.000", "200e-2", "0.000002e6",
+                                    "2." + "0" * 30, "2" + "0" * 30 + "e-30", "0.0000000000000000000000000002e28"])
 def test_whole_numbers_written_as_decimals_are_integers(os_tools, offset):
-    """JSON Schema's "integer" takes any number with no fraction: the SDK refused 2.0 and 2e0."""
+    """JSON Schema's "integer" takes any number with no fraction: the SDK refused 2.0 and 2e0, and (found by a
+    review) any with more than 24 digits from its first significant one, zeros included."""
     (os_tools.root / "n.txt").write_text("one\ntwo\nthree\n")
     out = os_tools.engine.call("read", f'{{"path":"n.txt","offset":{offset},"limit":1}}'.encode())
     assert out.startswith("2\ttwo\n")

@@ -82,22 +82,24 @@ static bool whole_number(const char *t, size_t len, int64_t *out) {
     bool negative = p < end && *p == '-';
     p += negative;
     char digits[24];
-    size_t n = 0;
-    long scale = 0; /* value = digits * 10^scale */
+    size_t n = 0, zeros = 0; /* zeros: since the last digit that is not one, kept only if another follows */
+    long scale = 0;          /* value = digits * 10^(scale + zeros) */
     bool seen_point = false;
     for (; p < end && ((*p >= '0' && *p <= '9') || (*p == '.' && !seen_point)); p++) {
         if (*p == '.') {
             seen_point = true;
             continue;
         }
-        if (n == 0 && *p == '0') { /* leading zeros add nothing */
-            scale -= seen_point;
+        scale -= seen_point;
+        if (*p == '0') { /* leading zeros add nothing; others wait (1.000…0 is a whole number of any length) */
+            zeros += n > 0;
             continue;
         }
-        if (n == sizeof digits) return false; /* more significant digits than an int64 has */
+        if (n + zeros >= sizeof digits) return false; /* more significant digits than an int64 has */
+        for (; zeros; zeros--) digits[n++] = '0';
         digits[n++] = *p;
-        scale -= seen_point;
     }
+    scale += (long)zeros;
     if (p < end && (*p == 'e' || *p == 'E')) {
         p++;
         bool down = p < end && *p == '-';
@@ -107,7 +109,6 @@ static bool whole_number(const char *t, size_t len, int64_t *out) {
             if (e < 100000) e = e * 10 + (*p - '0');
         scale += down ? -e : e;
     }
-    while (scale < 0 && n && digits[n - 1] == '0') n--, scale++; /* trailing zeros of a fraction */
     if (n == 0) return *out = 0, true;
     if (scale < 0 || (long)n + scale > 19) return false;
     uint64_t v = 0;
