@@ -25,7 +25,7 @@ running guests finish or be interrupted at their deadline; every pending wake st
 start.
 
 Besides the host's grants, a declaration may grant ``schedule`` (``berm.schedule.*`` for itself) and ``call``
-(``berm.call``: the tools of the other harnesses declared beside it).
+(``berm.call``: the tools of the harnesses declared beside it, its own included).
 """
 
 from __future__ import annotations

@@ -89,8 +89,16 @@ class Trap(BermError):
         self.info = info
         self.tool = tool
         self.failure = failure
-        message = f"harness trapped in {tool}: {info}" if tool else f"guest trapped: {info}"
-        super().__init__(message + (f" (after berm.fail: {failure})" if failure is not None else ""))
+        super().__init__(self._message(str(info)))
+
+    def _message(self, what: str) -> str:
+        message = f"harness trapped in {self.tool}: {what}" if self.tool else f"guest trapped: {what}"
+        return message + (f" (after berm.fail: {self.failure})" if self.failure is not None else "")
+
+    def engine_neutral(self) -> str:
+        """The message, less where an interrupt struck: that pc is wherever an engine checked the deadline
+        (docs/SEMANTICS.md), so a text a guest reads must not carry it. Every other trap is where it is."""
+        return self._message(self.info.core) if self.kind is TrapKind.INTERRUPTED else str(self)
 
     @property
     def kind(self) -> TrapKind:

@@ -220,6 +220,16 @@ parameters = { type = "object", additionalProperties = true }
 name = "wrong"
 description = "berm.call a tool the fixture does not have."
 parameters = { type = "object", properties = {} }
+
+[[tools]]
+name = "spin"
+description = "Never returns."
+parameters = { type = "object", properties = {} }
+
+[[tools]]
+name = "interrupted"
+description = "berm.call its own spin, and return the error it gets."
+parameters = { type = "object", properties = {} }
 ''',
     "caller.c": r'''#include "berm.h"
 
@@ -232,6 +242,12 @@ static berm_result_t relay(const char *tool) {
 
 BERM_TOOL(relay) { return relay("echo"); }
 BERM_TOOL(wrong) { return relay("nothing"); }
+BERM_TOOL(spin) { for (volatile int i = 0;; i++) {} }
+
+BERM_TOOL(interrupted) {
+    berm_reply reply = berm_call(BERM_STR("caller"), BERM_STR("spin"), BERM_STR(""));
+    return berm_ok_str(reply.error ? reply.error : "no error");
+}
 ''',
 }
 
@@ -260,5 +276,22 @@ def test_a_guest_calls_another_through_the_sdk(tmp_path, images, kind):
         with pytest.raises(ToolFailure, match="harness 'fixture' has no tool 'nothing'"):
             q.call("caller", "wrong").result(60)
         assert q.call("caller", "relay").result(60) == '{"echo":null}'
+    finally:
+        q.stop()
+
+
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_a_callee_interrupted_at_its_deadline_reads_the_same_on_either_engine(tmp_path, images, kind):
+    """Found by a review: the caller's error reply carried where the interrupt struck, which is wherever an engine
+    checked its deadline (berm_tool_spin+0xa translated, +0x8 interpreted): the same guest read different bytes."""
+    q = Queue(tmp_path / "due.db", timeout=0.5)
+    (call,) = call_capabilities(q)
+    caller = linker_for(Declaration(name="caller", capabilities=("call",)),
+                        extra={"call": lambda decl: {call.name: call.fn}})
+    q.add("caller", Loader(kind).load(Declaration(name="caller"), images[0], caller))
+    q.start()
+    try:
+        assert q.call("caller", "interrupted").result(60) == \
+            "caller.spin trapped: harness trapped in spin: guest was interrupted (deadline passed)"
     finally:
         q.stop()

@@ -56,10 +56,11 @@ def schedule_capabilities(queue: Queue, harness_name: str, *,
 
 
 def call_capabilities(queue: Queue) -> list[Capability]:
-    """``berm.call [harness, tool, args] -> the other harness's result``: a tool of another harness loaded in
-    ``queue`` (the declaring agent's own harnesses, resolved by name per call), run inside the calling invocation
-    one link deeper in its chain (``Queue.call_nested``). The callee's failure, trap or refusal is an error reply
-    the caller handles, never a trap of the caller."""
+    """``berm.call [harness, tool, args] -> that harness's result``: a tool of any harness loaded in ``queue`` (the
+    declaring agent's own harnesses, resolved by name per call; the caller's own too, held like any other to the
+    chain depth and its concurrency limit), run inside the calling invocation one link deeper in its chain
+    (``Queue.call_nested``). The callee's failure, trap or refusal is an error reply the caller handles, never a
+    trap of the caller, and its text is the same on either engine."""
 
     def call(request: bytes) -> bytes:
         try:
@@ -70,8 +71,8 @@ def call_capabilities(queue: Queue) -> list[Capability]:
             return queue.call_nested(name, tool_name, bytes(args), context).encode("utf-8")
         except ToolFailure as exc:
             raise CapabilityError(f"{name}.{tool_name} failed: {exc.message}") from None
-        except Trap as exc:
-            raise CapabilityError(f"{name}.{tool_name} trapped: {exc}") from None
+        except Trap as exc:  # the caller reads this: the same whatever engine either runs on
+            raise CapabilityError(f"{name}.{tool_name} trapped: {exc.engine_neutral()}") from None
         except BermError as exc:
             raise CapabilityError(str(exc)) from None
 
