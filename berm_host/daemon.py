@@ -9,7 +9,7 @@ connection; a connection silent for ``idle_timeout`` seconds (60) is closed. Req
     {"op": "schedule.add", "harness": H, "id": I, "when_ms": N, "payload": "<text>"}
     {"op": "schedule.list", "harness": H?, "after": {"when_ms": N, "harness": H, "id": I}?}
     {"op": "schedule.cancel", "harness": H, "id": I}
-    {"op": "publish", "topic": T, "event": "<text>"}
+    {"op": "publish", "topic": T, "event": "<text>"}   (to Queue.subscribe's subscribers: declarations make none)
     {"op": "stats"}        {"op": "harnesses"}
 
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": KIND, "message": TEXT}`` where KIND is ``trap``,

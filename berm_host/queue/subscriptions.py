@@ -1,8 +1,9 @@
 """Subscriptions: a harness as the target of a topic, so a published event becomes an ``on_notify`` invocation.
 
 RFC 0205 notes the event bus routes to agents only; this record is the missing piece — a subscription whose
-target is a harness. ``once`` subscriptions are removed by the first event they receive. Held in memory: the
-daemon re-creates them from its declarations at start.
+target is a harness. ``once`` subscriptions are removed by the first event they receive. Held in memory, and made
+only by an embedder (``Queue.subscribe``): how a harness becomes a subscription target is an open question of the
+RFC, so declarations hold none and under ``berm serve`` a ``publish`` reaches no harness yet.
 """
 
 from __future__ import annotations
