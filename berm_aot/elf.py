@@ -83,7 +83,8 @@ def read_file(path: str | os.PathLike) -> bytes:
     """The bytes of the image file at ``path``: a regular file of at most ``MAX_FILE_BYTES``, else an ElfError (as
     for a file that cannot be read)."""
     try:
-        with open(path, "rb") as f:
+        # O_NONBLOCK: opening a FIFO with no writer waits for one; a regular file reads as ever
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise ElfError(f"{os.fspath(path)} is not a regular file")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 
 import pytest
@@ -109,6 +110,9 @@ def test_only_a_regular_file_of_image_size_is_read(tmp_path):
         read_file(huge)
     with pytest.raises(ElfError, match="is not a regular file"):
         read_file("/dev/zero")
+    os.mkfifo(tmp_path / "fifo.elf")  # no writer: opening it to read waited for one, for ever
+    with pytest.raises(ElfError, match="is not a regular file"):
+        read_file(tmp_path / "fifo.elf")
     with pytest.raises(ElfError, match="cannot read"):
         read_file(tmp_path)
 
