@@ -194,7 +194,8 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
 
 def _install(built: Path, out: Path) -> None:
     """Put ``built`` at ``out`` whole or not at all (a copy beside it, renamed over it). What ``out`` names now
-    must be a regular file, or nothing: renaming over a FIFO or a device replaced it with the image."""
+    must be a regular file, a symbolic link (replaced, never written through) or nothing: renaming over a FIFO or
+    a device replaced it with the image."""
     try:
         st = os.lstat(out)
     except FileNotFoundError:
@@ -202,7 +203,7 @@ def _install(built: Path, out: Path) -> None:
     except OSError as exc:
         raise BuildError(f"cannot write {out}: {exc.strerror or exc}") from None
     else:
-        if not stat.S_ISREG(st.st_mode):
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             raise BuildError(f"cannot write {out}: it exists and is not a regular file")
     staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:

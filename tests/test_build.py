@@ -70,6 +70,11 @@ def test_an_output_that_cannot_be_written_is_an_error_and_leaves_nothing(tmp_pat
         assert err.startswith("berm build: cannot write ") and message in err
     assert sorted(p.name for p in out.iterdir()) == ["adir", "fifo", "file"]  # nothing staged is left
     assert stat.S_ISFIFO((out / "fifo").stat().st_mode)
+    (out / "old.elf").write_text("old")
+    (out / "link.elf").symlink_to(out / "fifo")  # a link is replaced, as it always was: never written through
+    assert main(["build", str(d), "-o", str(out / "link.elf")]) == 0
+    assert (out / "link.elf").is_file() and not (out / "link.elf").is_symlink()
+    assert stat.S_ISFIFO((out / "fifo").stat().st_mode)
 
 
 def test_a_declared_tool_without_a_function_is_refused(tmp_path, capsys):
