@@ -307,3 +307,17 @@ def test_a_wake_queued_when_the_queue_stops_stays_for_the_next_start(tmp_path, m
         assert [(e.harness, e.id, e.payload) for e in ds.list()] == [("g", "w", "old")]
     finally:
         ds.close()
+
+
+def test_a_wake_withdrawn_by_a_stale_cancel_notice_still_runs(make_queue):
+    """Found by a review: a cancel's notice can arrive after a later write re-created the row (the two race): the
+    queued wake it withdraws is not lost, since a withdrawn wake leaves its row for the next drain — had it been
+    counted as delivered, its row would have been deleted and the wake never run."""
+    q, g, gate, call = _queued_wake(make_queue)
+    try:
+        q.scheduler.changed("g", "w")  # as Queue.cancel's notice, while the row (payload "old") is still there
+    finally:
+        gate.set()
+    call.result(10)
+    wait_for(lambda: [w["payload"] for w in g.wakes()] == ["old"])
+    wait_for(lambda: q.list() == [])
