@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=("aot", "interp"), default="aot")
     p.add_argument("--workers", type=_at_least(1), default=4, help="worker threads (the most guests running at once)")
     p.add_argument("--per-harness", type=_at_least(1), default=None, help="most invocations of one harness at once "
-                   "(default: one fewer than --workers, so one harness never holds every worker)")
+                   "(default: one fewer than --workers, so with two or more one harness never holds every worker)")
     p.add_argument("--timeout", type=_seconds, default=60.0, help="per-invocation deadline in seconds (at most a day)")
     p.add_argument("--max-depth", type=_at_least(0), default=8,
                    help="chain depth past which harness-caused work is refused (0: a harness causes none)")

@@ -2,7 +2,7 @@
 
 A fixed pool of worker threads (guest code releases the GIL, so they run in parallel) takes invocations from
 per-harness queues, round-robin across harnesses, never running more than a harness's concurrency limit at once
-(by default one fewer than the workers: a harness alone never holds the whole pool).
+(by default one fewer than the workers: with two or more, a harness alone never holds the whole pool).
 Tool calls go first — before wakes and notifications queued earlier, in their harness and across harnesses: a
 model is waiting on a call, a due instant is latency tolerant (RFC 0205); each kind is first in, first out. Each
 invocation gets its deadline when it *starts* (queue wait does not eat its time budget); the engine's watchdog

@@ -149,7 +149,7 @@ const char *berm_memmem(const char *haystack, size_t hlen, const char *needle, s
 
 /** Bounded formatting: %d %i %u %o %x %X %c %s %p %%, %f %e %g (F E G; %a as %e) rounded in double precision, length
  *  modifiers hh h l ll z j t L, flags '-' '0' '+' ' ' '#', a width and a precision (%.*s, %.12s, %.3d, %.2f).
- *  A double shows at most 17 significant digits (15 exact: the last two may differ from C's exact expansion, and a
+ *  A double shows at most 17 significant digits, the last one or two possibly a unit off C's exact expansion (a
  *  tie rounds away from zero); an integer at most 64 digits of precision. Always NUL-terminates when cap > 0;
  *  returns the length it wanted. */
 int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap);
