@@ -111,6 +111,15 @@ def test_timeout_kills_the_whole_group(root):
     assert r["stderr"] == "[killed: the command ran past its 0.5 s timeout]"
 
 
+@pytest.mark.parametrize("command", ["exec >log.txt 2>&1; sleep 0.3; echo finished; exit 3",
+                                     "exec >&- 2>&-; sleep 0.3; echo finished > log.txt; exit 3"])
+def test_a_command_that_redirects_both_its_outputs_runs_to_its_end(root, command):
+    """Found by a review: once both pipes had closed the host stopped waiting and killed the group, so
+    `exec >build.log 2>&1; make` was killed at once and reported -1, with no word of why."""
+    assert run(root, command) == {"exit_code": 3, "stderr": "", "stdout": ""}
+    assert (root / "log.txt").read_text() == "finished\n"
+
+
 def test_killed_by_a_signal_reports_minus_one(root):
     assert run(root, "kill -9 $$")["exit_code"] == -1
 

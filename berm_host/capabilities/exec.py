@@ -91,7 +91,9 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
             for pipe in streams:
                 os.set_blocking(pipe.fileno(), False)
                 sel.register(pipe, selectors.EVENT_READ, "pipe")
-            while len(sel.get_map()) > (1 if ended_at is None else 0):
+            # until the command ends, whatever its pipes do (``exec >log 2>&1`` closes both at once), then until
+            # they are drained or the grace is over
+            while ended_at is None or sel.get_map():
                 left = deadline.remaining()
                 if ended_at is None and left <= 0:
                     timed_out = True
