@@ -204,6 +204,46 @@ def test_host_and_framing_headers_cannot_be_forged(server):
         fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET /x HTTP/1.1\r\n")
 
 
+def _raw_server(response: bytes):
+    """A server on 127.0.0.1 that answers one request with ``response`` as it is, then closes: (url, stop)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(response)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}/", listener.close
+
+
+@pytest.mark.parametrize("response, words", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 10, "the connection closed with 90 bytes of the body missing"),
+    (b"HTTP/1.1 200 OK\r\nX Bad: 1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", "malformed response headers"),
+    (b"HTTP/1.1 200 OK\r\nX\x00A: 1\r\nContent-Length: 2\r\n\r\nok", "malformed response headers"),
+])
+def test_a_response_cut_short_or_with_broken_headers_is_an_error(response, words):
+    """Found by a review: a body shorter than its Content-Length came back as a success, and a line that is no
+    header silently dropped every header after it (the framing too: the chunked body came back raw)."""
+    url, stop = _raw_server(response)
+    try:
+        with pytest.raises(CapabilityError, match=words):
+            fetch(["127.0.0.1"], url)
+    finally:
+        stop()
+
+
+def test_a_folded_header_value_is_rendered_on_one_line():
+    """Found by a review: an obsolete folded value kept its CR LF, and the rendered block had a line that is no
+    `name: value` pair (ABI.md: headers rendered `name: value\\n` each)."""
+    url, stop = _raw_server(b"HTTP/1.1 200 OK\r\nX-A: a\r\n Location: http://evil/\r\nContent-Length: 2\r\n\r\nok")
+    try:
+        assert fetch(["127.0.0.1"], url) == (200, "X-A: a Location: http://evil/\nContent-Length: 2\n", b"ok")
+    finally:
+        stop()
+
+
 def test_malformed_requests():
     fn = http.capabilities(HostList(["127.0.0.1"]))["berm.http.fetch"]
     with pytest.raises(CapabilityError, match="malformed request"):

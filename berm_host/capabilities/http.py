@@ -31,6 +31,8 @@ HTTP_TIMEOUT = 30.0
 BODY_CAP = 16 * 1024 * 1024
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 _FORBIDDEN_HEADERS = {"host", "content-length", "transfer-encoding"}
+#: A folded line of a header value (obsolete, RFC 9112 §5.2): http.client keeps its CR LF and spaces in the value.
+_FOLD = re.compile(r"\r?\n[ \t]+")
 _HOST_CHARS = re.compile(r"[a-z0-9.*:_-]+|\[[0-9a-f:.]+\]")
 
 
@@ -134,6 +136,12 @@ def _connect(conn: http.client.HTTPConnection, deadline: Deadline) -> None:
         raise state["error"]
 
 
+def _unfolded(value: str) -> str:
+    """A header value on one line: an obsolete folded continuation (CR LF then spaces) is one space (RFC 9112
+    §5.2), so every rendered line stays ``name: value``."""
+    return _FOLD.sub(" ", value)
+
+
 def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tuple[str, str]], *,
           timeout: float = HTTP_TIMEOUT, cap: int = BODY_CAP) -> tuple[int, str, bytes]:
     if not _TOKEN.fullmatch(method):
@@ -158,6 +166,8 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
         timer.start()
         conn.request(method, target, body=body or None, headers=dict(headers))
         resp = conn.getresponse()
+        if resp.msg.defects or resp.msg.get_payload():  # a line that is no header ended them, and what followed
+            raise CapabilityError("malformed response headers")  # (framing included) was dropped without a word
         data = bytearray()
         while chunk := resp.read1(65536):
             deadline.check()
@@ -165,7 +175,9 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
             if len(data) > cap:
                 raise CapabilityError(f"response body is larger than the {cap // (1024 * 1024)} MiB cap")
         deadline.check()
-        rendered = "".join(f"{k}: {v}\n" for k, v in resp.getheaders())
+        if resp.length:  # read1 ends quietly where the connection did, short of the Content-Length
+            raise CapabilityError(f"the connection closed with {resp.length} bytes of the body missing")
+        rendered = "".join(f"{k}: {_unfolded(v)}\n" for k, v in resp.getheaders())
         return resp.status, rendered, bytes(data)
     except (http.client.HTTPException, ssl.SSLError, OSError, ValueError) as exc:
         deadline.check()
