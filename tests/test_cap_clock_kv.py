@@ -214,33 +214,49 @@ def test_an_unusable_data_dir_is_a_clear_error(tmp_path):
 
 
 _FORK_SCRIPT = """
-import os, sys, threading
+import os, subprocess, sys, threading, time
 from pathlib import Path
-from berm_host.capabilities.kv import KvStore
+from berm_host.capabilities.kv import DB_NAME, KvStore
 directory = Path(sys.argv[1])
 store = KvStore.shared(directory)
 store.set("ns", b"before", b"parent")
 held, release = threading.Event(), threading.Event()
-def busy():  # another thread of the parent, in the middle of a call and of an open, when the fork happens
-    with store._lock, KvStore._open_lock:
-        held.set()
+def busy():  # another thread of the parent, in the middle of a write and of an open, when the fork happens
+    with KvStore._open_lock:
+        with store._locked(write=True) as db:
+            db.execute("INSERT INTO kv VALUES ('ns', x'6d6964', x'77726974696e67')")  # mid-transaction
+            held.set()
+            time.sleep(0.3)  # the fork waits for the write: forked mid-write, the child's SQLite saw it locked
         release.wait()
+def in_child(work):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            work()
+            os._exit(0)
+        except BaseException as exc:
+            print("child:", repr(exc), flush=True)
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+def reads_and_writes():
+    child = KvStore.shared(directory)
+    assert child.get("ns", b"before") == b"parent" and child.get("ns", b"mid") == b"writing"
+    child.set("ns", b"from", b"child")
+    store.set("ns", b"also", b"child")  # a store object the child inherited works too
+def reads_while_another_process_writes():  # a read needs no write lock, and the child's first call takes none
+    assert KvStore.shared(directory).get("ns", b"from") == b"child"
 threading.Thread(target=busy, daemon=True).start()
 held.wait()
-pid = os.fork()
-if pid == 0:
-    try:
-        child = KvStore.shared(directory)
-        assert child.get("ns", b"before") == b"parent"
-        child.set("ns", b"from", b"child")
-        store.set("ns", b"also", b"child")  # a store object the child inherited works too
-        os._exit(0)
-    except BaseException as exc:
-        print("child:", repr(exc), flush=True)
-        os._exit(1)
-_, status = os.waitpid(pid, 0)
+in_child(reads_and_writes)
 release.set()
-assert os.waitstatus_to_exitcode(status) == 0, status
+holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys, time; db = sqlite3.connect(sys.argv[1], "
+                           "isolation_level=None); db.execute('BEGIN IMMEDIATE'); print('held', flush=True); "
+                           "time.sleep(60)", str(directory / DB_NAME)], stdout=subprocess.PIPE, text=True)
+assert holder.stdout.readline() == "held\\n"
+in_child(reads_while_another_process_writes)
+holder.kill()
+holder.wait()
 assert store.get("ns", b"from") == b"child" and store.get("ns", b"also") == b"child"
 store.set("ns", b"after", b"parent")  # the parent's own connection still serves it
 print("ok")
@@ -248,10 +264,13 @@ print("ok")
 
 
 def test_a_forked_child_uses_its_own_connection_and_locks(tmp_path):
-    """A child forked while another thread of its parent held a store's lock and the lock that opens stores (a
-    call and an open in progress) reads and writes that store at once, through a connection of its own: SQLite
-    connections must not cross a fork (a database used through one in two processes can be corrupted), and the
-    locks, held for ever in the child, made it wait out KV_TIMEOUT on every call, or for ever to open a store."""
+    """A child forked while another thread of its parent was in a write and held the lock that opens stores
+    reads and writes that store at once, through a connection of its own: SQLite connections must not cross a fork
+    (a database used through one in two processes can be corrupted), and the locks, held for ever in the child,
+    made it wait out KV_TIMEOUT on every call, or for ever to open a store. Found by a review since: forked in the
+    middle of the write, every call in the child failed for good ("database is locked"; the fork now waits for the
+    write), and a read in the child took the write lock (its first call recounted the store: it failed, after
+    KV_TIMEOUT whatever its deadline, while another process wrote)."""
     proc = subprocess.run([sys.executable, "-c", _FORK_SCRIPT, str(tmp_path)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr

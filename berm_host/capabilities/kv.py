@@ -55,19 +55,32 @@ _STORES: "weakref.WeakSet[KvStore]" = weakref.WeakSet()
 _INHERITED: list[sqlite3.Connection] = []
 
 
+def _before_fork() -> None:
+    """Wait for every store's call in progress: a fork in the middle of another thread's write left the child's
+    SQLite believing its own (inherited, never used) connection held the write lock, and every call in the child
+    failed with "database is locked" for good."""
+    for store in list(_STORES):
+        store._lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    for store in list(_STORES):
+        store._lock.release()
+
+
 def _after_fork_in_child() -> None:
     KvStore._open_lock = threading.Lock()  # another thread may have held it, opening a store
     for store in list(_STORES):
         store._after_fork_in_child()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 class KvStore:
     """One database file; safe to share between threads (one connection behind a lock) and processes (SQLite
-    locking, waiting up to ``KV_TIMEOUT`` seconds). A forked child opens a connection of its own at its first call
-    (``_after_fork_in_child``)."""
+    locking, waiting up to ``KV_TIMEOUT`` seconds). A fork waits for the calls in progress, and the child opens a
+    connection of its own at its first call (``_before_fork``, ``_after_fork_in_child``)."""
 
     _open: dict[Path, "KvStore"] = {}
     _open_lock = threading.Lock()
@@ -75,16 +88,27 @@ class KvStore:
     def __init__(self, path: Path):
         self.path = path
         self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = self._connect()
+        self._db: sqlite3.Connection | None = self._connect(KV_TIMEOUT)
+        self._count()
         _STORES.add(self)
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, timeout: float) -> sqlite3.Connection:
+        """A connection to the store, waiting up to ``timeout`` seconds for another's lock."""
         path = self.path
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # every harness's data: the user's only
-            db = sqlite3.connect(path, timeout=KV_TIMEOUT, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
+            return db
+        except (OSError, sqlite3.Error) as exc:
+            raise KvStoreError(f"cannot open the key-value store {self.path}: {exc}") from None
+
+    def _count(self) -> None:
+        """Create the tables if need be and count every namespace's usage afresh, once per process (a forked child
+        reconnects without it, within the budget of the call it serves: the parent counted)."""
+        db = self._db
+        try:
             db.execute("BEGIN IMMEDIATE")
             try:
                 db.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT NOT NULL, key BLOB NOT NULL, "
@@ -100,16 +124,14 @@ class KvStore:
                     db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
-            return db
         except (OSError, sqlite3.Error) as exc:
-            raise KvStoreError(f"cannot open the key-value store {path}: {exc}") from None
+            raise KvStoreError(f"cannot open the key-value store {self.path}: {exc}") from None
 
     def _after_fork_in_child(self) -> None:
-        """A forked child has only the thread that forked: the lock another thread held would stay held for ever
-        (every call then waited out its budget and failed), and an SQLite connection must not be used on both sides
-        of a fork (the database can be corrupted). The child gets a fresh lock and opens a connection of its own at
-        its first call; the inherited one is kept, never used and never closed (closing it could drop the POSIX
-        locks of the child's own connection to the same file)."""
+        """A forked child has only the thread that forked, which holds every store's lock (``_before_fork``), and an
+        SQLite connection must not be used on both sides of a fork (the database can be corrupted). The child gets
+        a fresh lock and opens a connection of its own at its first call; the inherited one is kept, never used and
+        never closed (closing it could drop the POSIX locks of the child's own connection to the same file)."""
         self._lock = threading.Lock()
         if self._db is not None:
             _INHERITED.append(self._db)
@@ -135,7 +157,7 @@ class KvStore:
             raise CapabilityError(f"storage is busy: waited {budget.seconds:.3g} s")
         try:
             if self._db is None:  # the first call in a forked child
-                self._db = self._connect()
+                self._db = self._connect(max(budget.remaining(), 0.001))
             db = self._db
             db.execute(f"PRAGMA busy_timeout = {max(1, int(budget.remaining() * 1000))}")
             if not write:
