@@ -60,6 +60,7 @@ def parse_manifest(data: bytes | None) -> Manifest:
         doc = json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError, as is an integer of 4300+ digits
         raise ManifestJsonError(f"the manifest is not valid JSON: {exc}") from None
+    _refuse_what_json_cannot_say(doc)
     if not isinstance(doc, dict):
         raise ManifestJsonError(f"the manifest must be a JSON object, not {_json_type(doc)}")
     version = doc.get("abi_version")
@@ -72,6 +73,20 @@ def parse_manifest(data: bytes | None) -> Manifest:
         raise ManifestJsonError(f"the manifest's usage must be a string, not {_json_type(usage)}")
     return Manifest(abi_version=version, tools=_tools(doc.get("tools")), usage=usage, requests=_requests(doc),
                     raw=doc)
+
+
+def _refuse_what_json_cannot_say(doc) -> None:
+    """Python's parser also takes what is not JSON text: NaN, Infinity (and 1e999, read as infinity), and escaped
+    lone surrogates, which are no Unicode text. Written back out as strict JSON in UTF-8, they fail; so does the
+    manifest (berm inspect --json printed NaN, and a surrogate made it a traceback)."""
+    try:
+        json.dumps(doc, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError as exc:  # a ValueError too: first
+        raise ManifestJsonError(f"the manifest is not valid JSON: it holds a lone surrogate "
+                                f"({exc.object[exc.start]!r}), which is not text") from None
+    except ValueError:  # allow_nan=False
+        raise ManifestJsonError("the manifest is not valid JSON: it holds NaN, Infinity or a number too large for "
+                                "a double") from None
 
 
 def _json_type(value) -> str:
@@ -105,7 +120,8 @@ def _tools(value) -> tuple[ToolSpec, ...]:
 
 
 def _requests(doc: dict) -> dict:
-    """The request keys, at the top level or inside a ``"requests"`` object (as ``berm build`` writes them)."""
+    """The request keys, at the top level or inside a ``"requests"`` object (as ``berm build`` writes them); a key
+    in both places lists both, once each."""
     nested = doc.get("requests", {})
     if not isinstance(nested, dict):
         raise ManifestJsonError(f"the manifest's requests must be an object, not {_json_type(nested)}")
@@ -117,7 +133,7 @@ def _requests(doc: dict) -> dict:
             value = source[key]
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ManifestJsonError(f"the manifest's {key} must be an array of strings")
-            out[key] = list(value)
+            out[key] = list(dict.fromkeys([*out.get(key, []), *value]))
     return out
 
 

@@ -44,6 +44,28 @@ def test_requests_may_sit_in_a_requests_object():
     assert m.requests == {"capabilities": ["exec"], "hosts": ["h.example"]}
 
 
+def test_requests_in_both_places_are_both_kept():
+    """Found by a review: the nested list replaced the top-level one, so berm inspect hid requests."""
+    m = parse_manifest(json.dumps({"abi_version": 0, "tools": [], "capabilities": ["exec", "fs"],
+                                   "requests": {"capabilities": ["clock", "fs"]}}).encode())
+    assert m.requests == {"capabilities": ["exec", "fs", "clock"]}
+
+
+@pytest.mark.parametrize("value, words", [
+    (b"NaN", "NaN, Infinity"), (b"-Infinity", "NaN, Infinity"), (b"1e999", "NaN, Infinity"),
+    (b'"hi \\ud800 there"', "lone surrogate"),
+])
+def test_what_python_reads_but_json_cannot_say_is_refused(value, words):
+    """Found by a review: Python's parser takes NaN, Infinity (1e999 too, read as infinity) and escaped lone
+    surrogates, which are no JSON text and no Unicode: berm inspect --json printed NaN, and a surrogate made
+    berm inspect a traceback."""
+    doc = b'{"abi_version": 0, "tools": [{"name": "t", "parameters": {"default": ' + value + b'}}]}'
+    with pytest.raises(ManifestJsonError, match=f"not valid JSON: it holds (a )?{words}"):
+        parse_manifest(doc)
+    with pytest.raises(ManifestJsonError, match="lone surrogate"):
+        parse_manifest(b'{"abi_version": 0, "tools": [], "usage": "use \\udcff", "\\ud800": 1}')
+
+
 def test_a_trailing_nul_is_ignored_and_usage_defaults_to_empty():
     m = parse_manifest(json.dumps({"abi_version": 0, "tools": []}).encode() + b"\0\0")
     assert m.usage == "" and m.tools == () and m.requests == {}
