@@ -19,6 +19,7 @@ from berm_aot.program import Program
 from berm_cli.terminal import shown
 from berm_host.declaration import DeclarationError, load_declarations
 from berm_host.grants import grant_report
+from berm_host.text import escaped
 
 _EF_RISCV_RVC = 0x1
 
@@ -27,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("elf", help="the harness image (an RV64 ELF)")
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true",
-                      help="print the manifest JSON with an added \"image\" object of the facts below")
+                      help="print the manifest JSON with an \"image\" object of the facts below and \"grants\" "
+                           "(null without --declaration) in place of any keys of those names")
     form.add_argument("--disassemble", action="store_true",
                       help="also print every function's reachable instructions")
     parser.add_argument("--declaration", metavar="TOML",
@@ -40,21 +42,20 @@ def run(args: argparse.Namespace) -> int:
     image = read_elf_file(args.elf)
     manifest = load_manifest(image)
     facts = image_facts(image)
-    grants = declared_grants(args, manifest)
+    grants = declared_grants(args, image, manifest)
     if args.json:
-        print(json.dumps({**manifest.raw, "image": facts, **({"grants": grants} if grants is not None else {})},
-                         indent=2, sort_keys=True))
+        print(json.dumps({**manifest.raw, "image": facts, "grants": grants}, indent=2, sort_keys=True))
     else:
         print(shown(render_text(args.elf, manifest, facts)))
         if grants is not None:
             print(f"\ngrants (from {args.declaration}):")
-            print("\n".join(f"  {name}: {status}" for name, status in grants.items()) or "  none")
+            print("\n".join(f"  {escaped(name, lines=False)}: {status}" for name, status in grants.items()) or "  none")
     if args.disassemble:
         print(shown(render_disassembly(image)))
     return 0
 
 
-def declared_grants(args: argparse.Namespace, manifest: Manifest) -> dict[str, str] | None:
+def declared_grants(args: argparse.Namespace, image: ElfImage, manifest: Manifest) -> dict[str, str] | None:
     """With ``--declaration``: each requested or granted capability and what the declaration makes of it."""
     if not args.declaration:
         return None
@@ -62,6 +63,9 @@ def declared_grants(args: argparse.Namespace, manifest: Manifest) -> dict[str, s
     entry = next((d for d in load_declarations(args.declaration) if d.name == name), None)
     if entry is None:
         raise DeclarationError(f"{args.declaration} declares no harness named {name!r}")
+    if entry.sha256 is not None and entry.sha256 != image.sha256:
+        raise DeclarationError(f"{args.declaration}: the entry for {name!r} pins sha256 {entry.sha256}, and this "
+                               f"image's is {image.sha256}: the host would refuse it, granting nothing")
     return grant_report(entry, manifest.requests.get("capabilities", []))
 
 

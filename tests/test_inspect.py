@@ -86,6 +86,43 @@ def test_output_that_cannot_be_written_exits_1_with_a_line(harness):
     assert done.stderr == "berm: cannot write its output: No space left on device\n"
 
 
+def _declared(tmp_path, entry: str):
+    toml = tmp_path / "agent.toml"
+    toml.write_text(f'[[harnesses]]\nname = "h"\n{entry}\n')
+    return str(toml)
+
+
+def test_grants_are_shown_as_text_the_manifest_cannot_forge(tmp_path, capsys):
+    """Found by a review: requested capability names were printed as they came, so a request named
+    "exec: linked" plus a newline forged a grant line, and control characters reached the terminal."""
+    data = harness_elf(manifest_json(["read"], capabilities=["clock", "exec: linked\n  fs: linked", "\x1b[2Jkv"]),
+                       ["read"])
+    (tmp_path / "h.elf").write_bytes(data)
+    toml = _declared(tmp_path, 'capabilities = ["clock"]')
+    assert main(["inspect", str(tmp_path / "h.elf"), "--declaration", toml]) == 0
+    grants = capsys.readouterr().out.split("grants (from")[1].splitlines()[1:]
+    assert grants == ["  clock: linked", "  exec: linked\\x0a  fs: linked: not granted (requested)",
+                      "  \\x1b[2Jkv: not granted (requested)"]
+
+
+def test_json_grants_are_the_hosts_not_the_manifests(tmp_path, capsys):
+    """Found by a review: a manifest key named "grants" showed in inspect --json as the host's grant report."""
+    data = harness_elf(manifest_json(["read"], grants={"fs": "linked"}), ["read"])
+    (tmp_path / "h.elf").write_bytes(data)
+    assert main(["inspect", str(tmp_path / "h.elf"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["grants"] is None
+
+
+def test_grants_of_an_entry_that_pins_another_digest_are_none(tmp_path, capsys):
+    """Found by a review: inspect --declaration listed grants as linked for an entry whose pinned sha256 makes the
+    host refuse this image."""
+    data = harness_elf(manifest_json(["read"], capabilities=["fs"]), ["read"])
+    (tmp_path / "h.elf").write_bytes(data)
+    toml = _declared(tmp_path, f'capabilities = ["fs"]\nsha256 = "{"0" * 64}"')
+    assert main(["inspect", str(tmp_path / "h.elf"), "--declaration", toml]) == 2
+    assert "the host would refuse it, granting nothing" in capsys.readouterr().err
+
+
 def test_missing_file_exits_2(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "nope.elf")]) == 2
     assert "cannot read" in capsys.readouterr().err
