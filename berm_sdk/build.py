@@ -38,7 +38,7 @@ from .entry import ENTRY_NAME, entry_source
 from .errors import BuildError
 from .harness_toml import TOML_NAME, HarnessSpec, load_harness_toml
 from .header import calls_header, write_calls_header
-from .toolchain import GUEST_CFLAGS, compile_object, guest_toolchain, link
+from .toolchain import GUEST_CFLAGS, Toolchain, compile_object, guest_toolchain, link
 
 #: Parallel compiler processes; the machines are small and shared.
 JOBS = 2
@@ -62,6 +62,11 @@ def load_profile(sdk: Path = SDK_DIR) -> Profile:
 
 def sdk_sources(sdk: Path = SDK_DIR) -> list[Path]:
     return sorted((sdk / "src").glob("*.c"))
+
+
+def sdk_headers(sdk: Path = SDK_DIR) -> list[Path]:
+    """Every header an SDK source may include (berm.h, berm_recurring.h, its own): part of its objects' key."""
+    return sorted([*sdk.glob("*.h"), *(sdk / "src").glob("*.h")])
 
 
 def harness_sources(directory: Path) -> list[Path]:
@@ -94,7 +99,10 @@ def check_tools_defined(spec: HarnessSpec, objects: dict[Path, Path]) -> None:
     defined: dict[str, Path] = {}
     for source, obj in objects.items():
         for tool in _defined_tools(obj):
-            defined.setdefault(tool, source)
+            if tool in defined:  # the linker would say only "duplicate symbol", of objects already deleted
+                raise BuildError(f"{_line_in(source, tool)}: {TOOL_PREFIX}{tool} is defined twice: also at "
+                                 f"{_line_in(defined[tool], tool)}")
+            defined[tool] = source
     for tool in spec.tools:
         if tool.name not in defined:
             raise BuildError(f"{spec.where(tool.line)}: tool {tool.name!r} is declared but no source defines "
@@ -122,18 +130,26 @@ def _compile_all(sources: list[Path], work: Path, profile: Profile, include: tup
 def _sdk_objects(work: Path, profile: Profile) -> list[Path]:
     """The SDK compiled with ``profile``, from the cache when the same sources, header, flags and toolchain
     were compiled before. The SDK is most of every build, and it never depends on the harness."""
-    tc = guest_toolchain()
     sources = sdk_sources()
-    digest = hashlib.sha256()
-    for part in [*tc.cc, *GUEST_CFLAGS, profile.opt, *profile.cflags, calls_header()]:
-        digest.update(part.encode() + b"\0")
-    for path in [SDK_DIR / "berm.h", *sources]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+
     def fill(staging: Path) -> None:
         for obj in _compile_all(sources, work / "sdk", profile, (SDK_DIR, work)).values():
             shutil.copyfile(obj, staging / obj.name)
 
-    return sorted(cached_dir(cache_root() / "sdk-objects" / digest.hexdigest()[:32], fill).glob("*.o"))
+    return sorted(cached_dir(cache_root() / "sdk-objects" / sdk_objects_key(guest_toolchain(), profile), fill)
+                  .glob("*.o"))
+
+
+def sdk_objects_key(tc: Toolchain, profile: Profile, sdk: Path = SDK_DIR) -> str:
+    """What the SDK's objects are compiled from: the compiler (which one, not only its command: an upgrade keeps
+    the command), flags, the generated host-call header, and every SDK source and header (berm_recurring.h was
+    left out, and its objects outlived a change to it)."""
+    digest = hashlib.sha256()
+    for part in [*tc.cc, tc.identity(), *GUEST_CFLAGS, profile.opt, *profile.cflags, calls_header()]:
+        digest.update(part.encode() + b"\0")
+    for path in [*sdk_headers(sdk), *sdk_sources(sdk)]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:32]
 
 
 def verify_image(path: Path, spec: HarnessSpec, warn: Callable[[str], None] | None = None) -> None:
@@ -145,8 +161,8 @@ def verify_image(path: Path, spec: HarnessSpec, warn: Callable[[str], None] | No
         if not image.relocations:
             raise BuildError("it carries no relocations (was it linked without --emit-relocs?)")
         program = Program.from_image(image)
-    except BermError as exc:
-        raise BuildError(f"{path}: the built image fails its own check: {exc}") from None
+    except BermError as exc:  # named by the harness: ``path`` is in a build directory gone by the time it prints
+        raise BuildError(f"{spec.path.parent}: the built image fails its own check: {exc}") from None
     try:
         refuse_oversized(analyse(program))
     except CompileError as exc:
@@ -167,7 +183,7 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
     if not directory.is_dir():
         raise BuildError(f"{directory}: not a directory")
     spec = load_harness_toml(directory / TOML_NAME)
-    sources = harness_sources(directory)
+    sources = harness_sources(directory.absolute())  # never a bare "-x.c": the compiler read that as a flag
     if not sources:
         raise BuildError(f"{directory}: no C sources (*.c in the directory or its src/)")
     out = Path(out) if out is not None else Path.cwd() / f"{spec.name}.elf"

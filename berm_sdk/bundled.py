@@ -34,7 +34,8 @@ def _files(directory: Path) -> list[Path]:
 def _digest(harness: Path) -> str:
     # The generated host-call header and the fixed guest flags go into every object, like the files below; the
     # compiler runtime into every image.
-    parts = [*guest_toolchain().cc, *GUEST_CFLAGS, calls_header(), runtime_key()]
+    tc = guest_toolchain()
+    parts = [*tc.cc, tc.identity(), *GUEST_CFLAGS, calls_header(), runtime_key()]
     digest = hashlib.sha256("\0".join(parts).encode())
     for root in (SDK_DIR, harness):
         for path in _files(root):

@@ -81,8 +81,10 @@ def _line_of(text: str, pattern: str, start: int = 0) -> int | None:
 
 
 def _tool_lines(text: str, names: list[str]) -> list[int | None]:
-    """The line of each tool's ``name = "…"``, searched in order after each ``[[tools]]`` header."""
-    lines, pos = [], 0
+    """The line of each tool's ``name = "…"``, searched in order from the first ``[[tools]]`` header (before it, a
+    harness named like a tool gave its own line)."""
+    header = re.search(r"^\s*\[\[\s*tools\s*\]\]", text, re.MULTILINE)
+    lines, pos = [], header.end() if header else 0
     for name in names:
         match = re.compile(r'^\s*name\s*=\s*["\']' + re.escape(name) + r'["\']', re.MULTILINE).search(text, pos)
         if match:

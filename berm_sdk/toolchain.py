@@ -7,6 +7,7 @@ against compiler-rt (berm_sdk.runtime), so ``double``, ``float`` and ``__int128`
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -42,9 +43,19 @@ class Toolchain:
     name: str
 
     def identity(self) -> str:
-        """The compiler's version line: part of every cache key that depends on guest builds."""
-        out = subprocess.run([*self.cc, "--version"], capture_output=True, text=True, check=False)
-        return out.stdout.splitlines()[0] if out.stdout else self.name
+        """Which compiler this is, cheaply: part of every cache key that depends on guest builds (upgrading
+        ziglang, or Debian's clang-22 in place, kept the same command). The installed ziglang's version; for a
+        compiler on PATH, its file's size and modification time (an upgrade replaces the file)."""
+        if self.name == "ziglang":
+            try:
+                return f"ziglang {importlib.metadata.version('ziglang')}"
+            except importlib.metadata.PackageNotFoundError:
+                return "ziglang (not installed)"  # running it says so
+        try:
+            st = os.stat(self.cc[0])
+        except OSError:
+            return f"{self.cc[0]} (missing)"
+        return f"{self.cc[0]} {st.st_size} {st.st_mtime_ns}"
 
 
 def zig_toolchain() -> Toolchain:

@@ -170,3 +170,45 @@ def test_berm_call_builds_a_bundled_harness_named_instead_of_a_path(tmp_path, mo
     monkeypatch.chdir(tmp_path)  # no file named "fixture" here
     assert main(["call", "fixture", "echo", '{"a":1}', "--engine", "interp"]) == 0
     assert capsys.readouterr().out.strip() == '{"echo":{"a":1}}'
+
+
+def test_the_sdk_objects_key_covers_every_sdk_header_and_the_compiler_itself(tmp_path):
+    """Found by a review: berm_recurring.h was no part of the key of the SDK's cached objects (they outlived a
+    change to it), and the compiler counted by its command only (an upgrade of ziglang or clang-22 kept it)."""
+    import shutil
+
+    from berm_sdk.build import SDK_DIR, load_profile, sdk_objects_key
+    from berm_sdk.toolchain import Toolchain
+
+    sdk = tmp_path / "sdk"
+    shutil.copytree(SDK_DIR, sdk)
+    compiler = tmp_path / "clang-22"
+    compiler.write_text("v1")
+    tc = Toolchain(cc=(str(compiler), "--target=riscv64-unknown-elf"), ld=("ld.lld-22",), name="llvm")
+    profile = load_profile()
+    before = sdk_objects_key(tc, profile, sdk)
+    with open(sdk / "berm_recurring.h", "a") as header:
+        header.write("/* changed */\n")
+    after_header = sdk_objects_key(tc, profile, sdk)
+    compiler.write_text("version 2")
+    assert len({before, after_header, sdk_objects_key(tc, profile, sdk)}) == 3
+
+
+def test_what_a_build_says_names_the_authors_files(tmp_path, monkeypatch, capsys):
+    """Found by a review: a source named -x.c in a directory given relatively was read by the compiler as a flag;
+    a tool defined in two files was only the linker's "duplicate symbol" of deleted objects; an image failing its
+    own check was named by a deleted build file."""
+    d = harness(tmp_path, tiny=HELLO)
+    (d / "tiny.c").rename(d / "-x.c")
+    monkeypatch.chdir(d)
+    assert main(["build", ".", "-o", "../a.elf"]) == 0
+    (d / "src" / "again.c").write_text(HELLO)
+    assert main(["build", ".", "-o", "../b.elf"]) == 2
+    err = capsys.readouterr().err
+    assert "src/again.c:3: berm_tool_hello is defined twice: also at " in err and "-x.c:3" in err
+    (d / "src" / "again.c").write_text('#include "berm.h"\nint cycles(void) { long c; __asm__ volatile("rdcycle %0" '
+                                       ': "=r"(c)); return (int)c; }\n')
+    (d / "-x.c").write_text('#include "berm.h"\nint cycles(void);\nBERM_TOOL(hello) { return cycles() ? '
+                            'berm_ok_str("a") : berm_ok_str("b"); }\n')
+    assert main(["build", ".", "-o", "../c.elf"]) == 2
+    assert capsys.readouterr().err.startswith("berm build: .: the built image fails its own check: csrrs (Zicsr)")

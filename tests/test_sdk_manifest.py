@@ -69,6 +69,10 @@ def test_entry_anchors_the_manifest_and_every_tool(tmp_path):
     ('name = "x"\n[[tools]]\nname = "bad-name"\n', r"harness.toml:2: tools\[0\].name must be"),
     ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\n[[tools]]\nname = "t"\ndescription = ""\n',
      r"harness.toml:6: tool 't' is declared twice"),
+    # found by a review: a harness named like its tool gave its own line as the tool's
+    ('name = "t"\n[[tools]]\nname = "t"\ndescription = ""\n[[tools]]\nname = "t"\ndescription = ""\n',
+     r"harness.toml:6: tool 't' is declared twice"),
+    ('name = "t"\n\n[[tools]]\nname = "t"\n', r"harness.toml:4: tool 't': description must be a string"),
     ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparams = {}\n', r"harness.toml:3: tool 't': unknown key 'params'"),
     ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = "object"\n',
      r"harness.toml:3: tool 't': parameters must be a table"),
