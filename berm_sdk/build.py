@@ -60,6 +60,10 @@ def load_profile(sdk: Path = SDK_DIR) -> Profile:
         raise BuildError(f"{path}: the SDK's build profile is unreadable: {exc!r}") from None
 
 
+#: Characters of a source file's name the guest compiler cannot write into its dependency file.
+_UNSPEAKABLE = (":", "\\", '"')
+
+
 def sdk_sources(sdk: Path = SDK_DIR) -> list[Path]:
     return sorted((sdk / "src").glob("*.c"))
 
@@ -186,6 +190,10 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
     sources = harness_sources(directory.absolute())  # never a bare "-x.c": the compiler read that as a flag
     if not sources:
         raise BuildError(f"{directory}: no C sources (*.c in the directory or its src/)")
+    for source in sources:  # zig cc then fails on its own dependency file, naming only that
+        if any(c in source.name for c in _UNSPEAKABLE):
+            raise BuildError(f"{source}: the guest compiler cannot take a file name holding any of "
+                             f"{' '.join(_UNSPEAKABLE)}: rename it")
     out = Path(out) if out is not None else Path.cwd() / f"{spec.name}.elf"
     profile = load_profile()
     with tempfile.TemporaryDirectory(prefix="berm-build-") as tmp:

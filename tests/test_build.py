@@ -212,3 +212,12 @@ def test_what_a_build_says_names_the_authors_files(tmp_path, monkeypatch, capsys
                             'berm_ok_str("a") : berm_ok_str("b"); }\n')
     assert main(["build", ".", "-o", "../c.elf"]) == 2
     assert capsys.readouterr().err.startswith("berm build: .: the built image fails its own check: csrrs (Zicsr)")
+
+
+@pytest.mark.parametrize("name", ["a:b.c", "a\\b.c", 'a "b.c'])
+def test_a_source_name_the_compiler_cannot_take_is_named(tmp_path, name):
+    """Found by a review: such a name failed in zig's own dependency file, naming only that."""
+    d = harness(tmp_path, tiny=HELLO)
+    (d / "tiny.c").rename(d / name)
+    with pytest.raises(BuildError, match="the guest compiler cannot take a file name holding"):
+        build_harness(d, tmp_path / "x.elf")
