@@ -16,14 +16,13 @@ image anyway.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import importlib.util
 import shutil
 import sys
 from pathlib import Path
 
 from .cache import SDK_DIR, cache_root, cached_dir
-from .toolchain import GUEST_CFLAGS, ToolchainError, compile_object, run_tool, zig_toolchain
+from .toolchain import GUEST_CFLAGS, ToolchainError, compile_object, run_tool, zig_toolchain, zig_version
 
 #: How compiler-rt is compiled: the guest target and code model (code addresses via auipc, ABI.md §6), small
 #: code, one section per function so unused helpers are garbage-collected, and no unwind tables (.eh_frame would
@@ -42,18 +41,10 @@ OVERRIDES = (SDK_DIR / "runtime" / "divide.c",)
 _ARCHIVE = "libcompiler_rt.a"
 
 
-def _zig_version() -> str:
-    try:
-        return importlib.metadata.version("ziglang")
-    except importlib.metadata.PackageNotFoundError:
-        raise ToolchainError("linking a guest needs compiler-rt (soft-float and 128-bit integer helpers), which "
-                             "Berm builds from the PyPI ziglang package: pip install ziglang") from None
-
-
 def runtime_key() -> str:
     """A digest of what the runtime is built from (the zig version, the flags, the overriding C): its cache key, and
     part of the key of anything cached that links it."""
-    parts = ["compiler-rt", _zig_version(), *RUNTIME_FLAGS, *zig_toolchain().cc, *GUEST_CFLAGS]  # overrides: zig cc
+    parts = ["compiler-rt", zig_version(), *RUNTIME_FLAGS, *zig_toolchain().cc, *GUEST_CFLAGS]  # overrides: zig cc
     digest = hashlib.sha256("\0".join(parts).encode())
     for path in OVERRIDES:
         digest.update(b"\0" + path.read_bytes())

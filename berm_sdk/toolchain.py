@@ -47,15 +47,21 @@ class Toolchain:
         ziglang, or Debian's clang-22 in place, kept the same command). The installed ziglang's version; for a
         compiler on PATH, its file's size and modification time (an upgrade replaces the file)."""
         if self.name == "ziglang":
-            try:
-                return f"ziglang {importlib.metadata.version('ziglang')}"
-            except importlib.metadata.PackageNotFoundError:
-                return "ziglang (not installed)"  # running it says so
+            return f"ziglang {zig_version()}"
         try:
             st = os.stat(self.cc[0])
         except OSError:
             return f"{self.cc[0]} (missing)"
         return f"{self.cc[0]} {st.st_size} {st.st_mtime_ns}"
+
+
+def zig_version() -> str:
+    """The installed PyPI ziglang's version (its clang, lld and the compiler-rt sources berm_sdk.runtime builds)."""
+    try:
+        return importlib.metadata.version("ziglang")
+    except importlib.metadata.PackageNotFoundError:
+        raise ToolchainError("building a guest needs the PyPI ziglang package (its clang and lld, and compiler-rt's "
+                             "soft-float and 128-bit integer helpers): pip install ziglang") from None
 
 
 def zig_toolchain() -> Toolchain:
