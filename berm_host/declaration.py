@@ -19,6 +19,8 @@ from typing import Any
 import platformdirs
 
 from berm_abi.errors import BermError
+from berm_aot.elf import read_file
+from berm_aot.errors import ElfError
 
 from .capabilities.http import HostList, HostListError
 from .layout import check_memory_size
@@ -93,11 +95,10 @@ class Declaration:
         """The image's bytes, verified against ``sha256`` when the declaration pins one."""
         path = self.image_path(directory)
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise ImageNotFound(f"harness {self.name!r}: no image at {path}") from None
-        except OSError as exc:
-            raise ImageNotFound(f"harness {self.name!r}: cannot read {path}: {exc.strerror}") from None
+            data = read_file(path)  # bounded: a FIFO, a device or a huge file is refused, not read
+        except ElfError as exc:
+            reason = f"no image at {path}" if not os.path.lexists(path) else str(exc)
+            raise ImageNotFound(f"harness {self.name!r}: {reason}") from None
         if self.sha256 is not None:
             actual = hashlib.sha256(data).hexdigest()
             if actual != self.sha256:

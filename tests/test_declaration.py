@@ -4,12 +4,14 @@ their pinned digests."""
 from __future__ import annotations
 
 import hashlib
+import os
 
 import pytest
 
 from berm_host import declaration as decl_mod
 from berm_host.declaration import (Declaration, DeclarationError, ImageDigestMismatch, ImageNotFound,
                                    harnesses_dir, load_declarations, parse_declarations, parse_memory)
+from tests.bounded import GRACE, ends_within
 
 EXAMPLE = """
 model = "something the agent owns"
@@ -134,6 +136,15 @@ def test_image_loads_and_a_pinned_digest_is_verified(tmp_path):
         Declaration(name="os", sha256="0" * 64).load_image(tmp_path)
     with pytest.raises(ImageNotFound, match="no image at"):
         Declaration(name="missing").load_image(tmp_path)
+
+
+def test_an_image_that_is_no_regular_file_is_refused_without_reading_it(tmp_path):
+    """A FIFO at the image's path once hung the daemon's start and berm-compile --declarations for ever."""
+    os.mkfifo(tmp_path / "fifo.elf")
+    (tmp_path / "dir.elf").mkdir()
+    for name, reason in (("fifo", "is not a regular file"), ("dir", "Is a directory")):
+        with pytest.raises(ImageNotFound, match=f"harness '{name}': .*{name}.elf.*{reason}"):
+            ends_within(GRACE, lambda: Declaration(name=name).load_image(tmp_path))
 
 
 def test_load_declarations_from_a_file(tmp_path):
