@@ -20,7 +20,7 @@ from berm_cli.interrupt import interruptible
 from berm_cli.terminal import compile_notice, shown
 from berm_host.declaration import declaration_from_table
 from berm_host.grants import BOUNDS, linker_for
-from berm_host.traps import ToolFailure
+from berm_host.traps import ToolFailure, Trap
 
 
 def add_arguments(p) -> None:
@@ -121,5 +121,8 @@ def run(args) -> int:
     except ToolFailure as failure:
         print(shown(failure.message), file=sys.stderr)
         return 1
+    except Trap as trap:  # with the call chain under the message
+        print(shown("\n".join([f"berm call: {trap}", *trap.info.call_chain()])), file=sys.stderr)
+        return 2
     print(result)
     return 0

@@ -27,6 +27,8 @@ MIN_IMAGE_ADDR = PAGE
 #: Frames on the shadow call stack, the entry's included, before a call is the "stack exhausted" trap: both engines
 #: count the same way, so MAX_CALL_DEPTH - 1 nested calls succeed (docs/SEMANTICS.md).
 MAX_CALL_DEPTH = 10_000
+#: How many frames of a trap's call chain both engines report (TrapInfo.callers): the innermost.
+TRACE_KEEP = 32
 #: The detail of that trap.
 DEPTH_DETAIL = f"more than {MAX_CALL_DEPTH - 1} nested calls"
 #: The detail of the "stack exhausted" trap of an instruction that would set sp below the stack (its address is

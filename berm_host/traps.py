@@ -24,11 +24,16 @@ class TrapKind(enum.Enum):
     STACK_EXHAUSTED = "stack exhausted"
 
 
-def trap_info(kind: TrapKind, pc: int, addr: int, detail: str, locator: Locator, layout) -> TrapInfo:
-    """The TrapInfo both engines report: the function and offset of ``pc`` and, for a memory fault, where the
-    address points (the detail of a store says "store")."""
+def trap_info(kind: TrapKind, pc: int, addr: int, detail: str, locator: Locator, layout,
+              chain: tuple[tuple[int, ...], int] = ((), 0)) -> TrapInfo:
+    """The TrapInfo both engines report: the function and offset of ``pc``, for a memory fault where the address
+    points (the detail of a store says "store"), and the call chain: ``chain`` is the return addresses of the
+    frames the trap struck in, innermost first, the entry frame's left out (at most TRACE_KEEP), and how many more
+    frames there were."""
     region = layout.fault_region(addr, detail.startswith("store")) if kind is TrapKind.MEMORY_FAULT else ""
-    return TrapInfo(kind, pc, addr, detail, locator.symbolize(pc), region)
+    links, unkept = chain
+    callers = tuple((link, locator.symbolize(link)) for link in links)
+    return TrapInfo(kind, pc, addr, detail, locator.symbolize(pc), region, callers, unkept)
 
 
 def illegal_detail(locator: Locator, pc: int, addr: int) -> str:
@@ -53,6 +58,10 @@ class TrapInfo:
     detail: str = ""
     where: str = ""  # "function+0xoff", filled by the engine from the program's symbols
     region: str = ""  # for a memory fault, where the address points when that is off limits (Layout.fault_region)
+    #: The call chain, innermost first: per frame below the trapping one, the address it would have returned to and
+    #: that address as "function+0xoff" (the first TRACE_KEEP frames; ``unkept`` more were not kept).
+    callers: tuple[tuple[int, str], ...] = ()
+    unkept: int = 0
 
     @property
     def core(self) -> str:
@@ -77,6 +86,13 @@ class TrapInfo:
     def __str__(self) -> str:
         where = self.where or f"{self.pc:#x}"
         return f"{self.core} in {where}"
+
+    def call_chain(self) -> list[str]:
+        """The call chain as lines for a reader, innermost first: one per caller, where it resumes."""
+        lines = [f"  called from {where or f'{link:#x}'}" for link, where in self.callers]
+        if self.unkept:
+            lines.append(f"  ... and {self.unkept:,} more frame{'s' if self.unkept > 1 else ''}")
+        return lines
 
 
 class Trap(BermError):

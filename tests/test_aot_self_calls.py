@@ -2,7 +2,9 @@
 _self_call): the expected return address of each interrupted frame lives in ctx->shadow (or, with one self-call
 site, follows from depth). Everything a frame can do must end exactly as on the reference interpreter — the whole
 register file, pc and trap — from any depth: return, trap, hit the depth limit, leave by a direct or an indirect
-tail call, return to a forged address."""
+tail call, return to a forged address. A trap's call chain (TrapInfo.callers) too: translated code records each C
+frame's frames as the trap unwinds through it (berm_code.h, berm_trace), the frames of a function calling itself
+from one site by depth alone, from several through the links it keeps in ctx->shadow."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from berm_aot.program import Program
 from berm_host.aot.runtime import lib
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
+from berm_host.layout import MAX_CALL_DEPTH, TRACE_KEEP
 from berm_host.traps import TrapKind
 from tests.bounded import GRACE, ends_within
 from tests.elf_samples import ASM_PRELUDE
@@ -75,6 +78,22 @@ __asm__(".text\n .globl spin\n .type spin, @function\n .p2align 1\n"
         " .size spin, .-spin\n");
 u64 spin(u64 n);
 
+__attribute__((noinline)) u64 leaf(u64 *p) { return *p + 1; }
+__attribute__((noinline)) u64 middle(u64 *p) { return leaf(p) * 3; }
+__attribute__((noinline)) u64 outer(u64 *p) { return middle(p) + 7; }
+
+/* n frames deep through two call sites of its own (odd n calls from the first, even n from the second), then
+   loads from p, or (tail != 0) leaves the innermost frame by a tail call to leaf(p) */
+__asm__(".text\n .globl twice\n .type twice, @function\n .p2align 1\n"
+        "twice:\n bnez a0, 1f\n bnez a2, 4f\n ld a0, 0(a1)\n ret\n"
+        "4:\n mv a0, a1\n tail leaf\n"
+        "1:\n addi sp, sp, -16\n sd ra, 8(sp)\n andi t0, a0, 1\n addi a0, a0, -1\n beqz t0, 2f\n"
+        " call twice\n .globl twice_odd\n twice_odd:\n j 3f\n"
+        "2:\n call twice\n .globl twice_even\n twice_even:\n"
+        "3:\n ld ra, 8(sp)\n addi sp, sp, 16\n ret\n"
+        " .size twice, .-twice\n");
+u64 twice(u64 n, u64 *p, u64 tail);
+
 u64 pick(u64 i, u64 a, u64 b, u64 c) {
     switch (i) {
     case 0: return rec(a);
@@ -87,7 +106,8 @@ u64 pick(u64 i, u64 a, u64 b, u64 c) {
 }
 """
 
-NAMES = ("rec", "rec_trap", "rec_tail", "rec_forge", "bounce", "spin", "helper", "pick")
+NAMES = ("rec", "rec_trap", "rec_tail", "rec_forge", "bounce", "spin", "helper", "pick", "leaf", "middle", "outer",
+         "twice")
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +184,37 @@ def test_recursion_mixed_with_calls_through_a_pointer(guest, n):
     run_both(guest, "bounce", n)
 
 
+def test_a_fault_two_calls_deep_names_both_callers(guest):
+    trap = run_both(guest, "outer", 0).trap
+    assert trap.kind is TrapKind.MEMORY_FAULT and trap.where.split("+")[0] == "leaf"
+    assert [where.split("+")[0] for _, where in trap.callers] == ["middle", "outer"] and trap.unkept == 0
+    assert trap.call_chain() == [f"  called from {trap.callers[0][1]}", f"  called from {trap.callers[1][1]}"]
+    entry = run_both(guest, "leaf", 0).trap  # the entry frame is no caller
+    assert entry.kind is TrapKind.MEMORY_FAULT and entry.callers == () and entry.call_chain() == []
+
+
+@pytest.mark.parametrize("tail", [0, 1])
+@pytest.mark.parametrize("n", [1, 2, 5, TRACE_KEEP, TRACE_KEEP + 1, 300])
+def test_the_call_chain_of_a_fault_deep_in_recursion_through_two_call_sites(guest, n, tail):
+    """With ``tail`` the innermost frame is left by a tail call, and the function it reached (leaf) faults as that
+    frame's continuation: the frame is on the chain once."""
+    symbols, _ = guest
+    trap = run_both(guest, "twice", n, 0, tail).trap
+    assert trap.kind is TrapKind.MEMORY_FAULT and trap.addr == 0
+    assert trap.where.split("+")[0] == ("leaf" if tail else "twice")
+    # the frame started at depth k + 1 resumes after the call site its parent (which had n = k) used
+    chain = [symbols["twice_odd"] if k % 2 else symbols["twice_even"] for k in range(1, n + 1)]
+    assert [link for link, _ in trap.callers] == chain[:TRACE_KEEP] and trap.unkept == max(n - TRACE_KEEP, 0)
+
+
+def test_the_depth_limit_reports_how_many_frames_of_the_chain_it_did_not_keep(guest):
+    trap = run_both(guest, "twice", MAX_CALL_DEPTH + 5, 0, 0).trap
+    assert trap.kind is TrapKind.STACK_EXHAUSTED
+    # the entry frame and MAX_CALL_DEPTH - 1 nested ones: every nested one is a caller of the next
+    assert len(trap.callers) == TRACE_KEEP and trap.unkept == MAX_CALL_DEPTH - 1 - TRACE_KEEP
+    assert trap.call_chain()[-1] == f"  ... and {MAX_CALL_DEPTH - 1 - TRACE_KEEP:,} more frames"
+
+
 @pytest.mark.parametrize("kind", ["aot", "interp"])
 def test_the_deadline_stops_recursion_that_never_loops(kind, tmp_path):
     """A frame started by a self-call polls the interrupt flag as a function entry does: ``spin(30)`` makes 2^30
@@ -202,8 +253,9 @@ selfrec:                    # a0 = 0: log (the host interrupts this run then), t
 def test_an_interrupt_seen_at_a_self_call_shows_the_written_link(tmp_path):
     """The interrupt is noticed by the self-call's check (BERM_SELF_CALL): the trap is at the callee's first
     instruction, so the call has run and ra holds its link — as the interpreter would show — not what it held
-    before (a regression: the fused check once polled before writing the link). The host's log callback interrupts
-    the run, so the moment is exact."""
+    before (a regression: the fused check once polled before writing the link), and the frame it entered is on the
+    call chain (it was once entered after the check). The host's log callback interrupts the run, so the moment is
+    exact."""
     elf = guest_elf(INTERRUPTED_AT_A_SELF_CALL, suffix=".S", keep=("selfrec",))
     program = Program.from_image(read_elf(elf))
     regions = []
@@ -219,3 +271,4 @@ def test_an_interrupt_seen_at_a_self_call_shows_the_written_link(tmp_path):
     assert result.trap is not None and result.trap.kind is TrapKind.INTERRUPTED
     link = next(a for a, i in sorted(program.code.items()) if i.op == "jal" and i.rd == 1) + 4
     assert result.pc == entry and result.regs[1] == link
+    assert result.trap.callers == ((link, program.symbolize(link)),)

@@ -23,6 +23,7 @@ typedef unsigned long long u64;
 EXPORT u64 add(u64 a, u64 b) { return a + b; }
 EXPORT u64 sum8(u64 a, u64 b, u64 c, u64 d, u64 e, u64 f, u64 g, u64 h) { return a + b + c + d + e + f + g + h; }
 EXPORT u64 load(u64 p) { return *(volatile u64 *)p; }
+EXPORT u64 load_twice(u64 p) { return load(p) * 3 + load(p + 8); }
 EXPORT u64 spin(void) { static volatile u64 v; for (;;) v++; }
 EXPORT u64 fails(void) {
     static const char msg[] = "bad input";
@@ -40,7 +41,7 @@ void _start(void) { keep(1, 2); }
 @pytest.fixture(scope="module")
 def elf(tmp_path_factory):
     path = tmp_path_factory.mktemp("run") / "prog.elf"
-    path.write_bytes(guest_elf(SOURCE, keep=("add", "sum8", "load", "fails", "spin")))
+    path.write_bytes(guest_elf(SOURCE, keep=("add", "sum8", "load", "load_twice", "fails", "spin")))
     return str(path)
 
 
@@ -66,6 +67,15 @@ def test_a_trap_prints_the_details_and_exits_2(elf, capsys):
     assert "guest memory fault at 0x8 (load 8 bytes, in the null page) in load" in err
     assert "  pc 0x" in err and "instruction: ld a0, 0(a0)" in err
     assert "a0=0x0000000000000008" in err and "sp=0x00000000000ffff0" in err and "t6=0x" in err
+
+
+@pytest.mark.parametrize("engine", ["aot", "interp"])
+def test_a_trap_in_a_callee_prints_the_call_chain(elf, capsys, tmp_path, monkeypatch, engine):
+    monkeypatch.setenv("BERM_CACHE_DIR", str(tmp_path))
+    assert main(["run", elf, "load_twice", "8", "--engine", engine]) == 2
+    err = capsys.readouterr().err
+    assert "guest memory fault at 0x8 (load 8 bytes, in the null page) in load\n" in err
+    assert "\n  called from load_twice+0x" in err
 
 
 def test_berm_fail_exits_1_with_the_text(elf, capsys):

@@ -48,7 +48,7 @@ _MEMORY = {
 _CONTROL = {
     "BERM_POLL(pc)": "((void)0)",
     "BERM_ENTRY(pc)": "((void)0)",
-    "BERM_SELF_CALL(pc, start, link)": "do { link; } while (0)",
+    "BERM_SELF_CALL(pc, start, link, enter)": "do { link; enter; } while (0)",
 }
 CONFIGS = {"berm": {}, "no-memory-checks": _MEMORY, "no-checks": {**_MEMORY, **_CONTROL}}
 

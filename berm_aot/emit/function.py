@@ -251,9 +251,18 @@ class FunctionEmitter:
         out.append(f"exit_ret: __attribute__((unused)); {wb} return ret;")
         nested = "if (depth != depth0_) goto nested_tail; " if self.self_calls else ""
         out.append(f"exit_tail: __attribute__((unused)); {nested}{wb} return BERM_TAIL;")
-        out.append(f"trap: __attribute__((unused)); {wb} return BERM_TRAPPED;")
+        out.append(f"trap: __attribute__((unused)); {wb} {self._trace()} return BERM_TRAPPED;")
         out.append("}")
         return out
+
+    def _trace(self) -> str:
+        """The trap block's record of the frames this C frame holds, innermost first (berm_code.h, berm_trace): its
+        own, or with self-calls the nested frames down to its own (``_self_call``)."""
+        if not self.self_calls:
+            return "berm_trace(ctx, ret, 1);"
+        if len(self.self_calls) == 1:
+            return f"berm_trace(ctx, {lit(self.self_calls[0])}, depth - depth0_); berm_trace(ctx, ret, 1);"
+        return "berm_trace(ctx, exp_, 1); berm_trace_shadow(ctx, depth, depth0_);"
 
     def _fast_copy(self, loop: CountedLoop) -> None:
         """The counted loop's second copy (berm_aot.emit.loops): the same instructions, every member of its groups
@@ -383,9 +392,9 @@ class FunctionEmitter:
         self-call site: then every nested frame expects its link, and depth alone tells the frames apart."""
         out, start = self.out, lit(self.f.start)
         out.append("        /* a call of this function by itself: the new frame runs in this C frame */")
-        out.append(f"        BERM_SELF_CALL({lit(insn.addr)}, {start}, {dst(insn.rd)} = {lit(insn.next_pc)});")
-        keep = "" if len(self.self_calls) == 1 else f"ctx->shadow[depth] = exp_; exp_ = {lit(insn.next_pc)}; "
-        out.append(f"        {keep}depth++;")
+        link = lit(insn.next_pc)
+        enter = "depth++" if len(self.self_calls) == 1 else f"(ctx->shadow[depth] = exp_, exp_ = {link}, depth++)"
+        out.append(f"        BERM_SELF_CALL({lit(insn.addr)}, {start}, {dst(insn.rd)} = {link}, {enter});")
         out.append(f"        goto L_{self.f.start:x};")
         out.append("    }")
 
@@ -413,7 +422,9 @@ class FunctionEmitter:
         lines.append(f"        uint64_t t_ = {self.p}finish(ctx, {self.p}dispatch(ctx, ctx->next, link_, depth), link_, depth);")
         if f.touched:
             lines.append("        " + self._load(f.touched))
-        lines += ["        if (BERM_UNLIKELY(t_ == BERM_TRAPPED)) goto trap;",
+        # the continuation recorded the frame it replaced: the trap block records the ones below it
+        below = "depth--;" if len(links) == 1 else "depth--; exp_ = ctx->shadow[depth];"
+        lines += [f"        if (BERM_UNLIKELY(t_ == BERM_TRAPPED)) {{ {below} goto trap; }}",
                   "    }",
                   f"    jt_ = {self.ret};",
                   "    goto do_ret;"]

@@ -29,6 +29,8 @@ typedef struct berm_ctx {
     uint64_t trap_addr;
     uint64_t regs[32];
     uint8_t *mem;
+    uint32_t trace_frames;
+    uint64_t trace[...];
     ...;
 } berm_ctx;
 
@@ -70,6 +72,7 @@ typedef struct berm_region {
 #define BERM_STAGE_KEEP ...
 #define BERM_NATIVE_STACK ...
 #define BERM_NATIVE_MARGIN ...
+#define BERM_TRACE_KEEP ...
 
 {api}"""
 

@@ -192,7 +192,7 @@ class AotBackend:
         kind, pc, addr, detail = record
         if kind is TrapKind.ILLEGAL_INSTRUCTION:
             detail = illegal_detail(self.locator, pc, addr)
-        return trap_info(kind, pc, addr, detail, self.locator, self.layout)
+        return trap_info(kind, pc, addr, detail, self.locator, self.layout, region.call_chain())
 
 
 def _busy() -> HostError:

@@ -315,18 +315,34 @@ static inline uint64_t berm_trips(uint64_t iv, uint64_t bound, int64_t step) {
         if (BERM_UNLIKELY(depth >= BERM_MAX_CALL_DEPTH)) BERM_TRAP(BERM_TRAP_STACK, (pc), 0, BERM_STACK_DEPTH); \
     } while (0)
 
-/* A call of the function by itself (at pc, to start) that writes its link with `link`: BERM_PUSH, the link, then
- * the poll of the entry — in that order, so a trap shows the registers the interpreter's does — with one compare on
- * the fast path (depth_limit drops to 0 once interrupted: berm_rt.h). */
-#define BERM_SELF_CALL(pc, start, link)                    \
+/* A call of the function by itself (at pc, to start) that writes its link with `link` and enters the new frame with
+ * `enter`: BERM_PUSH, the link, the frame, then the poll of the entry — in that order, so a trap shows the registers
+ * and the call chain the interpreter's does — with one compare on the fast path (depth_limit drops to 0 once
+ * interrupted: berm_rt.h). */
+#define BERM_SELF_CALL(pc, start, link, enter)             \
     do {                                                   \
         if (BERM_UNLIKELY(depth >= ctx->depth_limit)) {    \
             BERM_PUSH(pc);                                 \
             link;                                          \
+            enter;                                         \
             BERM_POLL(start);                              \
         } else {                                           \
             link;                                          \
+            enter;                                         \
         }                                                  \
     } while (0)
+
+/* A trap's call chain (ctx->trace): each C frame's trap block records the frames it held, innermost first — `n`
+ * frames expecting `link`, or (berm_trace_shadow) those whose expected links a function calling itself keeps at
+ * shadow[from - 1] down to shadow[to]. The trace keeps the first BERM_TRACE_KEEP and counts them all. */
+static __attribute__((cold, noinline, unused)) void berm_trace(berm_ctx *ctx, uint64_t link, uint32_t n) {
+    for (; n; n--, ctx->trace_frames++)
+        if (ctx->trace_frames < BERM_TRACE_KEEP) ctx->trace[ctx->trace_frames] = link;
+}
+
+static __attribute__((cold, noinline, unused)) void berm_trace_shadow(berm_ctx *ctx, uint32_t from, uint32_t to) {
+    for (; from > to; from--, ctx->trace_frames++)
+        if (ctx->trace_frames < BERM_TRACE_KEEP) ctx->trace[ctx->trace_frames] = ctx->shadow[from - 1];
+}
 
 #endif

@@ -46,6 +46,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated cod
 #define BERM_COARSE_BYTES(size) ((((uint64_t)(size) >> BERM_COARSE_SHIFT) + 1 + 7) & ~(uint64_t)7)
 #define BERM_MAPS_BYTES(size) ((BERM_FINE_BYTES(size) + BERM_COARSE_BYTES(size) + 65535) & ~(uint64_t)65535)
 #define BERM_MAX_CALL_DEPTH 10000u
+/* How many frames of a trap's call chain ctx->trace keeps (the innermost; berm_host/layout.py, TRACE_KEEP). */
+#define BERM_TRACE_KEEP 32u
 
 enum berm_trap_kind {
     BERM_TRAP_NONE = 0,
@@ -109,6 +111,10 @@ struct berm_ctx {
     /* BERM_MAX_CALL_DEPTH + 1 slots: a function that calls itself runs the new frame in the same C frame and
      * keeps the expected return address of the frame it interrupts at shadow[depth] (berm_aot/emit/function.py). */
     uint64_t *shadow;
+
+    /* --- the call chain a trap unwound, recorded by each C frame's trap block (berm_code.h, berm_trace) --- */
+    uint32_t trace_frames;            /* the frames it held (the trapping one included): the depth at the trap */
+    uint64_t trace[BERM_TRACE_KEEP];  /* the first frames' expected return addresses, innermost first */
 };
 
 typedef uint64_t (*berm_fn)(berm_ctx *ctx, uint64_t ret, uint32_t depth);

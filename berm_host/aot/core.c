@@ -742,6 +742,7 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     c->trap_kind = BERM_TRAP_NONE;
     c->trap_pc = c->trap_addr = 0;
     c->trap_detail = 0;
+    c->trace_frames = 0;
     pthread_mutex_lock(&live_lock);
     r->deadline = deadline;
     c->interrupt = 0;

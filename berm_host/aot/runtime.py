@@ -146,7 +146,8 @@ class Region:
     # -- the trap record ----------------------------------------------------------------------------------------
 
     def trap_record(self) -> tuple[TrapKind, int, int, str] | None:
-        """The trap of the last run as (kind, pc, addr, detail), None after a normal return."""
+        """The trap of the last run as (kind, pc, addr, detail), None after a normal return (its call chain:
+        ``call_chain``)."""
         ctx = self.ctx
         code = ctx.trap_kind
         if not code:
@@ -164,6 +165,15 @@ class Region:
             # the core's message is cut at 199 bytes, maybe inside a character
             detail = msg.decode("utf-8", "replace") if msg else self.calls.detail
         return kind, ctx.trap_pc, ctx.trap_addr, detail
+
+    def call_chain(self) -> tuple[tuple[int, ...], int]:
+        """The last trap's call chain as berm_host.traps.trap_info takes it: the return addresses the translated
+        code's trap blocks recorded, innermost first (berm_code.h, berm_trace), less the entry frame's (0, the last
+        one recorded), and how many more than BERM_TRACE_KEEP there were."""
+        ctx = self.ctx
+        callers = max(ctx.trace_frames - 1, 0)
+        kept = min(callers, lib.BERM_TRACE_KEEP)
+        return tuple(ctx.trace[0:kept]), callers - kept
 
     def failure(self) -> bytes | None:
         """The last berm.fail text (the core keeps its first BERM_FAIL_KEEP bytes and its full length)."""

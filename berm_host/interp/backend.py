@@ -14,7 +14,7 @@ from itertools import repeat
 from berm_aot.isa import checks_sp
 from berm_aot.program import Program
 from berm_host.backend import LogSink, RunRequest, RunResult
-from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
+from berm_host.layout import DEFAULT_MEMORY, TRACE_KEEP, Layout, layout_for
 from berm_host.linker import Linker
 from berm_host.running import interpreting
 from berm_host.traps import HostError, TrapInfo, TrapKind, illegal_detail, trap_info
@@ -133,7 +133,15 @@ class InterpBackend:
         except Returned:
             return 0, None
         except GuestTrap as t:
-            return pc, trap_info(t.kind, pc, t.addr, t.detail, self.program.locator, self.layout)
+            return pc, trap_info(t.kind, pc, t.addr, t.detail, self.program.locator, self.layout,
+                                 call_chain(st.frames))
+
+
+def call_chain(frames: list[int]) -> tuple[tuple[int, ...], int]:
+    """The shadow call stack as a trap's call chain (berm_host.traps.trap_info): the return addresses innermost
+    first, the entry frame's (0) left out, the first TRACE_KEEP of them and how many more."""
+    callers = frames[:0:-1]
+    return tuple(callers[:TRACE_KEEP]), max(len(callers) - TRACE_KEEP, 0)
 
 
 def _no_code(pc: int):
