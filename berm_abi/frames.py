@@ -63,20 +63,26 @@ def decode_frame(data: bytes, max_fields: int | None = None) -> list[bytes]:
     return fields
 
 
-def decode_request(data: bytes, names: tuple[str, ...], *, pairs: bool = False) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
-    """Decode a request with the named fixed fields, then (when ``pairs``) a flattened list of key/value pairs.
+def decode_request(data: bytes, names: tuple[str, ...], *, pairs: bool = False,
+                   optional: tuple[str, ...] = ()) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
+    """Decode a request with the named fixed fields, then (when ``pairs``) a flattened list of key/value pairs, or
+    (``optional``) the fields that may follow the named ones, in order.
 
-    Returns ``(fixed_fields, pairs)``. A wrong field count, more than ``MAX_PAIRS`` pairs or an odd pair remainder
-    is a FrameError naming it.
+    Returns ``(fixed_fields, pairs)``, the optional fields present at the end of the first. A wrong field count,
+    more than ``MAX_PAIRS`` pairs or an odd pair remainder is a FrameError naming it.
     """
-    most = len(names) + (2 * MAX_PAIRS if pairs else 0)
+    assert not (pairs and optional), "a request has key/value pairs or optional fields after its fixed ones"
+    most = len(names) + len(optional) + (2 * MAX_PAIRS if pairs else 0)
+    expected = f"expected fields {list(names)}" + (f" then optionally {list(optional)}" if optional else "")
     try:
         fields = decode_frame(data, most)
     except TooManyFields:
-        raise FrameError(f"expected fields {list(names)}{f' then at most {MAX_PAIRS} key/value pairs' if pairs else ''}"
+        raise FrameError(f"{expected}{f' then at most {MAX_PAIRS} key/value pairs' if pairs else ''}"
                          f", got more than {most} fields") from None
-    if len(fields) < len(names) or (not pairs and len(fields) != len(names)):
-        raise FrameError(f"expected fields {list(names)}{' then key/value pairs' if pairs else ''}, got {len(fields)} fields")
+    if len(fields) < len(names) or (not pairs and len(fields) > most):
+        raise FrameError(f"{expected}{' then key/value pairs' if pairs else ''}, got {len(fields)} fields")
+    if optional:
+        return fields, []
     rest = fields[len(names):]
     if len(rest) % 2:
         raise FrameError(f"the pair list after {list(names)} has a key with no value")

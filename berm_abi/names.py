@@ -12,6 +12,8 @@ ABI_VERSION = 0
 
 #: Bit 63 of a capability's return value: the staged bytes are an error message, not a reply.
 ERROR_BIT = 1 << 63
+#: The most keys one ``berm.kv.list`` reply holds (berm_calls.h: BERM_KV_LIST_PAGE).
+KV_LIST_PAGE = 10_000
 
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
@@ -74,7 +76,10 @@ CAPABILITY_CALLS: tuple[HostCall, ...] = (
     HostCall("berm.kv.get", "KV_GET", "[key] -> value; a missing key is an error reply ('no value for key ...')"),
     HostCall("berm.kv.set", "KV_SET", "[key, value] -> empty"),
     HostCall("berm.kv.delete", "KV_DELETE", "[key] -> empty"),
-    HostCall("berm.kv.list", "KV_LIST", "[prefix] -> framed keys with that byte prefix, sorted, at most 10000"),
+    HostCall("berm.kv.list", "KV_LIST",
+             f"[prefix] -> framed keys with that byte prefix, sorted; more than {KV_LIST_PAGE} is an error reply. "
+             f"[prefix, after] -> a page: the first {KV_LIST_PAGE} of them greater than after (a full page may "
+             "have more)"),
     HostCall("berm.schedule.at", "SCHEDULE_AT", "[when_utc_millis, id, payload] -> empty"),
     HostCall("berm.schedule.cancel", "SCHEDULE_CANCEL", "[id] -> empty"),
     HostCall("berm.call", "CALL", "[harness, tool, args] -> the other harness's result"),

@@ -111,6 +111,31 @@ def test_list_prefixes_ending_in_ff_bytes(store):
     assert decode_frame(a["list"](b"\xff\xff\xff")) == []
 
 
+def test_list_refuses_more_keys_than_a_reply_holds_and_pages_through_them(store, monkeypatch):
+    """More keys than LIST_CAP under a prefix were silently cut to the first LIST_CAP: now that is an error, and a
+    request with an ``after`` field reads them page by page."""
+    monkeypatch.setattr(kv, "LIST_CAP", 3)
+    a = _kv(store, "a")
+    keys = [b"k%d" % i for i in range(8)]
+    for key in keys + [b"j", b"l"]:
+        a["set"](key, "v")
+    assert decode_frame(a["list"]("k", "k6")) == [b"k7"]
+    assert decode_frame(a["list"]("l")) == [b"l"]  # a prefix with fewer keys than the cap: every key
+    with pytest.raises(CapabilityError, match="berm.kv.list: more than 3 keys start with b'k': list them in pages"):
+        a["list"]("k")
+    got, after = [], b""
+    while True:
+        page = decode_frame(a["list"]("k", after))
+        got += page
+        if len(page) < 3:
+            break
+        after = page[-1]
+    assert got == keys  # pages of 3, 3 and 2, from the first key (the empty after)
+    assert decode_frame(a["list"]("", "k7")) == [b"l"]
+    with pytest.raises(CapabilityError, match=r"expected fields \['prefix'\] then optionally \['after'\], got more than 2"):
+        a["list"]("k", "a", "b")
+
+
 def _recounted(store) -> dict:
     db = sqlite3.connect(store.path)
     try:

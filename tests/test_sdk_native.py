@@ -118,8 +118,9 @@ BERM_TOOL(clock_now) {
     return berm_ok_str(text);
 }
 
-BERM_TOOL(kv_list) {
-    berm_kv_keys keys = berm_kv_list(BERM_STR("p"));
+BERM_TOOL(kv_list) { /* with arguments: the page after them */
+    berm_str after = berm_args();
+    berm_kv_keys keys = after.len ? berm_kv_list_page(BERM_STR("p"), after) : berm_kv_list(BERM_STR("p"));
     if (keys.raw.error) return berm_fail(keys.raw.error);
     berm_buf b;
     berm_buf_init(&b, 0);
@@ -542,8 +543,11 @@ def test_http_fetch_splits_the_framed_reply(lib_path):
 def test_clock_and_kv_list_and_schedule(lib_path):
     h = stand_in(lib_path, "berm.clock.now", reply=encode_frame([1767225600000, -3600]))
     assert h.call("clock_now") == b"1767225600000 -3600"
-    h = stand_in(lib_path, "berm.kv.list", reply=encode_frame(["pa", "pb", ""]))
+    seen: list = []
+    h = stand_in(lib_path, "berm.kv.list", reply=encode_frame(["pa", "pb", ""]), seen=seen)
     assert h.call("kv_list") == b"[pa][pb][]"
+    assert h.call("kv_list", "pa") == b"[pa][pb][]"
+    assert seen == [[b"p"], [b"p", b"pa"]]
     h = stand_in(lib_path, "berm.kv.list", reply=b"\x05\0\0\0ab")
     with pytest.raises(ToolFailure, match="malformed reply from berm.kv.list"):
         h.call("kv_list")

@@ -16,11 +16,11 @@ from berm_host.linker import CapabilityError, CapabilityFn
 from berm_host.running import time_left
 
 
-def fields(data: bytes, names: tuple[str, ...], *,
-           pairs: bool = False) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
+def fields(data: bytes, names: tuple[str, ...], *, pairs: bool = False,
+           optional: tuple[str, ...] = ()) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
     """``decode_request`` with a FrameError turned into the guest-facing CapabilityError."""
     try:
-        return decode_request(data, names, pairs=pairs)
+        return decode_request(data, names, pairs=pairs, optional=optional)
     except FrameError as exc:
         raise CapabilityError(f"malformed request: {exc}") from None
 

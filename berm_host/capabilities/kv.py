@@ -22,6 +22,7 @@ import platformdirs
 
 from berm_abi.errors import BermError
 from berm_abi.frames import encode_frame
+from berm_abi.names import KV_LIST_PAGE
 from berm_host.linker import CapabilityError, CapabilityFn
 
 from ._request import Deadline, capability, fields
@@ -30,7 +31,8 @@ KEY_CAP = 1024
 VALUE_CAP = 1024 * 1024
 NAMESPACE_KEYS_CAP = 100_000
 NAMESPACE_BYTES_CAP = 64 * 1024 * 1024
-LIST_CAP = 10_000
+#: The most keys one ``berm.kv.list`` reply holds: a prefix with more is an error, unless the request asks for a page.
+LIST_CAP = KV_LIST_PAGE
 #: How long a call waits for another process holding the database's write lock.
 KV_TIMEOUT = 5.0
 DB_NAME = "kv.sqlite3"
@@ -207,12 +209,13 @@ class KvStore:
                 db.execute("DELETE FROM kv WHERE ns = ? AND key = ?", (ns, key))
                 db.execute("UPDATE usage SET keys = ?, bytes = ? WHERE ns = ?", (count - 1, used - old, ns))
 
-    def keys(self, ns: str, prefix: bytes, limit: int = LIST_CAP) -> list[bytes]:
-        """Up to ``limit`` keys starting with ``prefix``, sorted: a range of the primary key."""
+    def keys(self, ns: str, prefix: bytes, limit: int, after: bytes = b"") -> list[bytes]:
+        """Up to ``limit`` keys starting with ``prefix`` and greater than ``after``, sorted: a range of the primary
+        key (every key is greater than the empty one)."""
         end = _after_prefix(prefix)
         with self._locked() as db:
-            rows = db.execute("SELECT key FROM kv WHERE ns = ? AND key >= ? AND (? IS NULL OR key < ?) "
-                              "ORDER BY key LIMIT ?", (ns, prefix, end, end, limit)).fetchall()
+            rows = db.execute("SELECT key FROM kv WHERE ns = ? AND key >= ? AND key > ? AND (? IS NULL OR key < ?) "
+                              "ORDER BY key LIMIT ?", (ns, prefix, after, end, end, limit)).fetchall()
         return [bytes(r[0]) for r in rows]
 
 
@@ -257,7 +260,16 @@ def capabilities(store: KvStore, namespace: str) -> dict[str, CapabilityFn]:
 
     @capability("berm.kv.list")
     def kv_list(request: bytes) -> bytes:
-        (prefix,), _ = fields(request, ("prefix",))
-        return encode_frame(store.keys(namespace, prefix))
+        """``[prefix]``: every key starting with it, sorted; more than LIST_CAP is an error, so that none is left
+        out unseen. ``[prefix, after]``: a page, the first LIST_CAP of those keys greater than ``after`` (a full
+        page may have more after its last key)."""
+        (prefix, *after), _ = fields(request, ("prefix",), optional=("after",))
+        if after:
+            return encode_frame(store.keys(namespace, prefix, LIST_CAP, after[0]))
+        keys = store.keys(namespace, prefix, LIST_CAP + 1)
+        if len(keys) > LIST_CAP:
+            raise CapabilityError(f"more than {LIST_CAP} keys start with {prefix[:80]!r}: list them in pages "
+                                  "(berm_kv_list_page)")
+        return encode_frame(keys)
 
     return {"berm.kv.get": kv_get, "berm.kv.set": kv_set, "berm.kv.delete": kv_delete, "berm.kv.list": kv_list}

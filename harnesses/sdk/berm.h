@@ -302,7 +302,11 @@ typedef struct {
     berm_reply raw; /* owns the memory; raw.error set on failure */
 } berm_kv_keys;
 
+/** Every key starting with `prefix`, sorted; an error when more than BERM_KV_LIST_PAGE do (list them in pages). */
 berm_kv_keys berm_kv_list(berm_str prefix);
+/** A page of them: the first BERM_KV_LIST_PAGE keys starting with `prefix` that sort after `after` (bytewise; the
+ *  empty string: from the first). A full page may have more after its last key: ask again after that key. */
+berm_kv_keys berm_kv_list_page(berm_str prefix, berm_str after);
 void berm_kv_keys_free(berm_kv_keys *keys);
 
 #ifdef __cplusplus

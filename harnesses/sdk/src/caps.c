@@ -183,9 +183,10 @@ berm_clock berm_clock_now(void) {
     return out;
 }
 
-berm_kv_keys berm_kv_list(berm_str prefix) {
+/* The keys of a berm.kv.list reply (it owns them). */
+static berm_kv_keys kv_keys(berm_reply raw) {
     berm_kv_keys out = {0};
-    out.raw = berm_capability(BERM_CALL_KV_LIST, FIELDS(prefix));
+    out.raw = raw;
     if (out.raw.error) return out;
     berm_frame_reader r = berm_frame_reader_init(out.raw.data, out.raw.len);
     berm_str key;
@@ -208,6 +209,12 @@ berm_kv_keys berm_kv_list(berm_str prefix) {
         out.raw.error = ERROR_TEXT("malformed reply from berm.kv.list");
     }
     return out;
+}
+
+berm_kv_keys berm_kv_list(berm_str prefix) { return kv_keys(berm_capability(BERM_CALL_KV_LIST, FIELDS(prefix))); }
+
+berm_kv_keys berm_kv_list_page(berm_str prefix, berm_str after) {
+    return kv_keys(berm_capability(BERM_CALL_KV_LIST, FIELDS(prefix, after)));
 }
 
 void berm_kv_keys_free(berm_kv_keys *keys) {
