@@ -58,8 +58,9 @@ class TrapInfo:
     detail: str = ""
     where: str = ""  # "function+0xoff", filled by the engine from the program's symbols
     region: str = ""  # for a memory fault, where the address points when that is off limits (Layout.fault_region)
-    #: The call chain, innermost first: per frame below the trapping one, the address it would have returned to and
-    #: that address as "function+0xoff" (the first TRACE_KEEP frames; ``unkept`` more were not kept).
+    #: The call chain, innermost first: per frame (the trapping one first, the entry frame left out) the address it
+    #: would have returned to, in its caller, and that address as "function+0xoff" (the first TRACE_KEEP frames;
+    #: ``unkept`` more were not kept).
     callers: tuple[tuple[int, str], ...] = ()
     unkept: int = 0
 
