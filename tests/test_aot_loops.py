@@ -164,3 +164,41 @@ def test_a_run_of_branches_to_one_head_is_one_loop():
     insns += [Instruction(head + 8 + 4 * k, 4, 0, "bne", rs1=5, rs2=6, imm=-(8 + 4 * k)) for k in range(150_000)]
     loops = counted_loops(insns, {head}, {i.addr: True for i in insns}, {})
     assert list(loops) == [head] and loops[head].branch == head + 8 and loops[head].step == 8
+
+
+def test_a_loop_writing_its_counter_bound_or_a_base_otherwise_is_checked_access_by_access():
+    """A loop is counted only when its induction variable is written once in it (by its ``addi``) and its bound not
+    at all, and a loop group's base is one the loop steps or leaves alone: else the trip count or the range the
+    entry checks is not the loop's. Here ``t0`` steps by -4 and then by 8; the bound ``t2`` moves too; a base ``t5``
+    is loaded in the loop (valid at entry, then a pointer below the image): in each, a load lies below the image,
+    where both engines must trap at it (a mutation review: a translator taking any of them for a counted loop or a
+    loop group checked a range that missed that load at entry, and ran it unchecked)."""
+    from berm_host.layout import layout_for
+    from tests import progen
+    from tests.rvenc import Label, Op, li
+    from tests.test_aot_diff import assert_same, run_both
+
+    T0, T2, T3, T4, T5 = 5, 7, 28, 29, 30
+    twice = [Label(".l"), Op("addi", rd=T0, rs1=T0, imm=-4), Op("lw", rd=T3, rs1=T0), Op("add", rd=T4, rs1=T4, rs2=T3),
+             Op("addi", rd=T0, rs1=T0, imm=8), Op("bne", rs1=T0, rs2=T2, target=".l")]
+    moving = [Label(".l"), Op("lw", rd=T3, rs1=T0), Op("add", rd=T4, rs1=T4, rs2=T3), Op("addi", rd=T0, rs1=T0, imm=-4),
+              Op("addi", rd=T2, rs1=T2, imm=-2), Op("bne", rs1=T0, rs2=T2, target=".l")]
+    loaded = [Label(".l"), Op("ld", rd=T5, rs1=T0), Op("lw", rd=T3, rs1=T5), Op("add", rd=T4, rs1=T4, rs2=T3),
+              Op("addi", rd=T0, rs1=T0, imm=8), Op("bne", rs1=T0, rs2=T2, target=".l")]
+    lo = layout_for(progen.build_image([progen.Function("f0", [Op("jalr", rs1=1)])]), progen.MEMORY_SIZE).image_lo
+    gens, faults = [], []
+    for base in (lo, lo + 64):
+        # twice: four loads from base - 4 up; moving: four loads from base + 8 down, the bound closing in by 2 a pass;
+        # loaded: two pointers from .data, base + 64 and base - 4
+        data = b"".join(p.to_bytes(8, "little") for p in (lo + 64, base - 4))
+        for name, setup, body in (("twice", [*li(T0, base), *li(T2, base + 16)], twice),
+                                  ("moving", [*li(T0, base + 8), *li(T2, base)], moving),
+                                  ("loaded", [*li(T0, progen.DATA), *li(T2, progen.DATA + 16), *li(T5, lo)], loaded)):
+            image = progen.build_image([progen.Function("f0", [*setup, Op("addi", rd=T4), *body,
+                                                               Op("addi", rd=10, rs1=T4), Op("jalr", rs1=1)])],
+                                       data=data)
+            gens.append(progen.GenProgram(image, image.entry, f"{name} from {base:#x}"))
+            faults.append(lo - 4 if base == lo else None)
+    for (gen, expected, (got,)), fault in zip(run_both(gens), faults):
+        assert (expected.trap and expected.trap.addr) == fault, gen.listing
+        assert_same(gen, expected, got)
