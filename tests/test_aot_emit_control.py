@@ -1,0 +1,38 @@
+"""Control transfers of the translated code at their edges (berm_aot/emit/function.py)."""
+
+from __future__ import annotations
+
+from berm_host.traps import TrapKind
+from tests import progen
+from tests.bounded import GRACE, ends_within
+from tests.rvenc import Label, Op
+from tests.test_aot_diff import run_both
+
+
+def test_a_jump_to_itself_ends_at_the_deadline():
+    """A back-edge polls the interrupt flag, and a transfer to its own address is one (``j .``, ``beq x0, x0, .``,
+    their compressed forms), as is a local jump whose target is known at translation time (``auipc``/``jalr``):
+    a translation polling only before jumps to lower addresses, or not at such a jump, spun there past the
+    deadline (a mutation review; the other loops of the tests all span more than one instruction, and none is
+    closed by an unrelaxed jump)."""
+    loops = {
+        "j .": [Op("jal", rd=0, target=".s")],
+        "beq x0, x0, .": [Op("beq", rs1=0, rs2=0, target=".s")],
+        "c.j .": [Op("c.j", target=".s")],
+        "c.beqz s0, .": [Op("c.beqz", rs1=8, target=".s")],
+        # an unrelaxed ``tail .s`` (its target known at translation: a local jump, checked then)
+        "auipc t1; jalr x0, t1": [Op("auipc", rd=6, target=".s", pcrel="hi"), Op("jalr", rs1=6, target=".s", pcrel="lo")],
+    }
+    gens = []
+    for name, ops in loops.items():
+        image = progen.build_image([progen.Function("f0", [Op("addi", rd=8), Op("addi", rd=10, imm=7), Label(".s"),
+                                                           *ops, Op("jalr", rs1=1)])])
+        gens.append(progen.GenProgram(image, image.entry, name))
+
+    def runs() -> list:
+        return list(run_both(gens, deadline=0.2))
+
+    for gen, expected, (got,) in ends_within(GRACE * len(gens), runs):
+        for result in (expected, got):  # where the check fired may differ (SEMANTICS.md): not compared
+            assert result.trap is not None and result.trap.kind is TrapKind.INTERRUPTED, gen.listing
+            assert result.regs[10] == 7 and gen.image.entry < result.trap.pc < gen.image.entry + 32, gen.listing
