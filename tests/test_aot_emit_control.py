@@ -56,3 +56,20 @@ def test_an_unrelaxed_call_whose_offset_is_odd_calls_the_even_address():
     for _, expected, (got,) in run_both([gen]):
         assert expected.trap is None and expected.regs[10] == 0x77
         assert_same(gen, expected, got)
+
+
+def test_a_register_written_two_calls_down_is_seen_by_the_caller():
+    """After a direct call the caller reloads what its callee may write, the callee's callees included
+    (berm_aot/analysis.py, ``writes_closure``): f0 calls f1, which only calls f2, which writes a3 (a mutation
+    review: summaries of the callee's own writes only passed the random programs)."""
+    save, restore = [Op("addi", rd=2, rs1=2, imm=-16), Op("sd", rs1=2, rs2=1)], \
+        [Op("ld", rd=1, rs1=2), Op("addi", rd=2, rs1=2, imm=16), Op("jalr", rs1=1)]
+    functions = [progen.Function("f0", [*save, Op("addi", rd=13, imm=1), Op("jal", rd=1, target="f1"),
+                                        Op("addi", rd=10, rs1=13), *restore]),
+                 progen.Function("f1", [*save, Op("jal", rd=1, target="f2"), *restore]),
+                 progen.Function("f2", [Op("addi", rd=13, imm=0x55), Op("jalr", rs1=1)])]
+    image = progen.build_image(functions)
+    gen = progen.GenProgram(image, image.entry, "f0 -> f1 -> f2 writes a3")
+    for _, expected, (got,) in run_both([gen]):
+        assert expected.trap is None and expected.regs[10] == 0x55
+        assert_same(gen, expected, got)
