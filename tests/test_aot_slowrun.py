@@ -193,3 +193,23 @@ def test_what_a_run_stored_is_gone_in_the_next_run():
                Op("ld", rd=T4, rs1=A0, imm=8)]
     expected, runs = on_both(counter, {A0: progen.DATA}, repeat=3)
     assert runs == 1 and expected.trap is None
+
+
+def test_a_run_may_set_sp_to_exactly_the_stacks_lowest_address():
+    """The runner's sp check is strict: sp at the stack's lowest address is fine, one below traps (a mutation review:
+    a runner trapping at the lowest address too passed, no test wrote exactly that inside a run)."""
+    from berm_host.layout import stack_size
+
+    lowest = progen.MEMORY_SIZE - stack_size(progen.MEMORY_SIZE)
+    for value, traps in ((lowest, False), (lowest - 8, True)):
+        expected, runs = on_both([Op("ld", rd=T3, rs1=A0, imm=0), Op("addi", rd=SP, rs1=T5, imm=0),
+                                  Op("ld", rd=T4, rs1=A0, imm=8)], {A0: progen.DATA, T5: value})
+        assert runs == 1 and (expected.trap is not None) == traps and expected.regs[SP] >= lowest
+
+
+def test_an_auipc_in_a_run_adds_its_own_address():
+    """A run's ``auipc`` is a row loading its result (berm_aot.emit.slowrun.row): the pc plus the immediate, as the
+    interpreter computes it (a mutation review: a row holding the immediate alone passed the random programs)."""
+    expected, runs = on_both([Op("ld", rd=T3, rs1=A0, imm=0), Op("auipc", rd=T4, imm=0x5000),
+                              Op("ld", rd=T5, rs1=A0, imm=8)], {A0: progen.DATA})
+    assert runs == 1 and expected.trap is None and expected.regs[T4] > 0x5000
