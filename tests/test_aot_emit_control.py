@@ -73,3 +73,22 @@ def test_a_register_written_two_calls_down_is_seen_by_the_caller():
     for _, expected, (got,) in run_both([gen]):
         assert expected.trap is None and expected.regs[10] == 0x55
         assert_same(gen, expected, got)
+
+
+def test_a_register_written_after_an_indirect_tail_jump_is_seen_by_the_caller():
+    """f1, called directly, leaves by ``jr`` to another function's entry (a tail transfer decided at run time): f2
+    writes a3 and returns to f0, which must see it. Only a dynamic transfer's bump of ctx->wild tells f0 to reload
+    more than f1's summary (a mutation review: a ``jr`` to an entry that did not bump it passed every test)."""
+    from tests.rvenc import la
+
+    save, restore = [Op("addi", rd=2, rs1=2, imm=-16), Op("sd", rs1=2, rs2=1)], \
+        [Op("ld", rd=1, rs1=2), Op("addi", rd=2, rs1=2, imm=16), Op("jalr", rs1=1)]
+    functions = [progen.Function("f0", [*save, Op("addi", rd=13, imm=1), Op("jal", rd=1, target="f1"),
+                                        Op("addi", rd=10, rs1=13), *restore]),
+                 progen.Function("f1", [*la(6, "f2"), Op("jalr", rs1=6)]),
+                 progen.Function("f2", [Op("addi", rd=13, imm=0x55), Op("jalr", rs1=1)])]
+    image = progen.build_image(functions)
+    gen = progen.GenProgram(image, image.entry, "f0 -> f1 -jr-> f2 writes a3")
+    for _, expected, (got,) in run_both([gen]):
+        assert expected.trap is None and expected.regs[10] == 0x55
+        assert_same(gen, expected, got)
