@@ -227,3 +227,27 @@ def test_what_a_loop_stored_at_its_highest_offset_is_gone_in_the_next_run():
         assert expected.trap is None and expected.regs[A0] == 0
         for got in results:
             assert_same(gen, expected, got)
+
+
+def test_a_loop_with_one_group_in_no_window_runs_checked():
+    """The loop's second, unchecked copy runs only when every one of its groups passed: here the group through t0
+    lies in .data and the one through t5 below the image, where both engines must trap at its first load (a
+    mutation review: a translator taking the second copy when any group passed ran that load unchecked; every loop
+    of the tests had one group)."""
+    from berm_host.layout import layout_for
+    from tests import progen
+    from tests.rvenc import Label, Op, li
+    from tests.test_aot_diff import assert_same, run_both
+
+    T0, T2, T3, T4, T5 = 5, 7, 28, 29, 30
+    lo = layout_for(progen.build_image([progen.Function("f0", [Op("jalr", rs1=1)])]), progen.MEMORY_SIZE).image_lo
+    gens = []
+    for bad in (lo - 4, progen.DATA):
+        ops = [*li(T0, progen.DATA), *li(T2, progen.DATA + 16), *li(T5, bad), Label(".l"), Op("lw", rd=T3, rs1=T0),
+               Op("lw", rd=T4, rs1=T5), Op("addi", rd=T0, rs1=T0, imm=4), Op("bne", rs1=T0, rs2=T2, target=".l"),
+               Op("jalr", rs1=1)]
+        image = progen.build_image([progen.Function("f0", ops)])
+        gens.append(progen.GenProgram(image, image.entry, f"two groups, t5 = {bad:#x}"))
+    for (gen, expected, (got,)), fault in zip(run_both(gens), (lo - 4, None)):
+        assert (expected.trap and expected.trap.addr) == fault, gen.listing
+        assert_same(gen, expected, got)
