@@ -213,3 +213,17 @@ def test_an_auipc_in_a_run_adds_its_own_address():
     expected, runs = on_both([Op("ld", rd=T3, rs1=A0, imm=0), Op("auipc", rd=T4, imm=0x5000),
                               Op("ld", rd=T5, rs1=A0, imm=8)], {A0: progen.DATA})
     assert runs == 1 and expected.trap is None and expected.regs[T4] > 0x5000
+
+
+def test_a_run_covers_a_group_that_outlasts_one_nested_in_it():
+    """Group A (a0) spans B (t2, nested inside it) and part of C (t5): one segment. A fails (its last member lies
+    past the end of memory), so its run goes to the segment's end and that member traps there (a mutation review:
+    a segment ending at the nested group's last member ran A's last member unchecked, and no test nested a group
+    inside another)."""
+    T6 = 31
+    ops = [Op("ld", rd=T3, rs1=A0, imm=0), Op("ld", rd=T4, rs1=T2, imm=0), Op("ld", rd=T4, rs1=T2, imm=8),
+           Op("ld", rd=T4, rs1=T5, imm=0), Op("addi", rd=T6, rs1=T6, imm=1), Op("ld", rd=T3, rs1=A0, imm=8),
+           Op("ld", rd=T4, rs1=T5, imm=8)]
+    expected, _ = on_both(ops, {A0: progen.MEMORY_SIZE - 8, T2: progen.DATA, T5: progen.DATA}, fails=False)
+    assert expected.trap is not None and expected.trap.addr == progen.MEMORY_SIZE
+    assert expected.regs[T6] == 1
