@@ -92,3 +92,19 @@ def test_a_register_written_after_an_indirect_tail_jump_is_seen_by_the_caller():
     for _, expected, (got,) in run_both([gen]):
         assert expected.trap is None and expected.regs[10] == 0x55
         assert_same(gen, expected, got)
+
+
+def test_a_call_to_no_code_writes_its_link_before_trapping():
+    """``jal ra`` to an address with no code (here .data): the illegal-instruction trap at that address, with ra
+    already holding the link, as the interpreter has it (a mutation review: a translation trapping before it wrote
+    the link passed every test)."""
+    from berm_host.traps import TrapKind
+
+    ops = [Op("addi", rd=10, imm=7), Op("jal", rd=1, imm=progen.DATA - (progen.TEXT + 4)), Op("jalr", rs1=1)]
+    image = progen.build_image([progen.Function("f0", ops)])
+    assert image.entry == progen.TEXT
+    gen = progen.GenProgram(image, image.entry, "jal ra, .data")
+    for _, expected, (got,) in run_both([gen]):
+        assert expected.trap.kind is TrapKind.ILLEGAL_INSTRUCTION and expected.trap.pc == progen.DATA
+        assert expected.regs[1] == progen.TEXT + 8
+        assert_same(gen, expected, got)
