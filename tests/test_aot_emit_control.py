@@ -21,7 +21,8 @@ def test_a_jump_to_itself_ends_at_the_deadline():
         "c.j .": [Op("c.j", target=".s")],
         "c.beqz s0, .": [Op("c.beqz", rs1=8, target=".s")],
         # an unrelaxed ``tail .s`` (its target known at translation: a local jump, checked then)
-        "auipc t1; jalr x0, t1": [Op("auipc", rd=6, target=".s", pcrel="hi"), Op("jalr", rs1=6, target=".s", pcrel="lo")],
+        "auipc t1; jalr x0, t1": [Op("auipc", rd=6, target=".s", pcrel="hi"),
+                                  Op("jalr", rs1=6, target=".s", pcrel="lo")],
     }
     gens = []
     for name, ops in loops.items():
@@ -98,8 +99,6 @@ def test_a_call_to_no_code_writes_its_link_before_trapping():
     """``jal ra`` to an address with no code (here .data): the illegal-instruction trap at that address, with ra
     already holding the link, as the interpreter has it (a mutation review: a translation trapping before it wrote
     the link passed every test)."""
-    from berm_host.traps import TrapKind
-
     ops = [Op("addi", rd=10, imm=7), Op("jal", rd=1, imm=progen.DATA - (progen.TEXT + 4)), Op("jalr", rs1=1)]
     image = progen.build_image([progen.Function("f0", ops)])
     assert image.entry == progen.TEXT
