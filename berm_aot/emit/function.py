@@ -372,9 +372,11 @@ class FunctionEmitter:
         out = self.out
         out.append("    {")
         if target not in self.starts or target not in self.by_start:
-            # a call to no code: the frame is pushed and the link written, then execution traps there
+            # a call to no code: the frame is pushed (on the trap's call chain) and the link written, then execution
+            # traps there
             out.append(f"        BERM_PUSH({lit(insn.addr)});")
             out.append(f"        {dst(insn.rd)} = {lit(insn.next_pc)};")
+            out.append(f"        berm_trace(ctx, {lit(insn.next_pc)}, 1);")
             out.append(f"        BERM_TRAP(BERM_TRAP_ILLEGAL, {lit(target)}, {lit(target)}, 0);")
             out.append("    }")
             return
