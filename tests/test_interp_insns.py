@@ -22,7 +22,7 @@ def neg(v: int) -> int:
 
 REGISTER_OPS = [
     ("add", M, 1, 0), ("sub", 0, 1, M), ("sll", 1, 63, MIN64), ("sll", 1, 64, 1), ("sll", 3, 65, 6),
-    ("slt", neg(-1), 1, 1), ("slt", 1, neg(-1), 0), ("sltu", neg(-1), 1, 0), ("sltu", 1, neg(-1), 1),
+    ("slt", neg(-1), 1, 1), ("slt", 1, neg(-1), 0), ("slt", neg(-5), neg(-5), 0), ("sltu", neg(-1), 1, 0), ("sltu", 1, neg(-1), 1),
     ("xor", 0xF0, 0xFF, 0x0F), ("or", 0xF0, 0x0F, 0xFF), ("and", 0xF0, 0x3C, 0x30),
     ("srl", MIN64, 63, 1), ("srl", MIN64, 64, MIN64), ("sra", MIN64, 63, M), ("sra", MIN64, 1, 0xC << 60),
     # M extension: signs of the high products
@@ -43,10 +43,12 @@ REGISTER_OPS = [
     ("sraw", 0x80000000, 31, M), ("sraw", 0x7FFFFFFF, 32, 0x7FFFFFFF), ("sraw", 0xFFFF_0000_4000_0000, 30, 1),
     ("mulw", 0x7FFFFFFF, 2, neg(-2)), ("mulw", 0x1_0000_0003, 0x1_0000_0005, 15),
     ("divw", 0x80000000, neg(-1), 0xFFFFFFFF80000000), ("divw", 5, 0, M), ("divw", 0xFFFFFFFF_00000007, 2, 3),
-    ("divw", neg(-7), 2, neg(-3)),
+    ("divw", neg(-7), 2, neg(-3)), ("divw", 6, 0x1_0000_0002, 3),  # rs2's upper half is ignored too
     ("divuw", 5, 0, M), ("divuw", 0x80000000, 1, 0xFFFFFFFF80000000), ("divuw", 0xFFFFFFFF, 0x1_0000_0001, M),
+    ("divuw", 0x1_0000_0006, 2, 3),
     ("remw", 0x80000000, neg(-1), 0), ("remw", 0x1_8000_0001, 0, 0xFFFFFFFF80000001), ("remw", neg(-7), 2, M),
-    ("remuw", 0x80000001, 0, 0xFFFFFFFF80000001), ("remuw", 7, 0x1_0000_0002, 1),
+    ("remw", 0x1_0000_0000, 3, 0),  # 2^32 % 3 = 1: only the low word (0) is divided
+    ("remuw", 0x80000001, 0, 0xFFFFFFFF80000001), ("remuw", 7, 0x1_0000_0002, 1), ("remuw", 0x1_0000_0000, 3, 0),
 ]
 
 
@@ -72,12 +74,14 @@ BRANCHES = [
     ("beq", 5, 5, True), ("beq", 5, 6, False), ("bne", 5, 6, True), ("bne", M, M, False),
     ("blt", neg(-1), 1, True), ("blt", 1, neg(-1), False), ("bge", neg(-1), neg(-1), True), ("bge", neg(-2), 1, False),
     ("bltu", neg(-1), 1, False), ("bltu", 1, neg(-1), True), ("bgeu", neg(-1), 1, True), ("bgeu", 0, 1, False),
+    # equal operands: only bge/bgeu branch
+    ("blt", neg(-3), neg(-3), False), ("bltu", M, M, False), ("bgeu", M, M, True),
 ]
 
 
 AMOS = [
     ("amoswap.w", 0x80000000, 5, 5, 0xFFFFFFFF80000000),
-    ("amoadd.w", 0xFFFFFFFF, 1, 0, M), ("amoadd.d", M, 2, 1, M),
+    ("amoadd.w", 0xFFFFFFFF, 1, 0, M), ("amoadd.d", M, 2, 1, M), ("amoadd.d", 1, 1 << 32, (1 << 32) + 1, 1),
     ("amoxor.w", 0xF0F0F0F0, 0xFFFFFFFF, 0x0F0F0F0F, 0xFFFFFFFFF0F0F0F0),
     ("amoand.d", 0xFF00, 0x0FF0, 0x0F00, 0xFF00), ("amoor.w", 0x1, 0x8000_0000, 0x80000001, 1),
     ("amomin.w", 0xFFFFFFFF, 1, 0xFFFFFFFF, M), ("amominu.w", 0xFFFFFFFF, 1, 1, M),
