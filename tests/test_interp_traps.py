@@ -8,7 +8,7 @@ import time
 import pytest
 
 from berm_abi.names import fnv1a64
-from berm_host.layout import MAX_CALL_DEPTH, layout_for
+from berm_host.layout import MAX_CALL_DEPTH, SP_BELOW_STACK, layout_for
 from berm_host.traps import Trap, TrapKind
 from tests import progen
 from tests.interp_helpers import run_snippet
@@ -63,7 +63,8 @@ def test_memory_faults_at_every_boundary(what, addr, kind):
 
 def test_accesses_just_inside_every_boundary_succeed():
     for addr, kind in [(progen.TEXT, "load"), (LAYOUT.guard_lo - 8, "store"), (LAYOUT.stack_lo, "store"),
-                       (LAYOUT.size - 8, "store"), (progen.DATA, "store"), (progen.RODATA, "load")]:
+                       (LAYOUT.size - 8, "store"), (progen.DATA, "store"), (progen.RODATA, "load"),
+                       (LAYOUT.guard_lo - 8, "load"), (LAYOUT.stack_lo, "load"), (LAYOUT.size - 8, "load")]:
         op = Op("ld", rd=A0, rs1=A1) if kind == "load" else Op("sd", rs1=A1, rs2=A0)
         trap, _ = _fault(op, addr)
         assert trap is None, (hex(addr), kind)
@@ -74,6 +75,51 @@ def test_a_faulting_store_writes_nothing():
                     snapshot=((LAYOUT.guard_lo - 8, 16),))
     assert r.trap.kind is TrapKind.MEMORY_FAULT
     assert r.snapshot[0] == bytes(16)
+
+
+@pytest.mark.parametrize("op", [Op("amoswap.d", rd=A0, rs1=A1, rs2=T0), Op("amoadd.w", rd=A0, rs1=A1, rs2=T0),
+                                Op("sc.d", rd=A0, rs1=A1, rs2=T0), Op("sc.w", rd=A0, rs1=A1, rs2=T0)],
+                         ids=lambda op: op.name)
+def test_atomics_that_store_need_writable_memory(op):
+    """An AMO or sc on read-only data is a store fault (lr there is a plain load); nothing is written."""
+    n = 4 if op.name.endswith(".w") else 8
+    r = run_snippet([op], regs={A0: 7, A1: progen.RODATA, T0: 0x55}, snapshot=((progen.RODATA, 8),))
+    assert r.trap.kind is TrapKind.MEMORY_FAULT
+    assert (r.trap.addr, r.trap.detail) == (progen.RODATA, f"store {n} bytes")
+    assert r.regs[A0] == 7 and r.snapshot[0] == bytes(8)
+    r = run_snippet([Op("lr.d", rd=A0, rs1=A1), Op("lr.w", rd=T0, rs1=A1)], regs={A0: 7, T0: 7, A1: progen.RODATA})
+    assert r.trap is None and r.regs[A0] == 0 and r.regs[T0] == 0
+
+
+def test_writing_sp_below_the_stack_traps_with_the_value_and_keeps_sp():
+    """SEMANTICS.md: every write to sp but ``addi sp, sp, imm`` is checked; the trap's address is the value sp would
+    have had, sp keeps its old value, an AMO's store stands, a link into sp traps before the transfer (even to a
+    target the CFI check would refuse). Exactly the lowest address is fine."""
+    sp, low = LAYOUT.initial_sp, LAYOUT.stack_lo
+    f1 = progen.Function("f1", [Op("addi", rd=A0, imm=9), Op("jalr", rs1=1)])
+    cases = [  # (ops before the checked write, the write, the value it would give sp)
+        (li(T0, sp - low + 16), Op("sub", rd=2, rs1=2, rs2=T0), low - 16),  # a frame larger than the stack
+        ([], Op("addi", rd=2, rs1=A1, imm=-8), low - 8),  # not ``addi sp, sp``: checked
+        (li(A1, progen.DATA), Op("ld", rd=2, rs1=A1), 0x1234),
+        ([*li(A1, progen.DATA), Op("addi", rd=T0, imm=0x55)], Op("amoswap.d", rd=2, rs1=A1, rs2=T0),
+         0x1234),
+        ([], Op("jal", rd=2, target="f1"), "link"),
+        (li(T0, progen.DATA), Op("jalr", rd=2, rs1=T0), "link"),  # to data: the CFI check would refuse it
+    ]
+    for setup, write, value in cases:
+        r = run_snippet([*setup, write, Op("addi", rd=A0, imm=1)], regs={A1: low}, helpers=[f1],
+                        data=(0x1234).to_bytes(8, "little"), snapshot=((progen.DATA, 8),))
+        at = 4 * (len(li(A1, low)) + len(setup))  # the offset of the write in f0
+        assert r.trap.kind is TrapKind.STACK_EXHAUSTED, write
+        assert (r.trap.addr, r.trap.detail) == (progen.TEXT + at + 4 if value == "link" else value,
+                                                SP_BELOW_STACK), write
+        assert r.regs[2] == sp and r.regs[A0] == 0, write  # sp as it was; nothing ran after (f1 did not run)
+        assert r.trap.where == f"f0+{at:#x}", write
+        if write.name == "amoswap.d":
+            assert r.snapshot[0] == (0x55).to_bytes(8, "little")
+    r = run_snippet([Op("addi", rd=2, rs1=A1, imm=0), Op("addi", rd=A0, imm=1), Op("addi", rd=2, rs1=2, imm=64)],
+                    regs={A1: low})
+    assert r.trap is None and r.regs[A0] == 1
 
 
 def _f1(body=()):
