@@ -12,7 +12,7 @@ from berm_abi.names import ERROR_BIT, fnv1a64
 from berm_aot.program import Program
 from berm_host.backend import RunRequest
 from berm_host.interp import InterpBackend
-from berm_host.layout import layout_for
+from berm_host.layout import MAX_FAIL_TEXT, MAX_LOG_LINE, layout_for
 from berm_host.linker import CapabilityError, Linker
 from berm_host.traps import HostError, TrapKind
 from tests import progen
@@ -173,3 +173,55 @@ def test_a_memory_size_that_is_not_a_power_of_two_is_a_host_error():
     image = progen.build_image([progen.Function("f0", [Op("jalr", rs1=1)])])
     with pytest.raises(HostError, match="power of two"):
         InterpBackend(Program.from_image(image), 3 << 20)
+
+
+def test_result_read_copies_at_most_the_buffer_size():
+    linker = Linker()
+    linker.define("berm.fs.read", lambda req: b"reply!")
+    ops = [*call("berm.fs.read", progen.DATA, 4), *call("berm.result.read", BUF, 3, keep=S1)]
+    r = run_snippet(ops, data=bytes(128), linker=linker, snapshot=((BUF, 8),))
+    assert r.trap is None and r.regs[S1] == 6  # the whole reply's length...
+    assert r.snapshot[0] == b"rep" + bytes(5)  # ...but only a1 bytes written
+
+
+def test_zero_length_buffers_are_never_checked():
+    """ABI: a zero-length buffer may point anywhere (null, past the end): nothing is read or written."""
+    lines = []
+    linker = Linker()
+    linker.define("berm.fs.read", lambda req: b"[" + req + b"]")
+    ops = [*call("berm.log", 0, 0), *call("berm.fail", (1 << 64) - 1, 0), *call("berm.fs.read", 16, 0, keep=S0),
+           *call("berm.result.read", 0, 0, keep=S1)]
+    r = run_snippet(ops, log=lines.append, linker=linker)
+    assert r.trap is None and lines == [b""] and r.failure == b""
+    assert (r.regs[S0], r.regs[S1]) == (2, 2)
+
+
+@pytest.mark.parametrize("name, limit, what", [("berm.log", MAX_LOG_LINE, b"berm.log line"),
+                                               ("berm.fail", MAX_FAIL_TEXT, b"berm.fail text")])
+def test_overlong_log_line_and_fail_text_are_cut_with_a_marker(name, limit, what):
+    lay = layout_for(progen.build_image([progen.Function("f0", [])]), progen.MEMORY_SIZE)
+    n = limit + 16  # a buffer in the (zeroed, readable) stack
+    lines = []
+    r = run_snippet(call(name, lay.stack_lo, n), log=lines.append)
+    text = bytes(limit) + b" [... %s truncated: %d of %d bytes kept]" % (what, limit, n)
+    assert r.trap is None
+    assert (lines if name == "berm.log" else [r.failure]) == [text]
+
+
+def test_integer_arguments_are_taken_modulo_2_to_the_64():
+    r = run_snippet([Op("srli", rd=A2, rs1=A0, imm=60)], int_args=(-1, -(1 << 63)))
+    assert r.trap is None and r.regs[A0] == (1 << 64) - 1 and r.regs[A1] == 1 << 63 and r.regs[A2] == 0xF
+
+
+def test_a_result_exactly_max_result_bytes_long_is_returned():
+    ops = [*li(A0, progen.DATA), *li(A1, 8)]
+    data = b"12345678"
+    assert run_snippet(ops, data=data, read_result=True, max_result=8).result == data
+    assert run_snippet(ops, data=data, read_result=True, max_result=7).result is None
+
+
+def test_snapshots_past_the_end_of_memory_read_as_zero():
+    lay = layout_for(progen.build_image([progen.Function("f0", [])]), progen.MEMORY_SIZE)
+    ops = [*li(A0, lay.size - 4), *li(A1, 0x44332211), Op("sw", rs1=A0, rs2=A1)]
+    r = run_snippet(ops, snapshot=((lay.size - 4, 8), (lay.size, 4)))
+    assert r.trap is None and r.snapshot == (bytes.fromhex("11223344") + bytes(4), bytes(4))
