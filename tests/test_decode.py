@@ -93,7 +93,7 @@ def test_golden(raw, op, rd, rs1, rs2, imm, cname):
 ILLEGAL = [
     (0x0000, "c.unimp"), (0x0004, "c.addi4spn"), (0x6101, "c.addi16sp"), (0x6501, "c.lui"), (0x8002, "c.jr"),
     (0x4002, "c.lwsp"), (0x6002, "c.ldsp"), (0x2001, "c.addiw"), (0x9D41, "reserved"), (0x8000, "reserved"),
-    (0xFFFFFFFF, "longer"), (0x0000007F, "longer"), (0x0200551B, "opcode 0x1b"), (0x04051513, "opcode 0x13"),
+    (0xFFFFFFFF, "longer"), (0x0000007F, "longer"), (0x0000001F, "longer"), (0x0000005F, "longer"), (0x0200551B, "opcode 0x1b"), (0x04051513, "opcode 0x13"),
     (0x0000000B, "opcode 0x0b"), (0x1015A52F, "atomic"), (0x00000013 | 2 << 12 | 0x7F << 25 | 0x20, "opcode"),
     (0x0000200F, "opcode 0x0f"), (0x00300073, "SYSTEM"),
     # reserved floating-point encodings (refused at load when they were "unsupported"; reached, they trap):
@@ -152,6 +152,7 @@ def test_decode_reads_buffer_and_matches_decode_raw():
 def test_truncated(data, size):
     insn = decode(data, 0, 0x40)
     assert (insn.op, insn.note, insn.size, insn.addr) == ("illegal", "truncated", size, 0x40)
+    assert insn.raw == int.from_bytes(data, "little")  # the bytes that were there
 
 
 def test_decode_raw_uses_low_halfword_of_a_compressed_word():

@@ -105,6 +105,9 @@ def test_clear_text_for_what_llvm_would_print_differently():
     assert disassemble(decode(b"\x13", 0, 0)) == "<illegal: truncated>"
     assert disassemble(decode((0x0010000F).to_bytes(4, "little"), 0, 0)) == "fence 0, w"
     assert disassemble(decode((0xF315878F).to_bytes(4, "little"), 0, 0)) == "fence rw, w"  # fm, rd, rs1 ignored
+    # fm = 8 (TSO) is fence.tso only with pred = succ = rw; otherwise reserved, executed (and printed) as a fence
+    assert disassemble(decode((0x8FF0000F).to_bytes(4, "little"), 0, 0)) == "fence"
+    assert disassemble(decode((0x8310000F).to_bytes(4, "little"), 0, 0)) == "fence rw, w"
 
 
 # ---------------------------------------------------------------------------------------------------------------
