@@ -8,6 +8,9 @@ import time
 import pytest
 
 from berm_abi.names import fnv1a64
+from berm_aot.program import Program
+from berm_host.backend import RunRequest
+from berm_host.interp import InterpBackend
 from berm_host.layout import MAX_CALL_DEPTH, SP_BELOW_STACK, layout_for
 from berm_host.traps import Trap, TrapKind
 from tests import progen
@@ -179,6 +182,16 @@ def test_illegal_instructions_trap_when_reached(raw):
     r = run_snippet([Op("addi", rd=A0, imm=1), raw])
     assert r.trap.kind is TrapKind.ILLEGAL_INSTRUCTION and r.pc == progen.TEXT + 4 and r.regs[A0] == 1
     assert str(Trap(r.trap)).startswith("guest trapped: guest reached an illegal instruction")
+
+
+def test_entering_anywhere_but_a_function_start_is_an_illegal_instruction():
+    """As on translated code, which enters functions only: nothing runs."""
+    image = progen.build_image([progen.Function("f0", [Op("addi", rd=A0, imm=1), Op("addi", rd=A1, imm=2),
+                                                       Op("jalr", rs1=1)])])
+    r = InterpBackend(Program.from_image(image), progen.MEMORY_SIZE).run(RunRequest(entry=image.entry + 4))
+    assert r.trap.kind is TrapKind.ILLEGAL_INSTRUCTION
+    assert (r.pc, r.trap.addr) == (image.entry + 4, image.entry + 4)
+    assert r.regs[A1] == 0 and r.regs[A0] == 0
 
 
 def test_jumping_out_of_code_is_an_illegal_instruction():
