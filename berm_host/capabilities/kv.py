@@ -269,7 +269,7 @@ def capabilities(store: KvStore, namespace: str) -> dict[str, CapabilityFn]:
         keys = store.keys(namespace, prefix, LIST_CAP + 1)
         if len(keys) > LIST_CAP:
             raise CapabilityError(f"more than {LIST_CAP} keys start with {prefix[:80]!r}: list them in pages "
-                                  "(berm_kv_list_page)")
+                                  "(a request [prefix, after]; the C SDK's berm_kv_list_page)")
         return encode_frame(keys)
 
     return {"berm.kv.get": kv_get, "berm.kv.set": kv_set, "berm.kv.delete": kv_delete, "berm.kv.list": kv_list}
