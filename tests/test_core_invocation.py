@@ -1,0 +1,35 @@
+"""The core's invocation entry (core.c, berm_run) on both engines: every integer argument an invocation passes
+reaches its register, the rest start at zero, and the result comes back in a0."""
+
+from __future__ import annotations
+
+import pytest
+
+from berm_host.backend import RunRequest
+from tests.edge_runs import both_engines
+from tests.guests import guest_elf
+
+SOURCE = r"""
+typedef unsigned long u64;
+/* keep: a call, so the image carries the relocations the host needs */
+__attribute__((noinline)) u64 keep(u64 x) { return x + 1; }
+/* Each argument at its own weight, so a dropped or misplaced one changes the sum. */
+u64 args8(u64 a, u64 b, u64 c, u64 d, u64 e, u64 f, u64 g, u64 h) {
+    return keep(a + (b << 4) + (c << 8) + (d << 12) + (e << 16) + (f << 20) + (g << 24) + (h << 28)) - 1;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    return both_engines(guest_elf(SOURCE, keep=("args8",)), tmp_path_factory.mktemp("cache"))
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+@pytest.mark.parametrize("n", [1, 7, 8])
+def test_every_integer_argument_reaches_its_register(engines, kind, n):
+    symbols, _, backends = engines
+    args = tuple(range(1, n + 1))
+    result = backends[kind].run(RunRequest(entry=symbols["args8"], int_args=args))
+    assert result.trap is None
+    assert result.a0 == sum(v << (4 * i) for i, v in enumerate(args))
