@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from berm_abi.errors import BermError
 from berm_host.declaration import MAX_TIMEOUT, is_timeout
+from berm_host.text import escaped
 from berm_host.traps import ToolFailure, Trap
 
 from .errors import ChainDepthError, HarnessBusy, LimitError, QueueClosed
@@ -122,6 +123,12 @@ class _Waiting:
 
     def popleft(self) -> _Job:
         return (self.calls or self.background).popleft()
+
+
+def _log_line(what: str, exc: BaseException, *more: str) -> str:
+    """One log line for an invocation's end: the guest's text in ``exc`` (a berm.fail reason, a symbol name) has its
+    control characters escaped, so that it cannot start a log line of its own."""
+    return escaped("; ".join([f"{what}: {exc}", *more]), lines=False)
 
 
 class Executor:
@@ -258,7 +265,7 @@ class Executor:
                 try:
                     fn(job.inv)
                 except Exception:
-                    log.exception("a queue listener failed after %s", job.inv.label)
+                    log.exception("a queue listener failed after %s", escaped(job.inv.label, lines=False))
 
     def _run(self, job: _Job) -> None:
         """Run one invocation and count it; the counts are updated before the future resolves."""
@@ -315,17 +322,17 @@ class Executor:
             outcome = "ok"
         except Trap as exc:
             outcome, error = "traps", exc
-            log.warning("%s trapped: %s", inv.label, exc)
+            log.warning("%s", _log_line(f"{inv.label} trapped", exc, *(c.strip() for c in exc.info.call_chain())))
         except ToolFailure as exc:
             outcome, error = "failures", exc
         except BermError as exc:
             outcome, error = "errors", exc
-            log.warning("%s failed: %s", inv.label, exc)
+            log.warning("%s", _log_line(f"{inv.label} failed", exc))
         except BaseException as exc:  # noqa: BLE001 - a host bug (or a capability's SystemExit or
             # KeyboardInterrupt, which translated code raises after the run as the interpreter lets it through):
             # counted, logged with its traceback, handed to the caller; it never kills the worker
             outcome, error = "errors", exc
-            log.exception("%s raised a host error", inv.label)
+            log.exception("%s raised a host error", escaped(inv.label, lines=False))
         finally:
             set_current(previous)
         return outcome, result, error

@@ -29,6 +29,8 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from berm_host.text import escaped
+
 from .dueset import DueSet, Entry
 from .errors import QueueClosed, QueueError
 from .executor import Executor
@@ -162,7 +164,7 @@ class Scheduler:
             if ended is not None and e.when_ms < ended:
                 self._count(deferred=1)
                 log.info("%s[%s] came due while its previous wake still ran: deferred, not overlapped",
-                         e.harness, e.id)
+                         e.harness, escaped(e.id, lines=False))
         self._ended.clear()
         ready, trimmed = self._within_harness_limits(ready)
         self._held = full | trimmed
@@ -224,7 +226,7 @@ class Scheduler:
             self._stopping = True
             return
         except QueueError as exc:
-            log.error("dropping the wake %s[%s]: %s", entry.harness, entry.id, exc)
+            log.error("dropping the wake %s[%s]: %s", entry.harness, escaped(entry.id, lines=False), exc)
             self._finished.append(entry)
             self._count(dropped=1)
             return
