@@ -54,3 +54,21 @@ def test_members_checked_one_by_one_load_store_and_trap_as_the_interpreter():
         traps += expected.trap is not None
         negative += expected.trap is not None and expected.regs[T4] >> 63  # loaded, then trapped
     assert 0 < traps < len(gens) and negative
+
+
+def test_a_loop_whose_range_is_larger_than_memory_traps_at_its_first_bad_access():
+    """A loop of 2^20 or 2^29 trips of 8 bytes: its range (8 MiB, 4 GiB) is larger than every window, which the
+    range check (BERM_RANGE_IN) must refuse rather than let ``SPAN + 8 - n`` wrap around to a bound every address
+    passes (a mutation review: no loop of the tests had a range larger than the stack, and such a mutant ran the
+    loop unchecked, reading outside guest memory). From below the image it traps at once; from .data it runs up
+    to the guard page and traps there, like the interpreter."""
+    gens = []
+    for base, trips in ((0x100, 1 << 20), (progen.DATA, 1 << 20), (progen.DATA, 1 << 29)):
+        ops = [*li(T0, base), *li(T2, base + 8 * trips), Op("addi", rd=T4), Label(".l"), Op("ld", rd=T3, rs1=T0),
+               Op("add", rd=T4, rs1=T4, rs2=T3), Op("addi", rd=T0, rs1=T0, imm=8),
+               Op("bne", rs1=T0, rs2=T2, target=".l"), Op("jalr", rs1=1)]
+        image = progen.build_image([progen.Function("f0", ops)], data=(5).to_bytes(8, "little"))
+        gens.append(progen.GenProgram(image, image.entry, f"ld x{trips} from {base:#x}"))
+    for (gen, expected, (got,)), fault in zip(run_both(gens), (0x100, progen.guard_lo(), progen.guard_lo())):
+        assert expected.trap is not None and expected.trap.addr == fault, gen.listing
+        assert_same(gen, expected, got)
