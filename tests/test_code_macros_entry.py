@@ -41,8 +41,9 @@ leaf:
 
 
 def test_an_interrupt_is_seen_at_the_entry_of_a_function_without_loops(tmp_path):
-    """A mutation review: BERM_ENTRY's slow path without its poll passed every test (their guests that never loop
-    call themselves, which BERM_SELF_CALL polls): the run went on to return 6. The trap is at leaf's first
+    """A mutation review: BERM_ENTRY's slow path without its poll, or its one compare made with native_floor
+    instead of native_limit, passed every test (their guests that never loop call themselves, which BERM_SELF_CALL
+    polls): the run went on to return 6. The trap is at leaf's first
     instruction, the call having run (ra holds its link); the host's log callback interrupts, so the moment is
     exact."""
     elf = guest_elf(INTERRUPTED_BEFORE_A_CALL, suffix=".S", keep=("outer", "leaf"))
