@@ -23,7 +23,8 @@ def store_load_loop(store: str | None, load: str, size: int, base: int) -> proge
     first = [Op(store, rs1=T0, rs2=T6)] if store else []
     ops = [*li(T0, base), *li(T2, base + size * TRIPS), *li(T6, -0x7F7E7D7C7B7A7978), Op("addi", rd=T4),
            Op("addi", rd=T3), Label(".l"), *first, Op(load, rd=T3, rs1=T0),
-           Op("add", rd=T4, rs1=T4, rs2=T3), Op("addi", rd=T0, rs1=T0, imm=size), Op("bne", rs1=T0, rs2=T2, target=".l"),
+           Op("add", rd=T4, rs1=T4, rs2=T3), Op("addi", rd=T0, rs1=T0, imm=size),
+           Op("bne", rs1=T0, rs2=T2, target=".l"),
            Op("jalr", rs1=1)]
     image = progen.build_image([progen.Function("f0", ops)])
     return progen.GenProgram(image, image.entry, f"{store}/{load} x{TRIPS} from {base:#x}")
