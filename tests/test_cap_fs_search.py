@@ -315,3 +315,14 @@ def test_a_tree_deeper_than_paths_may_reach_is_searched_down_to_that_depth(root,
         while path != deep:
             path.rmdir()
             path = path.parent
+
+
+def test_glob_names_what_it_finds_by_where_it_is_not_by_the_path_that_led_there(root, caps):
+    """The base is resolved inside the root; the paths listed are root-relative to where the walk really is:
+    after a `..`, and after an absolute symlink met in a subdirectory (which restarts at the root)."""
+    (root / "src" / "to-notes").symlink_to(root / "notes")
+    assert glob(caps, "*.txt", "src/../notes") == ["notes/todo.txt"]
+    assert glob(caps, "*.txt", "src/util/../../notes") == ["notes/todo.txt"]
+    assert glob(caps, "*.txt", "src/to-notes") == ["notes/todo.txt"]
+    assert glob(caps, "*.md", str(root)) == ["README.md"]  # the root itself, named absolutely
+    assert grep(caps, "TODO two", "src/to-notes/todo.txt", mode="content") == ["notes/todo.txt:2:TODO two"]
