@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 
@@ -290,3 +291,63 @@ def test_reading_a_directory_or_the_root_is_an_error(box):
     _refused(read, encode_frame(["sub"]), "is a directory")
     _refused(read, encode_frame([""]), "is a directory")
     _refused(write, encode_frame(["sub", b"x"]), "not a regular file")
+
+
+def test_a_chain_of_as_many_symlinks_as_the_kernel_follows_resolves_and_one_more_does_not(box):
+    root, _, read, _ = box
+    from berm_host.capabilities.paths import MAX_SYMLINKS
+
+    (root / "l0").symlink_to("inside.txt")
+    for i in range(1, MAX_SYMLINKS + 1):
+        (root / f"l{i}").symlink_to(f"l{i - 1}")
+    assert _read(read, f"l{MAX_SYMLINKS - 1}") == b"inside"  # MAX_SYMLINKS links followed
+    _refused(read, encode_frame([f"l{MAX_SYMLINKS}"]), "too many levels of symbolic links")
+
+
+def test_a_path_of_exactly_path_max_bytes_is_walked_and_one_byte_more_is_not(box):
+    from berm_host.capabilities.paths import MAX_PATH_BYTES
+
+    _, _, read, _ = box
+    at_limit = "./" * ((MAX_PATH_BYTES - len("inside.txt")) // 2) + "inside.txt"
+    assert len(at_limit) == MAX_PATH_BYTES
+    assert _read(read, at_limit) == b"inside"
+    _refused(read, encode_frame(["." + at_limit]), f"longer than {MAX_PATH_BYTES} bytes")
+
+
+def test_a_leaf_swapped_for_a_symlink_between_resolving_and_opening_is_resolved_again(box, monkeypatch):
+    """The race above, made deterministic: the leaf is a symlink out only while it is being opened. The open must
+    fail on it (O_NOFOLLOW) and the walk start over, finding the file back, up to MAX_RETRIES times; a leaf that
+    keeps changing is refused, never followed."""
+    from berm_host.capabilities import paths
+
+    root, outside, read, _ = box
+    real_open = os.open
+    swaps = {"left": 0, "done": 0}
+
+    def open_after_a_swap(name, flags, *args, dir_fd=None, **kw):
+        if name != "inside.txt" or dir_fd is None or not swaps["left"]:
+            return real_open(name, flags, *args, dir_fd=dir_fd, **kw)
+        swaps["left"] -= 1
+        swaps["done"] += 1
+        os.rename(root / "inside.txt", root / "kept")
+        (root / "inside.txt").symlink_to(outside / "secret")
+        try:
+            return real_open(name, flags, *args, dir_fd=dir_fd, **kw)
+        finally:
+            os.unlink(root / "inside.txt")
+            os.rename(root / "kept", root / "inside.txt")
+
+    monkeypatch.setattr(paths.os, "open", open_after_a_swap)
+    swaps["left"] = paths.MAX_RETRIES - 1
+    assert _read(read, "inside.txt") == b"inside"
+    assert swaps == {"left": 0, "done": paths.MAX_RETRIES - 1}
+    swaps["left"] = paths.MAX_RETRIES
+    _refused(read, encode_frame(["inside.txt"]), "kept changing while being opened")
+    assert (root / "inside.txt").read_bytes() == b"inside"
+
+
+def test_a_write_onto_a_fifo_is_refused_and_leaves_it_in_place(box):
+    root, _, _, write = box
+    os.mkfifo(root / "pipe")
+    _refused(write, encode_frame(["pipe", b"x"]), "exists and is not a regular file")
+    assert stat.S_ISFIFO(os.lstat(root / "pipe").st_mode)
