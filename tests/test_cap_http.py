@@ -146,6 +146,14 @@ def test_wildcard_entries_match_subdomains_only():
     assert not hosts.allows("badexample.org")
     assert not hosts.allows("example.org.evil.com")
     assert hosts.allows("API.example.com") and not hosts.allows("x.api.example.com")
+    assert not hosts.allows(".example.org")  # the bare suffix with a leading dot is no subdomain
+    assert HostList([" api.example.com "]).allows("api.example.com")  # entries are normalised like hosts
+
+
+def test_an_address_never_matches_a_wildcard_entry():
+    hosts = HostList(["*.0.0.1", "*.1"])
+    assert not hosts.allows("127.0.0.1") and not hosts.allows("10.0.0.1")
+    assert hosts.allows("a.0.0.1")  # a name that only looks numeric at its end is still a name
     for bad in ["", "a b", "*", "*.", "a*.example.org", "ex*ample.org", "http://x"]:
         with pytest.raises(HostListError):
             HostList([bad])
@@ -183,6 +191,8 @@ def test_body_over_the_cap_is_refused(server):
     ("ftp://127.0.0.1/", "only http and https"),
     ("gopher://127.0.0.1/", "only http and https"),
     ("http://user:pw@127.0.0.1/", "credentials"),
+    ("http://user@127.0.0.1/", "credentials"),
+    ("http://127.0.0.1/a b", "whitespace"),
     ("http:///nohost", "no host"),
     ("http://127.0.0.1:99999/", "bad URL"),
     ("http://127.0.0.1/\r\nX: y", "control characters"),
@@ -200,6 +210,10 @@ def test_host_and_framing_headers_cannot_be_forged(server):
             fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET", b"", name, "evil")
     with pytest.raises(CapabilityError, match="bad header"):
         fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET", b"", "X-A", "v\r\nHost: evil")
+    before = len(server.seen)
+    with pytest.raises(CapabilityError, match="bad header"):
+        fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET", b"", "X-A", "v\0w")
+    assert len(server.seen) == before
     with pytest.raises(CapabilityError, match="bad method"):
         fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET /x HTTP/1.1\r\n")
 
