@@ -1,0 +1,38 @@
+"""What every capability shares: the time budget a call takes from the invocation it serves, and how a timeout
+reads to the guest."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from berm_host.capabilities._request import Deadline, capability
+from berm_host.linker import CapabilityError
+from berm_host.running import interpreting
+
+
+def test_a_call_keeps_a_fifth_of_what_its_invocation_has_left_at_most_five_seconds_for_the_guest():
+    assert Deadline.within_invocation(30).seconds == 30  # no invocation: the capability's own timeout
+    with interpreting(time.monotonic() + 1000):
+        assert 994 < Deadline.within_invocation(2000).seconds <= 995  # 5 s kept, not 200
+        assert Deadline.within_invocation(30).seconds == 30
+    with interpreting(time.monotonic() + 10):
+        assert 7.6 < Deadline.within_invocation(30).seconds <= 8  # a fifth kept (2 s), not 5 s
+
+
+def test_a_call_made_after_its_invocation_ran_out_has_no_time():
+    with interpreting(time.monotonic() - 1):
+        deadline = Deadline.within_invocation(30)
+        assert deadline.seconds == 0
+        with pytest.raises(TimeoutError):
+            deadline.check()
+
+
+def test_a_timeout_reads_as_such_with_its_reason():
+    @capability("berm.test.slow")
+    def slow(request: bytes) -> bytes:
+        raise TimeoutError("took longer than 0.5 s")
+
+    with pytest.raises(CapabilityError, match=r"^berm.test.slow: timed out \(took longer than 0.5 s\)$"):
+        slow(b"")
