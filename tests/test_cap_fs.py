@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,36 @@ def test_read_upto_reads_exactly_the_prefix(tmp_path, size, limit):
         assert fs.read_upto(fd, limit) == data[:limit]
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("word, made", [("1", True), ("yes", True), (" TRUE ", True), ("0", False), ("no", False),
+                                        ("", False)])
+def test_the_parents_option_takes_the_usual_spellings(root, caps, word, made):
+    write = caps["berm.fs.write"]
+    if made:
+        write(encode_frame(["d/f", b"x", "parents", word]))
+        assert (root / "d" / "f").read_bytes() == b"x"
+    else:
+        with pytest.raises(CapabilityError, match="no such file or directory"):
+            write(encode_frame(["d/f", b"x", "parents", word]))
+        assert not (root / "d").exists()
+
+
+def test_a_bad_parents_option_is_named_briefly(caps):
+    with pytest.raises(CapabilityError) as info:
+        caps["berm.fs.write"](encode_frame(["d/f", b"x", "parents", "maybe" * 1000]))
+    assert str(info.value) == "berm.fs.write: parents must be 1 or 0, not 'maybemaybemaybemaybe'"
+
+
+def test_a_file_whose_size_the_filesystem_does_not_report_is_held_to_the_cap(tmp_path):
+    """/proc's regular files say st_size 0 whatever they hold: the cap must still apply to what is read."""
+    status = (Path("/proc/self/status")).read_bytes()
+    proc = Root("/proc/self")
+    assert fs.read_file(proc, "status", cap=len(status) + 4096).startswith(b"Name:")
+    with pytest.raises(CapabilityError, match="larger than the 0 MiB read cap"):
+        fs.read_file(proc, "status", cap=10)
+
+
+def test_a_file_of_exactly_the_cap_is_read(root):
+    (root / "f").write_bytes(b"x" * 100)
+    assert fs.read_file(Root(root), "f", cap=100) == b"x" * 100
