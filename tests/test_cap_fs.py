@@ -92,6 +92,22 @@ def test_write_through_a_file_component_is_an_error(root, caps):
         caps["berm.fs.write"](encode_frame(["file/child", b"x"]))
 
 
+@pytest.mark.parametrize("path", ["file/", "file/.", "file//", "link/"])
+def test_a_trailing_slash_after_a_file_is_not_a_directory(root, caps, path):
+    """As in POSIX, a path ending in "/" names a directory: "file/" read the file, and a write to "new/" created a
+    file named new."""
+    (root / "file").write_bytes(b"data")
+    (root / "link").symlink_to("file")
+    with pytest.raises(CapabilityError, match="file is not a directory"):
+        caps["berm.fs.read"](encode_frame([path]))
+    with pytest.raises(CapabilityError, match="berm.fs.write: new/: no such file or directory"):
+        caps["berm.fs.write"](encode_frame(["new/", b"x"]))
+    assert sorted(p.name for p in root.iterdir()) == ["file", "link"]
+    (root / "dir").mkdir()
+    (root / "dir" / "x").write_bytes(b"x")
+    assert caps["berm.fs.read"](encode_frame(["dir/./x"])) == b"x"  # inside a path, "/" and "/." are nothing new
+
+
 def test_root_must_be_a_directory(tmp_path):
     with pytest.raises(RootError):
         Root(tmp_path / "missing")

@@ -120,11 +120,13 @@ class Root:
                 os.close(stack.pop())
                 names.pop()
                 continue
+            slash = False  # a last component followed by "/" (or "/."), which names a directory, as in POSIX
             while queue and queue[0] in ("", "."):
                 queue.popleft()
+                slash = True
             last = not queue
             top = stack[-1]
-            if last and not want_dir:
+            if last and not want_dir and not slash:
                 try:
                     st = os.stat(comp, dir_fd=top, follow_symlinks=False)
                 except FileNotFoundError:
@@ -153,6 +155,8 @@ class Root:
                 queue.extendleft(reversed(rest))
             else:
                 queue.extendleft(reversed(target.split("/")))
+            if last and slash:
+                queue.append("")  # what the link leads to must be a directory too
         return None
 
     @staticmethod
