@@ -87,6 +87,10 @@ def test_snprintf_documented_caps(lib, fmt, args, text):
     # rounded to its precision, a value that carries into one more digit takes the exponent form by the new exponent
     (b"%.2g %.3g %g %.1g", (ctypes.c_double(99.9), ctypes.c_double(999.7), ctypes.c_double(999999.7),
                             ctypes.c_double(9.7)), b"1e+02 1e+03 1e+06 1e+01"),
+    # an exact tie that carries: rounded once, from the value itself (from its mantissa, five divisions away,
+    # 999999.5 came out as 1000000, seven digits)
+    (b"%g %.4g %.2g %.0e %.5e", (ctypes.c_double(999999.5), ctypes.c_double(9999.5), ctypes.c_double(99.5),
+                                 ctypes.c_double(9.5), ctypes.c_double(999999.5)), b"1e+06 1e+04 1e+02 1e+01 1.00000e+06"),
     # '#' keeps the point of a precision of 0 (the hypothesis test below starts at precision 1)
     (b"%#.0f|%#.0e|%#.0g|%.0f", (ctypes.c_double(3.0), ctypes.c_double(3.0), ctypes.c_double(3.0),
                                  ctypes.c_double(3.0)), b"3.|3.e+00|3.|3"),

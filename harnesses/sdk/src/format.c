@@ -64,9 +64,10 @@ static const uint64_t POW10[18] = {1ull, 10ull, 100ull, 1000ull, 10000ull, 10000
                                    1000000000000ull, 10000000000000ull, 100000000000000ull,
                                    1000000000000000ull, 10000000000000000ull, 100000000000000000ull};
 
-/* The powers of ten a double holds exactly, for the places of %f (at most 20: %g's 17 digits under 0.001). */
-static const double SCALE10[21] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9, 1e10,
-                                   1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20};
+/* The powers of ten a double holds exactly: the places of %f (at most 20: %g's 17 digits under 0.001), and the
+ * scale of significant digits (significant_digits). */
+static const double SCALE10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                   1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 /* Decimal digits of v, at least `width` of them, at `at`; returns how many. */
 static size_t put_decimal(char *at, uint64_t v, size_t width) {
@@ -88,6 +89,15 @@ static double decimal_exponent(double v, int *e) {
     while (v < 1e-22) v *= 1e22, *e -= 22;
     while (v < 1) v *= 10, (*e)--;
     return v;
+}
+
+/* The first p + 1 significant digits of x = m * 10^e (1 <= m < 10), rounded half away from zero: x scaled once by
+ * an exact power of ten when there is one, so that a tie rounds as it is (999999.5 to 6 digits is 1000000; m, which
+ * took five divisions, is 9.99999499...), else m scaled. */
+static uint64_t significant_digits(double x, double m, int e, size_t p) {
+    int k = (int)p - e;
+    double scaled = k >= 0 && k <= 22 ? x * SCALE10[k] : k < 0 && k >= -22 ? x / SCALE10[-k] : m * (double)POW10[p];
+    return (uint64_t)(scaled + 0.5);
 }
 
 /* %f %e %g (and F E G) of a double, rounded in double arithmetic: right to the 15-17 significant digits a double
@@ -118,7 +128,7 @@ static void emit_float(out_t *o, const spec_t *sp, double v, char conv, bool has
     if (lower == 'g') {
         if (p == 0) p = 1;
         int rounded = e; /* the exponent once rounded to p significant digits */
-        if (m != 0 && (uint64_t)(m * (double)POW10[p - 1] + 0.5) >= POW10[p]) rounded++;
+        if (m != 0 && significant_digits(x, m, e, p - 1) >= POW10[p]) rounded++;
         strip = !sp->alt;
         if ((int)p > rounded && rounded >= -4) lower = 'f', p = (size_t)((int)p - 1 - rounded);
         else lower = 'e', p -= 1;
@@ -132,7 +142,7 @@ static void emit_float(out_t *o, const spec_t *sp, double v, char conv, bool has
         if (p) n += put_decimal(tmp + n, frac, p);
     } else {
         if (p > 16) p = 16; /* 17 significant digits */
-        uint64_t digits = (uint64_t)(m * (double)POW10[p] + 0.5);
+        uint64_t digits = significant_digits(x, m, e, p);
         if (m != 0 && digits >= POW10[p + 1]) digits /= 10, e++;
         char lead[24];
         size_t len = put_decimal(lead, digits, p + 1);
