@@ -3,6 +3,7 @@ image key digests exactly what the linker is built from."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -170,3 +171,23 @@ def test_with_kv_the_namespace_is_part_of_the_key(root):
     assert _key(root, name="a", capabilities=("kv",)) != _key(root, name="b", capabilities=("kv",))
     decl = Declaration(name="b", capabilities=("kv",))
     assert image_key(ELF, decl, harness_name="a") == _key(root, name="a", capabilities=("kv",))
+
+
+def test_exec_alone_runs_in_the_declared_root_with_the_declared_environment(root, tmp_path):
+    """exec without fs still gets its root (a linker that resolved the root only for fs handed exec none), and
+    the declaration's env reaches the command (a linker that dropped it ran the command without it)."""
+    (root / "sub").mkdir()
+    decl = Declaration(name="h", capabilities=("exec",), root=str(root), env=(("DECLARED", "d"),))
+    linker = linker_for(decl, data_dir=tmp_path / "data")
+    assert linker.names() == sorted(EXEC)
+    reply = json.loads(linker.lookup(fnv1a64("crabtalk.exec.run")).fn(encode_frame(['pwd; echo "$DECLARED"', "sub"])))
+    assert reply == {"exit_code": 0, "stderr": "", "stdout": f"{root.resolve()}/sub\nd\n"}
+
+
+def test_exec_alone_keys_by_its_root_and_env_only_with_exec(root, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    assert _key(root, capabilities=("exec",)) != _key(other, capabilities=("exec",))
+    # env reaches nothing but exec: without exec it does not change the key.
+    assert _key(root, capabilities=("fs",), env=(("A", "1"),)) == _key(root, capabilities=("fs",))
+    assert _key(root, capabilities=("exec",), env=(("A", "1"),)) != _key(root, capabilities=("exec",))
