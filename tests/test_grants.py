@@ -12,7 +12,7 @@ from berm_abi.frames import encode_frame
 from berm_abi.names import UPSTREAM_ALIASES, fnv1a64
 from berm_host.capabilities._request import Deadline
 from berm_host.declaration import Declaration
-from berm_host.grants import GrantError, grant_status, image_key, linker_for
+from berm_host.grants import GrantError, grant_report, grant_status, image_key, linker_for
 from berm_host.linker import CapabilityError
 from berm_host.running import interpreting, time_left
 
@@ -77,6 +77,13 @@ def test_unknown_grants_are_refused_and_extra_grants_are_linked(tmp_path):
     decl = Declaration(name="h", capabilities=("schedule",))
     linker = linker_for(decl, extra={"schedule": lambda d: {"berm.schedule.at": lambda req: d.name.encode()}})
     assert linker.names() == ["berm.schedule.at"]
+
+
+def test_the_report_shows_requests_beside_grants_never_as_grants(root):
+    decl = Declaration(name="h", capabilities=("fs", "clock", "http"), root=str(root))
+    assert grant_report(decl, ["fs", "kv", "http"]) == {
+        "fs": "linked", "kv": "not granted (requested)", "http": "absent: no hosts declared",
+        "clock": "linked (not requested)"}
 
 
 def test_a_root_that_is_not_a_directory_is_a_grant_error(tmp_path):
