@@ -72,12 +72,16 @@ def test_unknown_key_names_the_entry_and_the_key():
     ('timeout = "30"', "timeout must be a number"),
     ("timeout = 0", "timeout must be a number"),
     ("timeout = true", "timeout must be a number"),
+    ("timeout = 86400.5", "timeout must be a number"),
+    ("timeout = 1e9", "timeout must be a number"),
     ('memory = "lots"', 'memory must be a size like "64M"'),
     ('memory = "3M"', "power of two"),
     ("memory = 1024", "power of two"),
     ("source = []", "source must be a string"),
     ('env = "A=1"', "env must be a table"),
     ("env = { A = 1 }", "env.A must be a string"),
+    ('env = { "A=B" = "1" }', "env.A=B must be a string (and its name a plain variable name)"),
+    ('env = { A = "x\\u0000y" }', "env.A must be a string"),
 ])
 def test_wrong_types_and_values_name_the_entry_and_key(line, words):
     msg = _error(f'[[harnesses]]\nname = "h"\n{line}\n')
@@ -88,6 +92,11 @@ def test_wrong_types_and_values_name_the_entry_and_key(line, words):
     ('[[harnesses]]\nsource = "builtin"\n', "name is required"),
     ('[[harnesses]]\nname = "../escape"\n', "name '../escape' must be"),
     ('[[harnesses]]\nname = ""\n', "must be 1-64"),
+    ('[[harnesses]]\nname = ".hidden"\n', "name '.hidden' must be"),
+    ('[[harnesses]]\nname = "-rf"\n', "name '-rf' must be"),
+    ('[[harnesses]]\nname = "os/../../x"\n', "name 'os/../../x' must be"),  # the image path is {name}.elf
+    ('[[harnesses]]\nname = "os\\n"\n', "must be 1-64"),
+    (f'[[harnesses]]\nname = "{"n" * 65}"\n', "must be 1-64"),
     ('[[harnesses]]\nname = 5\n', "name must be a string"),
     ('harnesses = "os"\n', "harnesses must be an array of tables"),
     ('harnesses = [1]\n', "harnesses[0]: must be a table"),
@@ -98,9 +107,20 @@ def test_structural_errors(toml, words):
     assert words in _error(toml)
 
 
+def test_limits_and_defaults_of_a_parsed_entry():
+    """The longest name, the largest timeout, a root under ~ and env in name order; no source means builtin."""
+    h, = parse_declarations(f'[[harnesses]]\nname = "{"n" * 64}"\ntimeout = 86400\nroot = "~/proj"\n'
+                            'env = { B = "2", A = "1" }\n')
+    assert h == Declaration(name="n" * 64, source="builtin", timeout=86400.0, root="~/proj",
+                            env=(("A", "1"), ("B", "2")))
+    assert isinstance(h.timeout, float)  # an integer timeout is the same deadline (and image key) as its float
+
+
 def test_memory_sizes():
     assert parse_memory("64M") == 64 << 20
     assert parse_memory("64MiB") == 64 << 20
+    assert parse_memory("64MB") == 64 << 20
+    assert parse_memory(" 64M ") == 64 << 20
     assert parse_memory("1G") == 1 << 30
     assert parse_memory("4G") == 4 << 30
     assert parse_memory("64k") == 64 << 10
@@ -136,6 +156,8 @@ def test_image_loads_and_a_pinned_digest_is_verified(tmp_path):
         Declaration(name="os", sha256="0" * 64).load_image(tmp_path)
     with pytest.raises(ImageNotFound, match="no image at"):
         Declaration(name="missing").load_image(tmp_path)
+    with pytest.raises(ImageDigestMismatch):  # an empty pin (a Declaration made in code) pins nothing real
+        Declaration(name="os", sha256="").load_image(tmp_path)
 
 
 def test_an_image_that_is_no_regular_file_is_refused_without_reading_it(tmp_path):
