@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import struct
 
 import pytest
 
 from berm_aot.elf import read_elf
 from berm_aot.errors import (AbiVersionError, ManifestEncodingError, ManifestError, ManifestJsonError,
                              MissingExportError, NoManifestError)
-from berm_aot.manifest import ToolSpec, load_manifest, parse_manifest, tool_exports
-from tests.elf_samples import harness_elf, manifest_json
+from berm_aot.manifest import ToolSpec, lifecycle_exports, load_manifest, parse_manifest, tool_exports
+from tests.elf_samples import ASM_PRELUDE, SHDR_FIELDS, field, harness_elf, manifest_json, patched, shdr_offsets
+from tests.guests import guest_elf
 
 
 def _load(manifest, tools):
@@ -93,11 +95,72 @@ def test_manifest_not_json():
 def test_wrong_abi_version():
     with pytest.raises(AbiVersionError, match="harness was built against ABI version 3, this host speaks 0"):
         _load(manifest_json(["a"], abi_version=3), ["a"])
+    with pytest.raises(AbiVersionError, match="built against ABI version -1, this host speaks 0"):  # older is no match either
+        _load(manifest_json(["a"], abi_version=-1), ["a"])
 
 
 def test_declared_tool_not_exported():
     with pytest.raises(MissingExportError, match="'b'.*berm_tool_b"):
         _load(manifest_json(["a", "b"]), ["a"])
+
+
+#: Symbols named like exports that are not global functions defined in the image: a local one, a weak one, an
+#: undefined weak function (made global by a patch: a linker refuses to leave one), a global label that is no
+#: function, and a name that cannot be a tool; only ``berm_tool_good`` (and no lifecycle) counts.
+NOT_EXPORTS_SOURCE = ASM_PRELUDE + r"""
+    la t0, berm_tool_undef
+    ret
+    .globl berm_tool_good
+    .type berm_tool_good, @function
+berm_tool_good:
+    ret
+    .type berm_tool_local, @function
+berm_tool_local:
+    ret
+    .weak berm_tool_weak
+    .type berm_tool_weak, @function
+berm_tool_weak:
+    ret
+    .globl "berm_tool_a.b"
+    .type "berm_tool_a.b", @function
+"berm_tool_a.b":
+    ret
+    .type on_wake, @function
+on_wake:
+    ret
+    .weak on_notify
+    .type on_notify, @function
+on_notify:
+    ret
+    .globl berm_tool_label
+berm_tool_label:
+    ret
+    .weak berm_tool_undef
+    .type berm_tool_undef, @function
+"""
+
+
+def _global_undefined(data: bytes, name: bytes) -> bytes:
+    """``data`` with the symbol ``name``'s binding set to GLOBAL (st_info's high nibble)."""
+    symtab, strtab = (shdr_offsets(data)[n] for n in (".symtab", ".strtab"))
+    at, size = (field(data, symtab, SHDR_FIELDS, k) for k in ("sh_offset", "sh_size"))
+    names_at = field(data, strtab, SHDR_FIELDS, "sh_offset")
+    for entry in range(at, at + size, 24):
+        st_name = struct.unpack_from("<I", data, entry)[0]
+        if data[names_at + st_name:data.index(b"\0", names_at + st_name)] == name:
+            return patched(data, entry + 4, "<B", (1 << 4) | (data[entry + 4] & 0xF))
+    raise AssertionError(name)
+
+
+def test_only_global_defined_functions_with_tool_names_are_exports():
+    image = read_elf(_global_undefined(guest_elf(NOT_EXPORTS_SOURCE, suffix=".S"), b"berm_tool_undef"))
+    names = {s.name: (s.kind, s.binding, s.section is not None) for s in image.symbols}
+    assert names["berm_tool_local"] == ("func", "local", True) and names["berm_tool_weak"] == ("func", "weak", True)
+    assert names["berm_tool_undef"] == ("func", "global", False) and names["berm_tool_a.b"] == ("func", "global", True)
+    assert names["berm_tool_label"] == ("notype", "global", True)
+    assert names["on_wake"] == ("func", "local", True) and names["on_notify"] == ("func", "weak", True)
+    assert set(tool_exports(image)) == {"good"}
+    assert lifecycle_exports(image) == {}
 
 
 def test_image_exporting_no_tools():
@@ -119,6 +182,8 @@ def test_image_exporting_no_tools():
     ({"abi_version": 0, "tools": [{"name": "a b"}]}, r"tools\[0\].name must be a string of letters"),
     ({"abi_version": 0, "tools": [{"name": ""}]}, r"tools\[0\].name"),
     ({"abi_version": 0, "tools": [{"name": 7}]}, r"tools\[0\].name"),
+    ({"abi_version": 0, "tools": [{"name": "a.b"}]}, r"tools\[0\].name must be a string of letters"),
+    ({"abi_version": 0, "tools": [], "usage": None}, "usage must be a string, not null"),
     ({"abi_version": 0, "tools": [{"name": "a"}, {"name": "a"}]}, "declared twice"),
     ({"abi_version": 0, "tools": [{"name": "a", "description": 1}]}, "description must be a string"),
     ({"abi_version": 0, "tools": [{"name": "a", "parameters": []}]}, "parameters must be a JSON Schema object"),
