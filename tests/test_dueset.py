@@ -65,6 +65,8 @@ def test_reload_without_running_anything(tmp_path):
     ({"payload": "p" * (65 << 10)}, "longer than"),
     ({"payload": "\ud800"}, "not valid Unicode"),
     ({"when_ms": 1.5}, "integer UTC milliseconds"),
+    ({"when_ms": 1 << 62}, "integer UTC milliseconds"),
+    ({"when_ms": -(1 << 62)}, "integer UTC milliseconds"),
 ])
 def test_bad_schedules_are_refused(tmp_path, kwargs, message):
     ds = DueSet(tmp_path / "due.db")
@@ -93,6 +95,9 @@ def test_per_harness_payload_bytes_limit(tmp_path):
     ds.put("h", "0", 5, "é" * 100)  # replacing one with less frees its room
     ds.put("h", "one-more", 1, "x")
     ds.put("other", "1", 1, big)
+    ds.put("h", "one-more", 1, "x" * 100)
+    with pytest.raises(ScheduleError, match="more than 16 MiB"):  # counted in bytes, not characters
+        ds.put("h", "0", 1, big)
 
 
 def test_unopenable_file_is_a_clear_error(tmp_path):
