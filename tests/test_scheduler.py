@@ -321,3 +321,79 @@ def test_a_wake_withdrawn_by_a_stale_cancel_notice_still_runs(make_queue):
     call.result(10)
     wait_for(lambda: [w["payload"] for w in g.wakes()] == ["old"])
     wait_for(lambda: q.list() == [])
+
+
+def test_a_running_wake_is_not_started_again_while_its_row_waits_for_its_end(make_queue):
+    """A delivered occurrence's row stays until its wake ends: a drain another write causes meanwhile sees it due
+    again, and must not start it a second time alongside the first (one in-flight wake per key)."""
+    release = threading.Event()
+    t = RecordingTarget(on_wake=lambda inv: json.loads(inv.args)["id"] == "a" and release.wait(10))
+    q = make_queue({"h": t}, workers=4)
+    try:
+        q.schedule("h", "a", now_ms())
+        wait_for(lambda: q.scheduler.stats().fired == 1)
+        q.schedule("h", "b", now_ms())  # a drain while a runs, its row still due
+        wait_for(lambda: [w["id"] for w in t.wakes()] == ["b"])
+    finally:
+        release.set()
+    wait_for(lambda: q.stats()["pending"] == 0)
+    time.sleep(0.1)
+    assert sorted(w["id"] for w in t.wakes()) == ["a", "b"] and q.scheduler.stats().fired == 2
+
+
+def test_a_drain_hands_the_executor_no_more_than_its_budget(make_queue):
+    """Eight harnesses' due wakes, two workers held by tool calls: the drain queues at most one wake ahead per
+    worker (a wake queued in the executor can no longer wait in the due-set for a worker); the rest spill."""
+    gate = threading.Event()
+    holders = {n: RecordingTarget(on_call=lambda inv: gate.wait(10)) for n in ("c1", "c2")}
+    sleepers = {f"h{i}": RecordingTarget() for i in range(8)}
+    q = make_queue({**holders, **sleepers}, workers=2, start=False)
+    try:
+        calls = [q.call(n, "echo", "x") for n in holders]
+        wait_for(lambda: q.executor.load()["busy"] == 2)
+        for name in sleepers:
+            q.schedule(name, "w", now_ms() - 1)
+        q.start()
+        wait_for(lambda: q.scheduler.stats().fired >= 2)
+        time.sleep(0.2)
+        assert q.executor.load()["queued"] == 2 and q.scheduler.stats().fired == 2
+        assert q.scheduler.stats().spill_events >= 1
+    finally:
+        gate.set()
+    for c in calls:
+        c.result(10)
+    wait_for(lambda: all(t.wakes() for t in sleepers.values()) and q.stats()["pending"] == 0)
+
+
+def test_a_wake_the_executor_refuses_is_consumed_not_retried(tmp_path, make_queue):
+    """A persisted wake past the chain depth limit (written under a higher limit) is dropped at its drain and
+    its row deleted: kept, it came due again at every drain, the scheduler re-draining it in a loop."""
+    ds = DueSet(tmp_path / "due.db")
+    ds.put("h", "deep", now_ms() - 1, "", depth=9)
+    ds.close()
+    t = RecordingTarget()
+    q = make_queue({"h": t}, max_depth=8)
+    wait_for(lambda: q.stats()["pending"] == 0)
+    time.sleep(0.2)
+    s = q.scheduler.stats()
+    assert t.calls == [] and s.dropped == 1 and s.fired == 0 and s.wakeups <= 3
+    assert q.stats()["harnesses"]["h"]["refused"] == 1
+
+
+def test_a_drain_hands_a_harness_no_more_wakes_than_its_concurrency_limit_has_room_for(make_queue):
+    """Four due wakes of a harness limited to one at a time: one is handed to the executor, the others wait in
+    the due-set (queued in the executor, they would hold worker budget every other harness could use)."""
+    gate = threading.Event()
+    t = RecordingTarget(on_wake=lambda inv: gate.wait(10))
+    q = make_queue({"h": t}, workers=4, per_harness=1, start=False)
+    try:
+        for i in range(4):
+            q.schedule("h", f"w{i}", now_ms() - 1)
+        q.start()
+        wait_for(lambda: q.executor.load()["busy"] == 1)
+        time.sleep(0.2)
+        assert q.executor.load() == {"workers": 4, "busy": 1, "queued": 0} and q.scheduler.stats().fired == 1
+    finally:
+        gate.set()
+    wait_for(lambda: len(t.wakes()) == 4 and q.stats()["pending"] == 0)
+    assert t.max_active == 1
