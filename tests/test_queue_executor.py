@@ -213,3 +213,28 @@ def test_shutdown_refuses_new_work_and_finishes_in_flight():
     assert queued.cancelled()
     with pytest.raises(QueueClosed):
         ex.submit(_call("a"))
+
+
+def test_a_queued_invocation_gets_its_whole_timeout_from_when_it_starts():
+    """Time spent waiting for a worker is not taken from the deadline (b waits behind a, which holds the only
+    worker until the gate opens, at least 0.3 s after b was queued)."""
+    gate, seen = threading.Event(), {}
+
+    def invoke(inv, deadline):
+        if inv.harness == "a":
+            gate.wait(10)
+        else:
+            seen["deadline"] = deadline
+        return "x"
+
+    ex = Executor(invoke, workers=1, timeout=7.5)
+    try:
+        ex.submit(_call("a"))
+        queued = time.monotonic()
+        b = ex.submit(_call("b"))
+        time.sleep(0.3)
+        gate.set()
+        b.result(5)
+        assert seen["deadline"] >= queued + 0.3 + 7.5
+    finally:
+        ex.shutdown()
