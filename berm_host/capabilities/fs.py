@@ -54,6 +54,8 @@ def read_file(root: Root, path: str, cap: int = READ_CAP) -> bytes:
 def write_file(root: Root, path: str, content: bytes, *, parents: bool = False) -> None:
     if len(content) > WRITE_CAP:
         raise CapabilityError(f"{path}: {len(content)} bytes is over the {WRITE_CAP // _MIB} MiB write cap")
+    if path.rsplit("/", 1)[-1] in ("", ".", ".."):  # "new/", "a/.": refused before `parents` makes anything
+        raise CapabilityError(f"{path}: names a directory")
     with root.resolve(path, create_dirs=parents) as r:
         if r.leaf is None:
             raise CapabilityError(f"{path}: is a directory")
