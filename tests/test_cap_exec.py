@@ -139,3 +139,58 @@ def test_invalid_utf8_in_command_or_cwd_is_refused(root):
         fn(encode_frame([b"echo \xff", ""]))
     with pytest.raises(CapabilityError, match="cwd is not valid UTF-8"):
         fn(encode_frame(["true", b"\xc3"]))
+
+
+def test_the_declaration_overrides_the_base_environment(root):
+    r = run(root, 'printf "%s|%s" "$HOME" "$LANG"', env={"HOME": "/declared-home", "LANG": "C"})
+    assert r["stdout"] == "/declared-home|C"
+
+
+def test_path_home_and_lang_come_from_the_host(root, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "host-bin"
+    bin_dir.mkdir()
+    (bin_dir / "berm-host-tool").write_text("#!/bin/sh\necho from the host PATH\n")
+    (bin_dir / "berm-host-tool").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ.get('PATH', os.defpath)}")
+    monkeypatch.setenv("HOME", "/host-home")
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    r = run(root, 'berm-host-tool; printf "%s|%s" "$HOME" "$LANG"')
+    assert r == {"exit_code": 0, "stderr": "", "stdout": "from the host PATH\n/host-home|en_US.UTF-8"}
+
+
+def test_nul_in_an_environment_value_is_refused(root):
+    with pytest.raises(CapabilityError, match="bad environment variable"):
+        run(root, "true", "", "A", "x\0y")
+    with pytest.raises(CapabilityError, match="bad environment variable"):
+        exec_cap.capabilities(Root(root), env={"A": "x\0y"})
+
+
+def test_stdin_is_dev_null_even_when_the_host_has_input(root):
+    """The host's own fd 0 holding data must not reach the command."""
+    r_fd, w_fd = os.pipe()
+    os.write(w_fd, b"host input\n")
+    os.close(w_fd)
+    saved = os.dup(0)
+    os.dup2(r_fd, 0)
+    try:
+        r = run(root, "cat; echo done")
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(r_fd)
+    assert r["stdout"] == "done\n"
+
+
+def test_the_timeout_line_follows_the_commands_own_stderr_on_a_line_of_its_own(root):
+    r = run(root, "printf err >&2; exec sleep 1000", timeout=3)
+    assert r["exit_code"] == -1
+    assert r["stderr"] == "err\n[killed: the command ran past its 3 s timeout]"
+
+
+def test_a_background_child_is_killed_when_the_command_exits_not_after_the_drain(root):
+    """The group is killed as soon as the command has exited: a child that waits for that (its parent a zombie)
+    and then writes 0.2 s later never gets to write."""
+    command = ('p=$$; (while s=$(cat /proc/$p/stat) && s=${s##*) } && [ "${s%% *}" != Z ]; do sleep 0.01; done; '
+               'sleep 0.2; echo late) & echo now')
+    r = run(root, command, timeout=60)
+    assert r == {"exit_code": 0, "stderr": "", "stdout": "now\n"}
