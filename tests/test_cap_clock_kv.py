@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -301,3 +302,66 @@ def test_a_forked_child_uses_its_own_connection_and_locks(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
     db = sqlite3.connect(tmp_path / kv.DB_NAME)
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_sizes_exactly_at_each_cap_are_accepted(store, monkeypatch):
+    a = _kv(store, "a")
+    a["set"](b"k" * kv.KEY_CAP, b"v" * kv.VALUE_CAP)
+    assert a["get"](b"k" * kv.KEY_CAP) == b"v" * kv.VALUE_CAP
+    monkeypatch.setattr(kv, "NAMESPACE_BYTES_CAP", kv.KEY_CAP + kv.VALUE_CAP + 100)
+    a["set"]("x", b"y" * 99)  # 1 + 99 bytes: exactly the cap
+    assert a["get"]("x") == b"y" * 99
+    with pytest.raises(CapabilityError, match="would exceed"):
+        a["set"]("x", b"y" * 100)
+
+
+def test_list_of_exactly_list_cap_keys_is_whole(store, monkeypatch):
+    monkeypatch.setattr(kv, "LIST_CAP", 3)
+    a = _kv(store, "a")
+    for key in [b"k0", b"k1", b"k2", b"l"]:
+        a["set"](key, "v")
+    assert decode_frame(a["list"]("k")) == [b"k0", b"k1", b"k2"]
+
+
+_FORK_OWN_CONNECTION = """
+import os, sys
+from pathlib import Path
+from berm_host.capabilities import kv
+store = kv.KvStore(Path(sys.argv[1]) / kv.DB_NAME)
+store.set("ns", b"k", b"parent")
+inherited = store._db
+pid = os.fork()
+if pid == 0:
+    ok = store.get("ns", b"k") == b"parent" and store._db is not None and store._db is not inherited
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print("ok" if os.waitstatus_to_exitcode(status) == 0 else "the child used the connection it inherited")
+"""
+
+
+def test_a_forked_child_never_uses_the_connection_it_inherited(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", _FORK_OWN_CONNECTION, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+def test_a_call_waits_for_another_call_of_this_process(store):
+    """A call finding the store busy with another thread's call waits for it (up to its budget), not fails."""
+    a = _kv(store, "a")
+    a["set"]("k", "v")
+    held, release = threading.Event(), threading.Event()
+
+    def other_call():
+        with store._locked():
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=other_call)
+    t.start()
+    held.wait(10)
+    threading.Timer(0.2, release.set).start()
+    try:
+        assert a["get"]("k") == b"v"
+    finally:
+        release.set()
+        t.join()
