@@ -326,3 +326,34 @@ def test_glob_names_what_it_finds_by_where_it_is_not_by_the_path_that_led_there(
     assert glob(caps, "*.txt", "src/to-notes") == ["notes/todo.txt"]
     assert glob(caps, "*.md", str(root)) == ["README.md"]  # the root itself, named absolutely
     assert grep(caps, "TODO two", "src/to-notes/todo.txt", mode="content") == ["notes/todo.txt:2:TODO two"]
+
+
+def test_grep_content_numbers_every_matching_line(caps):
+    assert grep(caps, "TODO", path="notes", mode="content") == ["notes/todo.txt:1:TODO one",
+                                                                "notes/todo.txt:2:TODO two",
+                                                                "notes/todo.txt:4:TODO three"]
+
+
+def test_glob_of_exactly_cap_matches_is_not_marked(root):
+    for i in range(5):
+        (root / "five" / f"f{i}").parent.mkdir(exist_ok=True)
+        (root / "five" / f"f{i}").write_bytes(b"")
+    out = fs_search.glob(Root(root), "five/*", "", Deadline(10), cap=5).decode().split("\n")
+    assert sorted(out) == [f"five/f{i}" for i in range(5)]
+
+
+def test_a_match_on_a_line_ending_counts_its_line_once(root, caps):
+    (root / "spaces.txt").write_text("a b\nc")
+    assert grep(caps, r"\s", path="spaces.txt", mode="count") == ["spaces.txt:1"]
+    assert grep(caps, r"b$|\n", path="spaces.txt", mode="content") == ["spaces.txt:1:a b"]
+
+
+def test_a_line_of_exactly_line_cap_characters_is_not_cut(root, caps):
+    (root / "edge.txt").write_text("y" * fs_search.LINE_CAP + "\n")
+    assert grep(caps, "y", path="edge.txt", mode="content") == ["edge.txt:1:" + "y" * fs_search.LINE_CAP]
+
+
+def test_only_the_first_8_kib_decide_whether_a_file_is_binary(root, caps):
+    (root / "late-nul.txt").write_bytes(b"needle\n" + b"." * (fs_search.BINARY_PROBE - 8) + b"\n\0")
+    (root / "early-nul.txt").write_bytes(b"needle\n" + b"." * (fs_search.BINARY_PROBE - 8) + b"\0\n")
+    assert grep(caps, "needle", include="*-nul.txt") == ["late-nul.txt"]
