@@ -25,6 +25,18 @@ def test_clock_now_is_utc_millis_and_the_local_offset():
     assert int(offset) == time.localtime(int(millis) // 1000).tm_gmtoff
 
 
+def test_clock_now_reports_the_hosts_zone_offset_not_zero(monkeypatch):
+    """With the host in a zone east of UTC (POSIX TZ "BRM-5:30", no DST), the offset is +5:30 in seconds."""
+    monkeypatch.setenv("TZ", "BRM-5:30")
+    time.tzset()
+    try:
+        _, offset = decode_frame(clock.capabilities()["berm.clock.now"](b""))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert int(offset) == 5 * 3600 + 30 * 60
+
+
 def test_clock_now_takes_no_fields():
     with pytest.raises(CapabilityError, match="malformed request"):
         clock.capabilities()["berm.clock.now"](encode_frame(["x"]))
