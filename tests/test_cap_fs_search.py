@@ -357,3 +357,13 @@ def test_only_the_first_8_kib_decide_whether_a_file_is_binary(root, caps):
     (root / "late-nul.txt").write_bytes(b"needle\n" + b"." * (fs_search.BINARY_PROBE - 8) + b"\n\0")
     (root / "early-nul.txt").write_bytes(b"needle\n" + b"." * (fs_search.BINARY_PROBE - 8) + b"\0\n")
     assert grep(caps, "needle", include="*-nul.txt") == ["late-nul.txt"]
+
+
+def test_files_of_exactly_the_read_cap_are_searched(root, caps, monkeypatch):
+    monkeypatch.setattr(fs_search, "READ_CAP", 100)
+    (root / "cap").mkdir()
+    (root / "cap" / "exact.txt").write_bytes(b"needle\n" + b"." * 93)
+    (root / "cap" / "over.txt").write_bytes(b"needle\n" + b"." * 94)
+    assert grep(caps, "needle", path="cap") == ["cap/exact.txt"]
+    assert grep(caps, "needle", path="cap/exact.txt") == ["cap/exact.txt"]  # named alone, read to the cap
+    assert grep(caps, "needle", path="cap/over.txt") == []
