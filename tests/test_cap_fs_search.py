@@ -367,3 +367,37 @@ def test_files_of_exactly_the_read_cap_are_searched(root, caps, monkeypatch):
     assert grep(caps, "needle", path="cap") == ["cap/exact.txt"]
     assert grep(caps, "needle", path="cap/exact.txt") == ["cap/exact.txt"]  # named alone, read to the cap
     assert grep(caps, "needle", path="cap/over.txt") == []
+
+
+def test_git_directories_are_neither_listed_nor_searched(root, caps):
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("TODO inside git\n")
+    (root / "src" / ".git").mkdir()
+    (root / "src" / ".git" / "HEAD").write_text("TODO nested git\n")
+    assert not any(".git/" in p for p in glob(caps, "**/*"))
+    assert not any(".git/" in p for p in grep(caps, "TODO"))
+
+
+def test_a_zero_count_does_not_hide_the_repeats_after_it(caps):
+    with pytest.raises(CapabilityError, match="counted repeats"):
+        grep(caps, "x{0}(a{1000}){1000}")
+
+
+def test_a_gitignore_symlink_is_not_followed(root, tmp_path, caps):
+    (tmp_path / "outside-ignore").write_text("*.md\n")
+    (root / "src" / ".gitignore").symlink_to(tmp_path / "outside-ignore")
+    (root / "src" / "doc.md").write_text("TODO doc\n")
+    assert "src/doc.md" in grep(caps, "TODO")
+
+
+def test_glob_pattern_named_absolutely_inside_the_root(root, caps):
+    assert glob(caps, f"{root.resolve()}/src/*.c") == ["src/main.c"]
+
+
+def test_grep_files_of_the_same_time_are_ordered_by_path(root):
+    for rel in ["same/z.txt", "same/b/c.txt", "same/a.txt"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("needle\n")
+        os.utime(root / rel, ns=(10**18, 10**18))
+    out = fs_search.grep(Root(root), "needle", "same", "", "files", Deadline(10)).decode().split("\n")
+    assert out == ["same/a.txt", "same/b/c.txt", "same/z.txt"]
