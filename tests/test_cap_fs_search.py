@@ -401,3 +401,15 @@ def test_grep_files_of_the_same_time_are_ordered_by_path(root):
         os.utime(root / rel, ns=(10**18, 10**18))
     out = fs_search.grep(Root(root), "needle", "same", "", "files", Deadline(10)).decode().split("\n")
     assert out == ["same/a.txt", "same/b/c.txt", "same/z.txt"]
+
+
+def test_glob_files_of_the_same_time_are_ordered_by_path(root, caps):
+    for rel in ["same/a.txt", "same/z.txt", "same/b/c.txt"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x")
+        os.utime(root / rel, ns=(10**18, 10**18))
+    assert glob(caps, "**/*.txt", "same") == ["same/a.txt", "same/b/c.txt", "same/z.txt"]
+
+
+def test_grep_include_with_a_slash_is_relative_to_the_path_searched(caps):
+    assert grep(caps, "to do", path="src", include="util/*.c") == ["src/util/str.c"]
