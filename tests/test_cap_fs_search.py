@@ -413,3 +413,27 @@ def test_glob_files_of_the_same_time_are_ordered_by_path(root, caps):
 
 def test_grep_include_with_a_slash_is_relative_to_the_path_searched(caps):
     assert grep(caps, "to do", path="src", include="util/*.c") == ["src/util/str.c"]
+
+
+def test_gitignore_trailing_spaces_are_dropped_unless_escaped(root, caps):
+    (root / ".gitignore").write_text("build/\n*.md   \nspace\\ \n")
+    (root / "space ").write_text("TODO space\n")
+    (root / "space").write_text("TODO no space\n")
+    assert sorted(grep(caps, "TODO")) == ["debug.log", "notes/todo.txt", "space", "src/main.c"]
+
+
+def test_gitignore_anchoring_and_directory_bases(root, caps):
+    (root / ".gitignore").write_text("/todo.txt\n")
+    (root / "todo.txt").write_text("TODO top\n")
+    (root / "src" / ".gitignore").write_text("main.c\n")
+    (root / "srcx").mkdir()
+    (root / "srcx" / "main.c").write_text("TODO srcx\n")
+    assert grep(caps, "TODO", include="*.{txt,c}") == ["srcx/main.c", "notes/todo.txt", "build/out.c"]
+
+
+def test_a_gitignore_rule_ending_in_a_slash_spares_files_of_that_name(root, caps):
+    (root / ".gitignore").write_text("keep/\n")
+    (root / "keep").write_text("TODO a file named keep\n")
+    (root / "dir" / "keep").mkdir(parents=True)
+    (root / "dir" / "keep" / "x.txt").write_text("TODO in a dir named keep\n")
+    assert grep(caps, "named keep") == ["keep"]
