@@ -437,3 +437,15 @@ def test_a_gitignore_rule_ending_in_a_slash_spares_files_of_that_name(root, caps
     (root / "dir" / "keep").mkdir(parents=True)
     (root / "dir" / "keep" / "x.txt").write_text("TODO in a dir named keep\n")
     assert grep(caps, "named keep") == ["keep"]
+
+
+def test_glob_classes_escapes_and_comment_lines(root, caps):
+    d = Deadline(5)
+    assert Glob("[^a]*").match("b", d) and not Glob("[^a]*").match("a", d)  # ^ negates like !
+    assert not Glob("x[!a]y").match("x/y", d) and not Glob("x[^a]y").match("x/y", d)  # nor a separator
+    assert Glob("[]a]").match("]", d) and Glob("[]a]").match("a", d)  # ] first in a class is a member
+    assert Glob("a\\").match("a\\", d)  # a trailing backslash is itself
+    assert glob(caps, r"\src/*.c") == ["src/main.c"]  # an escaped component is not a literal prefix
+    (root / ".gitignore").write_text("#todo\n")
+    (root / "#todo").write_text("TODO hash\n")
+    assert "#todo" in grep(caps, "TODO hash")  # a comment, not a pattern
