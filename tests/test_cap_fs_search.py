@@ -449,3 +449,10 @@ def test_glob_classes_escapes_and_comment_lines(root, caps):
     (root / ".gitignore").write_text("#todo\n")
     (root / "#todo").write_text("TODO hash\n")
     assert "#todo" in grep(caps, "TODO hash")  # a comment, not a pattern
+
+
+def test_glob_question_mark_backslash_in_a_class_and_two_brace_groups():
+    d = Deadline(5)
+    assert Glob("a?b").match("axb", d) and not Glob("a?b").match("a/b", d)
+    assert Glob("[\\]").match("\\", d) and not Glob("[\\]").match("]", d)
+    assert Glob("{a,b}.{c,h}").match("a.h", d) and Glob("{a,b}.{c,h}").match("b.c", d)
