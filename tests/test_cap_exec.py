@@ -187,10 +187,11 @@ def test_the_timeout_line_follows_the_commands_own_stderr_on_a_line_of_its_own(r
     assert r["stderr"] == "err\n[killed: the command ran past its 3 s timeout]"
 
 
-def test_a_background_child_is_killed_when_the_command_exits_not_after_the_drain(root):
+def test_a_background_child_is_killed_when_the_command_exits_not_after_the_drain(root, monkeypatch):
     """The group is killed as soon as the command has exited: a child that waits for that (its parent a zombie)
-    and then writes 0.2 s later never gets to write."""
+    and then writes 2 s later never gets to write, however long the drain of the pipes it holds may last."""
+    monkeypatch.setattr(exec_cap, "DRAIN_GRACE", 60.0)
     command = ('p=$$; (while s=$(cat /proc/$p/stat) && s=${s##*) } && [ "${s%% *}" != Z ]; do sleep 0.01; done; '
-               'sleep 0.2; echo late) & echo now')
+               'sleep 2; echo late) & echo now')
     r = run(root, command, timeout=60)
     assert r == {"exit_code": 0, "stderr": "", "stdout": "now\n"}
