@@ -1,0 +1,105 @@
+"""The Engine's deadlines as a host call sees them (``running.time_left``): a caller's deadline only ever shortens
+the engine's, a run nested in a capability ends by the earliest of its own and its caller's, and once a run is over
+nothing of its deadline stays on the thread. Also the bounds of the result cap an Engine accepts. Both engines."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from berm_abi.names import fnv1a64
+from berm_host.engine import Engine
+from berm_host.linker import Linker
+from berm_host.running import time_left
+from berm_host.traps import HostError
+from tests.guests import raw_harness_elf
+
+KINDS = ("aot", "interp")
+
+SOURCE = r"""
+static char out[256];
+static char buf[256];
+/* The arguments to x.cap; its reply. */
+Pair berm_tool_cap(void) {
+    u64 n = ecall2(ARGS_READ, (u64)buf, sizeof buf);
+    u64 r = ecall2(X_CAP, (u64)buf, n < sizeof buf ? n : sizeof buf);
+    u64 len = r & ~(1ul << 63);
+    if (len > sizeof out) len = sizeof out;
+    ecall2(RESULT_READ, (u64)out, len);
+    Pair p = { (u64)out, len };
+    return p;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def elf() -> bytes:
+    return raw_harness_elf(SOURCE, ("cap",), {"X_CAP": fnv1a64("x.cap")})
+
+
+def _linker(fn) -> Linker:
+    linker = Linker()
+    linker.define("x.cap", fn)
+    return linker
+
+
+def _left(request: bytes) -> bytes:
+    """x.cap: the seconds the running invocation has left, as a host call serving it sees them."""
+    return repr(time_left()).encode()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_caller_deadline_far_away_does_not_lengthen_the_engine_deadline(tmp_path, elf, kind):
+    """``deadline`` "can only shorten the engine's own deadline": one an hour away leaves the engine's 5 s (a
+    capability that bounds its own timeout by time_left would otherwise wait long past the engine's deadline)."""
+    h = Engine(kind=kind, cache_dir=tmp_path, deadline=5.0).load(elf).harness(_linker(_left))
+    assert 0 < float(h.call("cap")) <= 5.0
+    assert 0 < float(h.call("cap", deadline=time.monotonic() + 3600)) <= 5.0
+    assert 0 < float(h.call("cap", deadline=time.monotonic() + 2.0)) <= 2.0  # a nearer one wins
+    assert time_left() is None  # nothing of the runs' deadlines stays on this thread
+
+
+@pytest.mark.parametrize("outer", KINDS)
+@pytest.mark.parametrize("inner", KINDS)
+@pytest.mark.parametrize("outer_deadline, inner_deadline", [(5.0, 3600.0), (3600.0, 5.0)],
+                         ids=["caller-earlier", "nested-earlier"])
+def test_a_run_nested_in_a_capability_ends_by_the_earliest_deadline_and_leaves_none_behind(
+        tmp_path, elf, outer, inner, outer_deadline, inner_deadline):
+    """A harness run by a capability has the earlier of its own engine's deadline and what its caller has left
+    (5 s either way, never the hour) — across engines too — and once it and its caller are over no deadline stays
+    on the thread; in between the caller has its own deadline again."""
+    seen = {}
+    nested = Engine(kind=inner, cache_dir=tmp_path, deadline=inner_deadline).load(elf).harness(_linker(_left))
+
+    def run_nested(request: bytes) -> bytes:
+        seen["nested"] = float(nested.call("cap"))
+        seen["after"] = time_left()
+        return b"back"
+
+    caller = Engine(kind=outer, cache_dir=tmp_path, deadline=outer_deadline).load(elf).harness(_linker(run_nested))
+    assert caller.call("cap") == "back"
+    assert 0 < seen["nested"] <= 5.0
+    assert seen["after"] is not None and 0 < seen["after"] <= outer_deadline
+    assert seen["after"] > 5.0 or outer_deadline == 5.0  # the caller's own deadline again, not the nested one's
+    assert time_left() is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_result_cap_of_zero_bytes_is_a_cap(tmp_path, elf, kind):
+    """0 is a byte count like any other (``0 <= max_result``): an engine made with it refuses any non-empty
+    result and returns the empty one."""
+    reply = {}
+    h = Engine(kind=kind, cache_dir=tmp_path, max_result=0).load(elf).harness(_linker(lambda r: reply["r"]))
+    reply["r"] = b""
+    assert h.call("cap") == ""
+    reply["r"] = b"x"
+    with pytest.raises(HostError, match="result of 1 bytes, over the cap of 0 bytes"):
+        h.call("cap")
+
+
+def test_a_result_cap_must_be_an_unsigned_64_bit_byte_count(tmp_path):
+    assert Engine(cache_dir=tmp_path, max_result=(1 << 64) - 1).max_result == (1 << 64) - 1
+    for bad in (1 << 64, -1, True, 1000.0, "1000", None):
+        with pytest.raises(ValueError, match="the result cap must be a number of bytes"):
+            Engine(cache_dir=tmp_path, max_result=bad)
