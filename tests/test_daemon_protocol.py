@@ -1,0 +1,156 @@
+"""The control protocol's field checks and replies, request by request: what a malformed field is (a protocol
+error, never a refusal or a host bug), what a null optional field means, and what each kind of outcome of a call
+comes back as."""
+
+import pytest
+
+from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, RemoteError
+
+from .queue_helpers import RecordingTarget
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    """A started daemon with no harness declared and one recording target ``h`` added, stopped after the test."""
+    decl = tmp_path / "agent.toml"
+    decl.write_text("")
+    d = Daemon(DaemonConfig(declarations=decl, socket=tmp_path / "run" / "berm.sock", state_dir=tmp_path / "state"))
+    d.start()
+    d.target = RecordingTarget()
+    d.queue.add("h", d.target)
+    yield d
+    d.stop()
+
+
+def _error(client: DaemonClient, request: dict) -> tuple[str, str]:
+    with pytest.raises(RemoteError) as err:
+        client.request(request)
+    return err.value.kind, str(err.value)
+
+
+def test_a_boolean_is_not_a_number_of_milliseconds(daemon):
+    """JSON true is a Python int subclass: it must not schedule a wake at 1 ms after the epoch."""
+    client = DaemonClient(daemon.config.socket)
+    assert _error(client, {"op": "schedule.add", "harness": "h", "id": "x", "when_ms": True}) == (
+        "protocol", "'when_ms' must be int, not bool")
+    assert list(client.schedules()) == []
+
+
+def test_a_null_optional_field_is_the_field_left_out(daemon):
+    """``"harness": null`` and ``"after": null`` in schedule.list ask for what leaving them out asks for (every
+    harness, from the first entry); a null where a value is required is still an error."""
+    client = DaemonClient(daemon.config.socket)
+    client.request({"op": "schedule.add", "harness": "h", "id": "a", "when_ms": 4102444800000})
+    entries = client.request({"op": "schedule.list", "harness": None, "after": None})
+    assert [e["id"] for e in entries["entries"]] == ["a"] and entries["next"] is None
+    assert _error(client, {"op": "schedule.cancel", "harness": None, "id": "a"})[0] == "protocol"
+
+
+def test_a_cursor_past_the_64_bit_range_is_a_protocol_error(daemon):
+    """when_ms of a cursor is a signed 64-bit instant: 2**63 is out of range (a malformed request), -2**63 is the
+    earliest there is."""
+    client = DaemonClient(daemon.config.socket)
+    client.request({"op": "schedule.add", "harness": "h", "id": "a", "when_ms": 4102444800000})
+    kind, message = _error(client, {"op": "schedule.list", "after": {"when_ms": 1 << 63, "harness": "h", "id": "a"}})
+    assert kind == "protocol" and "out of range" in message
+    page = client.request({"op": "schedule.list", "after": {"when_ms": -(1 << 63), "harness": "", "id": ""}})
+    assert [e["id"] for e in page["entries"]] == ["a"]
+
+
+def test_a_listing_of_exactly_one_page_has_no_next_page(daemon):
+    """``next`` is a cursor only while more entries follow: a full page that is the whole listing ends it (a
+    cursor there sent every client an extra request for an empty page), one entry more makes a second page."""
+    from berm_host.daemon import LIST_PAGE
+
+    far = 4102444800000
+    daemon.queue.dueset.put_many([("h", f"{i:04}", far + i, "", 0) for i in range(LIST_PAGE)])
+    client = DaemonClient(daemon.config.socket)
+    page = client.request({"op": "schedule.list"})
+    assert len(page["entries"]) == LIST_PAGE and page["next"] is None
+    daemon.queue.dueset.put("h", "last", far + LIST_PAGE)
+    page = client.request({"op": "schedule.list"})
+    assert len(page["entries"]) == LIST_PAGE
+    assert page["next"] == {"when_ms": far + LIST_PAGE - 1, "harness": "h", "id": f"{LIST_PAGE - 1:04}"}
+    page = client.request({"op": "schedule.list", "after": page["next"]})
+    assert [e["id"] for e in page["entries"]] == ["last"] and page["next"] is None
+
+
+def test_each_outcome_of_a_call_comes_back_as_its_own_kind_of_error(daemon):
+    """A guest's trap is a ``trap`` reply (not a ``refused`` one, though a Trap is a BermError too), its
+    ``berm.fail`` a ``failure`` reply with the guest's text, a harness nobody declared ``refused``."""
+    from berm_host.traps import ToolFailure
+
+    def fail_on_request(inv):
+        if inv.args == b"fail":
+            raise ToolFailure("echo", "the guest says no")
+
+    daemon.target.on_call = fail_on_request
+    client = DaemonClient(daemon.config.socket)
+    assert client.call("h", "echo", "hi") == "hi"
+    kind, message = _error(client, {"op": "call", "harness": "h", "tool": "echo", "args": "trap"})
+    assert kind == "trap" and "trapped" in message
+    assert _error(client, {"op": "call", "harness": "h", "tool": "echo", "args": "fail"}) == (
+        "failure", "the guest says no")
+    assert _error(client, {"op": "call", "harness": "ghost", "tool": "echo"})[0] == "refused"
+
+
+def test_a_request_line_of_more_than_max_line_bytes_is_refused_unread(daemon):
+    """MAX_LINE bytes of request and its newline are read; one byte more is a protocol error, not parsed."""
+    import json
+    import socket
+
+    from berm_host.daemon import MAX_LINE
+
+    def line(size: int) -> bytes:
+        head = json.dumps({"op": "harnesses", "pad": ""}).encode()
+        return head[:-2] + b"x" * (size - len(head)) + head[-2:]
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(daemon.config.socket))
+        f = s.makefile("rb")
+        s.sendall(line(MAX_LINE - 1) + b"\n")
+        assert json.loads(f.readline()) == {"ok": True, "harnesses": ["h"]}
+        s.sendall(line(MAX_LINE) + b"\n")
+        reply = json.loads(f.readline())
+    assert reply["ok"] is False and reply["error"] == "protocol" and f"over {MAX_LINE} bytes" in reply["message"]
+
+
+def test_publish_says_how_many_subscribers_it_delivered_to(daemon):
+    client = DaemonClient(daemon.config.socket)
+    assert client.request({"op": "publish", "topic": "t", "event": "e"}) == {"delivered": 0}
+    daemon.queue.add("g", RecordingTarget())
+    daemon.queue.subscribe("t", "h")
+    daemon.queue.subscribe("t", "g")
+    daemon.queue.subscribe("other", "h")
+    assert client.request({"op": "publish", "topic": "t", "event": "e"}) == {"delivered": 2}
+
+
+def test_a_request_without_a_string_op_is_a_protocol_error(daemon):
+    client = DaemonClient(daemon.config.socket)
+    for request in ({}, {"op": None}, {"op": 7}, {"tool": "echo"}):
+        assert _error(client, request) == ("protocol", 'a request is a JSON object with a string "op"')
+
+
+def test_a_calls_context_reaches_the_invocation(daemon):
+    seen = []
+    daemon.target.on_call = lambda inv: seen.append(inv.context)
+    client = DaemonClient(daemon.config.socket)
+    assert client.call("h", "echo", "x", agent="ag", conversation="c1", sender="alice") == "x"
+    assert client.call("h", "echo", "y") == "y"
+    assert [(c.agent, c.conversation, c.sender) for c in seen] == [("ag", "c1", "alice"), ("", "", "")]
+    assert _error(client, {"op": "call", "harness": "h", "tool": "echo", "context": {"agent": 5}})[0] == "protocol"
+
+
+def test_a_file_that_is_not_a_socket_where_the_socket_goes_is_left_alone(tmp_path):
+    """A stale socket from a killed daemon is replaced; anything else at that path is the user's, never deleted."""
+    from berm_host.daemon import DaemonError
+
+    decl = tmp_path / "agent.toml"
+    decl.write_text("")
+    path = tmp_path / "run" / "berm.sock"
+    path.parent.mkdir()
+    path.write_text("precious")
+    d = Daemon(DaemonConfig(declarations=decl, socket=path, state_dir=tmp_path / "state"))
+    with pytest.raises(DaemonError, match="exists and is not a socket"):
+        d.start()
+    assert path.read_text() == "precious"
