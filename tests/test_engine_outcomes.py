@@ -1,0 +1,87 @@
+"""What a Harness raises for each way an invocation ends, on both engines: a trap after a ``berm.fail`` is the
+trap, carrying the text (ABI §3), and lifecycle exports (``Harness.enter``) end the same way as tools, by the
+caller's deadline too."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from berm_host.engine import Engine
+from berm_host.traps import HostError, ToolFailure, Trap, TrapKind
+from tests.guests import raw_harness_elf
+
+KINDS = ("aot", "interp")
+
+SOURCE = r"""
+static char out[8];
+/* A panic handler: it says why, then executes ebreak. */
+Pair berm_tool_panic(void) { ecall2(FAIL, (u64)"out of cheese", 13); __asm__ volatile("ebreak"); for (;;) {} }
+Pair berm_tool_latin1(void) { out[0] = 'c'; out[1] = (char)0xe9; Pair p = { (u64)out, 2 }; return p; }
+Pair berm_tool_ok(void) { out[0] = 'o'; out[1] = 'k'; Pair p = { (u64)out, 2 }; return p; }
+void on_wake(void) {
+    static char buf[8];
+    u64 n = ecall2(ARGS_READ, (u64)buf, sizeof buf);
+    if (n == 4 && buf[0] == 'f') ecall2(FAIL, (u64)"wake failed", 11);
+    if (n == 4 && buf[0] == 'p') { ecall2(FAIL, (u64)"wake panic", 10); __asm__ volatile("ebreak"); }
+    if (n == 4 && buf[0] == 's') for (volatile u64 i = 0; ; i++) {}
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def elf() -> bytes:
+    return raw_harness_elf(SOURCE, ("panic", "latin1", "ok"), keep=("on_wake",))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_trap_after_a_failure_is_the_trap_carrying_the_failure_text(tmp_path, elf, kind):
+    h = Engine(kind=kind, cache_dir=tmp_path).load(elf).harness()
+    with pytest.raises(Trap) as info:
+        h.call("panic")
+    assert info.value.kind is TrapKind.BREAKPOINT and info.value.failure == "out of cheese"
+    assert str(info.value).endswith("(after berm.fail: out of cheese)")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_result_that_is_not_utf8_is_a_host_error(tmp_path, elf, kind):
+    """A tool's result is text: bytes that are not UTF-8 are refused, never replaced with U+FFFD behind the
+    caller's back."""
+    h = Engine(kind=kind, cache_dir=tmp_path).load(elf).harness()
+    with pytest.raises(HostError, match=r"tool latin1 returned a result that is not UTF-8 \(byte 1\)"):
+        h.call("latin1")
+    assert h.call("ok") == "ok"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_lifecycle_export_ends_like_a_tool(tmp_path, elf, kind):
+    image = Engine(kind=kind, cache_dir=tmp_path).load(elf)
+    h = image.harness()
+    assert h.name == image.digest[:12]  # no name given: the image's, as logs and errors show it
+    assert h.exports == frozenset({"on_wake"})
+    assert h.enter("on_wake", b"{}") is None
+    with pytest.raises(ToolFailure, match="wake failed"):
+        h.enter("on_wake", "fail")
+    with pytest.raises(Trap) as info:
+        h.enter("on_wake", "panc")
+    assert info.value.kind is TrapKind.BREAKPOINT and info.value.failure == "wake panic"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_lifecycle_export_ends_by_the_callers_deadline(tmp_path, elf, kind):
+    """The queue passes its deadline to ``enter`` as to ``call``; the engine alone would let a wake spin 10 min."""
+    h = Engine(kind=kind, cache_dir=tmp_path, deadline=600.0).load(elf).harness()
+    outcome: list = []
+
+    def enter() -> None:
+        try:
+            h.enter("on_wake", "spin", deadline=time.monotonic() + 0.2)
+        except Trap as trap:
+            outcome.append(trap.kind)
+
+    t = threading.Thread(target=enter, daemon=True)
+    t.start()
+    t.join(60)  # a hang guard, not a measurement: without the caller's deadline the wake spins for 600 s
+    assert not t.is_alive() and outcome == [TrapKind.INTERRUPTED]
