@@ -20,6 +20,7 @@ static char out[8];
 /* A panic handler: it says why, then executes ebreak. */
 Pair berm_tool_panic(void) { ecall2(FAIL, (u64)"out of cheese", 13); __asm__ volatile("ebreak"); for (;;) {} }
 Pair berm_tool_latin1(void) { out[0] = 'c'; out[1] = (char)0xe9; Pair p = { (u64)out, 2 }; return p; }
+Pair berm_tool_nowhere(void) { Pair p = { 0, 2000 }; return p; }
 Pair berm_tool_ok(void) { out[0] = 'o'; out[1] = 'k'; Pair p = { (u64)out, 2 }; return p; }
 void on_wake(void) {
     static char buf[8];
@@ -33,7 +34,7 @@ void on_wake(void) {
 
 @pytest.fixture(scope="module")
 def elf() -> bytes:
-    return raw_harness_elf(SOURCE, ("panic", "latin1", "ok"), keep=("on_wake",))
+    return raw_harness_elf(SOURCE, ("panic", "latin1", "nowhere", "ok"), keep=("on_wake",))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -53,6 +54,14 @@ def test_a_result_that_is_not_utf8_is_a_host_error(tmp_path, elf, kind):
     with pytest.raises(HostError, match=r"tool latin1 returned a result that is not UTF-8 \(byte 1\)"):
         h.call("latin1")
     assert h.call("ok") == "ok"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_result_outside_guest_memory_is_said_to_be_so_even_when_over_the_cap(tmp_path, elf, kind):
+    """2000 bytes at address 0, with a cap of 1000: what is wrong is where it is, not only how long."""
+    h = Engine(kind=kind, cache_dir=tmp_path, max_result=1000).load(elf).harness()
+    with pytest.raises(HostError, match=r"returned a result at 0x0 \(2000 bytes\) that is not inside guest memory"):
+        h.call("nowhere")
 
 
 @pytest.mark.parametrize("kind", KINDS)
