@@ -1,0 +1,63 @@
+"""The linker as the capability set a guest sees, on both engines: core host calls cannot be taken over by a
+capability, defining a name again replaces what it serves, and membership and listing are by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from berm_abi.names import fnv1a64
+from berm_host.engine import Engine
+from berm_host.linker import Capability, Linker
+from tests.guests import raw_harness_elf
+
+KINDS = ("aot", "interp")
+
+SOURCE = r"""
+static char out[64];
+static char buf[64];
+/* The arguments to x.cap; its reply. */
+Pair berm_tool_cap(void) {
+    u64 n = ecall2(ARGS_READ, (u64)buf, sizeof buf);
+    u64 r = ecall2(X_CAP, (u64)buf, n);
+    u64 len = r & ~(1ul << 63);
+    if (len > sizeof out) len = sizeof out;
+    ecall2(RESULT_READ, (u64)out, len);
+    Pair p = { (u64)out, len };
+    return p;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def elf() -> bytes:
+    return raw_harness_elf(SOURCE, ("cap",), {"X_CAP": fnv1a64("x.cap")})
+
+
+@pytest.mark.parametrize("name", ["berm.log", "berm.fail", "berm.args.read", "berm.result.read"])
+def test_a_core_host_call_cannot_be_defined_as_a_capability(name):
+    """The engine serves core calls itself: a capability of the same name would never be called on one engine
+    and would shadow the core call on another."""
+    linker = Linker()
+    with pytest.raises(ValueError, match=f"{name} is a core host call"):
+        linker.define(name, lambda request: b"")
+    with pytest.raises(ValueError, match="core host call"):
+        Linker([Capability(name, lambda request: b"")])
+    assert linker.names() == [] and name not in linker
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_defining_a_capability_again_replaces_it(tmp_path, elf, kind):
+    linker = Linker()
+    linker.define("x.cap", lambda request: b"first " + request)
+    h = Engine(kind=kind, cache_dir=tmp_path).load(elf).harness(linker)
+    assert h.call("cap", "a") == "first a"
+    linker.define("x.cap", lambda request: b"second " + request)
+    assert h.call("cap", "b") == "second b"
+    assert linker.names() == ["x.cap"] and "x.cap" in linker and "x.other" not in linker
+
+
+def test_names_and_iteration_are_sorted_by_name():
+    linker = Linker([Capability(n, lambda request: b"") for n in ("x.zeta", "x.alpha", "x.mid")])
+    assert linker.names() == ["x.alpha", "x.mid", "x.zeta"]
+    assert [c.name for c in linker] == ["x.alpha", "x.mid", "x.zeta"]
+    assert linker.lookup(fnv1a64("x.mid")).name == "x.mid" and linker.lookup(fnv1a64("x.none")) is None
