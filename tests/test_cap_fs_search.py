@@ -7,10 +7,10 @@ import os
 import pytest
 
 from berm_abi.frames import encode_frame
-from berm_host.capabilities import fs_search, gitignore
+from berm_host.capabilities import fs, fs_search, gitignore
 from berm_host.capabilities._request import Deadline
 from berm_host.capabilities.patterns import Glob, glob_source, literal_prefix
-from berm_host.capabilities.paths import Root
+from berm_host.capabilities.paths import MAX_DEPTH, Root
 from berm_host.linker import CapabilityError
 
 
@@ -456,3 +456,13 @@ def test_glob_question_mark_backslash_in_a_class_and_two_brace_groups():
     assert Glob("a?b").match("axb", d) and not Glob("a?b").match("a/b", d)
     assert Glob("[\\]").match("\\", d) and not Glob("[\\]").match("]", d)
     assert Glob("{a,b}.{c,h}").match("a.h", d) and Glob("{a,b}.{c,h}").match("b.c", d)
+
+
+def test_the_walk_lists_files_as_deep_as_a_path_may_reach_and_no_deeper(tmp_path):
+    """A path resolves through at most MAX_DEPTH directories: glob and grep list the files of a directory that
+    deep, which a read reaches, and do not walk below it."""
+    deepest = "/".join(["d"] * MAX_DEPTH)
+    _tree(tmp_path, {f"{deepest}/in.txt": "x", f"{deepest}/d/out.txt": "x"})
+    c = fs_search.capabilities(Root(tmp_path), timeout=10)
+    assert glob(c, "**/*.txt") == grep(c, "x") == [f"{deepest}/in.txt"]
+    assert fs.capabilities(Root(tmp_path))["berm.fs.read"](encode_frame([f"{deepest}/in.txt"])) == b"x"
