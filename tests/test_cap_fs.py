@@ -73,6 +73,16 @@ def test_write_does_not_create_parents_unless_asked(root, caps):
     assert (root / "d1" / "d2" / "f").read_bytes() == b"x"
 
 
+def test_parents_are_made_with_the_modes_mkdir_p_gives(root, caps):
+    """Directories made for a write are 0777 less the process's umask, as mkdir -p makes them (not private)."""
+    old = os.umask(0o022)
+    try:
+        caps["berm.fs.write"](encode_frame(["p1/p2/f", b"x", "parents", "1"]))
+    finally:
+        os.umask(old)
+    assert [stat.S_IMODE((root / d).stat().st_mode) for d in ("p1", "p1/p2")] == [0o755, 0o755]
+
+
 def test_a_failed_write_loses_nothing_and_leaves_no_temporary_file(root, caps, monkeypatch):
     (root / "keep").write_bytes(b"precious")
 
