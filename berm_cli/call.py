@@ -122,7 +122,7 @@ def run(args) -> int:
         print(shown(failure.message), file=sys.stderr)
         return 1
     except Trap as trap:  # with the call chain under the message
-        print(shown("\n".join([f"berm call: {trap}", *trap.info.call_chain()])), file=sys.stderr)
+        print(shown("\n".join([f"berm call: {trap}", *trap.info.chain_lines()])), file=sys.stderr)
         return 2
     print(result)
     return 0

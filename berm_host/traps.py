@@ -88,7 +88,7 @@ class TrapInfo:
         where = self.where or f"{self.pc:#x}"
         return f"{self.core} in {where}"
 
-    def call_chain(self) -> list[str]:
+    def chain_lines(self) -> list[str]:
         """The call chain as lines for a reader, innermost first: one per caller, where it resumes."""
         lines = [f"  called from {where or f'{link:#x}'}" for link, where in self.callers]
         if self.unkept:

@@ -71,3 +71,30 @@ def raw_harness_elf(body: str, tools: tuple[str, ...], defines: dict[str, int] |
                         '__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = '
                         f"{json.dumps(manifest)};", "void _start(void) {}", ""])
     return guest_elf(source, opt=opt, keep=(*(f"berm_tool_{t}" for t in tools), *keep))
+
+
+_RELAY = r"""
+static char out[256];
+static char buf[256];
+Pair berm_tool_ok(void) { out[0] = 'o'; out[1] = 'k'; Pair p = { (u64)out, 2 }; return p; }
+Pair berm_tool_spin(void) { for (volatile u64 i = 0; ; i++) {} }
+/* The arguments to x.cap; its reply, "E:" first when it is an error reply. */
+Pair berm_tool_cap(void) {
+    u64 n = ecall2(ARGS_READ, (u64)buf, sizeof buf);
+    u64 r = ecall2(X_CAP, (u64)buf, n < sizeof buf ? n : sizeof buf);
+    u64 len = r & ~(1ul << 63), off = 0;
+    if (len > sizeof out - 2) len = sizeof out - 2;
+    if (r >> 63) { out[0] = 'E'; out[1] = ':'; off = 2; }
+    ecall2(RESULT_READ, (u64)out + off, len);
+    Pair p = { (u64)out, len + off };
+    return p;
+}
+"""
+
+
+def capability_relay_elf() -> bytes:
+    """A harness of three tools: ``cap`` hands its arguments to the capability ``x.cap`` and returns its reply
+    (``E:`` first for an error reply), ``ok`` returns "ok", ``spin`` never returns."""
+    from berm_abi.names import fnv1a64
+
+    return raw_harness_elf(_RELAY, ("ok", "spin", "cap"), {"X_CAP": fnv1a64("x.cap")})

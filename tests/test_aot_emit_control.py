@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from berm_host.traps import TrapKind
 from tests import progen
 from tests.bounded import GRACE, ends_within
-from tests.rvenc import Label, Op
+from tests.rvenc import Label, Op, la
 from tests.test_aot_diff import assert_same, run_both
 
 
@@ -59,37 +61,26 @@ def test_an_unrelaxed_call_whose_offset_is_odd_calls_the_even_address():
         assert_same(gen, expected, got)
 
 
-def test_a_register_written_two_calls_down_is_seen_by_the_caller():
-    """After a direct call the caller reloads what its callee may write, the callee's callees included
-    (berm_aot/analysis.py, ``writes_closure``): f0 calls f1, which only calls f2, which writes a3 (a mutation
-    review: summaries of the callee's own writes only passed the random programs)."""
-    save, restore = [Op("addi", rd=2, rs1=2, imm=-16), Op("sd", rs1=2, rs2=1)], \
-        [Op("ld", rd=1, rs1=2), Op("addi", rd=2, rs1=2, imm=16), Op("jalr", rs1=1)]
-    functions = [progen.Function("f0", [*save, Op("addi", rd=13, imm=1), Op("jal", rd=1, target="f1"),
-                                        Op("addi", rd=10, rs1=13), *restore]),
-                 progen.Function("f1", [*save, Op("jal", rd=1, target="f2"), *restore]),
+_SAVE = [Op("addi", rd=2, rs1=2, imm=-16), Op("sd", rs1=2, rs2=1)]
+_RESTORE = [Op("ld", rd=1, rs1=2), Op("addi", rd=2, rs1=2, imm=16), Op("jalr", rs1=1)]
+
+
+@pytest.mark.parametrize("f1, what", [
+    ([*_SAVE, Op("jal", rd=1, target="f2"), *_RESTORE], "f0 -> f1 -> f2 writes a3"),
+    ([*la(6, "f2"), Op("jalr", rs1=6)], "f0 -> f1 -jr-> f2 writes a3"),
+])
+def test_a_register_written_below_a_callee_is_seen_by_the_caller(f1, what):
+    """f0 calls f1, which reaches f2, which writes a3 and returns to f0: f0 must see it. After a direct call the
+    caller reloads what its callee may write, the callee's callees included (berm_aot/analysis.py,
+    ``writes_closure``); when f1 leaves by ``jr`` to f2's entry (a tail transfer decided at run time), only the
+    dynamic transfer's bump of ctx->wild tells f0 to reload more than f1's summary. (A mutation review: summaries of
+    the callee's own writes only, and a ``jr`` to an entry that did not bump ctx->wild, each passed every test.)"""
+    functions = [progen.Function("f0", [*_SAVE, Op("addi", rd=13, imm=1), Op("jal", rd=1, target="f1"),
+                                        Op("addi", rd=10, rs1=13), *_RESTORE]),
+                 progen.Function("f1", f1),
                  progen.Function("f2", [Op("addi", rd=13, imm=0x55), Op("jalr", rs1=1)])]
     image = progen.build_image(functions)
-    gen = progen.GenProgram(image, image.entry, "f0 -> f1 -> f2 writes a3")
-    for _, expected, (got,) in run_both([gen]):
-        assert expected.trap is None and expected.regs[10] == 0x55
-        assert_same(gen, expected, got)
-
-
-def test_a_register_written_after_an_indirect_tail_jump_is_seen_by_the_caller():
-    """f1, called directly, leaves by ``jr`` to another function's entry (a tail transfer decided at run time): f2
-    writes a3 and returns to f0, which must see it. Only a dynamic transfer's bump of ctx->wild tells f0 to reload
-    more than f1's summary (a mutation review: a ``jr`` to an entry that did not bump it passed every test)."""
-    from tests.rvenc import la
-
-    save, restore = [Op("addi", rd=2, rs1=2, imm=-16), Op("sd", rs1=2, rs2=1)], \
-        [Op("ld", rd=1, rs1=2), Op("addi", rd=2, rs1=2, imm=16), Op("jalr", rs1=1)]
-    functions = [progen.Function("f0", [*save, Op("addi", rd=13, imm=1), Op("jal", rd=1, target="f1"),
-                                        Op("addi", rd=10, rs1=13), *restore]),
-                 progen.Function("f1", [*la(6, "f2"), Op("jalr", rs1=6)]),
-                 progen.Function("f2", [Op("addi", rd=13, imm=0x55), Op("jalr", rs1=1)])]
-    image = progen.build_image(functions)
-    gen = progen.GenProgram(image, image.entry, "f0 -> f1 -jr-> f2 writes a3")
+    gen = progen.GenProgram(image, image.entry, what)
     for _, expected, (got,) in run_both([gen]):
         assert expected.trap is None and expected.regs[10] == 0x55
         assert_same(gen, expected, got)

@@ -188,9 +188,9 @@ def test_a_fault_two_calls_deep_names_both_callers(guest):
     trap = run_both(guest, "outer", 0).trap
     assert trap.kind is TrapKind.MEMORY_FAULT and trap.where.split("+")[0] == "leaf"
     assert [where.split("+")[0] for _, where in trap.callers] == ["middle", "outer"] and trap.unkept == 0
-    assert trap.call_chain() == [f"  called from {trap.callers[0][1]}", f"  called from {trap.callers[1][1]}"]
+    assert trap.chain_lines() == [f"  called from {trap.callers[0][1]}", f"  called from {trap.callers[1][1]}"]
     entry = run_both(guest, "leaf", 0).trap  # the entry frame is no caller
-    assert entry.kind is TrapKind.MEMORY_FAULT and entry.callers == () and entry.call_chain() == []
+    assert entry.kind is TrapKind.MEMORY_FAULT and entry.callers == () and entry.chain_lines() == []
 
 
 @pytest.mark.parametrize("tail", [0, 1])
@@ -212,7 +212,7 @@ def test_the_depth_limit_reports_how_many_frames_of_the_chain_it_did_not_keep(gu
     assert trap.kind is TrapKind.STACK_EXHAUSTED
     # the entry frame and MAX_CALL_DEPTH - 1 nested ones: every nested one is a caller of the next
     assert len(trap.callers) == TRACE_KEEP and trap.unkept == MAX_CALL_DEPTH - 1 - TRACE_KEEP
-    assert trap.call_chain()[-1] == f"  ... and {MAX_CALL_DEPTH - 1 - TRACE_KEEP:,} more frames"
+    assert trap.chain_lines()[-1] == f"  ... and {MAX_CALL_DEPTH - 1 - TRACE_KEEP:,} more frames"
 
 
 @pytest.mark.parametrize("kind", ["aot", "interp"])

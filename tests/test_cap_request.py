@@ -15,10 +15,11 @@ from berm_host.running import interpreting
 def test_a_call_keeps_a_fifth_of_what_its_invocation_has_left_at_most_five_seconds_for_the_guest():
     assert Deadline.within_invocation(30).seconds == 30  # no invocation: the capability's own timeout
     with interpreting(time.monotonic() + 1000):
-        assert 994 < Deadline.within_invocation(2000).seconds <= 995  # 5 s kept, not 200
+        # 5 s kept, not 200 (the margins leave seconds for a loaded machine between these lines, not a measurement)
+        assert 990 < Deadline.within_invocation(2000).seconds <= 995
         assert Deadline.within_invocation(30).seconds == 30
-    with interpreting(time.monotonic() + 10):
-        assert 7.6 < Deadline.within_invocation(30).seconds <= 8  # a fifth kept (2 s), not 5 s
+    with interpreting(time.monotonic() + 20):
+        assert 15.5 < Deadline.within_invocation(30).seconds <= 16  # a fifth kept (4 s), not 5 s
 
 
 def test_a_call_made_after_its_invocation_ran_out_has_no_time():

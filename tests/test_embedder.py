@@ -12,40 +12,21 @@ import threading
 
 import pytest
 
-from berm_abi.names import fnv1a64
 from berm_host.declaration import MAX_TIMEOUT
 from berm_host.engine import Engine
 from berm_host.linker import CapabilityError, Linker
 from berm_host.traps import HostError, Trap, TrapKind
 from tests.bounded import GRACE, ends_within
-from tests.guests import raw_harness_elf
+from tests.guests import capability_relay_elf
 
 KINDS = ("aot", "interp")
 #: A deadline no test waits for (the longest an Engine takes): a run that ends at all under it ended by another's.
 NEVER = MAX_TIMEOUT
 
-SOURCE = r"""
-static char out[256];
-static char buf[256];
-Pair berm_tool_ok(void) { out[0] = 'o'; out[1] = 'k'; Pair p = { (u64)out, 2 }; return p; }
-Pair berm_tool_spin(void) { for (volatile u64 i = 0; ; i++) {} }
-/* The arguments to x.cap; its reply, "E:" first when it is an error reply. */
-Pair berm_tool_cap(void) {
-    u64 n = ecall2(ARGS_READ, (u64)buf, sizeof buf);
-    u64 r = ecall2(X_CAP, (u64)buf, n < sizeof buf ? n : sizeof buf);
-    u64 len = r & ~(1ul << 63), off = 0;
-    if (len > sizeof out - 2) len = sizeof out - 2;
-    if (r >> 63) { out[0] = 'E'; out[1] = ':'; off = 2; }
-    ecall2(RESULT_READ, (u64)out + off, len);
-    Pair p = { (u64)out, len + off };
-    return p;
-}
-"""
-
 
 @pytest.fixture(scope="module")
 def elf() -> bytes:
-    return raw_harness_elf(SOURCE, ("ok", "spin", "cap"), {"X_CAP": fnv1a64("x.cap")})
+    return capability_relay_elf()
 
 
 def harness(elf: bytes, kind: str, tmp_path, linker: Linker | None = None, deadline: float = 10.0):

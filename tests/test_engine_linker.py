@@ -8,29 +8,14 @@ import pytest
 from berm_abi.names import fnv1a64
 from berm_host.engine import Engine
 from berm_host.linker import Capability, Linker
-from tests.guests import raw_harness_elf
+from tests.guests import capability_relay_elf
 
 KINDS = ("aot", "interp")
-
-SOURCE = r"""
-static char out[64];
-static char buf[64];
-/* The arguments to x.cap; its reply. */
-Pair berm_tool_cap(void) {
-    u64 n = ecall2(ARGS_READ, (u64)buf, sizeof buf);
-    u64 r = ecall2(X_CAP, (u64)buf, n);
-    u64 len = r & ~(1ul << 63);
-    if (len > sizeof out) len = sizeof out;
-    ecall2(RESULT_READ, (u64)out, len);
-    Pair p = { (u64)out, len };
-    return p;
-}
-"""
 
 
 @pytest.fixture(scope="module")
 def elf() -> bytes:
-    return raw_harness_elf(SOURCE, ("cap",), {"X_CAP": fnv1a64("x.cap")})
+    return capability_relay_elf()
 
 
 @pytest.mark.parametrize("name", ["berm.log", "berm.fail", "berm.args.read", "berm.result.read"])

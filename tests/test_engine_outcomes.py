@@ -4,13 +4,13 @@ caller's deadline too."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
 from berm_host.engine import Engine
 from berm_host.traps import HostError, ToolFailure, Trap, TrapKind
+from tests.bounded import GRACE, ends_within
 from tests.guests import raw_harness_elf
 
 KINDS = ("aot", "interp")
@@ -82,15 +82,6 @@ def test_a_lifecycle_export_ends_like_a_tool(tmp_path, elf, kind):
 def test_a_lifecycle_export_ends_by_the_callers_deadline(tmp_path, elf, kind):
     """The queue passes its deadline to ``enter`` as to ``call``; the engine alone would let a wake spin 10 min."""
     h = Engine(kind=kind, cache_dir=tmp_path, deadline=600.0).load(elf).harness()
-    outcome: list = []
-
-    def enter() -> None:
-        try:
-            h.enter("on_wake", "spin", deadline=time.monotonic() + 0.2)
-        except Trap as trap:
-            outcome.append(trap.kind)
-
-    t = threading.Thread(target=enter, daemon=True)
-    t.start()
-    t.join(60)  # a hang guard, not a measurement: without the caller's deadline the wake spins for 600 s
-    assert not t.is_alive() and outcome == [TrapKind.INTERRUPTED]
+    with pytest.raises(Trap) as trap:  # a hang guard, not a measurement: without it the wake spins for 600 s
+        ends_within(GRACE, lambda: h.enter("on_wake", "spin", deadline=time.monotonic() + 0.2))
+    assert trap.value.kind is TrapKind.INTERRUPTED
