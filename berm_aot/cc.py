@@ -52,6 +52,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import selectors
 import shlex
 import signal
 import subprocess
@@ -143,20 +144,14 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
     with tmp:
         work = Path(tmp.name)
         pending: list[tuple[Path, Path]] = []
-        running: list[tuple[subprocess.Popen, Path]] = []
         objects = []
+        pool = _Pool(deadline)
 
         def start_what_fits() -> None:
-            while pending and len(running) < max(1, jobs):
+            while pending and len(pool.running) < max(1, jobs):
                 src, obj = pending.pop(0)
-                running.append((_start(cmd, [*flags, "-fstack-usage", "-c", str(src), "-o", str(obj)]), src))
+                pool.start(_start(cmd, [*flags, "-fstack-usage", "-c", str(src), "-o", str(obj)]), src)
                 objects.append(obj)
-
-        def reap(proc: subprocess.Popen, src: Path) -> None:
-            output = _finish(proc, deadline)
-            if proc.returncode != 0:
-                raise CompileError(f"cc failed on {src.name} (kept nowhere; emitted code is a translator "
-                                   f"bug, unless the disk is full):\n{output[-4000:]}")
 
         try:
             for i, text in enumerate(sources):
@@ -166,16 +161,13 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
                 except OSError as exc:
                     raise CompileError(f"cannot write the translation into {work}: {exc.strerror or exc}") from None
                 pending.append((src, work / f"unit{i}.o"))
-                for done in [r for r in running if r[0].poll() is not None]:  # finished while translating
-                    running.remove(done)
-                    reap(*done)
+                pool.reap(block=False)  # those that finished while this unit was translated
                 start_what_fits()
-            while pending or running:
+            while pending or pool.running:
                 start_what_fits()
-                reap(*running.pop(0))
+                pool.reap(block=True)
         finally:
-            for proc, _ in running:
-                _kill(proc)
+            pool.kill()
         objects.append(_frame_object(cmd, work, worst_frame([obj.with_suffix(".su") for obj in objects]), key,
                                      deadline))
         link = _start(cmd, ["-shared", *BASE_FLAGS, "-o", str(out), *map(str, objects)])
@@ -185,10 +177,11 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
 
 
 def _start(cmd: list[str], args: list[str]) -> subprocess.Popen:
-    """The compiler running ``args`` in a session of its own (so that ``_kill`` reaches cc1, as and ld too)."""
+    """The compiler running ``args`` in a session of its own (so that ``_kill`` reaches cc1, as and ld too), its
+    output and errors on one pipe."""
     try:
-        return subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", env=compiler_env(), start_new_session=True)
+        return subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=compiler_env(), start_new_session=True)
     except OSError as exc:
         raise CompileError(f"cannot run the C compiler {cmd[0]!r}: {exc}") from None
 
@@ -199,11 +192,71 @@ def _finish(proc: subprocess.Popen, deadline: float) -> str:
         output, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.001))
     except subprocess.TimeoutExpired:
         _kill(proc)
-        raise CompileError(f"cc took longer than {COMPILE_TIMEOUT} s") from None
+        raise _timeout() from None
     except BaseException:
         _kill(proc)
         raise
-    return output
+    return output.decode(errors="replace")
+
+
+def _timeout() -> CompileError:
+    return CompileError(f"cc took longer than {COMPILE_TIMEOUT} s")
+
+
+class _Pool:
+    """The unit compilers running at once. ``reap`` takes whichever finishes first, so a core never waits for an
+    older unit while a younger one has finished (on two cores, waiting for the oldest left one idle for up to a
+    unit's difference in compile time); every compiler's output is read as it comes, so none blocks on a full pipe
+    while another is awaited. A compiler has finished when its pipe ends: the driver and the programs it started
+    have all exited or closed it."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.running: dict[int, tuple[subprocess.Popen, Path, bytearray]] = {}  # by the fd of its pipe
+        self._selector = selectors.DefaultSelector()
+
+    def start(self, proc: subprocess.Popen, src: Path) -> None:
+        fd = proc.stdout.fileno()
+        self.running[fd] = (proc, src, bytearray())
+        self._selector.register(fd, selectors.EVENT_READ)
+
+    def reap(self, *, block: bool) -> None:
+        """Reap every compiler that has finished, after waiting, when ``block``, until one has. A compiler that
+        failed is a CompileError naming its unit; past the deadline, a CompileError (``kill`` ends the rest)."""
+        while self.running:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise _timeout()
+            events = self._selector.select(timeout=remaining if block else 0)
+            if not events and not block:
+                return
+            for key, _ in events:
+                output = self.running[key.fd][2]
+                chunk = os.read(key.fd, 65536)
+                output += chunk
+                if not chunk:
+                    self._reaped(key.fd)
+                    block = False  # one has finished: reap the others that have too, then return
+
+    def _reaped(self, fd: int) -> None:
+        proc, src, output = self.running[fd]
+        try:
+            proc.wait(timeout=max(self.deadline - time.monotonic(), 0.001))
+        except subprocess.TimeoutExpired:
+            raise _timeout() from None
+        self._selector.unregister(fd)
+        proc.stdout.close()
+        del self.running[fd]
+        if proc.returncode != 0:
+            raise CompileError(f"cc failed on {src.name} (kept nowhere; emitted code is a translator bug, unless "
+                               f"the disk is full):\n{output.decode(errors='replace')[-4000:]}")
+
+    def kill(self) -> None:
+        """Kill every compiler still running, each with its whole session."""
+        for proc, _, _ in self.running.values():
+            _kill(proc)
+        self.running.clear()
+        self._selector.close()
 
 
 def _kill(proc: subprocess.Popen) -> None:

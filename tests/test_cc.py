@@ -1,8 +1,9 @@
 """The C compiler driver (berm_aot/cc.py): units compile in parallel into one shared object, a unit that does not
-compile is a CompileError naming it, and a generator of units is compiled as it goes — the first unit's compile
-has finished before the generator is asked for the second (the translation overlaps the compiles). What the
-environment could slip into the object stays out of it, a timeout kills every program the compiler started, and a
-disk that takes no more is a CompileError."""
+compile is a CompileError naming it, and a generator of units is compiled as it goes — the first unit's compile has
+finished before the generator is asked for the second (the translation overlaps the compiles), and a unit that
+finishes frees its place at once, whatever older unit still compiles. What the environment could slip into the
+object stays out of it, a timeout kills every program the compiler started, and a disk that takes no more is a
+CompileError."""
 
 from __future__ import annotations
 
@@ -52,6 +53,32 @@ def test_a_generator_is_compiled_as_it_goes(tmp_path):
     out = tmp_path / "lib.so"
     cc.compile_shared(units(), out, jobs=2)
     assert ctypes.CDLL(str(out)).answer1() == 7
+
+
+def test_a_finished_unit_frees_its_place_while_an_older_one_compiles(tmp_path, monkeypatch):
+    """The driver waited for the oldest compile: a younger unit that finished first left its core idle until the
+    oldest ended. The stand-in compiler here compiles unit 0 only once unit 2 has started, which with two at a
+    time happens only if unit 1's place is taken as soon as unit 1 finishes."""
+    started = tmp_path / "unit2-started"
+    fake = tmp_path / "orderedcc"
+    fake.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        for a; do case $a in *.c) src=$a;; esac; done
+        if [ -n "$src" ] && grep -q WAITS "$src"; then
+            i=0
+            while [ ! -e {started} ]; do
+                i=$((i + 1)); [ $i -gt 300 ] && {{ echo "unit 2 never started"; exit 1; }}
+                sleep 0.05
+            done
+        fi
+        if [ -n "$src" ] && grep -q STARTS "$src"; then touch {started}; fi
+        exec cc "$@"
+    """))
+    fake.chmod(0o755)
+    monkeypatch.setenv("BERM_CC", str(fake))
+    out = tmp_path / "lib.so"
+    cc.compile_shared(["/* WAITS */\n" + unit(0), unit(1), "/* STARTS */\n" + unit(2)], out, jobs=2)
+    assert ctypes.CDLL(str(out)).answer2() == 14
 
 
 def test_identity_keeps_each_flag_whole():
