@@ -26,22 +26,21 @@ Flags, and what was measured for them (on this shared 2-core machine):
   fib at 1.72-1.73x. Over the five kernels (tools/kernels, 21 interleaved rounds, 2026-12-01): on that build
   sha256 2.05 -> 1.99, sort 1.375 -> 1.368, fib 1.95 -> 1.72, tokenize 1.17 -> 1.12, crc32 equal; on the other,
   fib 1.84 -> 1.73 and the rest within +-3% either way. Compile time unchanged (98 KB guest units).
-- ``-fno-tree-dse -fno-tree-ch`` (both part of -O1): dead-store elimination and loop-header copying find little
-  to do in translated code (a guest's loops mostly test at the bottom already; most of its stores go to guest
-  memory, which later code may read) yet cost gcc time. cc1 executes 8.4% fewer
-  instructions on a quarter unit of the 98 KB guest and 8.3% fewer on a unit of the Rust guest (callgrind), and
-  one whole unit of the 98 KB guest took 11% less user time (12 alternated pairs, 2.10 s against 1.86 s); the
-  kernels execute the same instructions per unit (tools/bench_insns.py, within 1%) and ran 0.6-1.5% slower on
-  the geometric mean in four processes (tools/bench_ab.py, 21 rounds each; tokenize, the most layout-sensitive,
-  moved either way by up to 12%). Found on 2026-12-02 by turning each of -O1's 41 passes off alone on one unit
-  (user time, which moves by ~10% between runs here); of the others that seemed to save time, -fno-tree-bit-ccp
-  and -fno-tree-copy-prop took nothing off cc1's instructions, and -fno-tree-dominator-opts costs run time
-  (BENCHMARKS.md, session 12).
+- ``-fno-tree-dse -fno-tree-ch`` (both part of -O1): dead-store elimination and loop-header copying find little to
+  do in translated code (a guest's loops mostly test at the bottom already; most of its stores go to guest memory,
+  which later code may read) yet cost gcc time. cc1 executes 8.4% fewer instructions on a quarter unit of the 98 KB
+  guest and 8.3% fewer on a unit of the Rust guest (callgrind), and one whole unit of the 98 KB guest took 11% less
+  user time (12 alternated pairs, 2.10 s against 1.86 s); the kernels execute the same instructions per unit
+  (tools/bench_insns.py, within 1%) and ran 0.6-1.5% slower on the geometric mean in four processes
+  (tools/bench_ab.py, 21 rounds each; tokenize, the most layout-sensitive, moved either way by up to 13%). Found on
+  2026-12-02 by turning each of -O1's 41 passes off alone on one unit (user time, which moves by ~10% between runs
+  here); of the others that seemed to save time, -fno-tree-bit-ccp and -fno-tree-copy-prop took nothing off cc1's
+  instructions, and -fno-tree-dominator-opts costs run time (BENCHMARKS.md, session 12).
 - ``-fno-dse -fno-tree-pta`` (RTL dead-store elimination and points-to analysis, part of -O1): on top of the two
   above, cc1 executes 5.7% fewer instructions on the quarter unit and 6.8% fewer on the Rust guest's unit, and the
   kernels the same instructions per unit and the same time (geometric mean 1.558x against 1.563x and 1.608x
-  against 1.607x native, two processes). Of the other -O1 passes, turned off one at a time on top of the two above
-  and counted with callgrind, none took more than 1.3% off (-fno-thread-jumps, which costs fib 29% more
+  against 1.607x native, two processes). Of twelve other -O1 passes, turned off one at a time on top of the two
+  above and counted with callgrind, none took more than 1.3% off (-fno-thread-jumps, which costs fib 29% more
   instructions: BENCHMARKS.md, session 13; loop invariant motion and register copy propagation 1.2%).
 - ``-fno-plt -fvisibility=hidden``: calls between translated functions bind inside the object.
 - ``-fwrapv``: guest arithmetic wraps; the emitter already computes in unsigned types, this makes the odd signed
