@@ -79,7 +79,7 @@ def decode_request(data: bytes, names: tuple[str, ...], *, pairs: bool = False,
     except TooManyFields:
         raise FrameError(f"{expected}{f' then at most {MAX_PAIRS} key/value pairs' if pairs else ''}"
                          f", got more than {most} fields") from None
-    if len(fields) < len(names) or (not pairs and len(fields) > most):
+    if len(fields) < len(names):  # more than `most` was refused above
         raise FrameError(f"{expected}{' then key/value pairs' if pairs else ''}, got {len(fields)} fields")
     if optional:
         return fields, []
