@@ -1,6 +1,8 @@
 """The build steps pyproject.toml cannot declare; it holds the metadata.
 
 - ``berm_host.aot._core``: the runtime core, built by cffi (berm_host/aot/_build.py);
+- ``berm_host/capabilities/berm-supervise``: the program berm.exec.run starts every command through
+  (berm_host/capabilities/supervise.c), linked by ``build_ext`` beside the extension modules;
 - ``berm_host.aot._invoke``: the harness fast path, a plain CPython extension (berm_host/aot/invoke.c) that calls
   the core through a pointer it is given at import (berm_host/aot/runtime.py);
 - the SDK and bundled harness sources (``harnesses/``) copied into a built ``berm_sdk`` as ``berm_sdk/harnesses``,
@@ -11,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 HARNESSES = Path(__file__).resolve().parent / "harnesses"
@@ -25,6 +28,19 @@ class build_py_with_harnesses(build_py):
             shutil.copytree(HARNESSES, target, ignore=shutil.ignore_patterns("target", "__pycache__", "*.o"))
 
 
+class build_ext_with_supervisor(build_ext):
+    SOURCE = "berm_host/capabilities/supervise.c"  # relative to setup.py's directory, as setuptools wants
+    PROGRAM = "berm-supervise"
+
+    def run(self):
+        super().run()
+        package = Path(self.SOURCE).parent
+        out_dir = package if self.inplace else Path(self.build_lib) / package
+        objects = self.compiler.compile([self.SOURCE], output_dir=self.build_temp,
+                                        extra_postargs=["-O2", "-std=gnu11"])
+        self.compiler.link_executable(objects, self.PROGRAM, output_dir=str(out_dir))
+
+
 invoke = Extension(
     "berm_host.aot._invoke",
     sources=["berm_host/aot/invoke.c"],  # setuptools insists on paths relative to setup.py's directory
@@ -34,4 +50,4 @@ invoke = Extension(
 )
 
 setup(cffi_modules=["berm_host/aot/_build.py:ffibuilder"], ext_modules=[invoke],
-      cmdclass={"build_py": build_py_with_harnesses})
+      cmdclass={"build_py": build_py_with_harnesses, "build_ext": build_ext_with_supervisor})

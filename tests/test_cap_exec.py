@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 
 import pytest
@@ -190,3 +191,88 @@ def test_a_background_child_is_killed_when_the_command_exits_not_after_the_drain
                'sleep 2; echo late) & echo now')
     r = run(root, command, timeout=60)
     assert r == {"exit_code": 0, "stderr": "", "stdout": "now\n"}
+
+
+def _marked(mark: str) -> list[int]:
+    """The live processes whose environment holds ``BERM_TEST_MARK=mark``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if f"BERM_TEST_MARK={mark}".encode() in f.read().split(b"\0"):
+                        with open(f"/proc/{name}/stat") as s:
+                            if not s.read().rsplit(") ", 1)[1].startswith("Z"):
+                                found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def _run_marked(root, command: str, timeout: float = 60) -> tuple[dict, list[int]]:
+    """``command`` run with a fresh mark in its environment; its reply, and which marked processes outlived it."""
+    mark = os.urandom(8).hex()
+    try:
+        return run(root, command, "", "BERM_TEST_MARK", mark, timeout=timeout), _marked(mark)
+    finally:
+        for pid in _marked(mark):
+            os.kill(pid, 9)
+
+
+@pytest.mark.parametrize("command", [
+    "setsid sleep 1000 & sleep 0.2; echo started",  # a new session: out of the group killed before
+    "setsid -w sh -c 'sleep 1000 & echo started'",  # orphaned in a new session: its parent exited
+    "(setsid sh -c 'sleep 1000 & sleep 1000 &' &); sleep 0.2; echo started",  # a double fork
+    "for i in $(seq 20); do setsid sleep 1000 & done; echo started",
+    "setsid sh -c 'trap \"\" TERM HUP; sleep 1000' & sleep 0.2; echo started",  # ignores what it can
+], ids=["setsid", "orphan", "double-fork", "twenty", "ignores-signals"])
+def test_nothing_the_command_started_outlives_the_call(root, command):
+    """Found after session 14: killing the command's group missed every descendant that had left it
+    (`setsid daemon &`), which ran on after the call, holding whatever it held."""
+    reply, survivors = _run_marked(root, command)
+    assert reply == {"exit_code": 0, "stderr": "", "stdout": "started\n"}
+    assert survivors == []
+
+
+def test_nothing_outlives_a_timeout_either(root):
+    reply, survivors = _run_marked(root, "setsid sh -c 'sleep 1000 & sleep 1000' & sleep 1000", timeout=1)
+    assert reply["exit_code"] == -1 and "[killed" in reply["stderr"]
+    assert survivors == []
+
+
+def test_a_descendant_that_keeps_forking_is_killed_too(root):
+    """The supervisor kills its children until none is left: a loop forking new ones cannot outrun it."""
+    reply, survivors = _run_marked(root, "setsid sh -c 'while :; do sleep 1000 & done' & sleep 0.3; echo started")
+    assert reply["stdout"] == "started\n" and survivors == []
+
+
+def test_the_command_starts_with_no_signal_ignored_or_blocked(root):
+    """Python ignores SIGPIPE and a host thread may block signals; neither reaches the command (a command whose
+    SIGPIPE is ignored loops writing into a closed pipe)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        reply = run(root, "grep -E '^Sig(Ign|Blk)' /proc/self/status")
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    assert reply["stdout"] == "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
+
+
+def test_no_bash_on_the_path_is_a_clear_error(root):
+    with pytest.raises(CapabilityError, match="bash is not on the command's PATH"):
+        run(root, "true", "", "PATH", "/nonexistent")
+
+
+def test_a_supervisor_stopped_by_its_command_is_killed_at_the_timeout(root, monkeypatch):
+    """A command can stop (or kill) its supervisor, as the same user; the call still ends, at its timeout."""
+    monkeypatch.setattr(exec_cap, "STOP_GRACE", 0.5)
+    reply, _ = _run_marked(root, "kill -STOP $PPID; sleep 1000", timeout=0.5)
+    assert reply["exit_code"] == -1 and reply["stderr"].endswith("timeout]")
+
+
+def test_a_missing_supervisor_is_a_clear_error(root, monkeypatch):
+    monkeypatch.setattr(exec_cap, "SUPERVISOR", root / "berm-supervise")
+    with pytest.raises(CapabilityError, match="berm-supervise is missing: Berm's install is incomplete"):
+        run(root, "true")
+

@@ -2,21 +2,27 @@
 
 The working directory is resolved like any capability path and entered through its descriptor
 (``/proc/self/fd/N`` as ``cwd``), so a swap after resolving cannot move the command outside. stdin is
-``/dev/null``; the command leads a new process group (session), and the whole group is killed when the command
-exits — a background child cannot hold the pipes open and hang the call — or when the timeout passes. Each
-output stream keeps its first ``OUTPUT_CAP`` bytes; the rest is read and counted, and a marker line says so.
-The environment is built, never inherited: PATH, HOME and LANG from the host, then the declaration's pairs,
-then the call's.
+``/dev/null``. The command runs under a supervisor, the program ``berm-supervise`` (supervise.c): when the
+command exits, it kills everything the command started — its process group, and every descendant that left the
+group (``setsid``, a double fork) — before exiting itself, so nothing a call started outlives the call, and a
+background child cannot hold the pipes open and hang it. On the timeout the host asks the supervisor to do the
+same at once. Each output stream keeps its first ``OUTPUT_CAP`` bytes; the rest is read
+and counted, and a marker line says so. The environment is built, never inherited: PATH, HOME and LANG from the
+host, then the declaration's pairs, then the call's.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import select
 import selectors
+import shutil
 import signal
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 
 from berm_host.linker import CapabilityError, CapabilityFn
 
@@ -25,9 +31,14 @@ from .paths import Root
 
 EXEC_TIMEOUT = 30.0
 OUTPUT_CAP = 1024 * 1024
-#: After the command exits (its group killed), how long to wait for pipes held by a child that left the group.
+#: After the supervisor exits, how long to wait for pipes still held open: only a process that escaped it (by
+#: killing it) or was handed a descriptor can hold them.
 DRAIN_GRACE = 0.5
+#: How long the supervisor may take to kill what a timed-out command started before it is itself SIGKILLed.
+STOP_GRACE = 5.0
 _BASE_KEYS = ("PATH", "HOME", "LANG")
+#: Built by setup.py from supervise.c.
+SUPERVISOR = Path(__file__).with_name("berm-supervise")
 
 
 def base_environment() -> dict[str, str]:
@@ -61,11 +72,24 @@ class _Stream:
         return out
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _start(command: str, cwd: str, env: Mapping[str, str]) -> subprocess.Popen:
+    """``bash -c command`` started under the supervisor in ``cwd``, stdin ``/dev/null``, stdout and stderr piped.
+    An OSError if it could not start (bash not found, ``E2BIG``, ...)."""
+    bash = shutil.which("bash", path=env.get("PATH", os.defpath))
+    if bash is None:
+        raise FileNotFoundError(errno.ENOENT, "bash is not on the command's PATH")
+    if not os.access(SUPERVISOR, os.X_OK):
+        raise CapabilityError(f"{SUPERVISOR} is missing: Berm's install is incomplete (run ./setup.sh)")
+    return subprocess.Popen([SUPERVISOR, bash, "bash", "-c", command], cwd=cwd, env=dict(env),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen, pidfd: int) -> None:
+    """Ask the supervisor to kill everything and exit; SIGKILL it if it has not within ``STOP_GRACE``."""
+    os.kill(proc.pid, signal.SIGTERM)  # it is not reaped yet, so the pid is still its own
+    if not select.select([pidfd], [], [], STOP_GRACE)[0]:
+        os.kill(proc.pid, signal.SIGKILL)
 
 
 def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, timeout: float = EXEC_TIMEOUT,
@@ -78,13 +102,11 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
         _check_env(key, value)
     deadline = Deadline.within_invocation(timeout)
     with root.open_dir(cwd or ".") as r:
-        proc = subprocess.Popen(["bash", "-c", command], cwd=f"/proc/self/fd/{r.dir_fd}", env=dict(env),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        proc = _start(command, f"/proc/self/fd/{r.dir_fd}", env)
     streams = {proc.stdout: _Stream(cap), proc.stderr: _Stream(cap)}
     timed_out = False
-    ended_at: float | None = None  # deadline.remaining() when the command ended or was killed
-    pidfd = os.pidfd_open(proc.pid)  # readable once the command exits; it stays unreaped until proc.wait()
+    ended_at: float | None = None  # deadline.remaining() when the supervisor exited or was stopped
+    pidfd = os.pidfd_open(proc.pid)  # readable once the supervisor exits; it stays unreaped until proc.wait()
     try:
         with selectors.DefaultSelector() as sel:
             sel.register(pidfd, selectors.EVENT_READ, "exit")
@@ -97,7 +119,7 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
                 left = deadline.remaining()
                 if ended_at is None and left <= 0:
                     timed_out = True
-                    _kill_group(proc)
+                    _stop(proc, pidfd)
                     sel.unregister(pidfd)
                     ended_at = left
                 wait = left if ended_at is None else DRAIN_GRACE - (ended_at - left)
@@ -105,8 +127,6 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
                     break
                 for key, _ in sel.select(wait):
                     if key.data == "exit":
-                        # Kill what it left behind before reaping it, so the group id cannot be reused.
-                        _kill_group(proc)
                         sel.unregister(pidfd)
                         ended_at = deadline.remaining()
                     elif chunk := os.read(key.fd, 65536):
@@ -114,7 +134,8 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
                     else:
                         sel.unregister(key.fileobj)
     finally:
-        _kill_group(proc)
+        if ended_at is None:
+            _stop(proc, pidfd)
         os.close(pidfd)
         for pipe in streams:
             pipe.close()
