@@ -276,3 +276,10 @@ def test_a_missing_supervisor_is_a_clear_error(root, monkeypatch):
     with pytest.raises(CapabilityError, match="berm-supervise is missing: Berm's install is incomplete"):
         run(root, "true")
 
+
+
+def test_the_supervisor_sees_its_command_end_even_when_started_with_sigchld_ignored(root):
+    """Found by a review: an ignored SIGCHLD is inherited across exec, and with it the supervisor's command was
+    reaped unseen; the supervisor waited until the host's timeout. Here a command starts a second supervisor so."""
+    inner = f"trap '' CHLD; {exec_cap.SUPERVISOR} /bin/sh sh -c 'sleep 0.2; echo inner ended'; echo $?"
+    assert run(root, inner, timeout=30) == {"exit_code": 0, "stderr": "", "stdout": "inner ended\n0\n"}

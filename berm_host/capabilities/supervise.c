@@ -60,14 +60,19 @@ static int kill_children(pid_t self) {
     return count;
 }
 
-/* The command's side of the fork. */
-static void __attribute__((noreturn)) start_command(char *const argv[]) {
-    setpgid(0, 0); /* it leads a process group of its own, killed as a whole when it exits */
+/* Every signal's action back to its default: one ignored stays ignored across exec (Python ignores SIGPIPE; a
+ * SIGCHLD ignored would reap the command unseen, and the supervisor would never learn that it ended). */
+static void default_signals(void) {
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     for (int sig = 1; sig < NSIG; sig++)
-        sigaction(sig, &dfl, NULL); /* an ignored signal (Python ignores SIGPIPE) would stay ignored across exec */
+        sigaction(sig, &dfl, NULL);
+}
+
+/* The command's side of the fork. */
+static void __attribute__((noreturn)) start_command(char *const argv[]) {
+    setpgid(0, 0); /* it leads a process group of its own, killed as a whole when it exits */
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -97,6 +102,7 @@ int main(int argc, char *argv[]) {
         return 2;
     }
     pid_t host = getppid();
+    default_signals();
     sigset_t all;
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL); /* SIGCHLD and SIGTERM are taken by sigwaitinfo below, the rest wait */
