@@ -6,9 +6,9 @@ The working directory is resolved like any capability path and entered through i
 command exits, it kills everything the command started — its process group, and every descendant that left the
 group (``setsid``, a double fork) — before exiting itself, so nothing a call started outlives the call, and a
 background child cannot hold the pipes open and hang it. On the timeout the host asks the supervisor to do the
-same at once. Each output stream keeps its first ``OUTPUT_CAP`` bytes; the rest is read
-and counted, and a marker line says so. The environment is built, never inherited: PATH, HOME and LANG from the
-host, then the declaration's pairs, then the call's.
+same at once. Each output stream keeps its first ``OUTPUT_CAP`` bytes; the rest is read and counted, and a marker
+line says so. The environment is built, never inherited: PATH, HOME and LANG from the host, then the
+declaration's pairs, then the call's.
 """
 
 from __future__ import annotations
