@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -282,3 +285,40 @@ def test_the_supervisor_sees_its_command_end_even_when_started_with_sigchld_igno
     reaped unseen; the supervisor waited until the host's timeout. Here a command starts a second supervisor so."""
     inner = f"trap '' CHLD; {exec_cap.SUPERVISOR} /bin/sh sh -c 'sleep 0.2; echo inner ended'; echo $?"
     assert run(root, inner, timeout=30) == {"exit_code": 0, "stderr": "", "stdout": "inner ended\n0\n"}
+
+
+def test_nothing_outlives_the_host_either(root, tmp_path):
+    """The host killed mid-command (SIGKILL: no cleanup of its own runs): the supervisor's parent-death signal
+    makes it kill what the command started, detached processes included."""
+    pidfile = tmp_path / "pids"
+    host = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from berm_host.capabilities import exec as e; from berm_host.capabilities.paths import Root; "
+        f"e.run_command(Root({str(root)!r}), sys.argv[1], '', e.base_environment())"),
+        f"setsid sleep 1000 & echo $$ $! > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; sleep 1000"],
+        cwd=Path(__file__).resolve().parent.parent)
+    try:
+        for _ in range(1000):
+            if pidfile.exists():
+                break
+            time.sleep(0.01)
+        pids = [int(p) for p in pidfile.read_text().split()]
+    finally:
+        host.kill()
+        host.wait()
+    alive = []
+    for _ in range(500):  # they are SIGKILLed by the supervisor as soon as it learns the host is gone
+        alive = [p for p in pids if _alive(p)]
+        if not alive:
+            break
+        time.sleep(0.01)
+    for pid in alive:
+        os.kill(pid, 9)
+    assert alive == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return not f.read().rsplit(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return False

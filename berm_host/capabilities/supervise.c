@@ -4,9 +4,9 @@
  * setup.py). Killing a command's process group when it exits misses every descendant that left the group
  * (`setsid daemon &`, a double fork into a new session). The supervisor is a child subreaper (prctl
  * PR_SET_CHILD_SUBREAPER): such orphans become its children instead of init's. When the command exits, or when the
- * host sends SIGTERM, it kills the command's group, then SIGKILLs every child it has (found in /proc) until none
- * is left, reaping them, and only then exits, with the command's own status (a death by a signal re-raised on
- * itself). The host therefore learns that everything the command started is gone from one event: this program's
+ * host sends SIGTERM or dies (SIGTERM is also the supervisor's parent-death signal), it kills the command's group,
+ * then SIGKILLs every child it has (found in /proc) until none is left, reaping them, and only then exits, with the
+ * command's own status (a death by a signal re-raised on itself). The host therefore learns that everything the command started is gone from one event: this program's
  * exit. It is a program of its own, not a fork of the host, so it shares no memory with the host while it waits.
  *
  * The command gets descriptors 0-2 and the environment as given, every signal at its default and none blocked,
@@ -107,7 +107,7 @@ int main(int argc, char *argv[]) {
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL); /* SIGCHLD and SIGTERM are taken by sigwaitinfo below, the rest wait */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* the host gone, the command and all it started go too (below) */
     if (getppid() != host)
         return 127; /* the host died before the line above */
 
