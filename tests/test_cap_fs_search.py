@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -466,3 +469,37 @@ def test_the_walk_lists_files_as_deep_as_a_path_may_reach_and_no_deeper(tmp_path
     c = fs_search.capabilities(Root(tmp_path), timeout=10)
     assert glob(c, "**/*.txt") == grep(c, "x") == [f"{deepest}/in.txt"]
     assert fs.capabilities(Root(tmp_path))["berm.fs.read"](encode_frame([f"{deepest}/in.txt"])) == b"x"
+
+
+def test_concurrent_searches_of_large_files_take_no_more_memory_than_one():
+    """Noted in session 14, fixed in 17: each backtracking search of a large file grew the regex module's stack to
+    ~640 MiB before its MemoryError, and three greps at once took 1.9 GiB. They share one budget of text now."""
+    script = (
+        "import resource, sys, tempfile, threading\n"
+        "from pathlib import Path\n"
+        "from berm_host.capabilities import fs_search\n"
+        "from berm_host.capabilities._request import Deadline\n"
+        "from berm_host.capabilities.paths import Root\n"
+        "d = Path(tempfile.mkdtemp())\n"
+        "for i in range(3): (d / f'big{i}.txt').write_bytes(b'a' * (8 << 20))\n"
+        "out = []\n"
+        "def one(i): out.append(fs_search.grep(Root(d), r'(a|b)*\\d', f'big{i}.txt', '', 'count', Deadline(120)))\n"
+        "threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "assert len(out) == 3 and all(b'too much memory' in o for o in out), out\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert int(done.stdout) < 1024  # MiB: one search's ~640, and the three texts
+
+
+def test_a_large_search_waits_for_its_share_of_the_budget_within_its_time_budget(root, monkeypatch):
+    monkeypatch.setattr(fs_search, "_budget", fs_search._Budget(1 << 20))
+    (root / "large.txt").write_bytes(b"x" * fs_search.BIG_TEXT + b"\nneedle\n")
+    with fs_search._budget.share(1 << 20, Deadline(10)):  # another grep holds it all
+        held = fs_search.grep(Root(root), "needle", "large.txt", "", "files", Deadline(0.3)).decode()
+        small = fs_search.grep(Root(root), "TODO", "notes", "", "files", Deadline(0.3)).decode()
+    assert held == "[truncated: timed out after 0.3 s, the results so far]"
+    assert small == "notes/todo.txt"  # a small file takes no share
+    assert fs_search.grep(Root(root), "needle", "large.txt", "", "files", Deadline(10)).decode() == "large.txt"
+    assert fs_search._budget.free == 1 << 20

@@ -7,13 +7,22 @@ far is returned and a last line starting with ``[truncated`` says why. Grep skip
 first 8 KiB), files over the read cap and symlinks, and honours ``.gitignore`` files from the root down. Its
 patterns are the ``regex`` module's (VERSION0, multiline), less what could hide their cost: counted repeats past
 ``MAX_REPEATS`` and the inline flags for verbose mode and versions are refused.
+
+A backtracking pattern grows the ``regex`` module's stack to ~80 bytes per character of the text searched (up to
+~600 MiB, where it gives up with a MemoryError), so the searches of large files (``BIG_TEXT`` and up) share one
+process-wide budget of text (``SEARCH_BUDGET``): however many greps run at once, together they take about what one
+such search would. A search waits for its share within its time budget, and a file larger than the whole budget
+is searched alone. The price: a pattern that backtracks for its whole time budget holds its share that long, and
+other greps of large files wait meanwhile (and may time out).
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -38,6 +47,12 @@ SEARCH_TIMEOUT = 10.0
 #: module unrolls them when it compiles, before any time budget applies (~260 bytes per repetition: the 13
 #: characters ``a{4294967294}`` asked for about a terabyte, and ``(a{1000}){1000}`` takes 250 MB).
 MAX_REPEATS = 100_000
+#: Texts of at least this many bytes are searched within SEARCH_BUDGET (a smaller one's stack stays under ~20 MiB).
+BIG_TEXT = 256 * 1024
+#: How many bytes of text the searches of large files may hold at once, across every grep of the process: with the
+#: regex module's ~80 bytes of stack per character, ~320 MiB at most (a single larger file takes the whole budget,
+#: and its search stops at the module's own ~600 MiB).
+SEARCH_BUDGET = 4 * 1024 * 1024
 #: Every brace pair that may be a counted repeat, wherever it is (inside a class or escaped too: counting those
 #: as well only ever overestimates).
 _COUNTED = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
@@ -55,6 +70,43 @@ class Entry:
     dir_fd: int  # descriptor of the directory holding it (valid while the walk is at this directory)
     name: str
     st: os.stat_result  # lstat
+
+
+class _Budget:
+    """A count of bytes that threads take shares of and give back, waiting for their share within a Deadline."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.free = total
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def share(self, n: int, deadline: Deadline) -> Iterator[None]:
+        """Hold ``n`` bytes of the budget (all of it when ``n`` is larger) for the ``with`` block; a TimeoutError
+        when ``deadline`` passes first."""
+        n = min(n, self.total)
+        with self._cond:
+            while self.free < n:
+                self._cond.wait(deadline.check())
+            self.free -= n
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.free += n
+                self._cond.notify_all()
+
+
+_budget = _Budget(SEARCH_BUDGET)
+
+
+def _new_budget_after_fork() -> None:
+    """A forked child has only the thread that forked: shares other threads held would never come back."""
+    global _budget
+    _budget = _Budget(SEARCH_BUDGET)
+
+
+os.register_at_fork(after_in_child=_new_budget_after_fork)
 
 
 def _join(a: str, b: str) -> str:
@@ -252,7 +304,8 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
             if len(data) > READ_CAP or b"\0" in data[:BINARY_PROBE]:
                 continue
             limit = cap + 1 - len(lines) if mode == "content" else 1 if mode == "files" else len(data) + 1
-            count, shown = _scan(data, entry.rel, rx, mode, limit, deadline)
+            with _budget.share(len(data), deadline) if len(data) >= BIG_TEXT else contextlib.nullcontext():
+                count, shown = _scan(data, entry.rel, rx, mode, limit, deadline)
             if count and mode == "files":
                 hits.append((entry.st.st_mtime_ns, entry.rel))
             elif count:
