@@ -96,6 +96,25 @@ def test_a_failed_write_loses_nothing_and_leaves_no_temporary_file(root, caps, m
     assert [p.name for p in root.iterdir()] == ["keep"]
 
 
+def test_a_write_is_durable_when_it_returns_its_rename_included(root, caps, monkeypatch):
+    """The new content is synced before the rename, and the directory after it (session 15's mutation gap: the
+    directory's fsync could go unnoticed): a crash after the call returns keeps the new file under its name."""
+    synced = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        st = os.fstat(fd)
+        synced.append("directory" if stat.S_ISDIR(st.st_mode) else "file")
+        if stat.S_ISDIR(st.st_mode):
+            synced.append(sorted(os.listdir(fd)))  # what the directory holds when it is synced
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    (root / "sub").mkdir()
+    caps["berm.fs.write"](encode_frame(["sub/new.txt", b"content"]))
+    assert synced == ["file", "directory", ["new.txt"]]
+
+
 def test_write_through_a_file_component_is_an_error(root, caps):
     (root / "file").write_bytes(b"")
     with pytest.raises(CapabilityError, match="not a directory"):

@@ -236,6 +236,8 @@ def _raw_server(response: bytes):
     (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 10, "the connection closed with 90 bytes of the body missing"),
     (b"HTTP/1.1 200 OK\r\nX Bad: 1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", "malformed response headers"),
     (b"HTTP/1.1 200 OK\r\nX\x00A: 1\r\nContent-Length: 2\r\n\r\nok", "malformed response headers"),
+    # a first header line that continues nothing: a defect with no line left over (session 15's mutation gap)
+    (b"HTTP/1.1 200 OK\r\n X-Lead: 1\r\nContent-Length: 2\r\n\r\nok", "malformed response headers"),
 ])
 def test_a_response_cut_short_or_with_broken_headers_is_an_error(response, words):
     """Found by a review: a body shorter than its Content-Length came back as a success, and a line that is no
