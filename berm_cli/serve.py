@@ -9,7 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
-from berm_host.daemon import Daemon, DaemonConfig, default_socket
+from berm_host.daemon import IDLE_TIMEOUT, Daemon, DaemonConfig, default_socket
 from berm_host.declaration import MAX_TIMEOUT, is_timeout
 from berm_host.text import escaped
 
@@ -53,6 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_seconds, default=60.0, help="per-invocation deadline in seconds (at most a day)")
     p.add_argument("--max-depth", type=_at_least(0), default=8,
                    help="chain depth past which harness-caused work is refused (0: a harness causes none)")
+    p.add_argument("--idle-timeout", type=_seconds, default=IDLE_TIMEOUT,
+                   help=f"seconds a control connection may stay silent before it is closed (default {IDLE_TIMEOUT:g})")
     p.add_argument("-v", "--verbose", action="store_true", help="log every invocation-level event")
 
 
@@ -85,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     config = DaemonConfig(
         declarations=args.declarations, socket=args.socket or default_socket(),
         state_dir=args.state_dir or data_dir(), harnesses_dir=args.harnesses_dir, engine=args.engine,
-        workers=args.workers, per_harness=args.per_harness, max_depth=args.max_depth, timeout=args.timeout)
+        workers=args.workers, per_harness=args.per_harness, max_depth=args.max_depth, timeout=args.timeout,
+        idle_timeout=args.idle_timeout)
     daemon = Daemon(config)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

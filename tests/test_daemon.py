@@ -148,6 +148,27 @@ def test_berm_serve_stops_cleanly_on_sigterm(tmp_path):
             proc.kill()
 
 
+def test_berm_serve_closes_a_connection_silent_for_its_idle_timeout(tmp_path):
+    """The idle timeout was a DaemonConfig field that `berm serve` gave no way to set (session 14's note)."""
+    decl = tmp_path / "agent.toml"
+    decl.write_text("")
+    sock = tmp_path / "berm.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "berm_cli.main", "serve", str(decl), "--socket", str(sock),
+                             "--state-dir", str(tmp_path / "state"), "--idle-timeout", "0.3"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert "listening on" in proc.stderr.readline()
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(30)  # a hang guard: the default idle timeout is 60 s
+            s.connect(str(sock))
+            assert s.recv(1) == b""  # closed by the daemon, the client having said nothing
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 @pytest.mark.parametrize("option, message", [
     ("--workers=0", "--workers: must be at least 1, not 0"),
     ("--per-harness=0", "--per-harness: must be at least 1, not 0"),
@@ -156,6 +177,7 @@ def test_berm_serve_stops_cleanly_on_sigterm(tmp_path):
     ("--timeout=nan", r"--timeout: must be a number of seconds in \(0, 86400\], not nan"),
     ("--timeout=0", "--timeout: must be a number of seconds"),
     ("--workers=four", "--workers: 'four' is not a whole number"),
+    ("--idle-timeout=0", r"--idle-timeout: must be a number of seconds in \(0, 86400\], not 0"),
 ])
 def test_berm_serve_refuses_limits_it_cannot_run_with(option, message, capsys):
     """They were taken as given: --workers 0 and --timeout nan ended in a traceback, --per-harness -1 started a
