@@ -32,6 +32,14 @@ def run(root, command: str, cwd: str = "", *pairs: str, env=None, timeout: float
     return json.loads(reply)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return not f.read().rsplit(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return False
+
+
 def test_output_exit_code_and_cwd(root):
     r = run(root, "pwd; echo oops >&2; exit 7", "sub")
     assert r == {"exit_code": 7, "stderr": "oops\n", "stdout": f"{root.resolve()}/sub\n"}
@@ -89,11 +97,7 @@ def test_background_child_holding_the_pipes_does_not_hang_and_is_killed(root):
     assert r["exit_code"] == 0 and "[killed" not in r["stderr"]  # ended with the command, not by the timeout
     pid = int(r["stdout"])
     for _ in range(200):  # it was SIGKILLed; wait until it is reaped
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(") ", 1)[1].startswith("Z"):
-                    break
-        except FileNotFoundError:
+        if not _alive(pid):
             break
         time.sleep(0.01)
     else:
@@ -203,10 +207,8 @@ def _marked(mark: str) -> list[int]:
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/environ", "rb") as f:
-                    if f"BERM_TEST_MARK={mark}".encode() in f.read().split(b"\0"):
-                        with open(f"/proc/{name}/stat") as s:
-                            if not s.read().rsplit(") ", 1)[1].startswith("Z"):
-                                found.append(int(name))
+                    if f"BERM_TEST_MARK={mark}".encode() in f.read().split(b"\0") and _alive(int(name)):
+                        found.append(int(name))
             except OSError:
                 pass
     return found
@@ -315,10 +317,3 @@ def test_nothing_outlives_the_host_either(root, tmp_path):
         os.kill(pid, 9)
     assert alive == []
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return not f.read().rsplit(") ", 1)[1].startswith("Z")
-    except FileNotFoundError:
-        return False

@@ -51,6 +51,10 @@ def python_edit(path: Path, old: str, new: str) -> str:
     return "ok"
 
 
+def python_bash(root: Path) -> None:
+    subprocess.run(["bash", "-c", "true"], cwd=root, capture_output=True, check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
@@ -102,7 +106,7 @@ def main() -> None:
              f"{p50(python_edit_once, runs) * 1e6:.0f} µs"),
             # the harness's command runs under berm-supervise (berm_host/capabilities/exec.py); Python's does not
             ("bash `true`, p50", f"{p50(lambda: call('bash', {'command': 'true'}), runs) * 1e6:.0f} µs",
-             f"{p50(lambda: subprocess.run(['bash', '-c', 'true'], cwd=root, capture_output=True), runs) * 1e6:.0f} µs"),
+             f"{p50(lambda: python_bash(root), runs) * 1e6:.0f} µs"),
         ]
     print(f"{'figure':<42} {'berm (aot)':>14} {'python':>10}")
     for name, ours, theirs in rows:
