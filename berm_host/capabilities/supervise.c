@@ -84,7 +84,7 @@ static void __attribute__((noreturn)) start_command(char *const argv[]) {
 static void __attribute__((noreturn)) exit_like(int status) {
     if (WIFEXITED(status))
         _exit(WEXITSTATUS(status));
-    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
+    int sig = WTERMSIG(status); /* the statuses collected here are exits or deaths by a signal */
     struct rlimit none = {0, 0};
     setrlimit(RLIMIT_CORE, &none);
     signal(sig, SIG_DFL);
@@ -114,12 +114,11 @@ int main(int argc, char *argv[]) {
     pid_t command = fork();
     if (command == 0)
         start_command(argv + 1);
-    if (command > 0)
-        setpgid(command, command); /* as the command does: whichever runs first, the group exists from here */
     if (command < 0) {
         fprintf(stderr, "berm-supervise: cannot fork: %s\n", strerror(errno));
         return 127;
     }
+    setpgid(command, command); /* as the command does: whichever runs first, the group exists from here */
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     for (int fd = 0; fd < 3; fd++)
         dup2(null, fd); /* the pipes end when the command and its descendants are gone, not the supervisor */
