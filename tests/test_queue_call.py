@@ -284,7 +284,9 @@ def test_a_guest_calls_another_through_the_sdk(tmp_path, images, kind):
 def test_a_callee_interrupted_at_its_deadline_reads_the_same_on_either_engine(tmp_path, images, kind):
     """Found by a review: the caller's error reply carried where the interrupt struck, which is wherever an engine
     checked its deadline (berm_tool_spin+0xa translated, +0x8 interpreted): the same guest read different bytes."""
-    q = Queue(tmp_path / "due.db", timeout=0.5)
+    # the callee spins to the call's deadline, which leaves the caller a fifth of its own (Deadline.within_invocation)
+    # to turn the reply into its failure: with 0.5 s, the interpreted caller's 0.1 s ran out once in seven CI runs
+    q = Queue(tmp_path / "due.db", timeout=2.0)
     (call,) = call_capabilities(q)
     caller = linker_for(Declaration(name="caller", capabilities=("call",)),
                         extra={"call": lambda decl: {call.name: call.fn}})
