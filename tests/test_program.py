@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from berm_aot.elf import read_elf
 from berm_aot.errors import DecodeError
 from berm_aot.image import ElfImage, Relocation, Section, Segment, Symbol
-from berm_aot.program import Function, Program
+from berm_aot.isa import BRANCHES
+from berm_aot.program import Function, Program, _close_starts, _CodeMap
 from tests.elf_samples import DISPATCH_SOURCE, label_calls_elf
 from tests.guests import guest_elf
 from tests.rvenc import Label, Op, assemble, la
@@ -100,6 +103,61 @@ def test_a_chain_of_backward_jumps_makes_every_link_a_start():
     img, _ = image(items, symbols=[sym("main", TEXT), sym("last", TEXT + 4 * n)])
     p = Program.from_image(img)
     assert p.function_starts == {TEXT + 4 * k for k in range(n + 1)}
+
+
+def _naive_close(starts: set[int], code: dict, codemap: _CodeMap) -> set[int]:
+    """SEMANTICS.md's closure of function starts as it reads, to the letter: repeat until nothing changes."""
+    starts = set(starts)
+    starts |= {i.addr + i.imm for i in code.values()
+               if i.op == "jal" and i.rd != 0 and codemap.section_of(i.addr + i.imm) is not None}
+    changed = True
+    while changed:
+        changed = False
+        for i in code.values():
+            new = []
+            if (i.op == "jal" and i.rd == 0) or i.op in BRANCHES:
+                t = i.addr + i.imm
+                if codemap.section_of(t) is not None and any(min(i.addr, t) < s <= max(i.addr, t) for s in starts):
+                    new.append(t)
+            if (i.falls_through and codemap.section_of(i.next_pc) is not None
+                    and any(i.addr < s < i.next_pc for s in starts)):
+                new.append(i.next_pc)
+            changed |= not starts.issuperset(new)
+            starts.update(new)
+    return starts
+
+
+_SHAPES = ("addi", "c.addi", "jal0", "call", "beq", "c.j", "ret", "ebreak")
+
+
+@st.composite
+def _jumpy_code(draw):
+    """Items of straight code, jumps, branches, calls and returns between labels at every item, and function
+    symbols at any byte of the code, odd ones and ones inside an instruction included."""
+    n = draw(st.integers(1, 24))
+    items = []
+    for k in range(n):
+        shape, to = draw(st.sampled_from(_SHAPES)), f"i{draw(st.integers(0, n - 1))}"
+        items.append(Label(f"i{k}"))
+        items.append({"addi": Op("addi", rd=A0, rs1=A0, imm=1), "c.addi": Op("c.addi", rd=A0, imm=1),
+                      "jal0": Op("jal", rd=0, target=to), "call": Op("jal", rd=RA, target=to),
+                      "beq": Op("beq", rs1=A0, rs2=0, target=to), "c.j": Op("c.j", target=to),
+                      "ret": RET, "ebreak": Op("c.ebreak")}[shape])
+    length = assemble(items, TEXT).labels[f"i{n - 1}"] + 4 - TEXT
+    offsets = draw(st.lists(st.integers(0, length - 1), max_size=4))
+    return items, [TEXT + off for off in offsets]
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(_jumpy_code())
+def test_the_closure_of_starts_is_the_naive_fixpoint(case):
+    """The segment-tree closure (``_close_starts``) against the rule applied until nothing changes."""
+    items, symbol_addrs = case
+    img, _ = image(items, symbols=[sym(f"s{k}", a) for k, a in enumerate([TEXT, *symbol_addrs])])
+    codemap = _CodeMap(img)
+    roots = {TEXT, *symbol_addrs}
+    code = codemap.descend(roots)
+    assert _close_starts(roots, code, codemap) == _naive_close(roots, code, codemap)
 
 
 def test_data_after_an_unconditional_jump_is_not_code():
