@@ -3,9 +3,13 @@ third-party harness reads, analyses and runs, with the same text on every engine
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from berm_aot.elf import read_elf_file
 from berm_aot.manifest import load_manifest
@@ -37,7 +41,7 @@ def probe(request):
 
 def test_manifest_and_exports(image):
     manifest = load_manifest(image)
-    assert [t.name for t in manifest.tools] == ["format", "classify", "shapes", "check"]
+    assert [t.name for t in manifest.tools] == ["format", "classify", "shapes", "check", "numbers", "words"]
     assert manifest.usage.startswith("rust-probe exercises")
 
 
@@ -48,8 +52,11 @@ def test_rustc_code_shapes(image, program):
     (step,) = [f for f in program.functions if f.name.endswith("4step")]
     arms = [t for t in program.indirect_targets if step.start < t < step.end]
     assert len(arms) >= 10  # the 12-arm match compiles to a jump table of local targets
-    tools = {program.symbol(f"berm_tool_{t}") for t in ("format", "classify", "shapes", "check")}
+    tools = {program.symbol(f"berm_tool_{t}") for t in ("format", "classify", "shapes", "check", "numbers", "words")}
     assert tools <= program.function_starts and tools <= program.indirect_targets
+    # soft floating point and 128-bit division come from compiler-builtins, float printing from core's flt2dec
+    names = {f.name for f in program.functions}
+    assert {"__adddf3", "__divdf3", "__muldf3", "__fixdfdi", "__udivti3", "__umodti3", "__divti3"} <= names
 
 
 def _step(acc: int, byte: int) -> int:
@@ -118,3 +125,96 @@ def test_failure_and_panic(probe, quoted):
     assert trap.value.failure.startswith("rust-probe panicked: asked to panic")
     assert trap.value.info.where.startswith("__rustc::rust_begin_unwind+")  # demangled (berm_aot.demangle)
     assert "(after berm.fail: rust-probe panicked: asked to panic" in str(trap.value)
+
+
+def _rust_display(value: float) -> str:
+    """Rust's ``{}`` of an f64: the shortest digits that read back as ``value`` (as Python's ``repr``), never in
+    exponent form, with no ``.0`` for a whole number."""
+    return format(Decimal(repr(value)).normalize(), "f")
+
+
+def _rust_lower_exp(value: float) -> str:
+    """Rust's ``{:e}`` of an f64: the same shortest digits as ``d.ddde<exponent>``."""
+    shortest = Decimal(repr(value)).normalize()
+    digits = "".join(map(str, shortest.as_tuple().digits))
+    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    return f"{'-' if value < 0 else ''}{mantissa}e{shortest.adjusted()}"
+
+
+def _numbers(arg_len: int) -> str:
+    """A Python model of rust-probe's ``numbers``: IEEE double operations in the same order (Python's float is the
+    same binary64, every operation correctly rounded, as compiler-builtins' are), 128-bit integers as Python's."""
+    n = arg_len + 3
+    harmonic = 0.0
+    for k in range(1, n + 1):
+        harmonic += 1.0 / k
+    x = float(n)
+    guess = x / 2.0 + 1.0
+    for _ in range(12):
+        guess = (guess + x / guess) / 2.0
+    big = M64 * (n + 7)
+    signed = -(big // 13)  # Rust's i128 division truncates toward zero
+    back = max(-(1 << 63), min((1 << 63) - 1, math.trunc(signed / 3.0)))  # `as i64` saturates
+    return (f"harmonic={harmonic:.6f} sqrt={_rust_display(guess)} seventh={_rust_lower_exp(x / 7.0)} "
+            f"scaled={_rust_display(x * 1.5e-3)} big={big} q={big // (n * 1_000_003)} r={big % 97} signed={signed} "
+            f"back={back}")
+
+
+def _words(text: str) -> str:
+    """A Python model of rust-probe's ``words``, for text whose letters Python and Rust class alike (``isalnum``
+    against Rust's ``is_alphanumeric``) and case-map alike."""
+    words = "".join(c if c.isalnum() else " " for c in text).split()
+    counts: dict[str, int] = {}
+    for word in words:
+        counts[word.lower()] = counts.get(word.lower(), 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))  # str order is UTF-8 byte order
+    return f"{len(words)} words, {len(counts)} distinct:" + "".join(f" {w.upper()}={c}" for w, c in ranked[:5])
+
+
+TEXT = "The cat and the hat. THE END, straße Ärger ärger δέλτα Δέλτα 42 cat"
+
+
+@pytest.mark.parametrize("tool, args, expected", [
+    ("numbers", b"", _numbers(0)),
+    ("numbers", b"abcdefg", _numbers(7)),
+    ("numbers", bytes(40), _numbers(40)),  # `back` saturates at i64::MIN
+    ("words", TEXT.encode(), "14 words, 9 distinct: THE=3 CAT=2 ÄRGER=2 ΔΈΛΤΑ=2 42=1"),
+    ("words", b"", "0 words, 0 distinct:"),
+], ids=["numbers", "numbers-7", "numbers-saturates", "words", "words-empty"])
+def test_soft_floats_wide_integers_and_collections(probe, tool, args, expected):
+    harness, _ = probe
+    assert harness.call(tool, args) == expected
+
+
+def test_the_models_read_their_cases_as_written():
+    """The models against what the guest printed for ``berm call rust-probe.elf numbers '"abcdefg"'`` (nine bytes
+    of arguments, quotes included) and for ``words`` of TEXT, and the float forms against Rust's."""
+    assert _words(TEXT) == "14 words, 9 distinct: THE=3 CAT=2 ÄRGER=2 ΔΈΛΤΑ=2 42=1"
+    assert _numbers(9).startswith("harmonic=3.103211 sqrt=3.4641016151377544 seventh=1.7142857142857142e0 "
+                                  "scaled=0.018000000000000002 big=350488137400481480685 ")
+    assert _numbers(40).endswith(f"back={-(1 << 63)}")
+    assert _rust_display(3.0) == "3" and _rust_display(1e20) == "100000000000000000000"
+    assert _rust_display(1.5e-7) == "0.00000015" and _rust_lower_exp(1500.0) == "1.5e3"
+
+
+def test_words_refuses_text_that_is_not_utf8(probe):
+    harness, _ = probe
+    with pytest.raises(ToolFailure, match="words: the arguments are not UTF-8"):
+        harness.call("words", b"caf\xe9")
+
+
+@pytest.fixture(scope="module")
+def aot_probe():
+    return Engine(kind="aot").load(ELF).harness(name="probe")
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 300))
+def test_numbers_matches_its_model_for_any_length(aot_probe, arg_len):
+    assert aot_probe.call("numbers", bytes(arg_len)) == _numbers(arg_len)
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.text(alphabet="abcxyzABCXYZ019 .,-\nßÄäéÉδΔ", max_size=200))
+def test_words_matches_its_model_for_any_text(aot_probe, text):
+    assert aot_probe.call("words", text.encode()) == _words(text)

@@ -3,7 +3,8 @@
 //! It exists to put in front of the host what rustc and LLVM emit for real third-party harnesses: formatting
 //! through `core::fmt` (function pointers materialised with `auipc`/`addi`), a `match` over many arms (a jump
 //! table of `R_RISCV_64` words in `.rodata`), trait objects (vtables, also `R_RISCV_64`), a global allocator over
-//! the guest heap, and host-call numbers loaded as 64-bit constants. Every tool's result is fixed by its input,
+//! the guest heap, host-call numbers loaded as 64-bit constants, soft floating point and 128-bit integers
+//! (compiler-builtins), float formatting, a B-tree map, sorting and Unicode case mapping. Every tool's result is fixed by its input,
 //! so tests can check the exact text on every engine.
 
 #![no_std]
@@ -11,6 +12,7 @@
 
 extern crate alloc;
 
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
@@ -222,6 +224,61 @@ pub extern "C" fn berm_tool_check() -> Pair {
     }
 }
 
+/// The square root of `x` by Newton's method in f64 arithmetic: every step a soft-float division and addition.
+#[inline(never)]
+fn newton_sqrt(x: f64) -> f64 {
+    let mut guess = x / 2.0 + 1.0;
+    for _ in 0..black_box(12) {
+        guess = (guess + x / guess) / 2.0;
+    }
+    guess
+}
+
+/// Floating point without an FPU (RV64IMAC has no F or D: compiler-builtins' `__adddf3`, `__divdf3`, `__muldf3`,
+/// conversions), core::fmt's float printing (shortest digits, fixed precision, exponent form), and 128-bit
+/// integers (`__multi3`, `__udivti3`, `__umodti3`, signed division). `n` is the argument length plus 3.
+#[no_mangle]
+pub extern "C" fn berm_tool_numbers() -> Pair {
+    let n = black_box(args().len() as u64 + 3);
+    let mut harmonic = 0.0f64;
+    for k in 1..=n {
+        harmonic += 1.0 / k as f64;
+    }
+    let x = n as f64;
+    let big = u64::MAX as u128 * (n as u128 + 7);
+    let signed = -(big as i128) / 13;
+    let mut out = String::new();
+    let _ = write!(out, "harmonic={:.6} sqrt={} seventh={:e} scaled={} big={} q={} r={} signed={} back={}",
+                   harmonic, newton_sqrt(x), x / 7.0, x * 1.5e-3, big, big / (n as u128 * 1_000_003), big % 97,
+                   signed, (signed as f64 / 3.0) as i64);
+    ok(out)
+}
+
+/// The argument text's words (split at every char that is not alphanumeric), lower-cased and counted in a
+/// BTreeMap, ranked by count then word with `sort_by`, and the first five printed upper-cased: alloc's B-tree,
+/// the slice sort's merge code, and char's Unicode tables for the tests and case mappings.
+#[no_mangle]
+pub extern "C" fn berm_tool_words() -> Pair {
+    let input = args();
+    let Ok(text) = core::str::from_utf8(&input) else {
+        return fail("words: the arguments are not UTF-8");
+    };
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    let mut total = 0;
+    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        *counts.entry(word.to_lowercase()).or_insert(0) += 1;
+        total += 1;
+    }
+    let mut ranked: Vec<(&String, &u32)> = counts.iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    let mut out = String::new();
+    let _ = write!(out, "{} words, {} distinct:", total, counts.len());
+    for (word, count) in ranked.iter().take(5) {
+        let _ = write!(out, " {}={}", word.to_uppercase(), count);
+    }
+    ok(out)
+}
+
 // ------------------------------------------------------------------------------------------- manifest, _start
 
 #[used]
@@ -233,8 +290,8 @@ static MANIFEST: [u8; include_bytes!("manifest.json").len()] = *include_bytes!("
 #[no_mangle]
 pub extern "C" fn _start() -> ! {
     black_box(&MANIFEST);
-    let exports: [extern "C" fn() -> Pair; 4] =
-        [berm_tool_format, berm_tool_classify, berm_tool_shapes, berm_tool_check];
+    let exports: [extern "C" fn() -> Pair; 6] =
+        [berm_tool_format, berm_tool_classify, berm_tool_shapes, berm_tool_check, berm_tool_numbers, berm_tool_words];
     black_box(exports);
     loop {}
 }
