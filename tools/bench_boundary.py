@@ -104,19 +104,25 @@ def cached_load_p50(elf: bytes, loads: int) -> float:
         return p50_per_call(lambda: Engine(kind="aot", cache_dir=Path(cache)).load(elf), loads, batch=1)
 
 
-def cold_compile_seconds(elf: bytes) -> tuple[float, float]:
-    """Loading an image into an empty cache: translate, compile (all cores), load. Returns (wall time, CPU time of
-    this process and its compiler children): the second does not depend on what else the machine is running."""
+def cold_compile_seconds(elf: bytes, runs: int) -> tuple[float, float, list[float]]:
+    """Loading an image into an empty cache (translate, compile on all cores, load), ``runs`` times, each into a
+    cache of its own. Returns the median wall time, the median CPU time of this process and its compiler children
+    (which does not depend on what else the machine is running), and every run's wall time: one compile takes ~10 s,
+    and on this kind of machine the same compile moves by a third from one minute to the next."""
     from berm_host.engine import Engine
 
     def cpu() -> float:
         t = os.times()
         return t.user + t.system + t.children_user + t.children_system
 
-    with tempfile.TemporaryDirectory(prefix="berm-bench-cold-") as cache:
-        w0, c0 = time.perf_counter(), cpu()
-        Engine(kind="aot", cache_dir=Path(cache)).load(elf)
-        return time.perf_counter() - w0, cpu() - c0
+    walls, cpus = [], []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="berm-bench-cold-") as cache:
+            w0, c0 = time.perf_counter(), cpu()
+            Engine(kind="aot", cache_dir=Path(cache)).load(elf)
+            walls.append(time.perf_counter() - w0)
+            cpus.append(cpu() - c0)
+    return statistics.median(walls), statistics.median(cpus), walls
 
 
 def cffi_floor(native: NativeRunner, calls: int) -> float:
