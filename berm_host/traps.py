@@ -32,8 +32,20 @@ def trap_info(kind: TrapKind, pc: int, addr: int, detail: str, locator: Locator,
     frames there were."""
     region = layout.fault_region(addr, detail.startswith("store")) if kind is TrapKind.MEMORY_FAULT else ""
     links, unkept = chain
-    callers = tuple((link, locator.symbolize(link)) for link in links)
+    callers = tuple((link, locator.symbolize(call_site(locator, link))) for link in links)
     return TrapInfo(kind, pc, addr, detail, locator.symbolize(pc), region, callers, unkept)
+
+
+def call_site(locator: Locator, link: int) -> int:
+    """Where the call that returns to ``link`` was made: the call right before it (a 4-byte ``jal``/``jalr``, else
+    a 2-byte ``c.jalr``), else ``link - 1``, inside whatever ends there. A chain names this, not ``link`` itself:
+    a call that never returns (a Rust panic, ``berm_panic``) is often its function's last instruction, and its
+    return address is then the start of the next function, which the chain would name instead of the caller."""
+    for size in (4, 2):
+        insn = locator.instruction(link - size)
+        if insn.size == size and insn.op in ("jal", "jalr") and insn.rd != 0:
+            return link - size
+    return link - 1
 
 
 def illegal_detail(locator: Locator, pc: int, addr: int) -> str:
@@ -59,8 +71,8 @@ class TrapInfo:
     where: str = ""  # "function+0xoff", filled by the engine from the program's symbols
     region: str = ""  # for a memory fault, where the address points when that is off limits (Layout.fault_region)
     #: The call chain, innermost first: per frame (the trapping one first, the entry frame left out) the address it
-    #: would have returned to, in its caller, and that address as "function+0xoff" (the first TRACE_KEEP frames;
-    #: ``unkept`` more were not kept).
+    #: would have returned to, in its caller, and where that call was made as "function+0xoff" (``call_site``; the
+    #: first TRACE_KEEP frames; ``unkept`` more were not kept).
     callers: tuple[tuple[int, str], ...] = ()
     unkept: int = 0
 
@@ -89,7 +101,7 @@ class TrapInfo:
         return f"{self.core} in {where}"
 
     def chain_lines(self) -> list[str]:
-        """The call chain as lines for a reader, innermost first: one per caller, where it resumes."""
+        """The call chain as lines for a reader, innermost first: one per caller, where it made its call."""
         lines = [f"  called from {where or f'{link:#x}'}" for link, where in self.callers]
         if self.unkept:
             lines.append(f"  ... and {self.unkept:,} more frame{'s' if self.unkept > 1 else ''}")

@@ -271,4 +271,45 @@ def test_an_interrupt_seen_at_a_self_call_shows_the_written_link(tmp_path):
     assert result.trap is not None and result.trap.kind is TrapKind.INTERRUPTED
     link = next(a for a, i in sorted(program.code.items()) if i.op == "jal" and i.rd == 1) + 4
     assert result.pc == entry and result.regs[1] == link
-    assert result.trap.callers == ((link, program.symbolize(link)),)
+    assert result.trap.callers == ((link, program.symbolize(link - 4)),)  # named where the call was made
+
+
+NEVER_RETURNS = ASM_PRELUDE + r"""
+    .globl by_jal, after_jal, by_cjalr, after_cjalr, dies
+    .type by_jal, @function
+by_jal:                     # its last instruction is a call that never returns
+    addi sp, sp, -16
+    sd ra, 8(sp)
+    jal ra, dies
+    .type after_jal, @function
+after_jal:                  # where that call would return
+    ret
+    .type by_cjalr, @function
+by_cjalr:                   # the same through a 2-byte c.jalr
+    addi sp, sp, -16
+    sd ra, 8(sp)
+    la t1, dies
+    c.jalr t1
+    .type after_cjalr, @function
+after_cjalr:
+    ret
+    .type dies, @function
+dies:
+    ebreak
+"""
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+@pytest.mark.parametrize("caller, call_size", [("by_jal", 4), ("by_cjalr", 2)])
+def test_a_call_that_never_returns_is_named_where_it_was_made(kind, caller, call_size, tmp_path):
+    """A call that is its function's last instruction (a panic, ``berm_panic``) returns, were it to, to the start of
+    the next function. The chain named that function (a Rust panic showed ``called from
+    core::panicking::assert_failed`` for a panic in a tool); it names the call now."""
+    elf = guest_elf(NEVER_RETURNS, suffix=".S", keep=("by_jal", "after_jal", "by_cjalr", "after_cjalr", "dies"))
+    program = Program.from_image(read_elf(elf))
+    backend = Engine(kind=kind, cache_dir=tmp_path).load(elf).backend
+    trap = backend.run(RunRequest(entry=program.symbol(caller))).trap
+    assert trap.kind is TrapKind.BREAKPOINT and trap.where == "dies"
+    link = program.symbol(f"after_{caller[3:]}")
+    assert trap.callers == ((link, f"{caller}+{link - call_size - program.symbol(caller):#x}"),)
+    assert trap.chain_lines() == [f"  called from {caller}+{link - call_size - program.symbol(caller):#x}"]

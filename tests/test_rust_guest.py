@@ -124,6 +124,9 @@ def test_failure_and_panic(probe, quoted):
     assert trap.value.kind is TrapKind.BREAKPOINT
     assert trap.value.failure.startswith("rust-probe panicked: asked to panic")
     assert trap.value.info.where.startswith("__rustc::rust_begin_unwind+")  # demangled (berm_aot.demangle)
+    # the panic's calls are the last instructions of their functions: each caller is named where it called
+    assert [where.split("+")[0] for _, where in trap.value.info.callers] == ["core::panicking::panic_fmt",
+                                                                           "berm_tool_check"]
     assert "(after berm.fail: rust-probe panicked: asked to panic" in str(trap.value)
 
 
