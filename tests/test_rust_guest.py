@@ -4,6 +4,7 @@ third-party harness reads, analyses and runs, with the same text on every engine
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -204,6 +205,19 @@ def test_words_refuses_text_that_is_not_utf8(probe):
     harness, _ = probe
     with pytest.raises(ToolFailure, match="words: the arguments are not UTF-8"):
         harness.call("words", b"caf\xe9")
+
+
+def test_a_full_heap_ends_in_one_panic_that_says_so(tmp_path):
+    """The panic handler formats on the stack: when it allocated, a panic because the heap was full panicked again
+    inside the handler, until the guest's stack ran out (a stack-exhausted trap 9,999 frames deep, its message
+    lost). AOT only: the interpreter takes seconds to fill even a 1 MiB guest's heap."""
+    harness = Engine(kind="aot", memory_size=1 << 20, cache_dir=tmp_path).load(ELF).harness(name="probe")
+    with pytest.raises(Trap) as trap:
+        harness.call("words", " ".join(f"w{i}" for i in range(12_000)).encode())
+    assert trap.value.kind is TrapKind.BREAKPOINT
+    assert re.fullmatch(r"rust-probe panicked: memory allocation of \d+ bytes failed", trap.value.failure)
+    assert [where.split("+")[0] for _, where in trap.value.info.callers][-2:] == ["alloc::alloc::handle_alloc_error",
+                                                                                 "berm_tool_words"]
 
 
 @pytest.fixture(scope="module")

@@ -113,11 +113,31 @@ unsafe impl GlobalAlloc for Bump {
 #[global_allocator]
 static HEAP: Bump = Bump { next: AtomicUsize::new(0), end: AtomicUsize::new(0) };
 
+/// Text formatted into a buffer on the stack, cut at the last whole character that fits: the panic handler must not
+/// allocate, or a panic because the heap is full ("memory allocation of … bytes failed") would panic again from
+/// inside the handler, and again, until the guest's stack ran out.
+struct StackText {
+    bytes: [u8; 256],
+    len: usize,
+}
+
+impl Write for StackText {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let mut take = s.len().min(self.bytes.len() - self.len);
+        while !s.is_char_boundary(take) {
+            take -= 1;
+        }
+        self.bytes[self.len..self.len + take].copy_from_slice(&s.as_bytes()[..take]);
+        self.len += take;
+        Ok(())
+    }
+}
+
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
-    let mut text = String::new();
+    let mut text = StackText { bytes: [0; 256], len: 0 };
     let _ = write!(text, "rust-probe panicked: {}", info.message());
-    host_call(FAIL, text.as_ptr() as u64, text.len() as u64);
+    host_call(FAIL, text.bytes.as_ptr() as u64, text.len as u64);
     // SAFETY: ebreak traps; the host ends the invocation there.
     unsafe { core::arch::asm!("ebreak", options(noreturn)) }
 }
