@@ -4,6 +4,7 @@ failures (the guest said, through ``berm.fail``, that its tool failed). ABI.md Â
 from __future__ import annotations
 
 import enum
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,10 @@ from berm_abi.errors import BermError
 
 if TYPE_CHECKING:
     from berm_aot.locator import Locator
+
+
+#: How many times in a row a call chain line is shown before the rest of its repeats are counted (chain_lines).
+REPEATS_SHOWN = 3
 
 
 class TrapKind(enum.Enum):
@@ -101,8 +106,16 @@ class TrapInfo:
         return f"{self.core} in {where}"
 
     def chain_lines(self) -> list[str]:
-        """The call chain as lines for a reader, innermost first: one per caller, where it made its call."""
-        lines = [f"  called from {where or f'{link:#x}'}" for link, where in self.callers]
+        """The call chain as lines for a reader, innermost first: one per caller, where it made its call. A line
+        repeated more than REPEATS_SHOWN times in a row (deep recursion) is shown that many times and then counted,
+        as Python's tracebacks do."""
+        lines: list[str] = []
+        for line, run in itertools.groupby(f"  called from {where or f'{link:#x}'}" for link, where in self.callers):
+            n = len(list(run))
+            lines += [line] * min(n, REPEATS_SHOWN)
+            if n > REPEATS_SHOWN:
+                more = n - REPEATS_SHOWN
+                lines.append(f"  [the line above repeated {more:,} more time{'s' if more > 1 else ''}]")
         if self.unkept:
             lines.append(f"  ... and {self.unkept:,} more frame{'s' if self.unkept > 1 else ''}")
         return lines

@@ -19,7 +19,7 @@ from berm_host.aot.runtime import lib
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
 from berm_host.layout import MAX_CALL_DEPTH, TRACE_KEEP
-from berm_host.traps import TrapKind
+from berm_host.traps import REPEATS_SHOWN, TrapInfo, TrapKind
 from tests.bounded import GRACE, ends_within
 from tests.elf_samples import ASM_PRELUDE
 from tests.guests import guest_elf
@@ -140,6 +140,25 @@ def test_recursion_returns_through_every_frame(guest, n):
 def test_recursion_to_the_depth_limit_traps_the_same(guest):
     result = run_both(guest, "rec", 20000)
     assert result.trap is not None and result.trap.kind == TrapKind.STACK_EXHAUSTED
+    # one call site 9,998 times: shown REPEATS_SHOWN times, the rest of the kept frames counted, then the unkept
+    site = result.trap.callers[0][1]
+    assert {where for _, where in result.trap.callers} == {site} and site.startswith("rec+")
+    assert result.trap.chain_lines() == [f"  called from {site}"] * REPEATS_SHOWN + [
+        f"  [the line above repeated {TRACE_KEEP - REPEATS_SHOWN} more times]",
+        f"  ... and {MAX_CALL_DEPTH - 1 - TRACE_KEEP:,} more frames"]
+
+
+@pytest.mark.parametrize("sites, expected", [
+    ("a", ["a"]),
+    ("aaa", ["a", "a", "a"]),
+    ("aaaa", ["a", "a", "a", "[the line above repeated 1 more time]"]),
+    ("abbbbbba", ["a", "b", "b", "b", "[the line above repeated 3 more times]", "a"]),
+    ("aaaaabbbb", ["a", "a", "a", "[the line above repeated 2 more times]", "b", "b", "b",
+                   "[the line above repeated 1 more time]"]),
+])
+def test_a_chain_counts_a_line_repeated_more_than_three_times_in_a_row(sites, expected):
+    info = TrapInfo(TrapKind.STACK_EXHAUSTED, pc=0x1000, callers=tuple((0x2000, f"f_{s}+0x8") for s in sites))
+    assert info.chain_lines() == [("  " + e if e.startswith("[") else f"  called from f_{e}+0x8") for e in expected]
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 400])
