@@ -92,7 +92,7 @@ def _through_daemon(args) -> int:
     try:
         result = client.call(str(args.elf), args.tool, args.json)
     except RemoteError as exc:
-        print(shown(str(exc)), file=sys.stderr)
+        print(shown("\n".join([f"berm call: {exc}", *(f"  {line}" for line in exc.chain)])), file=sys.stderr)
         return 1 if exc.kind == "failure" else 2
     print(result)
     return 0

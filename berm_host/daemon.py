@@ -14,7 +14,8 @@ connection; a connection silent for ``idle_timeout`` seconds (60) is closed. Req
 
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": KIND, "message": TEXT}`` where KIND is ``trap``,
 ``failure`` (the guest's berm.fail), ``refused`` (a BermError: unknown harness, bad schedule, chain depth, …),
-``protocol`` (a malformed request) or ``host`` (a bug in the host, logged; the daemon stays up).
+``protocol`` (a malformed request) or ``host`` (a bug in the host, logged; the daemon stays up). A ``trap`` reply
+also has ``"chain"``: its call chain, a list of lines ("called from parse+0x1c", innermost first).
 
 A ``schedule.list`` reply is one page, ``{"entries": [...], "next": CURSOR}``, of at most LIST_PAGE entries
 (what a harness may hold would not fit one line), earliest first: while ``next`` is not null, ask again with it
@@ -74,10 +75,12 @@ class DaemonError(BermError):
 
 
 class RemoteError(BermError):
-    """A request the daemon answered with an error; ``kind`` is trap / failure / refused / protocol / host."""
+    """A request the daemon answered with an error; ``kind`` is trap / failure / refused / protocol / host. A trap's
+    ``chain`` is its call chain, one line per caller (``TrapInfo.chain_lines``, unindented)."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, chain: tuple[str, ...] = ()):
         self.kind = kind
+        self.chain = chain
         super().__init__(message)
 
 
@@ -178,7 +181,8 @@ class Daemon:
         except _Protocol as exc:
             return {"ok": False, "error": "protocol", "message": str(exc)}
         except Trap as exc:
-            return {"ok": False, "error": "trap", "message": str(exc)}
+            return {"ok": False, "error": "trap", "message": str(exc),
+                    "chain": [line.strip() for line in exc.info.chain_lines()]}
         except ToolFailure as exc:
             return {"ok": False, "error": "failure", "message": exc.message}
         except BermError as exc:
@@ -415,7 +419,9 @@ class DaemonClient:
         except ValueError:
             raise DaemonError(f"the daemon on {self.path} sent no valid reply") from None
         if not reply.get("ok"):
-            raise RemoteError(reply.get("error", "unknown"), reply.get("message", "no message"))
+            chain = reply.get("chain")
+            chain = tuple(chain) if isinstance(chain, list) and all(isinstance(c, str) for c in chain) else ()
+            raise RemoteError(reply.get("error", "unknown"), reply.get("message", "no message"), chain)
         reply.pop("ok")
         return reply
 

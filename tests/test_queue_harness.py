@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -336,6 +337,30 @@ def test_berm_schedule_add_list_cancel_against_a_running_daemon(images, tmp_path
         assert daemon.queue.list() == []
         assert main(["schedule", "list", "--socket", str(config.socket)]) == 0  # the option after the action too
         assert main(["schedule", "--socket", "/nonexistent/berm.sock", "list", "--socket", str(config.socket)]) == 0
+    finally:
+        daemon.stop()
+
+
+def test_a_trap_through_the_daemon_carries_its_call_chain(images, tmp_path, capsys):
+    """A trap's reply carries its call chain, and ``berm call --daemon`` prints it under the trap as a direct call
+    does (it printed the message alone, so a harness's author saw where it trapped but not how it got there)."""
+    from berm_cli.main import main
+
+    shutil.copy(ROOT / "harnesses" / "rust-probe" / "rust-probe.elf", images / "rust-probe.elf")
+    config = _config(images, tmp_path)
+    config.declarations.write_text('[[harnesses]]\nname = "rust-probe"\ncapabilities = []\n')
+    daemon = Daemon(config)
+    daemon.start()
+    try:
+        with pytest.raises(RemoteError, match="harness trapped in check: guest executed ebreak") as err:
+            DaemonClient(config.socket).call("rust-probe", "check", '"panic"')
+        assert err.value.kind == "trap"
+        assert [line.split("+")[0] for line in err.value.chain] == ["called from core::panicking::panic_fmt",
+                                                                     "called from berm_tool_check"]
+        assert main(["call", "--daemon", str(config.socket), "rust-probe", "check", '"panic"']) == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert lines[0].startswith("berm call: harness trapped in check: guest executed ebreak")
+        assert lines[1:] == [f"  {line}" for line in err.value.chain]
     finally:
         daemon.stop()
 
