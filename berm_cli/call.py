@@ -91,9 +91,12 @@ def _through_daemon(args) -> int:
     client = DaemonClient(Path(args.daemon) if args.daemon else default_socket())
     try:
         result = client.call(str(args.elf), args.tool, args.json)
-    except RemoteError as exc:
+    except RemoteError as exc:  # as a direct call prints them: a tool's failure as it is, the rest as berm call's
+        if exc.kind == "failure":
+            print(shown(str(exc)), file=sys.stderr)
+            return 1
         print(shown("\n".join([f"berm call: {exc}", *(f"  {line}" for line in exc.chain)])), file=sys.stderr)
-        return 1 if exc.kind == "failure" else 2
+        return 2
     print(result)
     return 0
 
