@@ -4,7 +4,7 @@
 //! through `core::fmt` (function pointers materialised with `auipc`/`addi`), a `match` over many arms (a jump
 //! table of `R_RISCV_64` words in `.rodata`), trait objects (vtables, also `R_RISCV_64`), a global allocator over
 //! the guest heap, host-call numbers loaded as 64-bit constants, soft floating point and 128-bit integers
-//! (compiler-builtins), float formatting, a B-tree map, sorting and Unicode case mapping. Every tool's result is fixed by its input,
+//! (compiler-builtins), float formatting, a B-tree map, sorting, Unicode case mapping and atomics of every width. Every tool's result is fixed by its input,
 //! so tests can check the exact text on every engine.
 
 #![no_std]
@@ -20,7 +20,7 @@ use alloc::vec::Vec;
 use core::alloc::{GlobalAlloc, Layout};
 use core::fmt::Write;
 use core::hint::black_box;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 // ------------------------------------------------------------------------------------------- host calls
 
@@ -231,8 +231,25 @@ pub extern "C" fn berm_tool_shapes() -> Pair {
     ok(describe(&shapes))
 }
 
-/// Fails on purpose when given "fail", and panics (a trap) when given "panic": as the JSON string its manifest
-/// declares (`"panic"`, quotes included, as `berm call` and agents send it), or as those bare bytes.
+/// Takes every byte the heap has left, in ever smaller blocks (`try_reserve_exact`, which fails instead of
+/// panicking), and returns how many.
+fn fill_heap() -> usize {
+    let (mut taken, mut block) = (0, 1 << 20);
+    while block > 0 {
+        let mut v: Vec<u8> = Vec::new();
+        if v.try_reserve_exact(block).is_ok() {
+            core::mem::forget(v);
+            taken += block;
+        } else {
+            block /= 2;
+        }
+    }
+    taken
+}
+
+/// Fails on purpose when given "fail", panics (a trap) when given "panic", and fills the heap and then asks it for
+/// 64 more bytes when given "oom" (a panic for the failed allocation): as the JSON string its manifest declares
+/// (`"panic"`, quotes included, as `berm call` and agents send it), or as those bare bytes.
 #[no_mangle]
 pub extern "C" fn berm_tool_check() -> Pair {
     let given = args();
@@ -240,6 +257,7 @@ pub extern "C" fn berm_tool_check() -> Pair {
     match word {
         b"fail" => fail("check failed, as requested"),
         b"panic" => panic!("asked to panic"),
+        b"oom" => ok(format!("{} bytes", fill_heap() + black_box(Vec::<u8>::with_capacity(64)).capacity())),
         _ => ok(format!("checked {} bytes", given.len())),
     }
 }
@@ -299,6 +317,35 @@ pub extern "C" fn berm_tool_words() -> Pair {
     ok(out)
 }
 
+static BYTE: AtomicU8 = AtomicU8::new(7);
+static HALF: AtomicU16 = AtomicU16::new(0);
+static WORD: AtomicU32 = AtomicU32::new(1);
+static DOUBLE: AtomicU64 = AtomicU64::new(0);
+
+/// Atomics of every width over the argument bytes: LLVM builds the 8- and 16-bit ones from masked `lr.w`/`sc.w`
+/// loops, the 32-bit compare-exchange from `lr.w`/`sc.w`, the rest from AMOs. Statics start afresh per invocation.
+#[no_mangle]
+pub extern "C" fn berm_tool_atomics() -> Pair {
+    for &b in args().iter() {
+        BYTE.fetch_add(b, Ordering::SeqCst);
+        BYTE.fetch_xor(b.rotate_left(3), Ordering::AcqRel);
+        HALF.fetch_max(u16::from(b) * 257, Ordering::Relaxed);
+        HALF.fetch_sub(u16::from(b), Ordering::Release);
+        let mut word = WORD.load(Ordering::Acquire);
+        loop {
+            let next = word.wrapping_mul(31).wrapping_add(u32::from(b));
+            match WORD.compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(seen) => word = seen,
+            }
+        }
+        let old = DOUBLE.swap(u64::from(WORD.load(Ordering::SeqCst)) << 7, Ordering::SeqCst);
+        DOUBLE.fetch_or(old >> 3, Ordering::SeqCst);
+    }
+    ok(format!("byte={} half={} word={} double={}", BYTE.load(Ordering::SeqCst), HALF.load(Ordering::SeqCst),
+               WORD.load(Ordering::SeqCst), DOUBLE.load(Ordering::SeqCst)))
+}
+
 // ------------------------------------------------------------------------------------------- manifest, _start
 
 #[used]
@@ -310,8 +357,9 @@ static MANIFEST: [u8; include_bytes!("manifest.json").len()] = *include_bytes!("
 #[no_mangle]
 pub extern "C" fn _start() -> ! {
     black_box(&MANIFEST);
-    let exports: [extern "C" fn() -> Pair; 6] =
-        [berm_tool_format, berm_tool_classify, berm_tool_shapes, berm_tool_check, berm_tool_numbers, berm_tool_words];
+    let exports: [extern "C" fn() -> Pair; 7] = [berm_tool_format, berm_tool_classify, berm_tool_shapes,
+                                                 berm_tool_check, berm_tool_numbers, berm_tool_words,
+                                                 berm_tool_atomics];
     black_box(exports);
     loop {}
 }
