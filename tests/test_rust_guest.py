@@ -4,6 +4,7 @@ third-party harness reads, analyses and runs, with the same text on every engine
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -41,7 +42,8 @@ def probe(request):
 
 def test_manifest_and_exports(image):
     manifest = load_manifest(image)
-    assert [t.name for t in manifest.tools] == ["format", "classify", "shapes", "check", "numbers", "words", "atomics"]
+    assert [t.name for t in manifest.tools] == ["format", "classify", "shapes", "check", "numbers", "words", "parse",
+                                                "atomics"]
     assert manifest.usage.startswith("rust-probe exercises")
 
 
@@ -53,7 +55,7 @@ def test_rustc_code_shapes(image, program):
     arms = [t for t in program.indirect_targets if step.start < t < step.end]
     assert len(arms) >= 10  # the 12-arm match compiles to a jump table of local targets
     tools = {program.symbol(f"berm_tool_{t}")
-             for t in ("format", "classify", "shapes", "check", "numbers", "words", "atomics")}
+             for t in ("format", "classify", "shapes", "check", "numbers", "words", "parse", "atomics")}
     assert tools <= program.function_starts and tools <= program.indirect_targets
     # soft floating point and 128-bit division come from compiler-builtins, float printing from core's flt2dec
     names = {f.name for f in program.functions}
@@ -136,7 +138,11 @@ def test_failure_and_panic(probe, quoted):
 
 def _rust_display(value: float) -> str:
     """Rust's ``{}`` of an f64: the shortest digits that read back as ``value`` (as Python's ``repr``), never in
-    exponent form, with no ``.0`` for a whole number."""
+    exponent form, with no ``.0`` for a whole number; ``NaN``, ``inf`` and ``-inf`` as such."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
     return format(Decimal(repr(value)).normalize(), "f")
 
 
@@ -261,3 +267,48 @@ def test_atomics_of_every_width(probe, args):
     harness, _ = probe
     assert harness.call("atomics", args) == _atomics(args)
     assert harness.call("atomics", args) == _atomics(args)
+
+
+#: What Rust's ``f64::from_str`` accepts (Python's ``float`` accepts more: underscores, surrounding space).
+RUST_FLOAT = re.compile(r"[+-]?(?:(?i:inf|infinity|nan)|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)")
+
+
+def _parse(text: str) -> str:
+    """A Python model of rust-probe's ``parse``: the same correctly rounded values (Python's ``float``), summed in
+    the same order; ``f64::max`` ignores a NaN and keeps the first of two equal values, as ``max`` does here."""
+    parsed = refused = 0
+    total, largest = 0.0, -math.inf
+    for word in text.split():
+        if not RUST_FLOAT.fullmatch(word):
+            refused += 1
+            continue
+        x = float(word)
+        parsed += 1
+        total += x
+        largest = largest if math.isnan(x) else max(largest, x)
+    return f"parsed={parsed} refused={refused} sum={_rust_display(total)} largest={_rust_display(largest)}"
+
+
+NUMBERS = ("1.5 2e3 -0.1 x 1e400 nan 0.1 2.2250738585072011e-308 12345678901234567890123 9007199254740993 "
+           "+.5 5. . e5 1e 1_0 -INF Infinity 0x10 4.9e-324 1e-400 -0")
+
+
+@pytest.mark.parametrize("text", [NUMBERS, "0.1 0.2 0.3", "", "7e22 1e23 8.98846567431158e307 8.98846567431158e307"],
+                         ids=["mixed", "tenths", "none", "large"])
+def test_float_parsing(probe, text):
+    harness, _ = probe
+    assert harness.call("parse", text.encode()) == _parse(text)
+
+
+_DIGITS = st.text(alphabet="0123456789", min_size=1, max_size=30)
+_DECIMAL = st.builds(lambda sign, whole, frac, exp: f"{sign}{whole}{frac}{exp}", st.sampled_from(["", "+", "-"]),
+                     _DIGITS, st.one_of(st.just(""), st.just("."), _DIGITS.map(lambda d: "." + d)),
+                     st.one_of(st.just(""), st.integers(-350, 350).map(lambda e: f"e{e}")))
+_WORD = st.one_of(_DECIMAL, _DECIMAL, st.sampled_from(["inf", "-Infinity", "NaN", ".", "e5", "1e", "1_0", "--1"]))
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_WORD, max_size=12))
+def test_float_parsing_matches_its_model_for_any_words(aot_probe, words):
+    text = " ".join(words)
+    assert aot_probe.call("parse", text.encode()) == _parse(text)

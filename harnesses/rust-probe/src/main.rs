@@ -4,7 +4,8 @@
 //! through `core::fmt` (function pointers materialised with `auipc`/`addi`), a `match` over many arms (a jump
 //! table of `R_RISCV_64` words in `.rodata`), trait objects (vtables, also `R_RISCV_64`), a global allocator over
 //! the guest heap, host-call numbers loaded as 64-bit constants, soft floating point and 128-bit integers
-//! (compiler-builtins), float formatting, a B-tree map, sorting, Unicode case mapping and atomics of every width. Every tool's result is fixed by its input,
+//! (compiler-builtins), float parsing and formatting, a B-tree map, sorting, Unicode case mapping and atomics of
+//! every width. Every tool's result is fixed by its input,
 //! so tests can check the exact text on every engine.
 
 #![no_std]
@@ -317,6 +318,29 @@ pub extern "C" fn berm_tool_words() -> Pair {
     ok(out)
 }
 
+/// The argument text's whitespace-separated words parsed as f64 (core's dec2flt: the Eisel-Lemire fast path, and
+/// big-decimal arithmetic for what it cannot round), summed in order: how many parsed, how many did not, the sum
+/// and the largest.
+#[no_mangle]
+pub extern "C" fn berm_tool_parse() -> Pair {
+    let input = args();
+    let Ok(text) = core::str::from_utf8(&input) else {
+        return fail("parse: the arguments are not UTF-8");
+    };
+    let (mut parsed, mut refused, mut sum, mut largest) = (0, 0, 0.0f64, f64::NEG_INFINITY);
+    for word in text.split_ascii_whitespace() {
+        match word.parse::<f64>() {
+            Ok(x) => {
+                parsed += 1;
+                sum += x;
+                largest = largest.max(x);
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    ok(format!("parsed={} refused={} sum={} largest={}", parsed, refused, sum, largest))
+}
+
 static BYTE: AtomicU8 = AtomicU8::new(7);
 static HALF: AtomicU16 = AtomicU16::new(0);
 static WORD: AtomicU32 = AtomicU32::new(1);
@@ -357,9 +381,9 @@ static MANIFEST: [u8; include_bytes!("manifest.json").len()] = *include_bytes!("
 #[no_mangle]
 pub extern "C" fn _start() -> ! {
     black_box(&MANIFEST);
-    let exports: [extern "C" fn() -> Pair; 7] = [berm_tool_format, berm_tool_classify, berm_tool_shapes,
+    let exports: [extern "C" fn() -> Pair; 8] = [berm_tool_format, berm_tool_classify, berm_tool_shapes,
                                                  berm_tool_check, berm_tool_numbers, berm_tool_words,
-                                                 berm_tool_atomics];
+                                                 berm_tool_parse, berm_tool_atomics];
     black_box(exports);
     loop {}
 }
