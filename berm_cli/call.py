@@ -1,4 +1,5 @@
-"""``berm call ELF TOOL [JSON]``: call one tool of a harness image, granting exactly what the command line says.
+"""``berm call ELF TOOL [JSON|-]``: call one tool of a harness image, granting exactly what the command line says
+(``-``: the JSON arguments come from stdin).
 
 The command line is a one-entry declaration: ``--grant`` names capabilities, ``--root`` bounds fs and exec,
 ``--host`` bounds http. A grant without its bound would be absent, as in a declaration, so the command line
@@ -26,7 +27,9 @@ from berm_host.traps import ToolFailure, Trap
 def add_arguments(p) -> None:
     p.add_argument("elf", type=Path, help="the harness image, or the name of a bundled harness (e.g. os)")
     p.add_argument("tool", help="the tool to call (berm_tool_<TOOL>)")
-    p.add_argument("json", nargs="?", default="{}", help="the tool's arguments as JSON (default {})")
+    p.add_argument("json", nargs="?", default="{}",
+                   help="the tool's arguments as JSON (default {}); - reads them from stdin (for arguments longer "
+                        "than a command line may be)")
     p.add_argument("--grant", action="append", default=[], metavar="CAP",
                    help="grant a capability: fs, exec, http, clock, kv (repeatable)")
     p.add_argument("--root", help="the directory bounding fs and exec")
@@ -102,6 +105,12 @@ def _through_daemon(args) -> int:
 
 
 def run(args) -> int:
+    if args.json == "-":
+        try:
+            args.json = sys.stdin.read()
+        except UnicodeDecodeError as exc:
+            print(f"berm call: the arguments on stdin are not UTF-8 (byte {exc.start})", file=sys.stderr)
+            return 2
     try:
         json.loads(args.json)
     except ValueError as exc:

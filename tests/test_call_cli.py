@@ -3,6 +3,8 @@ capability or a host error on stderr and exit 2."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from berm_cli.main import main
@@ -81,6 +83,23 @@ def test_bad_input_exits_2_with_a_message(berm_call, args, words):
     code, out, err = berm_call(*args)
     assert (code, out) == (2, "")
     assert words in err
+
+
+def test_dash_reads_the_arguments_from_stdin(berm_call, monkeypatch):
+    """Arguments longer than a command line may be (Linux takes at most 128 KiB in one argument: "Argument list too
+    long") come from stdin. The probe's echo holds 64 KiB of them."""
+    big = "x" * 60_000
+    monkeypatch.setattr("sys.stdin", io.StringIO(f'{{"text": "{big}"}}'))
+    code, out, err = berm_call("echo", "-")
+    assert (code, err) == (0, "") and out == f'{{"text": "{big}"}}\n'
+    monkeypatch.setattr("sys.stdin", io.StringIO("{not json"))
+    assert berm_call("echo", "-")[0] == 2
+
+
+def test_stdin_that_is_not_utf8_is_refused(berm_call, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b'"\xff"'), encoding="utf-8", errors="strict"))
+    code, out, err = berm_call("echo", "-")
+    assert (code, out) == (2, "") and err == "berm call: the arguments on stdin are not UTF-8 (byte 1)\n"
 
 
 def test_a_missing_image_exits_2(tmp_path, capsys):
