@@ -143,7 +143,7 @@ def _jumpy_code(draw):
                       "jal0": Op("jal", rd=0, target=to), "call": Op("jal", rd=RA, target=to),
                       "beq": Op("beq", rs1=A0, rs2=0, target=to), "c.j": Op("c.j", target=to),
                       "ret": RET, "ebreak": Op("c.ebreak")}[shape])
-    length = assemble(items, TEXT).labels[f"i{n - 1}"] + 4 - TEXT
+    length = len(assemble(items, TEXT).code)
     offsets = draw(st.lists(st.integers(0, length - 1), max_size=4))
     return items, [TEXT + off for off in offsets]
 
