@@ -278,7 +278,7 @@ def _parse(text: str) -> str:
     the same order; ``f64::max`` ignores a NaN and keeps the first of two equal values, as ``max`` does here."""
     parsed = refused = 0
     total, largest = 0.0, -math.inf
-    for word in text.split():
+    for word in filter(None, re.split(r"[ \t\n\x0c\r]+", text)):  # split_ascii_whitespace: ASCII's only
         if not RUST_FLOAT.fullmatch(word):
             refused += 1
             continue
