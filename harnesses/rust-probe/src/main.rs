@@ -298,8 +298,7 @@ pub extern "C" fn berm_tool_numbers() -> Pair {
 /// the slice sort's merge code, and char's Unicode tables for the tests and case mappings.
 #[no_mangle]
 pub extern "C" fn berm_tool_words() -> Pair {
-    let input = args();
-    let Ok(text) = core::str::from_utf8(&input) else {
+    let Ok(text) = String::from_utf8(args()) else {
         return fail("words: the arguments are not UTF-8");
     };
     let mut counts: BTreeMap<String, u32> = BTreeMap::new();
@@ -323,8 +322,7 @@ pub extern "C" fn berm_tool_words() -> Pair {
 /// and the largest.
 #[no_mangle]
 pub extern "C" fn berm_tool_parse() -> Pair {
-    let input = args();
-    let Ok(text) = core::str::from_utf8(&input) else {
+    let Ok(text) = String::from_utf8(args()) else {
         return fail("parse: the arguments are not UTF-8");
     };
     let (mut parsed, mut refused, mut sum, mut largest) = (0, 0, 0.0f64, f64::NEG_INFINITY);
