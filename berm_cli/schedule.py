@@ -11,6 +11,7 @@ from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_host.daemon import DaemonClient, default_socket
+from berm_host.text import escaped
 
 _RELATIVE = re.compile(r"\+(\d+)(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -83,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(e, ensure_ascii=False))
             else:
-                print(f"{_iso(e['when_ms'])}  {e['harness']}  {e['id']}  {e['payload']}")
+                # a harness chose its wakes' ids and payloads (berm.schedule.at): one line each, no terminal control
+                shown = (escaped(e[k], lines=False) for k in ("harness", "id", "payload"))
+                print("  ".join([_iso(e["when_ms"]), *shown]))
         return 0
     if client.request({"op": "schedule.cancel", "harness": args.harness, "id": args.id})["cancelled"]:
         print(f"cancelled {args.harness}[{args.id}]")

@@ -18,7 +18,7 @@ import pytest
 from berm_abi.errors import BermError
 from berm_cli import serve
 from berm_cli.main import main as cli_main
-from berm_cli.schedule import WhenError, parse_when
+from berm_cli.schedule import WhenError, _iso, parse_when
 from berm_host import daemon as daemon_mod
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
 from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD, MAX_PAYLOAD_BYTES
@@ -225,6 +225,17 @@ def test_berm_schedule_shows_instants_no_date_can_hold(empty_daemon, capsys):
     assert cli_main(["schedule", "--socket", sock, "list"]) == 0
     assert capsys.readouterr().out.splitlines() == [f"scheduled h[far] at {far}", f"{early}  gone  early  ",
                                                     f"{far}  h  far  "]
+
+
+def test_berm_schedule_list_escapes_what_a_harness_chose(empty_daemon, capsys):
+    """A harness names its wakes and their payloads (berm.schedule.at): `berm schedule list` printed them raw, so a
+    wake could clear the reader's terminal, set its clipboard (OSC 52) or forge list lines of its own."""
+    empty_daemon.queue.add("h", RecordingTarget())
+    empty_daemon.queue.dueset.put("h", "a\nfake  line", 5, payload="\x1b]52;c;cm0gLXJm\x07\x1b[2J")
+    assert cli_main(["schedule", "--socket", str(empty_daemon.config.socket), "list", "h"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [f"{_iso(5)}  h  a\\x0afake  line  \\x1b]52;c;cm0gLXJm\\x07\\x1b[2J"]
+    assert "\x1b" not in out and "\x07" not in out
 
 
 def test_a_declared_harness_without_an_image_stops_the_start_clearly(tmp_path):
