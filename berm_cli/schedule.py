@@ -88,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
                 shown = (escaped(e[k], lines=False) for k in ("harness", "id", "payload"))
                 print("  ".join([_iso(e["when_ms"]), *shown]))
         return 0
-    if client.request({"op": "schedule.cancel", "harness": args.harness, "id": args.id})["cancelled"]:
-        print(f"cancelled {args.harness}[{args.id}]")
+    reply = client.request({"op": "schedule.cancel", "harness": args.harness, "id": args.id})
+    if reply["cancelled"]:
+        running = "; its wake had already started and runs to its end" if reply["started"] else ""
+        print(f"cancelled {args.harness}[{args.id}]{running}")
         return 0
     print(f"berm schedule: {args.harness}[{args.id}] was not scheduled")
     return 1

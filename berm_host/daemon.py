@@ -15,7 +15,9 @@ connection; a connection silent for ``idle_timeout`` seconds (60) is closed. Req
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": KIND, "message": TEXT}`` where KIND is ``trap``,
 ``failure`` (the guest's berm.fail), ``refused`` (a BermError: unknown harness, bad schedule, chain depth, …),
 ``protocol`` (a malformed request) or ``host`` (a bug in the host, logged; the daemon stays up). A ``trap`` reply
-also has ``"chain"``: its call chain, a list of lines ("called from parse+0x1c", innermost first).
+also has ``"chain"``: its call chain, a list of lines ("called from parse+0x1c", innermost first). A
+``schedule.cancel`` reply says ``"cancelled"`` (the id was pending) and ``"started"`` (but its wake had already
+started, and runs to its end).
 
 A ``schedule.list`` reply is one page, ``{"entries": [...], "next": CURSOR}``, of at most LIST_PAGE entries
 (what a harness may hold would not fit one line), earliest first: while ``next`` is not null, ask again with it
@@ -46,7 +48,7 @@ from pathlib import Path
 from berm_abi.errors import BermError
 from berm_host.declaration import load_declarations
 from berm_host.grants import linker_for
-from berm_host.queue import Context, Queue, QueueClosed, call_capabilities, schedule_capabilities
+from berm_host.queue import Cancel, Context, Queue, QueueClosed, call_capabilities, schedule_capabilities
 from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD
 from berm_host.queue.target import Target
 from berm_host.text import escaped
@@ -209,7 +211,8 @@ class Daemon:
         if op == "schedule.list":
             return self._list_page(_field(r, "harness", str, None), _field(r, "after", dict, None))
         if op == "schedule.cancel":
-            return {"cancelled": q.cancel(_field(r, "harness", str), _field(r, "id", str))}
+            outcome = q.cancel(_field(r, "harness", str), _field(r, "id", str))
+            return {"cancelled": outcome is not Cancel.NOT_PENDING, "started": outcome is Cancel.STARTED}
         if op == "publish":
             futures = q.publish(_field(r, "topic", str), _field(r, "event", str, ""))
             return {"delivered": len(futures)}

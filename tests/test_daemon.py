@@ -230,12 +230,29 @@ def test_berm_schedule_shows_instants_no_date_can_hold(empty_daemon, capsys):
 def test_berm_schedule_list_escapes_what_a_harness_chose(empty_daemon, capsys):
     """A harness names its wakes and their payloads (berm.schedule.at): `berm schedule list` printed them raw, so a
     wake could clear the reader's terminal, set its clipboard (OSC 52) or forge list lines of its own."""
-    empty_daemon.queue.add("h", RecordingTarget())
+    # its harness is not loaded: the wake stays pending
     empty_daemon.queue.dueset.put("h", "a\nfake  line", 5, payload="\x1b]52;c;cm0gLXJm\x07\x1b[2J")
     assert cli_main(["schedule", "--socket", str(empty_daemon.config.socket), "list", "h"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines() == [f"{_iso(5)}  h  a\\x0afake  line  \\x1b]52;c;cm0gLXJm\\x07\\x1b[2J"]
     assert "\x1b" not in out and "\x07" not in out
+
+
+def test_berm_schedule_cancel_says_when_the_wake_had_started(empty_daemon, capsys):
+    started, gate = threading.Event(), threading.Event()
+    empty_daemon.queue.add("h", RecordingTarget(on_wake=lambda inv: (started.set(), gate.wait(10))))
+    sock = ["schedule", "--socket", str(empty_daemon.config.socket)]
+    assert cli_main([*sock, "add", "h", "running", "1"]) == 0
+    assert cli_main([*sock, "add", "h", "later", "+1h"]) == 0
+    try:
+        assert started.wait(10)
+        capsys.readouterr()
+        assert cli_main([*sock, "cancel", "h", "running"]) == 0
+        assert cli_main([*sock, "cancel", "h", "later"]) == 0
+    finally:
+        gate.set()
+    assert capsys.readouterr().out.splitlines() == [
+        "cancelled h[running]; its wake had already started and runs to its end", "cancelled h[later]"]
 
 
 def test_a_declared_harness_without_an_image_stops_the_start_clearly(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from berm_abi.frames import encode_frame
 from berm_host.linker import CapabilityError
-from berm_host.queue import DueSet, ScheduleError, schedule_capabilities
+from berm_host.queue import Cancel, DueSet, ScheduleError, schedule_capabilities
 
 from .queue_helpers import RecordingTarget, queue_factory, wait_for
 
@@ -257,12 +257,29 @@ def test_a_wake_cancelled_while_it_waits_for_a_worker_never_runs(make_queue):
     said True, and the queued wake ran all the same."""
     q, g, gate, call = _queued_wake(make_queue)
     try:
-        assert q.cancel("g", "w") is True
+        assert q.cancel("g", "w") is Cancel.CANCELLED
     finally:
         gate.set()
     call.result(10)
     wait_for(lambda: q.executor.load() == {"workers": 1, "busy": 0, "queued": 0})
     assert g.calls == [] and q.list() == []
+
+
+def test_cancelling_a_wake_that_has_started_says_it_runs_on(make_queue):
+    """cancel() said True, as for a wake it had stopped, when the wake was already running: the reader of
+    `berm schedule cancel` was told "cancelled" and then saw the wake's work done."""
+    started, gate = threading.Event(), threading.Event()
+    g = RecordingTarget(on_wake=lambda inv: (started.set(), gate.wait(10)))
+    q = make_queue({"g": g})
+    q.schedule("g", "w", now_ms() - 1)
+    try:
+        assert started.wait(10)
+        assert q.cancel("g", "w") is Cancel.STARTED
+        assert q.cancel("g", "w") is Cancel.NOT_PENDING
+    finally:
+        gate.set()
+    wait_for(lambda: len(g.wakes()) == 1 and q.executor.load()["busy"] == 0)
+    assert q.list() == []
 
 
 @pytest.mark.parametrize("cancel_first", [True, False])

@@ -8,12 +8,12 @@ from .errors import (ChainDepthError, HarnessBusy, LimitError, QueueClosed, Queu
 from .executor import Executor, HarnessStats
 from .invocation import Context, Invocation, Trigger, current_invocation
 from .scheduler import Scheduler, SchedulerStats, wake_args
-from .service import Queue
+from .service import Cancel, Queue
 from .subscriptions import Subscription, Subscriptions
 from .target import Target
 
 __all__ = [
-    "ChainDepthError", "Context", "DueSet", "Entry", "Executor", "HarnessBusy", "HarnessStats", "Invocation",
+    "Cancel", "ChainDepthError", "Context", "DueSet", "Entry", "Executor", "HarnessBusy", "HarnessStats", "Invocation",
     "LimitError", "Queue", "QueueClosed", "QueueError", "ScheduleError", "Scheduler", "SchedulerStats", "Subscription",
     "Subscriptions", "Target", "Trigger", "UnknownHarness", "call_capabilities", "current_invocation",
     "schedule_capabilities", "wake_args",

@@ -108,15 +108,16 @@ class Scheduler:
         with self._cond:
             self._flush()
 
-    def changed(self, harness: str, id: str, gen: int | None = None) -> None:
+    def changed(self, harness: str, id: str, gen: int | None = None) -> bool:
         """``(harness, id)`` was written as generation ``gen``, or cancelled (None): a wake of an older write
         still queued in the executor is withdrawn, and the earliest instant is recomputed. (A wake withdrawn by a
-        cancel racing a later write is not lost: the row it was for stays, and fires at the next drain.)"""
+        cancel racing a later write is not lost: the row it was for stays, and fires at the next drain.) True
+        when such a wake could not be withdrawn: it has started, and runs on."""
         with self._cond:
             fired = self._inflight.get((harness, id))
-            if fired is not None and (gen is None or fired[0].gen < gen):
-                fired[1].cancel()  # False once it runs: a wake that started runs on
+            started = fired is not None and (gen is None or fired[0].gen < gen) and not fired[1].cancel()
             self._cond.notify()
+            return started
 
     def stats(self) -> SchedulerStats:
         with self._cond:

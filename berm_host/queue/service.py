@@ -7,6 +7,7 @@ Every way of starting a guest is a method here and ends in ``Executor.submit``: 
 
 from __future__ import annotations
 
+import enum
 import logging
 from concurrent.futures import Future
 from dataclasses import asdict
@@ -24,6 +25,14 @@ from .subscriptions import Subscription, Subscriptions, notify_args
 from .target import Target
 
 log = logging.getLogger("berm.queue")
+
+
+class Cancel(enum.Enum):
+    """What ``Queue.cancel`` did."""
+
+    NOT_PENDING = "not pending"  # nothing was scheduled under that id
+    CANCELLED = "cancelled"  # its wake will not run
+    STARTED = "started"  # removed, but its wake had already started: it runs to its end
 
 
 class Queue:
@@ -106,12 +115,11 @@ class Queue:
         self.scheduler.changed(harness, id, entry.gen)
         return entry
 
-    def cancel(self, harness: str, id: str) -> bool:
-        """Remove a pending ``id``: its wake never runs unless it has already started."""
-        removed = self.dueset.cancel(harness, id)
-        if removed:
-            self.scheduler.changed(harness, id)
-        return removed
+    def cancel(self, harness: str, id: str) -> Cancel:
+        """Remove a pending ``id``: its wake never runs unless it has already started (``Cancel.STARTED``)."""
+        if not self.dueset.cancel(harness, id):
+            return Cancel.NOT_PENDING
+        return Cancel.STARTED if self.scheduler.changed(harness, id) else Cancel.CANCELLED
 
     def list(self, harness: str | None = None, *, after: Key | None = None, limit: int = -1) -> list[Entry]:
         """Pending wakes, earliest first (``DueSet.list``: a page of them with ``after`` and ``limit``)."""
