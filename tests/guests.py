@@ -98,3 +98,15 @@ def capability_relay_elf() -> bytes:
     from berm_abi.names import fnv1a64
 
     return raw_harness_elf(_RELAY, ("ok", "spin", "cap"), {"X_CAP": fnv1a64("x.cap")})
+
+
+def analysed_function(source: str, name: str, *, keep: tuple[str, ...]):
+    """``(program, analysis, info)``: assembly ``source`` built as a guest (``keep``: the symbols to keep alive),
+    its program model and analysis, and the analysis of its function ``name``."""
+    from berm_aot.analysis import analyse
+    from berm_aot.elf import read_elf
+    from berm_aot.program import Program
+
+    program = Program.from_image(read_elf(guest_elf(source, suffix=".S", keep=keep)))
+    analysis = analyse(program)
+    return program, analysis, next(i for i in analysis.functions if i.func.name == name)

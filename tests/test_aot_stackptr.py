@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from berm_aot.analysis import analyse
-from berm_aot.elf import read_elf
 from berm_aot.emit.sites import jump_targets
 from berm_aot.emit.stackptr import stack_pointers
-from berm_aot.program import Program
 from tests.elf_samples import ASM_PRELUDE
-from tests.guests import guest_elf
+from tests.guests import analysed_function
 
 A3 = 13
 
@@ -49,9 +46,7 @@ f:
 
 @pytest.fixture(scope="module")
 def f():
-    program = Program.from_image(read_elf(guest_elf(SOURCE, suffix=".S", keep=("f", "g"))))
-    analysis = analyse(program)
-    info = next(i for i in analysis.functions if i.func.name == "f")
+    program, analysis, info = analysed_function(SOURCE, "f", keep=("f", "g"))
     at = {i.addr: i for i in info.insns}
     # the stores through a3: the case's, then the one after the call
     stores = [a for a, i in sorted(at.items()) if i.op == "sd" and i.rs1 == A3]

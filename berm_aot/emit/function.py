@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from berm_abi.names import core_number
-from berm_aot.analysis import Analysis, FunctionInfo
+from berm_aot.analysis import Analysis, FunctionInfo, writes
 from berm_aot.isa import BRANCHES, Instruction, checks_sp
 from berm_aot.disasm import disassemble
 
@@ -32,6 +32,7 @@ from .groups import access_groups
 from .loops import CountedLoop, counted_loops
 from .sites import dynamic_jumps, jump_targets
 from .stackptr import stack_pointers
+from .synced import synced_registers
 from .insn import BRANCH_CONDS, CHECKED, comment, compute, dst, lit, reg
 from .slowrun import RunTable
 
@@ -122,6 +123,7 @@ class FunctionEmitter:
             self.ret, self.returns = f"(depth == depth0_ ? ret : {lit(self.self_calls[0])})", "do_ret"
         else:
             self.ret, self.returns = "exp_", "do_ret"
+        self._synced: dict[int, frozenset[int]] | None = None  # see _unsynced
         self.loops = counted_loops(insns, self.labels, self.follows, self.stack_at)
         self.loop_branches = {loop.branch: loop for loop in self.loops.values()}
         self.labels.update(loop.after for loop in self.loops.values())
@@ -151,6 +153,13 @@ class FunctionEmitter:
 
     def _load(self, regs) -> str:
         return " ".join(f"x{r} = ctx->regs[{r}];" for r in sorted(regs))
+
+    def _unsynced(self, insn: Instruction) -> frozenset[int]:
+        """The registers this function wrote whose locals may differ from ctx->regs before ``insn``: what a call
+        or a slow path stores (berm_aot.emit.synced; found at the first, since a function may have neither)."""
+        if self._synced is None:
+            self._synced = {} if self.self_calls else synced_registers(self.f, self.expect, entered=not self.resume)
+        return self.f.written - self._synced.get(insn.addr, frozenset())
 
     def _leave_to(self, target: int) -> str:
         """Continue at ``target``, a direct transfer: a goto inside the function, a tail transfer to another
@@ -286,7 +295,7 @@ class FunctionEmitter:
         group = self.groups.get(insn.addr)
         if group is not None:
             self.out.append("    " + group.header())
-            self.out += self.runs.slow_path(group.flag, group.segment, group.offset, self.f.written, self.p,
+            self.out += self.runs.slow_path(group.flag, group.segment, group.offset, self._unsynced(insn), self.p,
                                             self._run_end(group.segment[-1].addr))
         falls = self._insn(insn)
         if insn.addr in self.run_ends:
@@ -358,12 +367,12 @@ class FunctionEmitter:
         out.append("    " + self._leave_to(insn.next_pc))
 
     def _call_prologue(self, insn: Instruction) -> None:
-        """Push a frame (or trap), write the link register, store what this function wrote so the callee sees
-        every register's true value."""
+        """Push a frame (or trap), write the link register, store what this function wrote since its registers
+        were last in ctx->regs (berm_aot.emit.synced) so the callee sees every register's true value."""
         out = self.out
         out.append(f"        BERM_PUSH({lit(insn.addr)});")
         out.append(f"        {dst(insn.rd)} = {lit(insn.next_pc)};")
-        stores = self._store(self.f.written)
+        stores = self._store(self._unsynced(insn) | writes(insn))
         if stores:
             out.append("        " + stores)
         out.append("        uint64_t w_ = ctx->wild;")
