@@ -8,10 +8,13 @@ import re
 
 import pytest
 
+from berm_aot.elf import read_elf
 from berm_aot.emit.function import FunctionEmitter
 from berm_aot.emit.synced import synced_registers
+from berm_host.backend import RunRequest
+from berm_host.engine import Engine
 from tests.elf_samples import ASM_PRELUDE
-from tests.guests import analysed_function
+from tests.guests import analysed_function, guest_elf
 
 RA, SP, T0, T1, S0, A0 = 1, 2, 5, 6, 8, 10
 
@@ -79,3 +82,47 @@ def test_the_call_site_stores_what_changed_and_the_link(f):
     assert stored(in_loop) == {RA, SP, S0, A0}
     assert stored(in_case) == {RA, SP, T0, T1, S0}
     assert stored(in_case) < set(info.written)
+
+
+#: ``rec(1)`` sets s1 and calls itself; the nested frame reads s1 after calling ``g``, which saves and restores it.
+#: A nested frame runs in its caller's C frame, entered by a goto with the caller's registers in locals, not in
+#: ctx->regs: were the analysis applied there, the call to g would store none of them (nothing written since the
+#: start, as far as it can see), g would preserve a stale s1 and the nested frame read it back.
+SELF_CALLER = ASM_PRELUDE + r"""
+    .globl rec, g
+    .type g, @function
+g:
+    addi sp, sp, -16
+    sd s1, 0(sp)
+    li s1, 99
+    ld s1, 0(sp)
+    addi sp, sp, 16
+    ret
+    .type rec, @function
+rec:
+    addi sp, sp, -16
+    sd ra, 8(sp)
+    sd s1, 0(sp)
+    beqz a0, .Lbase
+    li s1, 7
+    addi a0, a0, -1
+    call rec
+    add a0, a0, s1
+    j .Lout
+.Lbase:
+    call g
+    mv a0, s1
+.Lout:
+    ld s1, 0(sp)
+    ld ra, 8(sp)
+    addi sp, sp, 16
+    ret
+"""
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+def test_a_nested_frame_of_a_self_call_stores_what_its_caller_wrote(kind, tmp_path):
+    elf = guest_elf(SELF_CALLER, suffix=".S", keep=("rec", "g"))
+    entry = next(s.value for s in read_elf(elf).symbols if s.name == "rec")
+    result = Engine(kind=kind, cache_dir=tmp_path).load(elf).backend.run(RunRequest(entry=entry, int_args=(1,)))
+    assert result.trap is None and result.a0 == 14
