@@ -96,8 +96,8 @@ class RunTable:
         end of its segment) goes through the runner, then the code continues at ``end``, or traps. The registers the
         segment reads or writes are stored first (those in ``written``: the function may have changed them since they
         were last in ctx->regs, berm_aot.emit.synced) — the written ones too, since a trap may stop the run before it
-        writes them — and the written ones reloaded after it. (The whole segment's registers, not just the run's: no more than the run's is needed, and no
-        harm done, since what is stored is each register's current value.)"""
+        writes them — and the written ones reloaded after it. (The whole segment's registers, not just the run's: no
+        more than the run's is needed, and no harm done, since what is stored is each register's current value.)"""
         last = segment[-1].addr
         read, load = self._regs[last]
         store = sorted(set(read) & set(written))
