@@ -98,10 +98,15 @@ def _through_daemon(args) -> int:
         if exc.kind == "failure":
             print(shown(str(exc)), file=sys.stderr)
             return 1
-        print(shown("\n".join([f"berm call: {exc}", *(f"  {line}" for line in exc.chain)])), file=sys.stderr)
+        print(_trap_text(str(exc), exc.chain), file=sys.stderr)
         return 2
     print(result)
     return 0
+
+
+def _trap_text(message: str, chain) -> str:
+    """A trap as berm call prints it, direct or through the daemon: the message, its call chain indented under it."""
+    return shown("\n".join([f"berm call: {message}", *(f"  {line}" for line in chain)]))
 
 
 def run(args) -> int:
@@ -134,7 +139,7 @@ def run(args) -> int:
         print(shown(failure.message), file=sys.stderr)
         return 1
     except Trap as trap:  # with the call chain under the message
-        print(shown("\n".join([f"berm call: {trap}", *trap.info.chain_lines()])), file=sys.stderr)
+        print(_trap_text(str(trap), trap.info.chain_lines()), file=sys.stderr)
         return 2
     print(result)
     return 0

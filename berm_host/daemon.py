@@ -78,7 +78,7 @@ class DaemonError(BermError):
 
 class RemoteError(BermError):
     """A request the daemon answered with an error; ``kind`` is trap / failure / refused / protocol / host. A trap's
-    ``chain`` is its call chain, one line per caller (``TrapInfo.chain_lines``, unindented)."""
+    ``chain`` is its call chain, one line per caller (``TrapInfo.chain_lines``)."""
 
     def __init__(self, kind: str, message: str, chain: tuple[str, ...] = ()):
         self.kind = kind
@@ -184,7 +184,7 @@ class Daemon:
             return {"ok": False, "error": "protocol", "message": str(exc)}
         except Trap as exc:
             return {"ok": False, "error": "trap", "message": str(exc),
-                    "chain": [line.strip() for line in exc.info.chain_lines()]}
+                    "chain": exc.info.chain_lines()}
         except ToolFailure as exc:
             return {"ok": False, "error": "failure", "message": exc.message}
         except BermError as exc:

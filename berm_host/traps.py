@@ -106,18 +106,18 @@ class TrapInfo:
         return f"{self.core} in {where}"
 
     def chain_lines(self) -> list[str]:
-        """The call chain as lines for a reader, innermost first: one per caller, where it made its call. A line
-        repeated more than REPEATS_SHOWN times in a row (deep recursion) is shown that many times and then counted,
-        as Python's tracebacks do."""
+        """The call chain as lines for a reader, innermost first, unindented: one per caller, where it made its call.
+        A line repeated more than REPEATS_SHOWN times in a row (deep recursion) is shown that many times and then
+        counted, as Python's tracebacks do."""
         lines: list[str] = []
-        for line, run in itertools.groupby(f"  called from {where or f'{link:#x}'}" for link, where in self.callers):
+        for line, run in itertools.groupby(f"called from {where or f'{link:#x}'}" for link, where in self.callers):
             n = len(list(run))
             lines += [line] * min(n, REPEATS_SHOWN)
             if n > REPEATS_SHOWN:
                 more = n - REPEATS_SHOWN
-                lines.append(f"  [the line above repeated {more:,} more time{'s' if more > 1 else ''}]")
+                lines.append(f"[the line above repeated {more:,} more time{'s' if more > 1 else ''}]")
         if self.unkept:
-            lines.append(f"  ... and {self.unkept:,} more frame{'s' if self.unkept > 1 else ''}")
+            lines.append(f"... and {self.unkept:,} more frame{'s' if self.unkept > 1 else ''}")
         return lines
 
 

@@ -143,9 +143,9 @@ def test_recursion_to_the_depth_limit_traps_the_same(guest):
     # one call site 9,998 times: shown REPEATS_SHOWN times, the rest of the kept frames counted, then the unkept
     site = result.trap.callers[0][1]
     assert {where for _, where in result.trap.callers} == {site} and site.startswith("rec+")
-    assert result.trap.chain_lines() == [f"  called from {site}"] * REPEATS_SHOWN + [
-        f"  [the line above repeated {TRACE_KEEP - REPEATS_SHOWN} more times]",
-        f"  ... and {MAX_CALL_DEPTH - 1 - TRACE_KEEP:,} more frames"]
+    assert result.trap.chain_lines() == [f"called from {site}"] * REPEATS_SHOWN + [
+        f"[the line above repeated {TRACE_KEEP - REPEATS_SHOWN} more times]",
+        f"... and {MAX_CALL_DEPTH - 1 - TRACE_KEEP:,} more frames"]
 
 
 @pytest.mark.parametrize("sites, expected", [
@@ -158,7 +158,7 @@ def test_recursion_to_the_depth_limit_traps_the_same(guest):
 ])
 def test_a_chain_counts_a_line_repeated_more_than_three_times_in_a_row(sites, expected):
     info = TrapInfo(TrapKind.STACK_EXHAUSTED, pc=0x1000, callers=tuple((0x2000, f"f_{s}+0x8") for s in sites))
-    assert info.chain_lines() == [("  " + e if e.startswith("[") else f"  called from f_{e}+0x8") for e in expected]
+    assert info.chain_lines() == [(e if e.startswith("[") else f"called from f_{e}+0x8") for e in expected]
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 400])
@@ -207,7 +207,7 @@ def test_a_fault_two_calls_deep_names_both_callers(guest):
     trap = run_both(guest, "outer", 0).trap
     assert trap.kind is TrapKind.MEMORY_FAULT and trap.where.split("+")[0] == "leaf"
     assert [where.split("+")[0] for _, where in trap.callers] == ["middle", "outer"] and trap.unkept == 0
-    assert trap.chain_lines() == [f"  called from {trap.callers[0][1]}", f"  called from {trap.callers[1][1]}"]
+    assert trap.chain_lines() == [f"called from {trap.callers[0][1]}", f"called from {trap.callers[1][1]}"]
     entry = run_both(guest, "leaf", 0).trap  # the entry frame is no caller
     assert entry.kind is TrapKind.MEMORY_FAULT and entry.callers == () and entry.chain_lines() == []
 
@@ -231,7 +231,7 @@ def test_the_depth_limit_reports_how_many_frames_of_the_chain_it_did_not_keep(gu
     assert trap.kind is TrapKind.STACK_EXHAUSTED
     # the entry frame and MAX_CALL_DEPTH - 1 nested ones: every nested one is a caller of the next
     assert len(trap.callers) == TRACE_KEEP and trap.unkept == MAX_CALL_DEPTH - 1 - TRACE_KEEP
-    assert trap.chain_lines()[-1] == f"  ... and {MAX_CALL_DEPTH - 1 - TRACE_KEEP:,} more frames"
+    assert trap.chain_lines()[-1] == f"... and {MAX_CALL_DEPTH - 1 - TRACE_KEEP:,} more frames"
 
 
 @pytest.mark.parametrize("kind", ["aot", "interp"])
@@ -331,4 +331,4 @@ def test_a_call_that_never_returns_is_named_where_it_was_made(kind, caller, call
     assert trap.kind is TrapKind.BREAKPOINT and trap.where == "dies"
     link = program.symbol(f"after_{caller[3:]}")
     assert trap.callers == ((link, f"{caller}+{link - call_size - program.symbol(caller):#x}"),)
-    assert trap.chain_lines() == [f"  called from {caller}+{link - call_size - program.symbol(caller):#x}"]
+    assert trap.chain_lines() == [f"called from {caller}+{link - call_size - program.symbol(caller):#x}"]

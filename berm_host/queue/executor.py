@@ -322,7 +322,7 @@ class Executor:
             outcome = "ok"
         except Trap as exc:
             outcome, error = "traps", exc
-            log.warning("%s", _log_line(f"{inv.label} trapped", exc, *(c.strip() for c in exc.info.chain_lines())))
+            log.warning("%s", _log_line(f"{inv.label} trapped", exc, *exc.info.chain_lines()))
         except ToolFailure as exc:
             outcome, error = "failures", exc
         except BermError as exc:
