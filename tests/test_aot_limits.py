@@ -309,7 +309,7 @@ def test_interrupt_for_an_ended_invocation_affects_no_later_one(elf, cache_dir):
     h, region = _signalled(elf, cache_dir, act)
     assert h.call("signal") == "done"
     assert lib.berm_interrupt(region.ptr, generations[0]) == 0  # idle region: the run has ended
-    assert region.ptr.ctx.interrupt == 0
+    assert region.ptr.ctx.interrupt[0] == 0
     assert h.call("signal") == "done"
     assert results == [0] and generations[1] == generations[0] + 1
 
@@ -317,7 +317,7 @@ def test_interrupt_for_an_ended_invocation_affects_no_later_one(elf, cache_dir):
 def test_interrupt_flag_left_on_an_idle_region_is_cleared_at_the_next_start(elf, cache_dir):
     h, region = _signalled(elf, cache_dir, lambda r: None)
     # as a watchdog scan racing the end of the last run could leave it: the flag and the two limits it drops
-    region.ptr.ctx.interrupt = 1
+    region.ptr.ctx.interrupt[0] = 1
     region.ptr.ctx.native_limit = 2**64 - 1
     region.ptr.ctx.depth_limit = 0
     assert h.call("signal") == "done"

@@ -19,7 +19,7 @@ from berm_abi.names import CORE_CALLS, ERROR_BIT  # noqa: E402
 
 CDEF_TEMPLATE = """
 typedef struct berm_ctx {
-    volatile int32_t interrupt;
+    volatile int32_t *interrupt;
     volatile uintptr_t native_limit;
     uintptr_t native_floor;
     volatile uint32_t depth_limit;

@@ -281,10 +281,11 @@ static inline uint64_t berm_trips(uint64_t iv, uint64_t bound, int64_t step) {
         }                                                                              \
     } while (0)
 
-/* At function entry and on every back-edge: the watchdog's interrupt flag. */
-#define BERM_POLL(pc)                                                              \
-    do {                                                                           \
-        if (BERM_UNLIKELY(ctx->interrupt)) BERM_TRAP(BERM_TRAP_INTERRUPTED, (pc), 0, 0); \
+/* At function entry and on every back-edge: the watchdog's interrupt flag, at a constant offset from M (berm_rt.h,
+ * BERM_INTERRUPT_AT), so that a loop polls it with the register its memory accesses use and needs none for ctx. */
+#define BERM_POLL(pc)                                                                          \
+    do {                                                                                       \
+        if (BERM_UNLIKELY(*BERM_INTERRUPT_AT(M))) BERM_TRAP(BERM_TRAP_INTERRUPTED, (pc), 0, 0); \
     } while (0)
 
 /* The host stack pointer, read without forcing a frame pointer (__builtin_frame_address(0) costs every

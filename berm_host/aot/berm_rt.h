@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define BERM_RT_ABI 10
+#define BERM_RT_ABI 11
 
 /* Guest memory is little-endian and is read and written with memcpy of host integers. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated code needs a little-endian host");
@@ -38,13 +38,18 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated cod
 
 /* The dirty maps of a region of guest memory of `size` bytes live just below it, in the same mapping, so that
  * translated code reaches them at constant offsets from ctx->mem and no register holds them:
- * [fine map][coarse map][padding to 64 KiB][guest memory], so guest memory stays aligned to host pages of up to
- * 64 KiB (madvise needs that). The fine map has one byte per page, padded to whole coarse blocks (a multiple of 8
- * bytes); the coarse map one byte per 64 pages, plus one, padded to 8 bytes. */
+ * [fine map][coarse map][padding to 64 KiB, its last 8 bytes the interrupt flag][guest memory], so guest memory
+ * stays aligned to host pages of up to 64 KiB (madvise needs that). The fine map has one byte per page, padded to
+ * whole coarse blocks (a multiple of 8 bytes); the coarse map one byte per 64 pages, plus one, padded to 8 bytes.
+ * The interrupt flag sits there, not in berm_ctx, so that a back-edge polls it through the register every memory
+ * access uses (berm_code.h, BERM_POLL): a loop that touches nothing else of ctx needs no register for it. */
 #define BERM_FINE_BYTES(size) \
     (((uint64_t)(size) >> BERM_PAGE_SHIFT) + BERM_PAGES_PER_COARSE - 1) / BERM_PAGES_PER_COARSE * BERM_PAGES_PER_COARSE
 #define BERM_COARSE_BYTES(size) ((((uint64_t)(size) >> BERM_COARSE_SHIFT) + 1 + 7) & ~(uint64_t)7)
-#define BERM_MAPS_BYTES(size) ((BERM_FINE_BYTES(size) + BERM_COARSE_BYTES(size) + 65535) & ~(uint64_t)65535)
+#define BERM_MAPS_BYTES(size) \
+    ((BERM_FINE_BYTES(size) + BERM_COARSE_BYTES(size) + BERM_INTERRUPT_BYTES + 65535) & ~(uint64_t)65535)
+#define BERM_INTERRUPT_BYTES 8
+#define BERM_INTERRUPT_AT(mem) ((volatile int32_t *)((mem) - BERM_INTERRUPT_BYTES))
 #define BERM_MAX_CALL_DEPTH 10000u
 /* How many frames of a trap's call chain ctx->trace keeps (the innermost; berm_host/layout.py, TRACE_KEEP). */
 #define BERM_TRACE_KEEP 32u
@@ -73,13 +78,12 @@ struct berm_ctx {
     uint8_t *mem;     /* guest address a lives at mem + a */
     uint8_t *dirty;   /* one byte per 4 KiB page: mem - BERM_MAPS_BYTES(size) */
     uint8_t *coarse;  /* one byte per 256 KiB: dirty + BERM_FINE_BYTES(size) */
-    /* The watchdog's interrupt flag, and two limits it also drops so that one compare both checks and polls
-     * (berm_code.h, BERM_ENTRY and BERM_SELF_CALL): native_limit is native_floor, the lowest address translated
-     * code may reach on its region's native stack (core.h, BERM_NATIVE_STACK), and UINTPTR_MAX once interrupted;
-     * depth_limit is BERM_MAX_CALL_DEPTH, and 0 once interrupted. The slow path then tells the two apart, from
-     * interrupt and native_floor. */
+    /* Two limits the watchdog drops along with raising the interrupt flag, so that one compare both checks and
+     * polls (berm_code.h, BERM_ENTRY and BERM_SELF_CALL): native_limit is native_floor, the lowest address
+     * translated code may reach on its region's native stack (core.h, BERM_NATIVE_STACK), and UINTPTR_MAX once
+     * interrupted; depth_limit is BERM_MAX_CALL_DEPTH, and 0 once interrupted. The slow path then tells the two
+     * apart, from the flag and native_floor. */
     volatile uintptr_t native_limit;
-    volatile int32_t interrupt;
     volatile uint32_t depth_limit;
     uintptr_t native_floor;
     uint64_t next;  /* tail call target when a function returns BERM_TAIL */
@@ -89,6 +93,8 @@ struct berm_ctx {
     /* The lowest address a group of stores into the stack (BERM_GROUP_MARK) wrote since the last reset, or
      * the end of memory: the core restores the stack from there to the top, byte-exactly (core.c, reset_memory). */
     uint64_t stack_low;
+    /* The watchdog's interrupt flag: BERM_INTERRUPT_AT(mem), below guest memory (translated code polls it there). */
+    volatile int32_t *interrupt;
 
     /* --- the trap, when trap_kind != 0 --- */
     int32_t trap_kind;

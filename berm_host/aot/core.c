@@ -496,7 +496,7 @@ static double monotonic_now(void) {
  * the generation, and clear the flag) under the lock, so a request for an ended run never reaches a later one. */
 static int interrupt_locked(berm_region *r, uint64_t generation) {
     if (r->generation != generation || !__atomic_load_n(&r->running, __ATOMIC_ACQUIRE)) return 0;
-    r->ctx.interrupt = 1;
+    *r->ctx.interrupt = 1;
     /* after the flag. On x86-64 code that sees a limit drop then sees the flag too; elsewhere its slow path may
      * not yet, finds nothing to trap on, and goes on to the next poll, which sees it */
     __atomic_store_n(&r->ctx.native_limit, UINTPTR_MAX, __ATOMIC_RELEASE);
@@ -600,6 +600,7 @@ int berm_region_new(berm_region **slot, const berm_image *im) {
     r->ctx.dirty = base;
     r->ctx.coarse = base + BERM_FINE_BYTES(im->size);
     r->ctx.mem = base + BERM_MAPS_BYTES(im->size);
+    r->ctx.interrupt = BERM_INTERRUPT_AT(r->ctx.mem);
     touched_clear(r);
     /* copy in the non-zero pages of the image; zero pages (.bss) stay untouched */
     for (uint64_t a = im->hull_lo; a < im->pristine_end; a += PAGE) {
@@ -745,7 +746,7 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     c->trace_frames = 0;
     pthread_mutex_lock(&live_lock);
     r->deadline = deadline;
-    c->interrupt = 0;
+    *c->interrupt = 0;
     c->native_limit = c->native_floor;
     c->depth_limit = BERM_MAX_CALL_DEPTH;
     r->generation++;
