@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from berm_abi.errors import BermError
 
 if TYPE_CHECKING:
+    from berm_aot.isa import Instruction
     from berm_aot.locator import Locator
 
 
@@ -45,12 +46,33 @@ def call_site(locator: Locator, link: int) -> int:
     """Where the call that returns to ``link`` was made: the call right before it (a 4-byte ``jal``/``jalr``, else
     a 2-byte ``c.jalr``), else ``link - 1``, inside whatever ends there. A chain names this, not ``link`` itself:
     a call that never returns (a Rust panic, ``berm_panic``) is often its function's last instruction, and its
-    return address is then the start of the next function, which the chain would name instead of the caller."""
-    for size in (4, 2):
-        insn = locator.instruction(link - size)
-        if insn.size == size and insn.op in ("jal", "jalr") and insn.rd != 0:
-            return link - size
-    return link - 1
+    return address is then the start of the next function, which the chain would name instead of the caller.
+
+    The bytes before ``link`` can read as both: a ``c.jalr`` after a 4-byte instruction whose second half ends in
+    ``0b11`` reads, from that half, as a 4-byte ``jal``. Then the function is decoded from its start to see which
+    of the two starts an instruction (only then: it costs a decode of the function)."""
+    sites = [link - size for size in (4, 2) if _is_call(locator.instruction(link - size), size)]
+    if len(sites) == 2:
+        walked = _instruction_before(locator, link)
+        if walked in sites:
+            return walked
+    return sites[0] if sites else link - 1
+
+
+def _is_call(insn: Instruction, size: int) -> bool:
+    return insn.size == size and insn.op in ("jal", "jalr") and insn.rd != 0
+
+
+def _instruction_before(locator: Locator, link: int) -> int | None:
+    """The start of the instruction that ends at ``link``, decoding the function that holds ``link - 1`` from its
+    start; None outside every function, or when that decoding steps over ``link`` (data among the code)."""
+    f = locator.function_at(link - 1)
+    if f is None:
+        return None
+    at, before = f.start, None
+    while at < link:
+        before, at = at, at + locator.instruction(at).size
+    return before if at == link else None
 
 
 def illegal_detail(locator: Locator, pc: int, addr: int) -> str:

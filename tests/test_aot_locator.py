@@ -11,6 +11,7 @@ from berm_aot.locator import CodeSection, CodeSections, Locator, partition
 from berm_aot.program import Program
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
+from berm_host.traps import call_site
 from tests.guests import guest_elf
 
 MEMORY = 1 << 20
@@ -80,3 +81,18 @@ def test_a_locator_reads_back_as_it_was_written(sections, named, data):
     pc = data.draw(st.integers(0xff0, addr + 4))
     assert (back.symbolize(pc), back.in_code(pc), back.instruction(pc)) == \
         (locator.symbolize(pc), locator.in_code(pc), locator.instruction(pc))
+
+
+#: ``lui t0, 0xef0`` (its second half, 0x00ef, ends in 0b11), ``c.jalr a0``, ``c.nop``: read from 0x1002, the
+#: second half of the lui and the c.jalr make ``jal ra, …``, a 4-byte call right before the c.jalr's return address.
+AMBIGUOUS = bytes.fromhex("b702ef00" "0295" "0100")
+
+
+@pytest.mark.parametrize("start", [0x1000, None])
+def test_a_call_site_that_also_reads_as_a_4_byte_call_is_found_from_the_function_start(start):
+    code = CodeSections([CodeSection(0x0ffe, b"\x01\x00" + AMBIGUOUS)])
+    locator = Locator(code, partition(code, {0x0ffe: "before", **({start: "f"} if start else {})}))
+    assert locator.instruction(0x1002).op == "jal" and locator.instruction(0x1004).op == "jalr"
+    assert call_site(locator, 0x1006) == 0x1004
+    assert locator.symbolize(call_site(locator, 0x1006)) == ("f+0x4" if start else "before+0x6")
+
