@@ -49,8 +49,8 @@ Flags, and what was measured for them (on this shared 2-core machine):
   geometric mean 1.462-1.467x -> 1.393-1.400x native and 1.542-1.546x -> 1.471-1.473x; ``fib`` (a self-call
   loop) 2.02x -> 1.55-1.60x, ``tokenize`` 1-4% slower, the rest equal or faster. The 98 KB guest's code is 3.6%
   larger and its compile takes ~1% more CPU; rust-probe's tools ran as fast or faster. ``-falign-jumps=32`` on
-  top helped one build and not the other, for 7% more code; the AMD EPYC machines of earlier sessions showed no
-  gain from alignment flags.
+  top helped one build and not the other, for 7% more code. On an AMD EPYC (Zen 3, which has no such erratum) it
+  costs nothing: 1.614x with it against 1.643x and 1.678x without (two processes, 21 rounds each).
 - ``-fno-plt -fvisibility=hidden``: calls between translated functions bind inside the object.
 - ``-fwrapv``: guest arithmetic wraps; the emitter already computes in unsigned types, this makes the odd signed
   conversion defined too. ``-fno-strict-aliasing``: guest memory is accessed through memcpy of several types.
