@@ -157,6 +157,17 @@ def test_wrapping_near_2_64(images):
     fault(images, "load_byte_at", 2**64 - 1, addr=2**64 - 1)
 
 
+def test_the_host_bytes_just_below_guest_memory_are_out_of_reach(images):
+    """Guest address 2**64 - k is host address mem - k: the interrupt flag (mem - 8, berm_rt.h) and the dirty
+    maps below it. A store there faults, and a run after it is neither interrupted nor restores differently."""
+    for k in (8, 16, 4096, 65536):
+        fault(images, "store_at", 2**64 - k, addr=2**64 - k)
+        fault(images, "load_at", 2**64 - k, addr=2**64 - k)
+    data = both(images, "data_addr").a0
+    assert both(images, "store_at", data).a0 == 1
+    assert both(images, "load_at", data).a0 == 5  # the store before is gone: fresh memory per run
+
+
 def bad_target(images, name, *args, addr):
     r = both(images, name, *args)
     assert r.trap is not None and r.trap.kind is TrapKind.BAD_INDIRECT_TARGET, r.trap
