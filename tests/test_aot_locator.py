@@ -95,4 +95,3 @@ def test_a_call_site_that_also_reads_as_a_4_byte_call_is_found_from_the_function
     assert locator.instruction(0x1002).op == "jal" and locator.instruction(0x1004).op == "jalr"
     assert call_site(locator, 0x1006) == 0x1004
     assert locator.symbolize(call_site(locator, 0x1006)) == ("f+0x4" if start else "before+0x6")
-

@@ -46,10 +46,10 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated cod
 #define BERM_FINE_BYTES(size) \
     (((uint64_t)(size) >> BERM_PAGE_SHIFT) + BERM_PAGES_PER_COARSE - 1) / BERM_PAGES_PER_COARSE * BERM_PAGES_PER_COARSE
 #define BERM_COARSE_BYTES(size) ((((uint64_t)(size) >> BERM_COARSE_SHIFT) + 1 + 7) & ~(uint64_t)7)
-#define BERM_MAPS_BYTES(size) \
-    ((BERM_FINE_BYTES(size) + BERM_COARSE_BYTES(size) + BERM_INTERRUPT_BYTES + 65535) & ~(uint64_t)65535)
 #define BERM_INTERRUPT_BYTES 8
 #define BERM_INTERRUPT_AT(mem) ((volatile int32_t *)((mem) - BERM_INTERRUPT_BYTES))
+#define BERM_MAPS_BYTES(size) \
+    ((BERM_FINE_BYTES(size) + BERM_COARSE_BYTES(size) + BERM_INTERRUPT_BYTES + 65535) & ~(uint64_t)65535)
 #define BERM_MAX_CALL_DEPTH 10000u
 /* How many frames of a trap's call chain ctx->trace keeps (the innermost; berm_host/layout.py, TRACE_KEEP). */
 #define BERM_TRACE_KEEP 32u
