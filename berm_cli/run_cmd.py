@@ -78,7 +78,8 @@ def format_trap(program, result: RunResult) -> list[str]:
     from berm_aot.disasm import disassemble
 
     trap = result.trap
-    lines = [str(Trap(trap)), f"  pc {trap.pc:#x} in {program.symbolize(trap.pc)}", *(f"  {line}" for line in trap.chain_lines())]
+    lines = [str(Trap(trap)), f"  pc {trap.pc:#x} in {program.symbolize(trap.pc)}",
+             *(f"  {line}" for line in trap.chain_lines())]
     if program.in_code(trap.pc):
         lines.append(f"  instruction: {disassemble(program.instruction(trap.pc))}")
     else:
