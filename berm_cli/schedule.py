@@ -82,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "list":
         for e in client.schedules(args.harness):
             if args.json:
-                print(json.dumps(e, ensure_ascii=False))
+                # ASCII only: a harness's id or payload may hold C1 controls (U+009B starts a terminal escape
+                # sequence), which JSON would otherwise carry raw to whatever terminal shows the line
+                print(json.dumps(e))
             else:
                 # a harness chose its wakes' ids and payloads (berm.schedule.at): one line each, no terminal control
                 shown = (escaped(e[k], lines=False) for k in ("harness", "id", "payload"))

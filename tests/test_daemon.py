@@ -110,6 +110,19 @@ def test_schedule_list_pages_what_one_reply_line_cannot_hold(empty_daemon, capsy
     assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ids
 
 
+def test_schedule_list_json_carries_no_terminal_control(empty_daemon, capsys):
+    """Found by a review: --json printed a harness's C1 controls raw (U+009B is a terminal's CSI, as ESC [ is);
+    each line is now ASCII, and the same text once parsed."""
+    empty_daemon.queue.add("h", RecordingTarget())
+    hostile = "\x9b2J\x1b]0;owned\x07caf\u00e9\u2028"
+    empty_daemon.queue.dueset.put("h", hostile, 4102444800000, hostile)
+    assert cli_main(["schedule", "--socket", str(empty_daemon.config.socket), "list", "h", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out.isascii() and not any(c < " " for c in out.replace("\n", ""))
+    (entry,) = [json.loads(line) for line in out.splitlines()]
+    assert entry["id"] == hostile and entry["payload"] == hostile
+
+
 def test_a_schedule_list_cursor_is_checked(empty_daemon):
     client = DaemonClient(empty_daemon.config.socket)
     for after in ({"when_ms": 1, "harness": "h"}, {"when_ms": 1 << 70, "harness": "h", "id": "x"}, []):
