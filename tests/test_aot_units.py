@@ -1,0 +1,78 @@
+"""How a program is split into translation units (berm_aot.emit.unit_shares): equal shares, the last one halved so
+that the compilers of a parallel build finish close together, and an image split that way runs as one."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from berm_aot.analysis import analyse
+from berm_aot.elf import read_elf
+from berm_aot.emit import MAX_UNITS, emit_program, unit_shares
+from berm_aot.program import Program
+from berm_host.backend import RunRequest
+from berm_host.engine import Engine
+from berm_host.layout import layout_for
+from tests.guests import guest_elf
+
+MEMORY = 1 << 20
+
+
+@pytest.mark.parametrize("total", [0, 1, 1500, 1501, 4000, 12_000, 34_305, 1_000_000])
+def test_shares_cover_the_program_and_halve_the_last(total):
+    shares = unit_shares(total)
+    assert sum(shares) == pytest.approx(total)
+    if total <= 1500:
+        assert shares == [total]
+        return
+    *full, last_a, last_b = shares
+    assert len(full) <= MAX_UNITS - 1 and len(set(full)) == 1
+    assert last_a == last_b == pytest.approx(full[0] / 2)
+
+
+FUNCTIONS = 40
+ADDS = 100
+
+
+def _many_functions() -> str:
+    """``_start`` calls f0..f39 in turn, each ``ADDS`` increments of a0: a program of ~4,100 instructions."""
+    calls = "\n".join(f"    jal f{i}" for i in range(FUNCTIONS))
+    bodies = "\n".join(f"""
+    .type f{i}, @function
+f{i}:
+    .rept {ADDS}
+    addi a0, a0, 1
+    .endr
+    ret""" for i in range(FUNCTIONS))
+    return f"""
+    .globl _start
+    .type _start, @function
+_start:
+    addi sp, sp, -16
+    sd ra, 8(sp)
+{calls}
+    ld ra, 8(sp)
+    addi sp, sp, 16
+    ret
+{bodies}
+    .data
+    .globl table
+table:
+    .dword _start
+"""
+
+
+def test_a_program_is_emitted_in_its_shares_and_runs_as_one(tmp_path):
+    elf = guest_elf(_many_functions(), suffix=".S", keep=("table",))
+    program = Program.from_image(read_elf(elf))
+    functions = analyse(program).functions
+    assert len(functions) == FUNCTIONS + 1
+    units = emit_program(program, windows=layout_for(program.image, MEMORY).windows())
+    shares = unit_shares(sum(len(f.insns) for f in functions))
+    assert len(shares) == 4 and len(units) == len(shares)
+    defined = [len(re.findall(r"^BERM_HIDDEN uint64_t f_[0-9a-f]+\(.*\) \{$", unit, re.M)) for unit in units]
+    assert sum(defined) == FUNCTIONS + 1
+    assert defined[0] > defined[-1] and defined[1] > defined[-2]  # the last two units are the small ones
+    image = Engine(kind="aot", memory_size=MEMORY, cache_dir=tmp_path).load(elf)
+    assert image.backend.run(RunRequest(entry=program.image.entry)).regs[10] == FUNCTIONS * ADDS
