@@ -104,25 +104,28 @@ def cached_load_p50(elf: bytes, loads: int) -> float:
         return p50_per_call(lambda: Engine(kind="aot", cache_dir=Path(cache)).load(elf), loads, batch=1)
 
 
-def cold_compile_seconds(elf: bytes, runs: int) -> tuple[float, float, list[float]]:
+def cold_compile_seconds(elf: bytes, runs: int) -> tuple[float, float, list[float], float]:
     """Loading an image into an empty cache (translate, compile on all cores, load), ``runs`` times, each into a
     cache of its own. Returns the median wall time, the median CPU time of this process and its compiler children
-    (which does not depend on what else the machine is running), and every run's wall time: one compile takes ~10 s,
-    and on this kind of machine the same compile moves by a third from one minute to the next."""
+    (which does not depend on what else the machine is running), every run's wall time (one compile takes ~10 s,
+    and on this kind of machine the same compile moves by a third from one minute to the next), and the median CPU
+    time of this process alone: reading, analysing and translating the image, the rest being the compilers'."""
     from berm_host.engine import Engine
 
-    def cpu() -> float:
+    def cpu() -> tuple[float, float]:
         t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
+        return t.user + t.system, t.children_user + t.children_system
 
-    walls, cpus = [], []
+    walls, cpus, owns = [], [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="berm-bench-cold-") as cache:
-            w0, c0 = time.perf_counter(), cpu()
+            w0, (own0, kids0) = time.perf_counter(), cpu()
             Engine(kind="aot", cache_dir=Path(cache)).load(elf)
             walls.append(time.perf_counter() - w0)
-            cpus.append(cpu() - c0)
-    return statistics.median(walls), statistics.median(cpus), walls
+            own1, kids1 = cpu()
+            owns.append(own1 - own0)
+            cpus.append(own1 - own0 + kids1 - kids0)
+    return statistics.median(walls), statistics.median(cpus), walls, statistics.median(owns)
 
 
 def cffi_floor(native: NativeRunner, calls: int) -> float:
