@@ -9,7 +9,7 @@ import pytest
 
 from berm_aot.analysis import analyse
 from berm_aot.elf import read_elf
-from berm_aot.emit import MAX_UNITS, emit_program, unit_shares
+from berm_aot.emit import _UNIT_INSNS, MAX_UNITS, emit_program, unit_shares
 from berm_aot.program import Program
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
@@ -19,11 +19,11 @@ from tests.guests import guest_elf
 MEMORY = 1 << 20
 
 
-@pytest.mark.parametrize("total", [0, 1, 1500, 1501, 4000, 12_000, 34_305, 1_000_000])
+@pytest.mark.parametrize("total", [0, 1, _UNIT_INSNS, _UNIT_INSNS + 1, 4000, 12_000, 34_305, 1_000_000])
 def test_shares_cover_the_program_and_halve_the_last(total):
     shares = unit_shares(total)
     assert sum(shares) == pytest.approx(total)
-    if total <= 1500:
+    if total <= _UNIT_INSNS:  # one unit: nothing to halve
         assert shares == [total]
         return
     *full, last_a, last_b = shares
