@@ -13,12 +13,14 @@ import time
 import pytest
 
 from berm_abi.names import core_number
+from berm_aot.analysis import analyse
 from berm_aot.elf import read_elf
+from berm_aot.emit import emit_program
 from berm_aot.program import Program
 from berm_host.aot.runtime import lib
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
-from berm_host.layout import MAX_CALL_DEPTH, TRACE_KEEP
+from berm_host.layout import MAX_CALL_DEPTH, TRACE_KEEP, layout_for
 from berm_host.traps import REPEATS_SHOWN, TrapInfo, TrapKind
 from tests.bounded import GRACE, ends_within
 from tests.elf_samples import ASM_PRELUDE
@@ -332,3 +334,67 @@ def test_a_call_that_never_returns_is_named_where_it_was_made(kind, caller, call
     link = program.symbol(f"after_{caller[3:]}")
     assert trap.callers == ((link, f"{caller}+{link - call_size - program.symbol(caller):#x}"),)
     assert trap.chain_lines() == [f"called from {caller}+{link - call_size - program.symbol(caller):#x}"]
+
+
+LOOPS_AROUND_SELF_CALLS = ASM_PRELUDE + r"""
+    .globl through, around
+    .type through, @function
+through:                    # a0 = 0: forever call itself with a0 = 1 (which returns at once), then jump back
+    bnez a0, .Lthrough_out
+    addi sp, sp, -16
+    sd ra, 8(sp)
+.Lthrough_loop:
+    li a0, 1
+    jal ra, through
+    j .Lthrough_loop
+.Lthrough_out:
+    ret
+    .type around, @function
+around:                     # a0 = 0: forever jump back, calling itself only when a1 != 0 (the test passes 0)
+    bnez a0, .Laround_out
+    addi sp, sp, -16
+    sd ra, 8(sp)
+.Laround_loop:
+    beqz a1, .Laround_skip
+    li a0, 1
+    jal ra, around
+.Laround_skip:
+    j .Laround_loop
+.Laround_out:
+    ret
+"""
+
+
+@pytest.fixture(scope="module")
+def loops(tmp_path_factory):
+    elf = guest_elf(LOOPS_AROUND_SELF_CALLS, suffix=".S", keep=("through", "around"))
+    program = Program.from_image(read_elf(elf))
+    code = "\n".join(emit_program(program, windows=layout_for(program.image).windows()))
+    cache = tmp_path_factory.mktemp("cache")
+    backends = {kind: Engine(kind=kind, cache_dir=cache).load(elf).backend for kind in ("aot", "interp")}
+    return program, code, backends
+
+
+def _back_edge(program: Program, function: str) -> int:
+    """The address of the last ``jal x0`` (a ``j``) in ``function``: its loop's back-edge."""
+    info = analyse(program).by_start[program.symbol(function)]
+    return max(i.addr for i in info.insns if i.op == "jal" and i.rd == 0)
+
+
+@pytest.mark.parametrize("function, polls", [("through", False), ("around", True)])
+def test_a_back_edge_polls_only_where_a_cycle_passes_no_self_call(loops, function, polls):
+    """A loop whose every cycle calls the function itself needs no poll of its own: the self-call's check sees an
+    interrupt. One with a path around the self-call still polls at its back-edge."""
+    program, code, _ = loops
+    assert (f"BERM_POLL({_back_edge(program, function):#x}ull)" in code) is polls
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+@pytest.mark.parametrize("function", ["through", "around"])
+def test_the_deadline_stops_a_loop_around_a_self_call(loops, kind, function):
+    """Both loops run forever and end in the deadline's trap: ``through`` seen at its self-call, ``around``,
+    which never makes one, at its back-edge."""
+    program, _, backends = loops
+    request = RunRequest(entry=program.symbol(function), int_args=(0, 0), deadline=time.monotonic() + 0.3)
+    result = ends_within(GRACE, lambda: backends[kind].run(request))
+    assert result.trap is not None and result.trap.kind is TrapKind.INTERRUPTED

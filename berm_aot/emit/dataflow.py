@@ -4,6 +4,7 @@ registers, stack pointers): each instruction's entry state is what every path in
 States only shrink: the first path to reach an instruction sets its state, later ones ``meet`` it with theirs
 (keeping what both agree on), and an instruction is revisited only when its state lost something — so loops reach
 a fixpoint. Calls continue at their link address; indirect jumps end a path (their targets are roots).
+Also the strongly connected components of such a graph (``components``): where its cycles are.
 """
 
 from __future__ import annotations
@@ -58,3 +59,44 @@ def forward(insns: list[Instruction], roots: Iterable[int] | Mapping[int, S], em
         for nxt in successors(insn):
             flow(nxt, out)
     return state_in
+
+
+def components(edges: Mapping[int, list[int]]) -> list[list[int]]:
+    """The strongly connected components of a graph (Tarjan's algorithm, iterative: functions can be long)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    stack: list[int] = []
+    on_stack: set[int] = set()
+    out: list[list[int]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, k = work.pop()
+            if k == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            succ = edges[node]
+            if k < len(succ):
+                work.append((node, k + 1))
+                nxt = succ[k]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                out.append(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return out

@@ -33,7 +33,7 @@ from berm_aot.image import ElfImage
 from berm_aot.isa import Instruction
 
 from .consts import constants_from, meet_constants
-from .dataflow import MASK, successors
+from .dataflow import MASK, components, successors
 
 _TABLE_LOADS = {"ld": 8, "lw": 4, "lwu": 4}
 RA = 1
@@ -176,45 +176,4 @@ def _in_loops(info: FunctionInfo, jumps: list[int], local: set[int]) -> bool:
         edges[addr].append(_HUB)
     edges[_HUB] = sorted(local & code.keys())
     return any((len(component) > 1 or node in edges[node]) and node in local
-               for component in _components(edges) for node in component)
-
-
-def _components(edges: Mapping[int, list[int]]) -> list[list[int]]:
-    """The strongly connected components of a graph (Tarjan's algorithm, iterative: functions can be long)."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    stack: list[int] = []
-    on_stack: set[int] = set()
-    out: list[list[int]] = []
-    for root in edges:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, k = work.pop()
-            if k == 0:
-                index[node] = low[node] = len(index)
-                stack.append(node)
-                on_stack.add(node)
-            succ = edges[node]
-            if k < len(succ):
-                work.append((node, k + 1))
-                nxt = succ[k]
-                if nxt not in index:
-                    work.append((nxt, 0))
-                elif nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                out.append(component)
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-    return out
+               for component in components(edges) for node in component)
