@@ -45,14 +45,20 @@ def reads(insn: Instruction) -> frozenset[int]:
     return frozenset(regs)
 
 
+#: What ``writes`` answers, made once: the translator asks for every instruction several times.
+_WRITES_NOTHING = STORES | BRANCHES | {"fence", "fence.i", "ebreak", "illegal", "unsupported"}
+_WRITES_RD = (frozenset(),) + tuple(frozenset({r}) for r in range(1, 32))
+_WRITES_A0 = frozenset({10})
+
+
 def writes(insn: Instruction) -> frozenset[int]:
     """Registers ``insn`` writes (x0 excluded)."""
     op = insn.op
     if op == "ecall":
-        return frozenset({10})
-    if op in STORES or op in BRANCHES or op in ("fence", "fence.i", "ebreak", "illegal", "unsupported"):
-        return frozenset()
-    return frozenset({insn.rd}) - {0}
+        return _WRITES_A0
+    if op in _WRITES_NOTHING:
+        return _WRITES_RD[0]
+    return _WRITES_RD[insn.rd]
 
 
 @dataclass

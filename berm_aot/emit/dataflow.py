@@ -41,23 +41,25 @@ def forward(insns: list[Instruction], roots: Iterable[int] | Mapping[int, S], em
     at = {i.addr: i for i in insns}
     state_in: dict[int, S] = {}
     work: list[int] = []
-
-    def flow(addr: int, state: S) -> None:
-        if addr not in at:
-            return
-        old = state_in.get(addr)
-        new = state if old is None else meet(old, state)
-        if old is None or len(new) != len(old):
-            state_in[addr] = new
-            work.append(addr)
-
-    for root in roots:
-        flow(root, roots[root] if isinstance(roots, Mapping) else empty)
+    for root, state in roots.items() if isinstance(roots, Mapping) else ((root, empty) for root in roots):
+        if root in at:
+            state_in[root] = state
+            work.append(root)
+    get = state_in.get
     while work:
         insn = at[work.pop()]
         out = transfer(insn, state_in[insn.addr])
         for nxt in successors(insn):
-            flow(nxt, out)
+            old = get(nxt)
+            if old is None:
+                if nxt in at:
+                    state_in[nxt] = out
+                    work.append(nxt)
+            else:
+                new = meet(old, out)
+                if len(new) != len(old):
+                    state_in[nxt] = new
+                    work.append(nxt)
     return state_in
 
 
