@@ -392,8 +392,8 @@ def test_a_back_edge_polls_only_where_a_cycle_passes_no_self_call(loops, functio
 @pytest.mark.parametrize("kind", ["aot", "interp"])
 @pytest.mark.parametrize("function", ["through", "around"])
 def test_the_deadline_stops_a_loop_around_a_self_call(loops, kind, function):
-    """Both loops run forever and end in the deadline's trap: ``through`` seen at its self-call, ``around``,
-    which never makes one, at its back-edge."""
+    """Both loops run forever and end in the deadline's trap. Translated code sees it in ``through`` at the
+    self-call, in ``around``, which never makes one, at the back-edge."""
     program, _, backends = loops
     request = RunRequest(entry=program.symbol(function), int_args=(0, 0), deadline=time.monotonic() + 0.3)
     result = ends_within(GRACE, lambda: backends[kind].run(request))
