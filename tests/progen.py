@@ -11,7 +11,8 @@ Two layers:
   loads/stores into the data, read-only and stack regions, aligned AMOs/lr/sc, forward branches, bounded loops,
   compressed forms, direct and table-driven indirect calls, ``switch`` loops through jump tables (with an index run
   into the next table and a return forged to a case: what the translator runs in a resume copy), and (optionally)
-  one access at an edge of the memory layout that may fault. The entry function ends with ``ret`` to 0.
+  one access at an edge of the memory layout that may fault; with ``self_calls``, calls of a function by itself,
+  bounded by the stack's depth. The entry function ends with ``ret`` to 0.
 
 Register conventions of generated code: ``ra``, ``sp`` behave as the ABI says; ``gp`` points at ``DATA + 2048``
 and ``tp`` at ``RODATA`` (set by the entry function and never written again); function ``fi`` counts its loops in
@@ -273,6 +274,30 @@ def call(draw, callees: tuple[int, ...]) -> list[Op]:
     return [load, Op("c.jalr", rs1=ptr) if how == "c.jalr" else Op("jalr", rd=RA, rs1=ptr)]
 
 
+#: A function calls itself only from a frame at most this deep (the entry function's is 1: sp one frame below the
+#: initial sp), so recursion ends: f0, with two self-call sites, makes at most 2 + 4 + 8 frames of itself below its
+#: first.
+SELF_CALL_FRAMES = 3
+INITIAL_SP = MEMORY_SIZE - 16  # where the host starts sp (berm_host/layout.py, Layout.initial_sp)
+#: self-call sites per function at most (each doubles the frames of a recursion)
+MAX_SELF_CALLS = 2
+
+
+@st.composite
+def self_call(draw, labels: _Labels, name: str) -> list[Op]:
+    """A call of the function ``name`` by itself, skipped in a frame deeper than ``SELF_CALL_FRAMES``: by
+    ``jal`` (translated as a new frame in the caller's C frame) or through a register (a call through the dispatch
+    table). The nested frame runs the whole body again, loops and its own self-calls included."""
+    bound, skip = draw(st.sampled_from(FREE)), labels("deep")
+    ops = [*li(bound, INITIAL_SP - SELF_CALL_FRAMES * FRAME), Op("bltu", rs1=SP, rs2=bound, target=skip)]
+    if draw(st.integers(0, 2)):
+        ops.append(Op("jal", rd=RA, target=name))
+    else:
+        ptr = draw(st.sampled_from(FREE))
+        ops += [*la(ptr, name), Op("jalr", rd=RA, rs1=ptr)]
+    return [*ops, Label(skip)]
+
+
 class _Switches:
     """One generated function's ``switch`` constructs: how often a block is one (``weight``, 0: never), their jump
     tables in program order (laid side by side in rodata, so an index can run from one into the next) and the
@@ -456,10 +481,12 @@ def _epilogue(compressed: bool) -> list[Op]:
 
 
 @st.composite
-def programs(draw, *, faults: bool = True, max_blocks: int = 12, switches: int = 1) -> GenProgram:
+def programs(draw, *, faults: bool = True, max_blocks: int = 12, switches: int = 1,
+             self_calls: bool = False) -> GenProgram:
     """A random program: ``f0`` (the entry) and helpers ``f1…fN``; ``fi`` calls only ``fj`` with ``j > i``.
     ``switches``: the weight of a ``switch`` construct among a block's other kinds (about 10; 0: none, and then the
-    programs are those drawn before switches existed)."""
+    programs are those drawn before switches existed). ``self_calls``: each function may also call itself
+    (``self_call``, between its top-level blocks, where no loop counts in its counter register)."""
     labels = _Labels()
     n_funcs = draw(st.integers(1, MAX_FUNCTIONS))
     functions = []
@@ -473,8 +500,13 @@ def programs(draw, *, faults: bool = True, max_blocks: int = 12, switches: int =
             body += li(GP, DATA + GP_BIAS) + li(TP, RODATA)
             for r in draw(st.lists(st.sampled_from(FREE), unique=True, max_size=len(FREE))):
                 body += li(r, draw(VALUES))
+        sites = draw(st.integers(0, MAX_SELF_CALLS)) if self_calls else 0
         for _ in range(draw(st.integers(1, max_blocks))):
             body += draw(block(labels, callees, COUNTERS[i], False, own))
+            if sites and draw(st.booleans()):
+                body += draw(self_call(labels, f"f{i}"))
+                sites -= 1
+                features.add("self call")
         if i == 0 and faults and draw(st.integers(0, 3)) == 0:
             body += draw(edge_probe())
         functions.append(Function(f"f{i}", _prologue() + body + _epilogue(draw(st.booleans()))))

@@ -5,7 +5,7 @@ instructions, illegal encodings, loops without back-edges) and their legal indir
 translates the whole batch into one shared object (one
 compile) and compares every program's end state: registers, pc, trap, failure, data and stack memory. Each program
 runs twice on the translated code (the second run also checks the memory reset). Runs the deadline interrupted
-are not compared (docs/SEMANTICS.md).
+are not compared (docs/SEMANTICS.md). Rounds of odd seeds draw programs whose functions also call themselves.
 
     python tools/fuzz_diff.py --minutes 5
     python tools/fuzz_diff.py --seed 1234 --rounds 1 --verbose    # replay one round
@@ -104,7 +104,7 @@ def replay(path: Path) -> int:
 
 def run_round(campaign: Campaign, seed_value: int, batch: int, edits: int, targets: int, verbose: bool,
               dump_dir: Path | None = None) -> None:
-    gens = draw_examples(progen.programs(), batch, seed_value)
+    gens = draw_examples(progen.programs(self_calls=seed_value % 2 == 1), batch, seed_value)
     rng = random.Random(seed_value)
     if edits or targets:
         gens = [mutate(g, rng, rng.randint(min(1, edits), edits), rng.randint(0, targets)) for g in gens]
