@@ -337,7 +337,7 @@ def test_a_call_that_never_returns_is_named_where_it_was_made(kind, caller, call
 
 
 LOOPS_AROUND_SELF_CALLS = ASM_PRELUDE + r"""
-    .globl through, around
+    .globl through, around, switching
     .type through, @function
 through:                    # a0 = 0: forever call itself with a0 = 1 (which returns at once), then jump back
     bnez a0, .Lthrough_out
@@ -362,12 +362,31 @@ around:                     # a0 = 0: forever jump back, calling itself only whe
     j .Laround_loop
 .Laround_out:
     ret
+    .type switching, @function
+switching:                  # a0 = 0: forever jump through a table to its one case, which jumps back; it calls
+    bnez a0, .Lswitching_out    # itself only when a1 != 0 (the test passes 0)
+    addi sp, sp, -16
+    sd ra, 8(sp)
+    beqz a1, .Lswitching_loop
+    li a0, 1
+    jal ra, switching
+.Lswitching_loop:
+    la t0, .Lswitching_table
+    ld t1, 0(t0)
+    jr t1
+.Lswitching_case:
+    j .Lswitching_loop
+.Lswitching_out:
+    ret
+    .section .rodata
+.Lswitching_table:
+    .dword .Lswitching_case
 """
 
 
 @pytest.fixture(scope="module")
 def loops(tmp_path_factory):
-    elf = guest_elf(LOOPS_AROUND_SELF_CALLS, suffix=".S", keep=("through", "around"))
+    elf = guest_elf(LOOPS_AROUND_SELF_CALLS, suffix=".S", keep=("through", "around", "switching"))
     program = Program.from_image(read_elf(elf))
     code = "\n".join(emit_program(program, windows=layout_for(program.image).windows()))
     cache = tmp_path_factory.mktemp("cache")
@@ -381,19 +400,21 @@ def _back_edge(program: Program, function: str) -> int:
     return max(i.addr for i in info.insns if i.op == "jal" and i.rd == 0)
 
 
-@pytest.mark.parametrize("function, polls", [("through", False), ("around", True)])
+@pytest.mark.parametrize("function, polls", [("through", False), ("around", True), ("switching", True)])
 def test_a_back_edge_polls_only_where_a_cycle_passes_no_self_call(loops, function, polls):
     """A loop whose every cycle calls the function itself needs no poll of its own: the self-call's check sees an
-    interrupt. One with a path around the self-call still polls at its back-edge."""
+    interrupt. One with a path around the self-call still polls at its back-edge, and so does one that goes round
+    through a jump table (found by tools/fuzz_diff.py: the table's dispatch branches to its case without a poll, and
+    the back-edge had lost its own, so the loop ran past every deadline)."""
     program, code, _ = loops
     assert (f"BERM_POLL({_back_edge(program, function):#x}ull)" in code) is polls
 
 
 @pytest.mark.parametrize("kind", ["aot", "interp"])
-@pytest.mark.parametrize("function", ["through", "around"])
+@pytest.mark.parametrize("function", ["through", "around", "switching"])
 def test_the_deadline_stops_a_loop_around_a_self_call(loops, kind, function):
-    """Both loops run forever and end in the deadline's trap. Translated code sees it in ``through`` at the
-    self-call, in ``around``, which never makes one, at the back-edge."""
+    """The loops run forever and end in the deadline's trap. Translated code sees it in ``through`` at the
+    self-call, in the others, which never make one, at the back-edge."""
     program, _, backends = loops
     request = RunRequest(entry=program.symbol(function), int_args=(0, 0), deadline=time.monotonic() + 0.3)
     result = ends_within(GRACE, lambda: backends[kind].run(request))

@@ -155,11 +155,22 @@ class FunctionEmitter:
         strongly connected component. Only a back-edge inside one of them polls: every other cycle passes a
         self-call, whose check sees an interrupt (``BERM_SELF_CALL``: depth_limit drops to 0), or a return into a
         nested frame's caller, which only as many self-calls as came before it can feed. fib's loop calls fib
-        once per iteration: without its poll, fib ran 2-10% faster (four processes, tools/kernels)."""
+        once per iteration: without its poll, fib ran 2-10% faster (four processes, tools/kernels).
+
+        An indirect jump counts as an edge to every local target: a jump table's dispatch branches to the cases it
+        expects without a poll (a ``switch`` loop whose back-edge lost its poll once spun past every deadline)."""
         code = {insn.addr: insn for insn in self.f.insns}
-        edges = {addr: [] if self._call_target(insn) == self.f.start else [n for n in successors(insn) if n in code]
-                 for addr, insn in code.items()}
-        return {node: k for k, component in enumerate(components(edges)) for node in component}
+        local = [t for t in self.f.local_targets if t in code]
+
+        def edges(insn: Instruction) -> list[int]:
+            if self._call_target(insn) == self.f.start:
+                return []
+            if insn.op == "jalr" and insn.rd == 0:
+                return local
+            return [n for n in successors(insn) if n in code]
+
+        graph = {addr: edges(insn) for addr, insn in code.items()}
+        return {node: k for k, component in enumerate(components(graph)) for node in component}
 
     def _store(self, regs) -> str:
         return " ".join(f"ctx->regs[{r}] = x{r};" for r in sorted(regs))
