@@ -34,6 +34,8 @@ def _nests_frames(gen: progen.GenProgram) -> bool:
 def test_random_recursion_matches_the_interpreter():
     gens = collect(progen.programs(self_calls=True), PROGRAMS, derandomize=True)  # one fixed batch, as switches'
     assert len(gens) >= PROGRAMS // 2
+    # the self-calls' depth bound counts frames from where the host starts sp
+    assert layout_for(gens[0].image, progen.MEMORY_SIZE).initial_sp == progen.INITIAL_SP
     features = Counter(f for g in gens for f in g.features)
     assert features["self call"] >= len(gens) // 2, features
     nested = [g for g in gens if _nests_frames(g)]

@@ -63,6 +63,12 @@ def forward(insns: list[Instruction], roots: Iterable[int] | Mapping[int, S], em
     return state_in
 
 
+def control_edges(insns: list[Instruction]) -> dict[int, list[int]]:
+    """Each of ``insns``' successors among them (``successors``): the graph ``components`` searches."""
+    at = {i.addr for i in insns}
+    return {i.addr: [n for n in successors(i) if n in at] for i in insns}
+
+
 def components(edges: Mapping[int, list[int]]) -> list[list[int]]:
     """The strongly connected components of a graph (Tarjan's algorithm, iterative: functions can be long)."""
     index: dict[int, int] = {}

@@ -28,7 +28,7 @@ from berm_aot.isa import BRANCHES, Instruction, checks_sp
 from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants
-from .dataflow import components, successors
+from .dataflow import components, control_edges
 from .groups import access_groups
 from .loops import CountedLoop, counted_loops
 from .sites import dynamic_jumps, jump_targets
@@ -159,17 +159,13 @@ class FunctionEmitter:
 
         An indirect jump counts as an edge to every local target: a jump table's dispatch branches to the cases it
         expects without a poll (a ``switch`` loop whose back-edge lost its poll once spun past every deadline)."""
-        code = {insn.addr: insn for insn in self.f.insns}
-        local = [t for t in self.f.local_targets if t in code]
-
-        def edges(insn: Instruction) -> list[int]:
+        graph = control_edges(self.f.insns)
+        local = [t for t in self.f.local_targets if t in graph]
+        for insn in self.f.insns:
             if self._call_target(insn) == self.f.start:
-                return []
-            if insn.op == "jalr" and insn.rd == 0:
-                return local
-            return [n for n in successors(insn) if n in code]
-
-        graph = {addr: edges(insn) for addr, insn in code.items()}
+                graph[insn.addr] = []
+            elif insn.op == "jalr" and insn.rd == 0:
+                graph[insn.addr] = local
         return {node: k for k, component in enumerate(components(graph)) for node in component}
 
     def _store(self, regs) -> str:

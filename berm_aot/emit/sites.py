@@ -33,7 +33,7 @@ from berm_aot.image import ElfImage
 from berm_aot.isa import Instruction
 
 from .consts import constants_from, meet_constants
-from .dataflow import MASK, components, successors
+from .dataflow import MASK, components, control_edges
 
 _TABLE_LOADS = {"ld": 8, "lw": 4, "lwu": 4}
 RA = 1
@@ -170,10 +170,9 @@ def _in_loops(info: FunctionInfo, jumps: list[int], local: set[int]) -> bool:
     """Whether some local target lies on a cycle of the function's control flow, where each of ``jumps`` may go to
     any local target. Only there do the other jumps' edges cost anything (a loop entered in the middle, facts merged
     inside it); a ``switch`` after a loop needs no resume copy, which would double its function's compile."""
-    code = {insn.addr: insn for insn in info.insns}
-    edges = {addr: [n for n in successors(insn) if n in code] for addr, insn in code.items()}
+    edges = control_edges(info.insns)
     for addr in jumps:
         edges[addr].append(_HUB)
-    edges[_HUB] = sorted(local & code.keys())
+    edges[_HUB] = sorted(local & edges.keys())
     return any((len(component) > 1 or node in edges[node]) and node in local
                for component in components(edges) for node in component)
