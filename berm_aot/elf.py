@@ -37,6 +37,23 @@ MAX_LOAD_SEGMENTS = 64
 #: (symbols, relocations, debug information) is no more than that. `berm inspect` of a 5 GB file read it all first
 #: (32 s, 5 GB of memory), and /dev/zero never ended.
 MAX_FILE_BYTES = MAX_IMAGE_END
+#: What one image may hold at most, so that no file makes the reader or the translator, which run in the host
+#: process, take memory or time out of all proportion to its size (each bound is far above what real harnesses carry: rust-probe has
+#: 58 KB of code, 1,374 symbols and 1,715 relocations). Code: every byte of the executable sections is decoded
+#: and analysed up front (~150 bytes of host memory per byte of code) and the first load compiles all of it
+#: (10–30 s per 100 KB on 2 cores), so 4 MiB is already a compile of minutes.
+MAX_CODE_BYTES = 4 << 20
+#: Symbols and relocations (relocations of allocated sections, in all): each becomes an object of ~100-300 bytes
+#: (a 45 MB file of two million symbols took 590 MB and 9 s to read, and a 4 GiB file would have taken ~50 GB).
+MAX_SYMBOLS = 1 << 20
+MAX_RELOCATIONS = 1 << 21
+#: The bytes of names read from one string table, in all: names at many offsets into one long unterminated run
+#: would each copy it (65,535 section names into a 100 MB run: 6.5 TB).
+MAX_NAME_BYTES = 64 << 20
+#: The manifest and the build attributes are parsed whole: a real manifest is a few KB, real attributes ~100
+#: bytes (a 100 MB manifest of empty JSON objects makes two GB of them).
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_ATTRIBUTES_BYTES = 64 << 10
 #: The manifest section (ABI.md §4).
 MANIFEST_SECTION = ".berm.abi"
 #: The RISC-V build attributes: the extensions the image was compiled for (berm_aot/attributes.py).
@@ -126,6 +143,7 @@ class _StringTable:
     def __init__(self, raw: bytes, what: str):
         self._raw, self._what = raw, what
         self._names: dict[int, str] = {}
+        self._read = 0  # bytes of the names decoded so far (MAX_NAME_BYTES)
 
     def get(self, offset: int) -> str:
         name = self._names.get(offset)
@@ -136,6 +154,9 @@ class _StringTable:
             end = self._raw.find(b"\0", offset)
             if end < 0:
                 raise ElfError(f"{self._what} is not NUL-terminated")
+            self._read += end - offset
+            if self._read > MAX_NAME_BYTES:
+                raise ElfError(f"the names read from {self._what} come to more than {MAX_NAME_BYTES} bytes in all")
             try:
                 name = self._raw[offset:end].decode("utf-8")
             except UnicodeDecodeError:
@@ -165,9 +186,14 @@ class _Reader:
         self.shdrs = self._section_headers()
         self.names = self._section_names()
         sections = self._sections(segments)
+        code = sum(s.size for s in sections if s.executable and s.alloc)
+        if code > MAX_CODE_BYTES:
+            raise ElfError(f"the image has {code} bytes of code (executable sections), more than the {MAX_CODE_BYTES} "
+                           "Berm runs: it decodes all of it when the image is read, and the first load compiles all "
+                           "of it; build the harness for size (opt-level \"s\" or \"z\"), or split it")
         self._check_arch()
         symbols, raw_symbols = self._symbols()
-        if not any(s.executable and s.alloc and s.size for s in sections):
+        if not code:
             raise ElfError("the image has no code (no executable section with anything in it): with --gc-sections, "
                            "code nothing reaches from the entry point is dropped, tools included — keep them "
                            "reachable (the SDK's entry, or a _start that takes every export's address as "
@@ -306,6 +332,9 @@ class _Reader:
             raise ElfError("the image has more than one symbol table")
         self.symtab = tables[0]
         sh = self.shdrs[self.symtab]
+        if sh["sh_size"] // _SYM_SIZE > MAX_SYMBOLS:
+            raise ElfError(f"the image has {sh['sh_size'] // _SYM_SIZE} symbols, more than the {MAX_SYMBOLS} one "
+                           "may have")
         raw = self._table(self.symtab, _SYM_SIZE, "the symbol table")
         strings = self._string_table(sh["sh_link"], "the symbol-name table")
         symbols, by_index, names, nsections = [], [("", 0)], self.names, len(self.shdrs)
@@ -358,6 +387,8 @@ class _Reader:
             patched.add(target)
             if sh["sh_link"] != self.symtab:
                 raise ElfError(f"relocation section {self.names[i]} does not use the symbol table")
+            if len(out) + sh["sh_size"] // _RELA_SIZE > MAX_RELOCATIONS:
+                raise ElfError(f"the image has more than {MAX_RELOCATIONS} relocations of its allocated sections")
             out.extend(self._rela_table(i, self.names[target], tsh["sh_addr"], tsh["sh_size"], symbols))
         if not patched:
             raise ElfError("the image carries no relocations for its code; link it with --emit-relocs "
@@ -394,11 +425,20 @@ class _Reader:
 
     def _check_arch(self) -> None:
         """Refuse an image its build attributes say was compiled for extensions the host does not run."""
-        index = self._only(ATTRIBUTES_SECTION)
-        if index is not None:
-            for arch in attributes.arches(self._contents(index)):
+        section = self._small_section(ATTRIBUTES_SECTION, MAX_ATTRIBUTES_BYTES)
+        if section is not None:
+            for arch in attributes.arches(section):
                 attributes.check(arch)
 
     def _manifest(self) -> bytes | None:
-        index = self._only(MANIFEST_SECTION)
-        return self._contents(index) if index is not None else None
+        return self._small_section(MANIFEST_SECTION, MAX_MANIFEST_BYTES)
+
+    def _small_section(self, name: str, most: int) -> bytes | None:
+        """The contents of the one section ``name`` (None without one), which may hold at most ``most`` bytes."""
+        index = self._only(name)
+        if index is None:
+            return None
+        size = self.shdrs[index]["sh_size"]
+        if size > most:
+            raise ElfError(f"the {name} section is {size} bytes, more than the {most} it may have")
+        return self._contents(index)

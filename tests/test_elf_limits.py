@@ -1,0 +1,85 @@
+"""What one image may hold (berm_aot.elf's MAX_* bounds): at a bound an image is read, one past it is refused with
+its own message. The reader and the translator run in the host process, so a file may not make them take
+unbounded memory or time: each bound is checked from the section headers, before the contents are read."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from berm_aot import elf
+from berm_aot.elf import MAX_NAME_BYTES, read_elf
+from berm_aot.errors import ElfError
+from tests.elf_samples import SHDR_FIELDS, dispatch_elf, field, harness_elf, manifest_json, patched, shdr_offsets
+
+
+@pytest.fixture(scope="module")
+def dispatch() -> bytes:
+    return dispatch_elf()
+
+
+def _size(data: bytes, section: str) -> int:
+    return field(data, shdr_offsets(data)[section], SHDR_FIELDS, "sh_size")
+
+
+def _at_and_past(monkeypatch, data: bytes, bound: str, value: int, message: str) -> None:
+    """``data`` is read with the bound at ``value`` and refused with ``message`` at ``value - 1``."""
+    monkeypatch.setattr(elf, bound, value)
+    read_elf(data)
+    monkeypatch.setattr(elf, bound, value - 1)
+    with pytest.raises(ElfError, match=message):
+        read_elf(data)
+
+
+def test_code(monkeypatch, dispatch):
+    code = sum(s.size for s in read_elf(dispatch).executable_sections())
+    _at_and_past(monkeypatch, dispatch, "MAX_CODE_BYTES", code,
+                 rf"has {code} bytes of code \(executable sections\), more than the {code - 1} Berm runs")
+
+
+def test_symbols(monkeypatch, dispatch):
+    entries = _size(dispatch, ".symtab") // 24  # the null symbol counts: it is read too
+    _at_and_past(monkeypatch, dispatch, "MAX_SYMBOLS", entries,
+                 f"has {entries} symbols, more than the {entries - 1} one may have")
+
+
+def test_relocations_of_all_tables_together(monkeypatch, dispatch):
+    """The bound is on the sum: .rela.text alone is under it, .rela.rodata takes the image past it."""
+    total = len(read_elf(dispatch).relocations)
+    assert _size(dispatch, ".rela.text") // 24 < total - 1
+    _at_and_past(monkeypatch, dispatch, "MAX_RELOCATIONS", total,
+                 f"more than {total - 1} relocations of its allocated sections")
+
+
+def test_manifest(monkeypatch):
+    data = harness_elf(manifest_json(["a"]), ["a"])
+    size = _size(data, ".berm.abi")
+    _at_and_past(monkeypatch, data, "MAX_MANIFEST_BYTES", size,
+                 f"the .berm.abi section is {size} bytes, more than the {size - 1} it may have")
+
+
+def test_build_attributes(monkeypatch, dispatch):
+    size = _size(dispatch, ".riscv.attributes")
+    _at_and_past(monkeypatch, dispatch, "MAX_ATTRIBUTES_BYTES", size,
+                 f"the .riscv.attributes section is {size} bytes, more than the {size - 1} it may have")
+
+
+def test_names_at_many_offsets_into_one_long_run(dispatch):
+    """A symbol table whose names start at offsets 1, 2, 3, … of one 1 MiB run of letters: each name is the rest of
+    the run, so 65 of them make 65 MiB of names from a 1 MiB table. Without the bound each was decoded: 65,535
+    section names into a 100 MB run make 6.5 TB. The bound is the real one (MAX_NAME_BYTES, 64 MiB)."""
+    run = 1 << 20
+    count = MAX_NAME_BYTES // (run - 64) + 1
+    strtab = b"\0" + b"x" * run + b"\0"
+    null = bytes(24)
+    symtab = null + b"".join(struct.pack("<IBBHQQ", 1 + i, 0, 0, 0, 0, 0) for i in range(count))
+    data = dispatch + strtab + symtab
+    headers = shdr_offsets(dispatch)
+    for section, offset, size in ((".strtab", len(dispatch), len(strtab)),
+                                  (".symtab", len(dispatch) + len(strtab), len(symtab))):
+        data = patched(data, headers[section] + SHDR_FIELDS["sh_offset"][0], "<Q", offset)
+        data = patched(data, headers[section] + SHDR_FIELDS["sh_size"][0], "<Q", size)
+    with pytest.raises(ElfError, match=f"the names read from the symbol-name table come to more than "
+                                       f"{MAX_NAME_BYTES} bytes in all"):
+        read_elf(data)
