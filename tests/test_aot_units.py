@@ -9,7 +9,7 @@ import pytest
 
 from berm_aot.analysis import analyse
 from berm_aot.elf import read_elf
-from berm_aot.emit import _UNIT_INSNS, MAX_UNITS, emit_program, unit_shares
+from berm_aot.emit import _UNIT_INSNS, MAX_UNIT_INSNS, MAX_UNITS, emit_program, unit_shares
 from berm_aot.program import Program
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
@@ -19,7 +19,8 @@ from tests.guests import guest_elf
 MEMORY = 1 << 20
 
 
-@pytest.mark.parametrize("total", [0, 1, _UNIT_INSNS, _UNIT_INSNS + 1, 4000, 12_000, 34_305, 1_000_000])
+@pytest.mark.parametrize("total", [0, 1, _UNIT_INSNS, _UNIT_INSNS + 1, 4000, 12_000, 34_305, 100_000,
+                                   MAX_UNITS * MAX_UNIT_INSNS, MAX_UNITS * MAX_UNIT_INSNS + 1, 1_000_000])
 def test_shares_cover_the_program_and_halve_the_last(total):
     shares = unit_shares(total)
     assert sum(shares) == pytest.approx(total)
@@ -27,8 +28,12 @@ def test_shares_cover_the_program_and_halve_the_last(total):
         assert shares == [total]
         return
     *full, last_a, last_b = shares
-    assert len(full) <= MAX_UNITS - 1 and len(set(full)) == 1
+    assert len(set(full)) == 1 and full[0] <= MAX_UNIT_INSNS
     assert last_a == last_b == pytest.approx(full[0] / 2)
+    if total <= MAX_UNITS * MAX_UNIT_INSNS:
+        assert len(full) <= MAX_UNITS - 1
+    else:  # more units, of at most MAX_UNIT_INSNS each
+        assert len(full) == -(-total // MAX_UNIT_INSNS) - 1
 
 
 FUNCTIONS = 40

@@ -29,6 +29,11 @@ TRANSLATOR_VERSION = "1"
 #: business.
 _UNIT_INSNS = 1500
 MAX_UNITS = 8
+#: The most guest instructions in one unit, though the program has more than MAX_UNITS units of it: the C compiler
+#: holds a whole unit in memory, ~10 KB per guest instruction (gcc -O1 on the 98 KB guest's 30,000 instructions as
+#: one unit: 320 MB), so eight units of an image at berm_aot.elf.MAX_CODE_BYTES (about 1.4 million instructions)
+#: would each have taken ~2 GB, and ``--jobs`` of them at once.
+MAX_UNIT_INSNS = 16_384
 #: The most instructions one guest function may have: it becomes one C function, and the C compiler's time and
 #: memory grow faster than a function's size (gcc -O1 on one function of 16,000 load/branch/store instructions:
 #: 34 s and 720 MB; of 32,000: 110 s and 1.85 GB). The largest function of the bundled Rust guest has 2,988
@@ -111,8 +116,9 @@ def unit_shares(total: int) -> list[float]:
     units, one core sat idle while the other compiled the last unit (0.9 s of the 98 KB guest's 10.3 s build, in a
     timeline of its compiles); with the halves, their ends come closer. Cold compiles of that guest, equal units
     and these shares in alternation (two series of six, 2026-12-02): medians 10.4 and 11.1 s against 9.5 and
-    10.3 s, faster in all twelve pairs, by 0.1 to 1.3 s."""
-    n = max(1, min(MAX_UNITS, -(-total // _UNIT_INSNS)))
+    10.3 s, faster in all twelve pairs, by 0.1 to 1.3 s. A program of more than MAX_UNITS × MAX_UNIT_INSNS has
+    more units, none over MAX_UNIT_INSNS."""
+    n = max(1, min(MAX_UNITS, -(-total // _UNIT_INSNS)), -(-total // MAX_UNIT_INSNS))
     if n == 1:
         return [float(total)]
     share = total / n
