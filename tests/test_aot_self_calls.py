@@ -15,7 +15,9 @@ import pytest
 from berm_abi.names import core_number
 from berm_aot.analysis import analyse
 from berm_aot.elf import read_elf
+from berm_aot.emit.dataflow import components
 from berm_aot.emit import emit_program
+from berm_aot.emit import function as function_module
 from berm_aot.program import Program
 from berm_host.aot.runtime import lib
 from berm_host.backend import RunRequest
@@ -419,3 +421,44 @@ def test_the_deadline_stops_a_loop_around_a_self_call(loops, kind, function):
     request = RunRequest(entry=program.symbol(function), int_args=(0, 0), deadline=time.monotonic() + 0.3)
     result = ends_within(GRACE, lambda: backends[kind].run(request))
     assert result.trap is not None and result.trap.kind is TrapKind.INTERRUPTED
+
+
+CASES = 300
+#: ``cases`` calls itself and then jumps through a table of CASES entries, each case ``jr`` again: CASES indirect
+#: jumps and CASES local targets in one function that calls itself.
+MANY_JUMPS_AND_CASES = ASM_PRELUDE + r"""
+    .globl cases
+    .type cases, @function
+cases:
+    addi sp, sp, -16
+    sd ra, 8(sp)
+    beqz a0, 1f
+    addi a0, a0, -1
+    call cases
+1:
+    la a1, .Lcases_table
+    ld a1, 0(a1)
+    jr a1
+""" + "".join(f".Lcase{k}:\n    addi a0, a0, 1\n    jr a1\n" for k in range(CASES)) + """
+    .section .rodata
+.Lcases_table:
+""" + "".join(f"    .dword .Lcase{k}\n" for k in range(CASES))
+
+
+def test_the_self_call_cycle_search_grows_with_jumps_plus_targets(monkeypatch):
+    """Found by a review of the search for cycles without a self-call: it gave each indirect jump an edge to each
+    local target, so n jumps and m cases made n × m edges (2,000 of each: 1.7 s to translate one function, 8,000
+    would have taken about half a minute, and an image may hold hundreds). They now pass through one node
+    (dataflow.ANY_TARGET): n + m. Counted in the graph the search is given, not timed."""
+    sizes = []
+
+    def counting(graph):
+        sizes.append(sum(map(len, graph.values())))
+        return components(graph)
+
+    program = Program.from_image(read_elf(guest_elf(MANY_JUMPS_AND_CASES, suffix=".S", keep=("cases",))))
+    info = analyse(program).by_start[program.symbol("cases")]
+    assert len(info.local_targets) >= CASES
+    monkeypatch.setattr(function_module, "components", counting)
+    emit_program(program, windows=layout_for(program.image).windows())
+    assert sizes and max(sizes) <= 2 * (len(info.insns) + len(info.local_targets))

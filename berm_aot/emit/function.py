@@ -159,13 +159,11 @@ class FunctionEmitter:
 
         An indirect jump counts as an edge to every local target: a jump table's dispatch branches to the cases it
         expects without a poll (a ``switch`` loop whose back-edge lost its poll once spun past every deadline)."""
-        graph = control_edges(self.f.insns)
-        local = [t for t in self.f.local_targets if t in graph]
+        jumps = [insn.addr for insn in self.f.insns if insn.op == "jalr" and insn.rd == 0]
+        graph = control_edges(self.f.insns, jumps, self.f.local_targets)
         for insn in self.f.insns:
             if self._call_target(insn) == self.f.start:
                 graph[insn.addr] = []
-            elif insn.op == "jalr" and insn.rd == 0:
-                graph[insn.addr] = local
         return {node: k for k, component in enumerate(components(graph)) for node in component}
 
     def _store(self, regs) -> str:

@@ -40,7 +40,6 @@ RA = 1
 S = TypeVar("S")
 #: Rounds of refining expectations and constants together (tokenize's two tables settle in two).
 ROUNDS = 4
-_HUB = -1  # stands for "any local target" in the cycle search: one edge per jump, not one per (jump, target)
 
 
 def dynamic_jumps(info: FunctionInfo) -> list[Instruction]:
@@ -170,9 +169,6 @@ def _in_loops(info: FunctionInfo, jumps: list[int], local: set[int]) -> bool:
     """Whether some local target lies on a cycle of the function's control flow, where each of ``jumps`` may go to
     any local target. Only there do the other jumps' edges cost anything (a loop entered in the middle, facts merged
     inside it); a ``switch`` after a loop needs no resume copy, which would double its function's compile."""
-    edges = control_edges(info.insns)
-    for addr in jumps:
-        edges[addr].append(_HUB)
-    edges[_HUB] = sorted(local & edges.keys())
+    edges = control_edges(info.insns, jumps, local)
     return any((len(component) > 1 or node in edges[node]) and node in local
                for component in components(edges) for node in component)
