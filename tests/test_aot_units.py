@@ -81,3 +81,56 @@ def test_a_program_is_emitted_in_its_shares_and_runs_as_one(tmp_path):
     assert defined[0] > defined[-1] and defined[1] > defined[-2]  # the last two units are the small ones
     image = Engine(kind="aot", memory_size=MEMORY, cache_dir=tmp_path).load(elf)
     assert image.backend.run(RunRequest(entry=program.image.entry)).regs[10] == FUNCTIONS * ADDS
+
+
+def _chain() -> str:
+    """f0 calls f1, which calls f2, … f39, each after ``ADDS`` increments of a0: calls cross from unit to unit. Each
+    function has a section of its own, so each call has a relocation (within one section the assembler resolves a
+    call itself, and a call to an address no relocation names traps: ABI.md §6)."""
+    bodies = "\n".join(f"""
+    .section .text.f{i}, "ax", @progbits
+    .type f{i}, @function
+f{i}:
+    addi sp, sp, -16
+    sd ra, 8(sp)
+    .rept {ADDS}
+    addi a0, a0, 1
+    .endr
+    {f"call f{i + 1}" if i + 1 < FUNCTIONS else "nop"}
+    ld ra, 8(sp)
+    addi sp, sp, 16
+    ret""" for i in range(FUNCTIONS))
+    return f"""
+    .section .text._start, "ax", @progbits
+    .globl _start
+    .type _start, @function
+_start:
+    tail f0
+{bodies}
+    .data
+    .globl table
+table:
+    .dword _start
+"""
+
+
+def test_a_unit_declares_the_functions_it_defines_or_calls(tmp_path):
+    """Each unit but the first declares only what it names (the first holds the lookups of every function): every
+    unit declaring every function made units as large as the program has functions. The compiler's ``-w`` would hide
+    a call to an undeclared function, compiled with an ``int`` result, so the declarations are checked here."""
+    elf = guest_elf(_chain(), suffix=".S", keep=("table",))
+    program = Program.from_image(read_elf(elf))
+    units = emit_program(program, windows=layout_for(program.image, MEMORY).windows())
+    assert len(units) > 2
+    crossing = 0
+    for k, unit in enumerate(units):
+        declared = set(re.findall(r"^BERM_HIDDEN uint64_t (f_[0-9a-f]+)\(.*\);$", unit, re.M))
+        defined = set(re.findall(r"^BERM_HIDDEN uint64_t (f_[0-9a-f]+)\(.*\) \{$", unit, re.M))
+        called = set(re.findall(r"= (f_[0-9a-f]+)\(ctx,", unit))
+        crossing += len(called - defined)
+        assert called | defined <= declared
+        if k:
+            assert declared == called | defined
+    assert crossing >= len(units) - 1  # each unit but the last calls the next one's first function
+    image = Engine(kind="aot", memory_size=MEMORY, cache_dir=tmp_path).load(elf)
+    assert image.backend.run(RunRequest(entry=program.image.entry)).regs[10] == FUNCTIONS * ADDS

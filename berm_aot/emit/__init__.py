@@ -9,7 +9,7 @@ programs can share one object (tests batch many random programs into one compile
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from berm_aot.analysis import Analysis, analyse
 from berm_aot.demangle import demangle
@@ -41,11 +41,16 @@ MAX_UNIT_INSNS = 16_384
 MAX_FUNCTION_INSNS = 16_384
 
 
-def _header(analysis: Analysis, prefix: str, windows: Windows) -> list[str]:
+def _header(prefix: str, windows: Windows, functions: Iterable[int]) -> list[str]:
+    """What a unit starts with: the layout, the runtime's macros, and the prototypes of ``functions`` (by start) and
+    of the shared helpers. A unit declares only the functions it defines or calls (unit 0: all, for its lookups):
+    every unit declaring every function made each unit as large as the program has functions (75 MB each for a
+    million)."""
     p = prefix
     lines = ["/* The guest memory layout this code is translated for (berm_code.h). */", *windows.defines(),
              '#include "berm_code.h"', ""]
-    lines += [f"BERM_HIDDEN uint64_t {fn_name(p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth);" for f in analysis.functions]
+    lines += [f"BERM_HIDDEN uint64_t {fn_name(p, start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth);"
+              for start in sorted(functions)]
     lines += [
         f"BERM_HIDDEN berm_fn {p}entry_fn(uint64_t t);",
         f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link, uint32_t depth);",
@@ -137,27 +142,34 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
     analysis = analyse(program)
     refuse_oversized(analysis)
     shares = unit_shares(sum(len(f.insns) for f in analysis.functions))
-    header = _header(analysis, prefix, windows)
     body: list[str] = []
+    named: set[int] = set()  # the functions the unit defines or calls
     k, filled = 0, 0
     for info in analysis.functions:
         if filled >= shares[k] and k + 1 < len(shares):
-            yield _unit(analysis, prefix, header, body, k)
-            body, k, filled = [], k + 1, 0
+            yield _unit(analysis, prefix, windows, named, body, k)
+            body, named, k, filled = [], set(), k + 1, 0
         emitter = FunctionEmitter(analysis, info, prefix)
         code = emitter.emit()
         if emitter.needs_resume:  # defined before the function that leaves for it
-            body += FunctionEmitter(analysis, info, prefix, resume=True).emit()
+            resume = FunctionEmitter(analysis, info, prefix, resume=True)
+            body += resume.emit()
             body.append("")
+            named |= resume.callees
             filled += len(info.insns)  # the copy is as much for the compiler as the function
         body += code
         body.append("")
+        named |= emitter.callees
+        named.add(info.start)
         filled += len(info.insns)
-    yield _unit(analysis, prefix, header, body, k)  # units past it would hold no function: none is emitted
+    yield _unit(analysis, prefix, windows, named, body, k)  # units past it would hold no function: none is emitted
 
 
-def _unit(analysis: Analysis, prefix: str, header: list[str], body: list[str], k: int) -> str:
-    extra = _lookups(analysis, prefix) if k == 0 else []
+def _unit(analysis: Analysis, prefix: str, windows: Windows, named: set[int], body: list[str], k: int) -> str:
+    if k == 0:
+        header, extra = _header(prefix, windows, (f.start for f in analysis.functions)), _lookups(analysis, prefix)
+    else:
+        header, extra = _header(prefix, windows, named), []
     return "\n".join(header + body + extra) + "\n"
 
 

@@ -136,6 +136,7 @@ class FunctionEmitter:
         self.run_ends = {g.segment[-1].addr for g in self.groups.values()}
         name = resume_name(prefix, info.start) if resume else fn_name(prefix, info.start)
         self.runs = RunTable(name, (g.segment for g in self.groups.values()))
+        self.callees: set[int] = set()  # the functions the emitted code calls by name (the unit declares them)
 
     # ---------------------------------------------------------------- helpers
 
@@ -412,6 +413,7 @@ class FunctionEmitter:
             self._self_call(insn)
             return
         self._call_prologue(insn)
+        self.callees.add(target)
         out.append(f"        uint64_t t_ = {fn_name(self.p, target)}(ctx, {lit(insn.next_pc)}, depth + 1);")
         self._after_call(insn, set(self.by_start[target].writes_closure))
 
