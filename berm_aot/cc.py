@@ -170,7 +170,9 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
     """Compile C ``sources`` (texts) into the shared object ``out``, ``jobs`` compilers at a time, with
     ``FRAME_SYMBOL`` defined in it (and ``KEY_SYMBOL`` as ``key``, a cache key of hex digits, when given).
     ``sources`` may be a generator that translates as it goes: each unit starts compiling as soon as it is there and
-    a compiler is free, so the translation overlaps the compiles instead of preceding them all."""
+    a compiler is free, so the translation overlaps the compiles instead of preceding them all. At most one unit
+    waits for a compiler (the next is translated once it has one), and a unit's source is deleted once compiled:
+    the disk holds a few units' C, not the whole program's (a program of a million tiny functions is gigabytes)."""
     cmd = compiler()
     flags = [*(opt if opt is not None else opt_flags()), *BASE_FLAGS, *[f"-I{d}" for d in include_dirs]]
     deadline = time.monotonic() + COMPILE_TIMEOUT
@@ -200,6 +202,9 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
                 pending.append((src, work / f"unit{i}.o"))
                 pool.reap(block=False)  # those that finished while this unit was translated
                 start_what_fits()
+                while len(pending) > 1:
+                    pool.reap(block=True)
+                    start_what_fits()
             while pending or pool.running:
                 start_what_fits()
                 pool.reap(block=True)
@@ -287,6 +292,7 @@ class _Pool:
         if proc.returncode != 0:
             raise CompileError(f"cc failed on {src.name} (kept nowhere; emitted code is a translator bug, unless "
                                f"the disk is full):\n{output.decode(errors='replace')[-4000:]}")
+        src.unlink(missing_ok=True)
 
     def kill(self) -> None:
         """Kill every compiler still running, each with its whole session."""

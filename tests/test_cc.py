@@ -1,9 +1,9 @@
 """The C compiler driver (berm_aot/cc.py): units compile in parallel into one shared object, a unit that does not
 compile is a CompileError naming it, and a generator of units is compiled as it goes — the first unit's compile has
 finished before the generator is asked for the second (the translation overlaps the compiles), and a unit that
-finishes frees its place at once, whatever older unit still compiles. What the environment could slip into the
-object stays out of it, a timeout kills every program the compiler started, and a disk that takes no more is a
-CompileError."""
+finishes frees its place at once, whatever older unit still compiles; the disk holds a few units' C at a time. What
+the environment could slip into the object stays out of it, a timeout kills every program the compiler started, and
+a disk that takes no more is a CompileError."""
 
 from __future__ import annotations
 
@@ -53,6 +53,24 @@ def test_a_generator_is_compiled_as_it_goes(tmp_path):
     out = tmp_path / "lib.so"
     cc.compile_shared(units(), out, jobs=2)
     assert ctypes.CDLL(str(out)).answer1() == 7
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_disk_holds_a_few_units_at_a_time(tmp_path, jobs):
+    """A generator is asked for its next unit only once at most one unit waits for a compiler, and a compiled unit's
+    source is deleted: the C on disk is what the compilers hold and one unit more, not the whole program (all of a
+    program's units were written as fast as they were translated, and kept to the end)."""
+    on_disk = []
+
+    def units():
+        for k in range(8):
+            on_disk.append(len(list(tmp_path.glob("berm-cc-*/unit*.c"))))
+            yield unit(k)
+
+    out = tmp_path / "lib.so"
+    cc.compile_shared(units(), out, jobs=jobs)
+    assert ctypes.CDLL(str(out)).answer7() == 49
+    assert max(on_disk) <= jobs + 1
 
 
 def test_a_finished_unit_frees_its_place_while_an_older_one_compiles(tmp_path, monkeypatch):
