@@ -1,6 +1,7 @@
-"""What one image may hold (berm_aot.elf's MAX_* bounds): at a bound an image is read, one past it is refused with
-its own message. The reader and the translator run in the host process, so a file may not make them take
-unbounded memory or time: each bound is checked from the section headers, before the contents are read."""
+"""What one image may hold (berm_aot.elf's MAX_* bounds, and berm_aot.program's MAX_FUNCTIONS): at a bound an image
+is read, one past it is refused with its own message. The reader and the translator run in the host process, so a
+file may not make them take unbounded memory or time: each of the reader's bounds is checked from the section
+headers, before the contents are read."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import struct
 
 import pytest
 
-from berm_aot import elf
+from berm_aot import elf, program
 from berm_aot.elf import MAX_NAME_BYTES, read_elf
 from berm_aot.errors import ElfError
+from berm_aot.program import Program
 from tests.elf_samples import SHDR_FIELDS, dispatch_elf, field, harness_elf, manifest_json, patched, shdr_offsets
 
 
@@ -63,6 +65,16 @@ def test_build_attributes(monkeypatch, dispatch):
     size = _size(dispatch, ".riscv.attributes")
     _at_and_past(monkeypatch, dispatch, "MAX_ATTRIBUTES_BYTES", size,
                  f"the .riscv.attributes section is {size} bytes, more than the {size - 1} it may have")
+
+
+def test_functions(monkeypatch, dispatch):
+    """Counted once the analysis has found every function start: symbols, call targets, and what jumps make."""
+    functions = len(Program.from_image(read_elf(dispatch)).locator.functions)
+    monkeypatch.setattr(program, "MAX_FUNCTIONS", functions)
+    Program.from_image(read_elf(dispatch))
+    monkeypatch.setattr(program, "MAX_FUNCTIONS", functions - 1)
+    with pytest.raises(ElfError, match=f"has {functions} functions, more than the {functions - 1} Berm runs"):
+        Program.from_image(read_elf(dispatch))
 
 
 def test_names_at_many_offsets_into_one_long_run(dispatch):
