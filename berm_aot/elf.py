@@ -38,10 +38,10 @@ MAX_LOAD_SEGMENTS = 64
 #: (32 s, 5 GB of memory), and /dev/zero never ended.
 MAX_FILE_BYTES = MAX_IMAGE_END
 #: What one image may hold at most, so that no file makes the reader or the translator, which run in the host
-#: process, take memory or time out of all proportion to its size (each bound is far above what real harnesses carry: rust-probe has
-#: 58 KB of code, 1,374 symbols and 1,715 relocations). Code: every byte of the executable sections is decoded
-#: and analysed up front (~150 bytes of host memory per byte of code) and the first load compiles all of it
-#: (10–30 s per 100 KB on 2 cores), so 4 MiB is already a compile of minutes.
+#: process, take memory or time out of all proportion to its size (each bound is far above what real harnesses
+#: carry: rust-probe has 58 KB of code, 1,374 symbols and 1,715 relocations). Code: every byte of the executable
+#: sections is decoded and analysed up front (~150 bytes of host memory per byte of code) and the first load
+#: compiles all of it (10–30 s per 100 KB on 2 cores), so 4 MiB is already a compile of minutes.
 MAX_CODE_BYTES = 4 << 20
 #: Symbols and relocations (relocations of allocated sections, in all): each becomes an object of ~100-300 bytes
 #: (a 45 MB file of two million symbols took 590 MB and 9 s to read, and a 4 GiB file would have taken ~50 GB).

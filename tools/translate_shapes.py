@@ -1,8 +1,9 @@
 """How the translation's cost grows with hostile program shapes: each shape is built at about n, 2n and 4n
-instructions (assembly, ``tests.guests.guest_elf``), read, analysed and emitted as C (no C compiler), and the script prints the time of each
-and its growth per doubling. The translation runs in the host process before any compile, under no timeout, so it
-must grow linearly: a growth near 4 per doubling is a quadratic analysis (session 22's self-call cycle search was
-one, found this way). Exit status 1 when a shape grows by more than ``--most`` per doubling.
+instructions (assembly, ``tests.guests.guest_elf``), read, analysed and emitted as C (no C compiler), and the script
+prints the time of each and its growth per doubling. The translation runs in the host process, and its analysis
+before any compile starts, so it must grow linearly: a growth near 4 per doubling is a quadratic analysis (session
+22's self-call cycle search was one, found this way). Exit status 1 when a shape grows by more than ``--most`` per
+doubling.
 
     python tools/translate_shapes.py            # every shape from n = 3000 instructions
     python tools/translate_shapes.py --n 1000 --shape cases
