@@ -9,7 +9,7 @@ Also the strongly connected components of such a graph (``components``): where i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from typing import TypeVar
 
 from berm_aot.isa import BRANCHES
@@ -70,13 +70,12 @@ def forward(insns: list[Instruction], roots: Iterable[int] | Mapping[int, S], em
 ANY_TARGET = -1
 
 
-def control_edges(insns: list[Instruction], jumps: Iterable[int] = (),
+def control_edges(insns: list[Instruction], jumps: Sequence[int] = (),
                   targets: Iterable[int] = ()) -> dict[int, list[int]]:
     """Each of ``insns``' successors among them (``successors``), and from each address of ``jumps`` (indirect jumps)
     an edge to each of ``targets`` among them, through ``ANY_TARGET``: the graph ``components`` searches."""
     at = {i.addr for i in insns}
     edges = {i.addr: [n for n in successors(i) if n in at] for i in insns}
-    jumps = list(jumps)
     if jumps:
         for addr in jumps:
             edges[addr].append(ANY_TARGET)
