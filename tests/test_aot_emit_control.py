@@ -98,3 +98,28 @@ def test_a_call_to_no_code_writes_its_link_before_trapping():
         assert expected.trap.kind is TrapKind.ILLEGAL_INSTRUCTION and expected.trap.pc == progen.DATA
         assert expected.regs[1] == progen.TEXT + 8
         assert_same(gen, expected, got)
+
+
+_ODD_RETURNS = {
+    "ori ra, ra, 1; ret": [Op("ori", rd=1, rs1=1, imm=1), Op("jalr", rs1=1)],
+    "jalr x0, 1(ra)": [Op("jalr", rs1=1, imm=1)],
+}
+
+
+@pytest.mark.parametrize("ret", list(_ODD_RETURNS))
+def test_a_return_through_an_odd_link_returns(ret):
+    """A return compares its target with the link it expects before clearing bit 0 (every link is even, so an even
+    target equal to it needs no mask) and again after: an odd ``ra`` (or offset) still returns, from a function
+    called once, from the frames of a function calling itself, and from the entry function to the host (a
+    translation with only the first compare sent these to the unknown-target path)."""
+    back = _ODD_RETURNS[ret]
+    f0 = [*_SAVE, Op("addi", rd=10), Op("addi", rd=11, imm=2), Op("jal", rd=1, target="f1"),
+          Op("addi", rd=10, rs1=10, imm=0x40), Op("ld", rd=1, rs1=2), Op("addi", rd=2, rs1=2, imm=16), *back]
+    f1 = [*_SAVE, Op("beq", rs1=11, rs2=0, target=".leaf"), Op("addi", rd=11, rs1=11, imm=-1),
+          Op("jal", rd=1, target="f1"), Label(".leaf"), Op("addi", rd=10, rs1=10, imm=1), Op("ld", rd=1, rs1=2),
+          Op("addi", rd=2, rs1=2, imm=16), *back]
+    image = progen.build_image([progen.Function("f0", f0), progen.Function("f1", f1)])
+    gen = progen.GenProgram(image, image.entry, f"f0 -> f1 -> f1 -> f1, each returning by {ret}")
+    for _, expected, (got,) in run_both([gen]):
+        assert expected.trap is None and expected.regs[10] == 0x43, gen.listing
+        assert_same(gen, expected, got)

@@ -503,8 +503,9 @@ class FunctionEmitter:
             self.out.append(f"    jt_ = {self._target_expr(insn)}; jpc_ = {lit(insn.addr)}; goto {label};")
             return
         ret = f"{{ jt_ = t_; goto {self.returns}; }}" if self.self_calls else f"goto {self.returns};"
-        self.out.append(f"    {{ uint64_t t_ = {self._target_expr(insn)}; if (BERM_LIKELY(t_ == {self.ret})) {ret} "
-                        f"jt_ = t_; jpc_ = {lit(insn.addr)}; goto {label}; }}")
+        # every link is even (an instruction's address, or the host's 0), so an even sum equal to it needs no mask
+        self.out.append(f"    {{ uint64_t t_ = {reg(insn.rs1)} + {lit(insn.imm)}; if (BERM_LIKELY(t_ == {self.ret})) {ret} "
+                        f"t_ &= ~1ull; if (t_ == {self.ret}) {ret} jt_ = t_; jpc_ = {lit(insn.addr)}; goto {label}; }}")
 
     def _dispatch_block(self, insn: Instruction) -> tuple[str, bool]:
         """The label of the dispatch block for ``insn``'s expected targets (every jump sites.dynamic_jumps names has
