@@ -33,10 +33,15 @@ MAX_IMAGE_END = 4 << 30
 #: every constant-address load the translator resolves is looked up among them (32,000 one-byte segments made a
 #: 3.9 MB file take 27 s to read, and its translation 22 s).
 MAX_LOAD_SEGMENTS = 64
-#: The largest ELF file read: its loaded bytes fit guest memory (``MAX_IMAGE_END``), and what it holds besides
-#: (symbols, relocations, debug information) is no more than that. `berm inspect` of a 5 GB file read it all first
-#: (32 s, 5 GB of memory), and /dev/zero never ended.
-MAX_FILE_BYTES = MAX_IMAGE_END
+#: What a file may hold besides the bytes its loadable segments map (headers, symbols, relocations, debug
+#: information). A loaded image keeps its file's bytes as long as it is held (to read the program model when it is
+#: needed), so without this a 1 GiB file of a 60 KB program held 1 GiB of the host's memory per load. Symbols and
+#: relocations at their bounds come to 72 MiB.
+MAX_UNLOADED_BYTES = 256 << 20
+#: The largest ELF file read: its loaded bytes fit guest memory (``MAX_IMAGE_END``), plus ``MAX_UNLOADED_BYTES``.
+#: `berm inspect` of a 5 GB file read it all first (32 s, 5 GB of memory), and /dev/zero never ended. An engine
+#: reads at most its own memory size plus ``MAX_UNLOADED_BYTES`` (berm_host.engine).
+MAX_FILE_BYTES = MAX_IMAGE_END + MAX_UNLOADED_BYTES
 #: What one image may hold at most, so that no file makes the reader or the translator, which run in the host
 #: process, take memory or time out of all proportion to its size (each bound is far above what real harnesses
 #: carry: rust-probe has 58 KB of code, 1,374 symbols and 1,715 relocations). Code: every byte of the executable
@@ -96,24 +101,36 @@ def read_elf_file(path: str | os.PathLike) -> ElfImage:
     return read_elf(read_file(path))
 
 
-def read_file(path: str | os.PathLike) -> bytes:
-    """The bytes of the image file at ``path``: a regular file of at most ``MAX_FILE_BYTES``, else an ElfError (as
-    for a file that cannot be read)."""
+def read_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of the image file at ``path``: a regular file of at most ``limit`` bytes (default
+    ``MAX_FILE_BYTES``), else an ElfError (as for a file that cannot be read)."""
+    limit = MAX_FILE_BYTES if limit is None else limit
     try:
         # O_NONBLOCK: opening a FIFO with no writer waits for one; a regular file reads as ever
         with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise ElfError(f"{os.fspath(path)} is not a regular file")
-            if st.st_size > MAX_FILE_BYTES:
-                raise ElfError(f"{os.fspath(path)} is {st.st_size} bytes, larger than any image "
-                               f"({MAX_FILE_BYTES} bytes at most)")
-            data = f.read(MAX_FILE_BYTES + 1)
+            if st.st_size > limit:
+                raise ElfError(f"{os.fspath(path)} is {st.st_size} bytes, {too_large(limit)}")
+            data = f.read(limit + 1)
     except OSError as exc:
         raise ElfError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
-    if len(data) > MAX_FILE_BYTES:  # it grew since fstat
-        raise ElfError(f"{os.fspath(path)} is larger than any image ({MAX_FILE_BYTES} bytes at most)")
+    if len(data) > limit:  # it grew since fstat
+        raise ElfError(f"{os.fspath(path)} grew past {limit} bytes while it was read: {too_large(limit)}")
     return data
+
+
+def file_limit(memory_size: int) -> int:
+    """The largest image file worth reading for guest memory of ``memory_size`` bytes: no more loaded bytes than
+    that memory holds, and ``MAX_UNLOADED_BYTES`` besides (a larger file is refused before it is read)."""
+    return min(memory_size, MAX_IMAGE_END) + MAX_UNLOADED_BYTES
+
+
+def too_large(limit: int) -> str:
+    """Why a file of more than ``limit`` bytes is refused (the end of its ElfError)."""
+    return (f"larger than any image read here ({limit} bytes at most: as many loaded bytes as guest memory holds, "
+            f"and {MAX_UNLOADED_BYTES} besides; strip debug information with `llvm-strip --strip-debug`)")
 
 
 def read_elf(data: bytes) -> ElfImage:
@@ -224,20 +241,35 @@ class _Reader:
             raise ElfError(f"program header entries are {hdr['e_phentsize']} bytes, not {_PHDR_SIZE}")
         _in_file(self.data, phoff, phnum * _PHDR_SIZE, "the program header table")
         parse = self.elf.structs.Elf_Phdr.parse
-        loads = []
+        loads, ph_loads = [], []
         for i in range(phnum):
             ph = parse(self.data[phoff + i * _PHDR_SIZE:phoff + (i + 1) * _PHDR_SIZE])
             if ph["p_type"] == "PT_LOAD":
                 if len(loads) == MAX_LOAD_SEGMENTS:
                     raise ElfError(f"the image has more than {MAX_LOAD_SEGMENTS} loadable (PT_LOAD) segments")
                 loads.append(self._segment(i, ph))
+                ph_loads.append((ph["p_offset"], ph["p_offset"] + ph["p_filesz"]))
         if not loads:
             raise ElfError("the image has no loadable (PT_LOAD) segment")
+        self._check_unloaded(ph_loads)
         ordered = sorted((s for s in loads if s.memsz), key=lambda s: s.vaddr)
         for a, b in zip(ordered, ordered[1:]):
             if b.vaddr < a.end:
                 raise ElfError(f"segments overlap: [{a.vaddr:#x}, {a.end:#x}) and [{b.vaddr:#x}, {b.end:#x})")
         return tuple(loads)
+
+    def _check_unloaded(self, ranges: list[tuple[int, int]]) -> None:
+        """At most ``MAX_UNLOADED_BYTES`` of the file lie outside every loadable segment's file bytes (``ranges``,
+        which may overlap: each byte counts once)."""
+        loaded = end = 0
+        for lo, hi in sorted(ranges):
+            loaded += max(0, hi - max(lo, end))
+            end = max(end, hi)
+        unloaded = len(self.data) - loaded
+        if unloaded > MAX_UNLOADED_BYTES:
+            raise ElfError(f"{unloaded} bytes of the file lie outside its loadable segments (headers, symbols, "
+                           f"relocations, debug information), more than the {MAX_UNLOADED_BYTES} an image may "
+                           "carry: strip debug information with `llvm-strip --strip-debug`")
 
     def _segment(self, i: int, ph) -> Segment:
         vaddr, memsz, filesz, offset = ph["p_vaddr"], ph["p_memsz"], ph["p_filesz"], ph["p_offset"]

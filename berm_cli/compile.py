@@ -21,7 +21,7 @@ from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
-from berm_aot.elf import read_elf, read_file
+from berm_aot.elf import file_limit, read_elf, read_file
 from berm_aot.program import Program
 from berm_cli.terminal import reader_may_leave, shown
 from berm_host.aot.objects import cached_object
@@ -58,7 +58,7 @@ def jobs_for(elves: list[Path], declarations: Path | None, harnesses: str | None
     """The images named on the command line (for ``memory``), then every declared harness for the memory the
     daemon runs it with: its declared ``memory``, else the default (berm_host/queue/harness.py), whatever
     ``--memory`` says; its pinned digest is checked when it is read."""
-    jobs = [Job(path.name, partial(read_file, path), memory) for path in elves]
+    jobs = [Job(path.name, partial(read_file, path, file_limit(memory)), memory) for path in elves]
     if declarations is not None:
         jobs += [Job(decl.name, partial(decl.load_image, harnesses), decl.memory or DEFAULT_MEMORY)
                  for decl in load_declarations(declarations)]

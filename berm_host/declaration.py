@@ -19,11 +19,11 @@ from typing import Any
 import platformdirs
 
 from berm_abi.errors import BermError
-from berm_aot.elf import read_file
+from berm_aot.elf import file_limit, read_file
 from berm_aot.errors import ElfError
 
 from .capabilities.http import HostList, HostListError
-from .layout import check_memory_size
+from .layout import DEFAULT_MEMORY, check_memory_size
 
 
 class DeclarationError(BermError):
@@ -95,7 +95,8 @@ class Declaration:
         """The image's bytes, verified against ``sha256`` when the declaration pins one."""
         path = self.image_path(directory)
         try:
-            data = read_file(path)  # bounded: a FIFO, a device or a huge file is refused, not read
+            # bounded by the memory it runs with: a FIFO, a device or a file larger than that is refused, not read
+            data = read_file(path, file_limit(self.memory or DEFAULT_MEMORY))
         except ElfError as exc:
             reason = f"no image at {path}" if not os.path.lexists(path) else str(exc)
             raise ImageNotFound(f"harness {self.name!r}: {reason}") from None

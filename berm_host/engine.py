@@ -22,7 +22,7 @@ from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
-from berm_aot.elf import read_file
+from berm_aot.elf import file_limit, read_file
 from berm_aot.errors import ManifestError, NoManifestError
 from berm_aot.image import ElfImage
 from berm_aot.manifest import Manifest, lifecycle_exports, load_manifest, tool_exports
@@ -88,7 +88,8 @@ class Engine:
 
         Loads of different images proceed side by side (a cold compile takes seconds); concurrent loads of the
         same bytes wait for the one that is compiling and share its image."""
-        data = bytes(source) if isinstance(source, (bytes, bytearray, memoryview)) else read_file(source)
+        data = (bytes(source) if isinstance(source, (bytes, bytearray, memoryview))
+                else read_file(source, file_limit(self.memory_size)))
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
             image = self._images.get(digest)

@@ -106,3 +106,16 @@ def test_nothing_to_compile_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
         main([])
     assert exc.value.code == 2 and "--declarations" in capsys.readouterr().err
+
+
+def test_a_file_larger_than_its_memory_can_hold_is_refused_unread(tmp_path, capsys, monkeypatch):
+    """Each image is read for the memory it is compiled for: no more than that memory plus berm_aot.elf's
+    MAX_UNLOADED_BYTES (lowered here to 4 KiB), judged from the file's size (a sparse file)."""
+    from berm_aot import elf
+
+    monkeypatch.setattr(elf, "MAX_UNLOADED_BYTES", 4096)
+    big = tmp_path / "big.elf"
+    with open(big, "wb") as f:
+        f.truncate((64 << 10) + 4097)
+    assert main([str(big), "--cache-dir", str(tmp_path), "--memory", "64K"]) == 2
+    assert f"larger than any image read here ({(64 << 10) + 4096} bytes at most" in capsys.readouterr().err

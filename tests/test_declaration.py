@@ -178,3 +178,18 @@ def test_load_declarations_from_a_file(tmp_path):
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(DeclarationError, match="cannot read"):
         load_declarations(path)
+
+
+def test_an_image_larger_than_its_memory_can_hold_is_refused_without_reading_it(tmp_path, monkeypatch):
+    """A declared harness runs in its declared memory (else the default): its file may hold no more than that
+    memory plus berm_aot.elf's MAX_UNLOADED_BYTES (lowered here to 4 KiB), judged from its size before it is read
+    (the file is sparse)."""
+    from berm_aot import elf
+
+    monkeypatch.setattr(elf, "MAX_UNLOADED_BYTES", 4096)
+    limit = (64 << 10) + 4096
+    with open(tmp_path / "os.elf", "wb") as f:
+        f.truncate(limit + 1)
+    with pytest.raises(ImageNotFound, match=f"is {limit + 1} bytes, larger than any image read here \\({limit} bytes"):
+        Declaration(name="os", memory=64 << 10).load_image(tmp_path)
+    assert len(Declaration(name="os", memory=128 << 10).load_image(tmp_path)) == limit + 1

@@ -13,7 +13,8 @@ from berm_aot import elf, program
 from berm_aot.elf import MAX_NAME_BYTES, read_elf
 from berm_aot.errors import ElfError
 from berm_aot.program import Program
-from tests.elf_samples import SHDR_FIELDS, dispatch_elf, field, harness_elf, manifest_json, patched, shdr_offsets
+from tests.elf_samples import (PHDR_FIELDS, SHDR_FIELDS, dispatch_elf, field, harness_elf, manifest_json, patched,
+                               phdr_offsets, shdr_offsets)
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,42 @@ def test_build_attributes(monkeypatch, dispatch):
     size = _size(dispatch, ".riscv.attributes")
     _at_and_past(monkeypatch, dispatch, "MAX_ATTRIBUTES_BYTES", size,
                  f"the .riscv.attributes section is {size} bytes, more than the {size - 1} it may have")
+
+
+def _loads(data: bytes) -> list[int]:
+    """The headers of the loadable segments."""
+    return [ph for ph in phdr_offsets(data) if field(data, ph, PHDR_FIELDS, "p_type") == 1]
+
+
+def _unloaded(data: bytes) -> int:
+    """The bytes of ``data`` that no loadable segment maps, each counted once."""
+    mapped = set()
+    for ph in _loads(data):
+        at = field(data, ph, PHDR_FIELDS, "p_offset")
+        mapped.update(range(at, at + field(data, ph, PHDR_FIELDS, "p_filesz")))
+    return len(data) - len(mapped)
+
+
+def test_bytes_outside_the_loadable_segments(monkeypatch, dispatch):
+    """A loaded image keeps its file's bytes: 1 GiB of anything appended to a small program held 1 GiB of the
+    host's memory per load. Here 4 KiB are appended."""
+    data = dispatch + bytes(4096)
+    unloaded = _unloaded(data)
+    assert unloaded > 4096
+    _at_and_past(monkeypatch, data, "MAX_UNLOADED_BYTES", unloaded,
+                 f"{unloaded} bytes of the file lie outside its loadable segments .*, more than the {unloaded - 1}")
+
+
+def test_file_bytes_two_segments_map_count_once(monkeypatch, dispatch):
+    """A second segment mapping the first one's file bytes (at its own address) adds nothing to what is loaded:
+    counted twice, the appended bytes would hide behind it."""
+    first, second = _loads(dispatch)[:2]
+    size = min(field(dispatch, first, PHDR_FIELDS, "p_filesz"), field(dispatch, second, PHDR_FIELDS, "p_memsz"))
+    data = patched(dispatch, second + PHDR_FIELDS["p_offset"][0], "<Q", field(dispatch, first, PHDR_FIELDS, "p_offset"))
+    data = patched(data, second + PHDR_FIELDS["p_filesz"][0], "<Q", size) + bytes(size)
+    unloaded = _unloaded(data)
+    _at_and_past(monkeypatch, data, "MAX_UNLOADED_BYTES", unloaded,
+                 f"{unloaded} bytes of the file lie outside its loadable segments")
 
 
 def test_functions(monkeypatch, dispatch):

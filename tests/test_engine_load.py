@@ -129,3 +129,23 @@ def test_threads_waiting_on_a_failing_load_share_its_error(tmp_path, elves, monk
         t.join(30)
     assert errors == ["cc failed"] * 4 and len(calls) == 1
     assert not engine._loading
+
+
+def test_an_engine_reads_no_file_larger_than_its_memory_can_hold(tmp_path, monkeypatch):
+    """``Engine.load(path)`` reads at most the engine's memory size plus berm_aot.elf's MAX_UNLOADED_BYTES (lowered
+    here to 4 KiB): a larger file is refused from its size, before it is read (it is sparse here); one at the limit
+    is read, and refused for what it holds."""
+    from berm_aot import elf
+    from berm_aot.errors import ElfError
+
+    monkeypatch.setattr(elf, "MAX_UNLOADED_BYTES", 4096)
+    engine = Engine(kind="aot", memory_size=64 << 10, cache_dir=tmp_path / "cache")
+    limit, path = (64 << 10) + 4096, tmp_path / "big.elf"
+    with open(path, "wb") as f:
+        f.truncate(limit + 1)
+    with pytest.raises(ElfError, match=f"is {limit + 1} bytes, larger than any image read here \\({limit} bytes"):
+        engine.load(path)
+    with open(path, "r+b") as f:
+        f.truncate(limit)
+    with pytest.raises(ElfError, match="not an ELF file"):
+        engine.load(path)
