@@ -92,7 +92,7 @@ def test_every_vector_inside_a_failing_group_runs_as_on_the_interpreter():
 
 
 def test_random_programs_with_every_group_failing_match_the_interpreter():
-    gens = collect(progen.programs(), 60, derandomize=True)
+    gens = collect(progen.programs(), 80, derandomize=True)
     emitted: list[str] = []
     with every_group_fails(emitted):
         for gen, expected, results in run_both(gens, repeat=2):
