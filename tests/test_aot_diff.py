@@ -30,8 +30,8 @@ def collect(strategy, n: int, *, derandomize: bool = False) -> list:
     """``n`` examples drawn from ``strategy`` (hypothesis as a generator); ``derandomize``: the same ones every run
     of the same tests (for a test that also asserts what the batch contains). Not of other tests: Hypothesis also
     draws constants from the modules already imported, so what ran before in the process changes the batch (60
-    programs of tests/test_aot_slowrun.py held 165 slow paths alone and 99 after tests/test_aot_layout.py), and
-    what a test asserts of its batch needs a margin."""
+    programs of tests/test_aot_slowrun.py held 174 slow paths alone and 112 after tests/test_aot_layout.py; 80
+    hold 398 and 455), and what a test asserts of its batch needs a margin."""
     out = []
 
     @settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck),
