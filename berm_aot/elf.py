@@ -101,10 +101,9 @@ def read_elf_file(path: str | os.PathLike) -> ElfImage:
     return read_elf(read_file(path))
 
 
-def read_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
-    """The bytes of the image file at ``path``: a regular file of at most ``limit`` bytes (default
-    ``MAX_FILE_BYTES``), else an ElfError (as for a file that cannot be read)."""
-    limit = MAX_FILE_BYTES if limit is None else limit
+def read_file(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the image file at ``path``: a regular file of at most ``limit`` bytes, else an ElfError (as for
+    a file that cannot be read)."""
     try:
         # O_NONBLOCK: opening a FIFO with no writer waits for one; a regular file reads as ever
         with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:

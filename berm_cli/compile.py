@@ -60,7 +60,7 @@ def jobs_for(elves: list[Path], declarations: Path | None, harnesses: str | None
     ``--memory`` says; its pinned digest is checked when it is read."""
     jobs = [Job(path.name, partial(read_file, path, file_limit(memory)), memory) for path in elves]
     if declarations is not None:
-        jobs += [Job(decl.name, partial(decl.load_image, harnesses), decl.memory or DEFAULT_MEMORY)
+        jobs += [Job(decl.name, partial(decl.load_image, harnesses), decl.memory_size)
                  for decl in load_declarations(declarations)]
     return jobs
 

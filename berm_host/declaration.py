@@ -88,6 +88,11 @@ class Declaration:
     memory: int | None = None
     env: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def memory_size(self) -> int:
+        """The guest memory the harness runs with: its declared ``memory``, else the default."""
+        return self.memory or DEFAULT_MEMORY
+
     def image_path(self, directory: str | os.PathLike[str] | None = None) -> Path:
         return harnesses_dir(directory) / f"{self.name}.elf"
 
@@ -96,7 +101,7 @@ class Declaration:
         path = self.image_path(directory)
         try:
             # bounded by the memory it runs with: a FIFO, a device or a file larger than that is refused, not read
-            data = read_file(path, file_limit(self.memory or DEFAULT_MEMORY))
+            data = read_file(path, file_limit(self.memory_size))
         except ElfError as exc:
             reason = f"no image at {path}" if not os.path.lexists(path) else str(exc)
             raise ImageNotFound(f"harness {self.name!r}: {reason}") from None

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from berm_host.declaration import Declaration
 from berm_host.engine import Engine, EngineLog, Harness
-from berm_host.layout import DEFAULT_MEMORY
 from berm_host.linker import Linker
 
 from .executor import DEFAULT_TIMEOUT
@@ -46,7 +45,7 @@ class Loader:
         self._engines: dict[tuple[int, float], Engine] = {}
 
     def load(self, decl: Declaration, image: bytes | Path, linker: Linker) -> HarnessTarget:
-        key = (decl.memory or DEFAULT_MEMORY, decl.timeout or self.timeout)
+        key = (decl.memory_size, decl.timeout or self.timeout)
         engine = self._engines.get(key)
         if engine is None:
             engine = self._engines[key] = Engine(kind=self.kind, memory_size=key[0], deadline=key[1], log=self.log,
