@@ -73,5 +73,5 @@ int main(void) {
     }
     printf("one compression, fastest of %d: 32-bit %.1f ns, exact 64-bit %.1f ns: %.2fx (digest words %08x %08x)\n",
            ROUNDS, best32 / CALLS * 1e9, best64 / CALLS * 1e9, best64 / best32, h32[0], h64[0]);
-    return h32[0] != h64[0];
+    return __builtin_memcmp(h32, h64, sizeof h32) != 0; /* all eight digest words must agree */
 }
