@@ -1,5 +1,5 @@
 """README.md stays true: its three commands are the ones that work (the main job's output is checked, CI runs its
-test command), and its "Writing a harness" example builds and answers as it says."""
+test command), its "Writing a harness" example builds and answers as it says, and its "Embedding" example runs."""
 
 from __future__ import annotations
 
@@ -67,3 +67,17 @@ def test_the_harness_example_builds_and_greets(tmp_path, capsys, arguments, answ
     # the interpreter: the example's code is what is checked here, and the translation of the SDK would take seconds
     assert main(["call", str(elf), "greet", arguments, "--engine", "interp"]) == 0
     assert capsys.readouterr().out == answer + "\n"
+
+
+def test_the_embedding_example_reads_a_file(tmp_path, monkeypatch, capsys):
+    from berm_sdk.bundled import bundled_image
+
+    code = fenced(section("Embedding"), "python")
+    assert code.count('"os.elf"') == 1 and code.count('"/home/me/project"') == 1
+    (tmp_path / "os.elf").write_bytes(bundled_image("os").read_bytes())
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("# a project\n")
+    monkeypatch.chdir(tmp_path)  # where the example's os.elf is
+    exec(compile(code.replace('"/home/me/project"', repr(str(project))), "README.md (Embedding)", "exec"), {})
+    assert capsys.readouterr().out == "1\t# a project\n\n--- 1 total lines ---\n"
