@@ -29,6 +29,14 @@ class Windows:
         # not dataclasses.astuple, which deep-copies every field: ~50 us of a ~600 us cached load
         return (self.load_lo, self.load_span, self.store_lo, self.store_span, self.stack_lo, self.stack_span)
 
+    def loads_cover_stores(self) -> bool:
+        """Whether every byte of the store window lies in the load or the stack window: then an access a store's
+        check passed, a load may make unchecked (berm_aot.emit.frames)."""
+        def holds(lo: int, span: int) -> bool:
+            return (self.store_lo - lo) % 2**64 + self.store_span <= span
+
+        return holds(self.load_lo, self.load_span) or holds(self.stack_lo, self.stack_span)
+
     def defines(self) -> list[str]:
         """The ``#define`` lines a unit starts with."""
         return [f"#define {name} {value:#x}ull" for name, value in zip(C_NAMES, self.values())]

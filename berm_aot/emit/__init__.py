@@ -142,6 +142,7 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
     analysis = analyse(program)
     refuse_oversized(analysis)
     shares = unit_shares(sum(len(f.insns) for f in analysis.functions))
+    stores_readable = windows.loads_cover_stores()
     body: list[str] = []
     named: set[int] = set()  # the functions the unit defines or calls
     k, filled = 0, 0
@@ -149,7 +150,7 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
         if filled >= shares[k] and k + 1 < len(shares):
             yield _unit(analysis, prefix, windows, named, body, k)
             body, named, k, filled = [], set(), k + 1, 0
-        emitter = FunctionEmitter(analysis, info, prefix)
+        emitter = FunctionEmitter(analysis, info, prefix, stores_readable=stores_readable)
         code = emitter.emit()
         if emitter.needs_resume:  # defined before the function that leaves for it
             resume = FunctionEmitter(analysis, info, prefix, resume=True)

@@ -15,7 +15,9 @@ they all passed, runs a second copy of itself (``LF_<head>``) in which they take
 
 An indirect jump branches directly only to the local targets berm_aot.emit.sites expects it to reach (its jump
 table's cases); another local target ends this C frame in the function's resume copy (``resume=True``: the same
-code, where every indirect jump may branch to every local target), which finishes the frame exactly.
+code, where every indirect jump may branch to every local target), which finishes the frame exactly. So does a
+nested frame's tail transfer that comes back to its caller's link, when loads of the function rely on sp being
+where a return left it (berm_aot.emit.frames: an epilogue's restores, unchecked after the prologue's check).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants
 from .dataflow import components, control_edges
+from .frames import frame_facts, unchecked_loads
 from .groups import access_groups
 from .loops import CountedLoop, counted_loops
 from .sites import dynamic_jumps, jump_targets
@@ -75,7 +78,8 @@ class FunctionEmitter:
     itself does not branch to directly (berm_aot.emit.sites); it finishes the function's C frame (its nested
     self-call frames included) and returns what the function would have."""
 
-    def __init__(self, analysis: Analysis, info: FunctionInfo, prefix: str, *, resume: bool = False):
+    def __init__(self, analysis: Analysis, info: FunctionInfo, prefix: str, *, resume: bool = False,
+                 stores_readable: bool = False):
         self.a = analysis
         self.f = info
         self.p = prefix
@@ -90,7 +94,6 @@ class FunctionEmitter:
         #: per indirect jump, the local targets it branches to directly (None: all, and no resume copy)
         self.expect = None if resume else jump_targets(info, analysis.jump_tables, analysis.program.image)
         self.stack_at = stack_pointers(info.insns, info.start, info.local_targets, self.expect)
-        self.needs_resume = self.expect is not None
         #: the jumps whose target is decided at run time: the one definition, which the expectations also cover
         self.dynamic = {jump.addr for jump in dynamic_jumps(info)}
         #: ("jump", its address) for small sets, else ("set", id(expected set)) → its dispatch block
@@ -136,6 +139,23 @@ class FunctionEmitter:
         self.run_ends = {g.segment[-1].addr for g in self.groups.values()}
         name = resume_name(prefix, info.start) if resume else fn_name(prefix, info.start)
         self.runs = RunTable(name, (g.segment for g in self.groups.values()))
+        #: loads through sp whose bytes an earlier access of the frame checked (berm_aot.emit.frames; none in the
+        #: resume copy, entered inside a frame), and the groups made of them only, which take no check
+        self.unchecked, self.skipped = set(), set()
+        #: a nested frame's tail transfer that comes back to its caller's link ends this C frame in the resume copy
+        #: (``_nested_exits``): its sp is not one a return left, which the unchecked loads rely on
+        self.tail_resumes = False
+        if not resume:
+            calls = {i.addr for i in insns if starts_here and self._call_target(i) == info.start}
+            facts, kept = frame_facts(insns, info.start, info.local_targets, calls, stores_readable)
+            self.unchecked = unchecked_loads(insns, facts)
+            members: dict[int, list[int]] = {}
+            for addr, g in self.grouped.items():
+                members.setdefault(id(g), []).append(addr)
+            self.skipped = {addr for addr, g in self.groups.items()
+                            if g.stores is None and self.unchecked.issuperset(members[id(g)])}
+            self.tail_resumes = kept and bool(self.unchecked)
+        self.needs_resume = self.expect is not None or self.tail_resumes
         self.callees: set[int] = set()  # the functions the emitted code calls by name (the unit declares them)
 
     # ---------------------------------------------------------------- helpers
@@ -243,9 +263,10 @@ class FunctionEmitter:
                 out.append("    (void)exp;")
             out.append("    BERM_ENTRY(at);")
             out.append("    switch (at) {")
-            out += [f"    case {lit(t)}: goto L_{t:x};" for t in f.local_targets]
+            # a self-call's link: where a nested frame's tail transfer came back to (``_nested_exits``)
+            out += [f"    case {lit(t)}: goto L_{t:x};" for t in sorted({*f.local_targets, *self.self_calls})]
             out += ["    default: break;", "    }",
-                    "    BERM_TRAP(BERM_TRAP_ILLEGAL, at, at, 0); /* never: only local targets are resumed at */"]
+                    "    BERM_TRAP(BERM_TRAP_ILLEGAL, at, at, 0); /* never: only those are resumed at */"]
         else:
             out.append(f"    BERM_ENTRY({lit(f.start)});")
         if not f.insns or f.insns[0].addr != f.start:
@@ -313,7 +334,7 @@ class FunctionEmitter:
         value another block left in it); True when it may fall through."""
         self.out.append(f"    /* {insn.addr:x}: {comment(disassemble(insn))} */")
         group = self.groups.get(insn.addr)
-        if group is not None:
+        if group is not None and insn.addr not in self.skipped:
             self.out.append("    " + group.header())
             self.out += self.runs.slow_path(group.flag, group.segment, group.offset, self._unsynced(insn), self.p,
                                             self._run_end(group.segment[-1].addr))
@@ -335,6 +356,8 @@ class FunctionEmitter:
         elif insn.addr in self.in_loops:
             # a member of the loop's groups: unchecked in the copy that runs only when all of them passed
             flag = CHECKED if self._fast is not None else self.in_loops[insn.addr].flag
+        elif insn.addr in self.unchecked:
+            flag = CHECKED  # the frame's earlier access proved its bytes readable (berm_aot.emit.frames)
         else:
             flag = None
         stmt = compute(insn, insn.rs1 in self.stack_at.get(insn.addr, ()), flag)
@@ -458,9 +481,15 @@ class FunctionEmitter:
         below = "depth--;" if len(links) == 1 else "depth--; exp_ = ctx->shadow[depth];"
         lines += [f"        if (BERM_UNLIKELY(t_ == BERM_TRAPPED)) {{ {below} goto trap; }}",
                   "    }",
-                  f"    jt_ = {self.ret};",
-                  "    goto do_ret;"]
-        return lines
+                  f"    jt_ = {self.ret};"]
+        if not self.tail_resumes:
+            return lines + ["    goto do_ret;"]
+        # the chain may have come back with any sp: the caller's frame goes on in the resume copy, where every
+        # load is checked (berm_aot.emit.frames); its registers are in ctx->regs already
+        return lines + ["    /* the caller's frame goes on in the resume copy: sp is not one a return of this",
+                        "       function left, which its unchecked loads rely on */",
+                        f"    {below}",
+                        f"    return {resume_name(self.p, f.start)}(ctx, ret, depth, jt_, {self.ret}, depth0_);"]
 
     def _target_expr(self, insn: Instruction) -> str:
         return f"({reg(insn.rs1)} + {lit(insn.imm)}) & ~1ull"
