@@ -91,6 +91,16 @@ def branchy(n: int) -> str:
     return HEAD + "    addi sp, sp, -512\n" + "\n".join(lines) + "\n    addi sp, sp, 512\n" + EXIT + POINTER
 
 
+def spills(n: int) -> str:
+    """n/2 stores through sp, each to bytes no earlier one wrote, and a load of each: the facts of
+    berm_aot.emit.frames grow with every one."""
+    n //= 2
+    moves = "".join(("    addi sp, sp, -2032\n" if k % 254 == 0 else "") + f"    sd a0, {(k % 254) * 8}(sp)\n"
+                    for k in range(n // 2))
+    loads = "".join(f"    ld a1, {(k % 254) * 8}(sp)\n" for k in range(n // 2))
+    return HEAD + moves + loads + EXIT + POINTER
+
+
 def many_functions(n: int) -> str:
     """n one-instruction functions."""
     fns = "".join(f"    .globl g{k}\n    .type g{k}, @function\ng{k}:\n    ret\n" for k in range(n))
@@ -103,6 +113,7 @@ SHAPES = {
     "loops-around-self-calls": loops_around_self_calls,
     "returns-between-self-calls": returns_between_self_calls,
     "branchy": branchy,
+    "spills": spills,
     "many-functions": many_functions,
 }
 
