@@ -148,7 +148,7 @@ class FunctionEmitter:
         if not resume:
             calls = {i.addr for i in insns if starts_here and self._call_target(i) == info.start}
             facts, kept = frame_facts(insns, info.start, info.local_targets, calls, stores_readable)
-            self.unchecked = unchecked_loads(insns, facts)
+            self.unchecked = unchecked_loads(insns, facts) - self.in_loops.keys()  # those take their loop's check
             members: dict[int, list[int]] = {}
             for addr, g in self.grouped.items():
                 members.setdefault(id(g), []).append(addr)
@@ -334,7 +334,9 @@ class FunctionEmitter:
         value another block left in it); True when it may fall through."""
         self.out.append(f"    /* {insn.addr:x}: {comment(disassemble(insn))} */")
         group = self.groups.get(insn.addr)
-        if group is not None and insn.addr not in self.skipped:
+        if insn.addr in self.skipped or (insn.addr in self.unchecked and insn.addr not in self.grouped):
+            self.out.append("    /* no check: an earlier access of this frame found these bytes readable */")
+        elif group is not None:
             self.out.append("    " + group.header())
             self.out += self.runs.slow_path(group.flag, group.segment, group.offset, self._unsynced(insn), self.p,
                                             self._run_end(group.segment[-1].addr))
