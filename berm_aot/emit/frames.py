@@ -21,9 +21,9 @@ makes, so the C frame's rest then runs in its resume copy, which checks everythi
 Facts of stores count only when every store window byte is one a load may read (``Windows.loads_cover_stores``):
 the prologue's saves are stores, the epilogue's restores loads.
 
-fib went from 35,501 to 32,801 x86 instructions per unit of work (-7.6%; callgrind, as tools/bench_insns.py counts), 6% less time in a fast
-phase of the machine and no difference in a slow one (three copies of each build in one process); sort -0.5%
-instructions, 1-3% time; the other kernels unchanged.
+fib went from 35,501 to 32,801 x86 instructions per unit of work (-7.6%; callgrind, as tools/bench_insns.py
+counts), 6% less time in a fast phase of the machine and no difference in a slow one (three copies of each build
+in one process); sort -0.5% instructions, 1-3% time; the other kernels unchanged.
 """
 
 from __future__ import annotations
@@ -34,10 +34,9 @@ from berm_aot.analysis import writes
 from berm_aot.isa import Instruction
 
 from .dataflow import forward
-from .groups import ACCESS_BYTES
+from .groups import ACCESS_BYTES, SP
 from .insn import LOAD_TYPES, STORE_TYPES
 
-SP = 2
 State = frozenset  # of ("off", d) and ("chk", lo, hi) facts
 #: The most facts a state holds: a later access adds none (a prologue's saves come first). Each instruction's state
 #: is a new set, so without a bound a function of n spills would cost n² to translate.
@@ -62,8 +61,8 @@ def _transfer(insn: Instruction, state: State, self_calls: Container[int], store
             and (insn.op in LOAD_TYPES or (stores and insn.op in STORE_TYPES))):
         lo = d + insn.imm  # the access runs on the old sp (a load into sp writes it after)
         state = state | {("chk", lo, lo + ACCESS_BYTES[insn.op])}
-    if insn.op in ("jal", "jalr") and insn.rd and (insn.addr not in self_calls or insn.rd == SP):
-        return _forget_sp(state)  # a call: the callee may leave sp anywhere
+    if insn.op in ("jal", "jalr") and insn.rd and insn.addr not in self_calls:
+        return _forget_sp(state)  # a call: the callee may leave sp anywhere (one linking into sp writes it below)
     if SP not in writes(insn):
         return state
     if insn.op == "addi" and insn.rs1 == SP and d is not None:
