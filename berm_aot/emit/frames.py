@@ -21,6 +21,13 @@ makes, so the C frame's rest then runs in its resume copy, which checks everythi
 Facts of stores count only when every store window byte is one a load may read (``Windows.loads_cover_stores``):
 the prologue's saves are stores, the epilogue's restores loads.
 
+The offsets also say where sp is the same for every frame at one depth of a C frame (``same_at_each_depth``):
+when every call of the function by itself is made at one known d, the frame k calls deep enters at the C frame's
+entry sp plus k·d, so a group through sp at a known offset covers the same bytes in all of them, and its check
+and stack mark need to pass once per depth (berm_host/aot/berm_code.h, ``BERM_GROUP_LEVEL``). A nested frame's
+tail transfer breaks that too, and takes the resume copy the same way. fib: 32,801 to 30,575 x86 instructions
+per unit (-6.8%); sort unchanged (its recursion is rare).
+
 fib went from 35,501 to 32,801 x86 instructions per unit of work (-7.6%; callgrind, as tools/bench_insns.py
 counts), 6% less time in a fast phase of the machine and no difference in a slow one (three copies of each build
 in one process); sort -0.5% instructions, 1-3% time; the other kernels unchanged.
@@ -28,7 +35,7 @@ in one process); sort -0.5% instructions, 1-3% time; the other kernels unchanged
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Collection, Container, Mapping
 
 from berm_aot.analysis import writes
 from berm_aot.isa import Instruction
@@ -106,3 +113,15 @@ def unchecked_loads(insns: list[Instruction], facts: Mapping[int, State]) -> set
 
 def _covered(state: State, lo: int, hi: int) -> bool:
     return any(f[0] == "chk" and f[1] <= lo and hi <= f[2] for f in state)
+
+
+def same_at_each_depth(facts: Mapping[int, State], self_call_sites: Collection[int], heads: list[int]) -> set[int]:
+    """The instructions among ``heads`` where sp has one value per depth of a C frame whose calls of the function by
+    itself run in it (berm_aot.emit.function, ``_self_call``): sp is known there, relative to the frame's entry sp,
+    and every such call is made at one same known d — so the frame k calls deep enters at the C frame's entry sp plus
+    k·d, whichever call site and whenever it ran. A check of a range at a fixed offset from sp there that passed once
+    holds for every later frame at the same depth (``BERM_GROUP_LEVEL``)."""
+    at_calls = {offset(facts[s]) if s in facts else None for s in self_call_sites}
+    if len(at_calls) != 1 or None in at_calls:
+        return set()
+    return {h for h in heads if h in facts and offset(facts[h]) is not None}

@@ -31,8 +31,8 @@ from berm_aot.disasm import disassemble
 
 from .consts import Constants, block_entry_constants
 from .dataflow import components, control_edges
-from .frames import frame_facts, unchecked_loads
-from .groups import access_groups
+from .frames import frame_facts, same_at_each_depth, unchecked_loads
+from .groups import SP, access_groups
 from .loops import CountedLoop, counted_loops
 from .sites import dynamic_jumps, jump_targets
 from .stackptr import stack_pointers
@@ -142,8 +142,12 @@ class FunctionEmitter:
         #: loads through sp whose bytes an earlier access of the frame checked (berm_aot.emit.frames; none in the
         #: resume copy, entered inside a frame), and the groups made of them only, which take no check
         self.unchecked, self.skipped = set(), set()
+        #: groups through sp whose check passes once per depth of this C frame (none in the resume copy either), and
+        #: the variable of each: the first depth not yet passed (berm_aot.emit.frames, BERM_GROUP_LEVEL)
+        self.levels: dict[int, str] = {}
         #: a nested frame's tail transfer that comes back to its caller's link ends this C frame in the resume copy
-        #: (``_nested_exits``): its sp is not one a return left, which the unchecked loads rely on
+        #: (``_nested_exits``): its sp is not one a return left, which the unchecked loads and the checks once per
+        #: depth rely on
         self.tail_resumes = False
         if not resume:
             calls = {i.addr for i in insns if starts_here and self._call_target(i) == info.start}
@@ -154,7 +158,11 @@ class FunctionEmitter:
                 members.setdefault(id(g), []).append(addr)
             self.skipped = {addr for addr, g in self.groups.items()
                             if g.stores is None and self.unchecked.issuperset(members[id(g)])}
-            self.tail_resumes = kept and bool(self.unchecked)
+            heads = [addr for addr, g in self.groups.items()
+                     if g.base == SP and g.windows[0] == "STACK" and addr not in self.skipped]
+            once = same_at_each_depth(facts, calls, heads) if self.self_calls else set()
+            self.levels = {addr: f"lv{k}_" for k, addr in enumerate(sorted(once))}
+            self.tail_resumes = kept and bool(self.unchecked or self.levels)
         self.needs_resume = self.expect is not None or self.tail_resumes
         self.callees: set[int] = set()  # the functions the emitted code calls by name (the unit declares them)
 
@@ -256,6 +264,9 @@ class FunctionEmitter:
             out.append("    /* frames of this function's calls to itself run in this C frame: exp_ is the current frame's")
             out.append("       expected return address, depth its depth (depth0_ this C frame's own) */")
             out.append(f"    uint64_t exp_ = {'exp' if self.resume else 'ret'}; {depth0}")
+        if self.levels:
+            out.append("    /* per group through sp checked once per depth (BERM_GROUP_LEVEL): the first depth not yet passed */")
+            out.append(f"    uint32_t {' = depth, '.join(self.levels.values())} = depth;")
         if self.resume:
             if not self.self_calls:
                 out.append("    (void)exp; (void)depth0;")
@@ -337,7 +348,7 @@ class FunctionEmitter:
         if insn.addr in self.skipped or (insn.addr in self.unchecked and insn.addr not in self.grouped):
             self.out.append("    /* no check: an earlier access of this frame found these bytes readable */")
         elif group is not None:
-            self.out.append("    " + group.header())
+            self.out.append("    " + group.header(self.levels.get(insn.addr)))
             self.out += self.runs.slow_path(group.flag, group.segment, group.offset, self._unsynced(insn), self.p,
                                             self._run_end(group.segment[-1].addr))
         falls = self._insn(insn)
@@ -487,9 +498,9 @@ class FunctionEmitter:
         if not self.tail_resumes:
             return lines + ["    goto do_ret;"]
         # the chain may have come back with any sp: the caller's frame goes on in the resume copy, where every
-        # load is checked (berm_aot.emit.frames); its registers are in ctx->regs already
+        # load and group is checked (berm_aot.emit.frames); its registers are in ctx->regs already
         return lines + ["    /* the caller's frame goes on in the resume copy: sp is not one a return of this",
-                        "       function left, which its unchecked loads rely on */",
+                        "       function left, which its unchecked loads and checks once per depth rely on */",
                         f"    {below}",
                         f"    return {resume_name(self.p, f.start)}(ctx, ret, depth, jt_, {self.ret}, depth0_);"]
 

@@ -59,14 +59,19 @@ class Group:
     def flag(self) -> str:
         return f"g{self.slot}_"
 
-    def header(self) -> str:
-        """The C that checks the group (and accounts for its stores) at its first member."""
+    def header(self, level: str | None = None) -> str:
+        """The C that checks the group (and accounts for its stores) at its first member; with ``level``, the
+        variable that lets a frame skip both once a frame of its depth passed (BERM_GROUP_LEVEL: a group through
+        sp, stack first, where sp is the same for every frame of one depth of a C frame)."""
         base, (w1, w2) = f"x{self.base}", self.windows
+        stack = 1 + self.windows.index("STACK")
         check = f"BERM_GROUP({self.flag}, {w1}, {w2}, {base}, {self.lo}, {self.size}u);"
-        if self.stores is None:
+        if self.stores is not None:
+            first, last = self.stores
+            check += f" BERM_GROUP_MARK({self.flag}, {stack}, {base}, {first}, {last});"
+        if level is None:
             return check
-        first, last = self.stores
-        return f"{check} BERM_GROUP_MARK({self.flag}, {1 + self.windows.index('STACK')}, {base}, {first}, {last});"
+        return f"BERM_GROUP_LEVEL({level}, {self.flag}, {stack}, {check[:-1]});"
 
 
 def _member(insn: Instruction) -> bool:

@@ -164,6 +164,22 @@ static inline uint64_t berm_remuw(uint64_t a, uint64_t b) {
             BERM_MARK((base) + (uint64_t)(last));                                                   \
         }                                                                                           \
     } while (0)
+/* A group through sp at an instruction where every frame at one depth of this C frame has the same sp (a function
+ * whose calls of itself run in its C frame, all made at one known sp: berm_aot/emit/frames.py, same_at_each_depth),
+ * so the group's range is the same for all of them. `v` is the first depth whose range has not passed: the depths
+ * of this C frame below it found theirs in the stack window (flag `stack`) and lowered stack_low over it (which only
+ * falls during a run), so a frame there skips the check and the mark (`...`: BERM_GROUP and BERM_GROUP_MARK). Only
+ * a pass at depth v itself moves v up, so every depth below v passed on its own. On recursive fib this takes two of
+ * the three compares of a call. */
+#define BERM_GROUP_LEVEL(v, g, stack, ...)                                                          \
+    do {                                                                                            \
+        if (BERM_LIKELY(depth < (v))) {                                                             \
+            g = (stack);                                                                            \
+        } else {                                                                                    \
+            __VA_ARGS__;                                                                            \
+            if (g == (stack) && depth == (v)) (v) = depth + 1;                                      \
+        }                                                                                           \
+    } while (0)
 static __attribute__((noinline, cold)) int berm_load_slow(berm_ctx *ctx, uint64_t a, unsigned n, uint64_t *out) {
     BERM_LOCALS;
     if (!BERM_LOAD_OK(a, n)) return 0;
