@@ -1,5 +1,6 @@
-"""Loads through sp that need no check: the bytes they read were already found inside guest memory by an earlier
-access of the same frame — an epilogue's restores, whose bytes the prologue's saves checked.
+"""What sp relative to the frame's entry tells. Loads through sp that need no check: the bytes they read were already
+found inside guest memory by an earlier access of the same frame — an epilogue's restores, whose bytes the
+prologue's saves checked. And groups through sp whose check passes once per depth of a recursion (below).
 
 A forward dataflow over one function tracks, per instruction, facts about the current frame (one activation of
 the function): ``("off", d)``, sp is the frame's entry sp plus d, and ``("chk", lo, hi)``, one access of this
@@ -21,16 +22,16 @@ makes, so the C frame's rest then runs in its resume copy, which checks everythi
 Facts of stores count only when every store window byte is one a load may read (``Windows.loads_cover_stores``):
 the prologue's saves are stores, the epilogue's restores loads.
 
+fib went from 35,501 to 32,801 x86 instructions per unit of work (-7.6%; callgrind, as tools/bench_insns.py
+counts), 6% less time in a fast phase of the machine and no difference in a slow one (three copies of each build
+in one process); sort -0.5% instructions, 1-3% time; the other kernels unchanged.
+
 The offsets also say where sp is the same for every frame at one depth of a C frame (``same_at_each_depth``):
 when every call of the function by itself is made at one known d, the frame k calls deep enters at the C frame's
 entry sp plus k·d, so a group through sp at a known offset covers the same bytes in all of them, and its check
 and stack mark need to pass once per depth (berm_host/aot/berm_code.h, ``BERM_GROUP_LEVEL``). A nested frame's
 tail transfer breaks that too, and takes the resume copy the same way. fib: 32,801 to 30,575 x86 instructions
 per unit (-6.8%); sort unchanged (its recursion is rare).
-
-fib went from 35,501 to 32,801 x86 instructions per unit of work (-7.6%; callgrind, as tools/bench_insns.py
-counts), 6% less time in a fast phase of the machine and no difference in a slow one (three copies of each build
-in one process); sort -0.5% instructions, 1-3% time; the other kernels unchanged.
 """
 
 from __future__ import annotations
