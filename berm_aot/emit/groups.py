@@ -65,13 +65,13 @@ class Group:
         sp, stack first, where sp is the same for every frame of one depth of a C frame)."""
         base, (w1, w2) = f"x{self.base}", self.windows
         stack = 1 + self.windows.index("STACK")
-        check = f"BERM_GROUP({self.flag}, {w1}, {w2}, {base}, {self.lo}, {self.size}u);"
+        steps = [f"BERM_GROUP({self.flag}, {w1}, {w2}, {base}, {self.lo}, {self.size}u)"]
         if self.stores is not None:
             first, last = self.stores
-            check += f" BERM_GROUP_MARK({self.flag}, {stack}, {base}, {first}, {last});"
+            steps.append(f"BERM_GROUP_MARK({self.flag}, {stack}, {base}, {first}, {last})")
         if level is None:
-            return check
-        return f"BERM_GROUP_LEVEL({level}, {self.flag}, {stack}, {check[:-1]});"
+            return " ".join(f"{step};" for step in steps)
+        return f"BERM_GROUP_LEVEL({level}, {self.flag}, {stack}, {'; '.join(steps)});"
 
 
 def _member(insn: Instruction) -> bool:
