@@ -7,7 +7,7 @@ Configurations (each a set of macro overrides of berm_host/aot/berm_code.h, plac
 emitted unit):
 - ``berm``: the shipped code.
 - ``no-memory-checks``: loads and stores go straight to guest memory — no bounds check, no dirty mark, no group
-  check (BERM_LD_, BERM_ST_, BERM_GROUP, BERM_GROUP_MARK).
+  check (BERM_LD_, BERM_ST_, BERM_GROUP, BERM_GROUP_MARK, BERM_GROUP_LEVEL).
 - ``no-checks``: also no interrupt poll at back-edges and no entry or call-depth check (BERM_POLL, BERM_ENTRY,
   BERM_SELF_CALL): what is left is the translation alone (registers exact at every exit, the RV64 code itself).
 
@@ -44,6 +44,7 @@ _MEMORY = {
         "do { uint64_t a_ = (addr); T v_ = (T)(val); memcpy(M + a_, &v_, sizeof v_); } while (0)",
     "BERM_GROUP(g, W1, W2, base, lo, n)": "(g = 1)",
     "BERM_GROUP_MARK(g, stack, base, first, last)": "((void)0)",
+    "BERM_GROUP_LEVEL(v, g, stack, ...)": "(g = (stack))",
 }
 _CONTROL = {
     "BERM_POLL(pc)": "((void)0)",
