@@ -5,7 +5,12 @@ found. The guests here break the second half: a nested frame's tail transfer to 
 returns to the caller's link, after which the caller calls itself again at the moved sp — past the end of guest
 memory, or lower in the stack than it has been. The next frame at that depth must not reuse the check the first one passed: the C frame
 then goes on in the resume copy, where every group is checked. Each run ends exactly as on the interpreter, the
-second run of each (on the same pooled region) included, so a store the level let go unmarked would show."""
+second run of each (on the same pooled region) included, so a store the level let go unmarked would show.
+
+``lastcall`` calls itself as its last instruction, so the call's link is the next function's first instruction. The
+resume copy's entry lists the links of the function's calls of itself, and must leave for such a link the way the
+function does after the call, not jump to a label it does not have (a C compile error: found by tools/fuzz_diff.py
+``--mutate 3 --targets 3``, seed 4021, in a function whose resume copy came from its jump table)."""
 
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from tests.test_aot_frame_loads import WANDER, function_emitter
 SUNK_FRAME = 0xFEFB0
 
 SOURCE = ASM_PRELUDE + r"""
-    .globl up, down, plain, skewed
+    .globl up, down, plain, skewed, last
     .type up, @function
 up:
     li a0, 2
@@ -48,6 +53,10 @@ plain:
 skewed:
     li a0, 5
     j skew
+    .type last, @function
+last:
+    li a0, 3
+    j lastcall
 
 # lrec(a0: frames to nest, a1: how the innermost of the first calls leaves: 0 by wander, 1 by sink, 2 by a
 # return). Each frame with a0 > 0 calls itself twice, at one sp, with a0 - 1 and then with a0 - 1 and a1 = 2; it
@@ -122,6 +131,27 @@ skew:
     addi sp, sp, 16
     ret
 
+# lastcall(a0): 1 + 10 per frame. Its call of itself is its last instruction: the nested frame returns into
+# after_last, another function, which ends the caller's frame.
+    .type lastcall, @function
+lastcall:
+    addi sp, sp, -16
+    sd ra, 8(sp)
+    sd s0, 0(sp)
+    bnez a0, .Lcall
+    li a0, 1
+    j after_last
+.Lcall:
+    addi a0, a0, -1
+    jal ra, lastcall
+    .type after_last, @function
+after_last:
+    addi a0, a0, 10
+    ld ra, 8(sp)
+    ld s0, 0(sp)
+    addi sp, sp, 16
+    ret
+
 # sink: moves sp 4 KiB down, inside the stack, and returns.
     .type sink, @function
 sink:
@@ -131,7 +161,7 @@ sink:
     ret
 """ + WANDER
 
-ENTRIES = ("up", "down", "plain", "skewed")
+ENTRIES = ("up", "down", "plain", "skewed", "last")
 
 
 class _Sunk(progen.GenProgram):
@@ -156,6 +186,9 @@ def test_a_prologue_is_checked_once_per_depth_only_where_every_call_of_itself_ke
     assert f"BERM_GROUP_LEVEL({lrec.levels[prologue]}, " in code
     skew = function_emitter(program, "skew")
     assert skew.self_calls and not skew.levels
+    lastcall = function_emitter(program, "lastcall")
+    assert lastcall.levels and lastcall.tail_resumes
+    assert not lastcall.f.contains(lastcall.self_calls[0])  # the link is after_last's first instruction
 
 
 def test_sp_moved_under_a_depth_already_checked_ends_exactly_as_in_the_interpreter():
@@ -176,6 +209,7 @@ def test_sp_moved_under_a_depth_already_checked_ends_exactly_as_in_the_interpret
     assert down.regs[18] == down.regs[19] == 0
     assert outcomes["plain"].trap is None and outcomes["plain"].a0 == _plain(6)
     assert outcomes["skewed"].trap is None and outcomes["skewed"].a0 == 5 + 4 + 3 + 2 + 1
+    assert outcomes["last"].trap is None and outcomes["last"].a0 == 1 + 10 * 4
 
 
 def _plain(n: int) -> int:

@@ -274,8 +274,9 @@ class FunctionEmitter:
                 out.append("    (void)exp;")
             out.append("    BERM_ENTRY(at);")
             out.append("    switch (at) {")
-            # a self-call's link: where a nested frame's tail transfer came back to (``_nested_exits``)
-            out += [f"    case {lit(t)}: goto L_{t:x};" for t in sorted({*f.local_targets, *self.self_calls})]
+            # a self-call's link: where a nested frame's tail transfer came back to (``_nested_exits``); it may lie
+            # outside the function (a call of itself as its last instruction), so it is left for as after the call
+            out += [f"    case {lit(t)}: {self._leave_to(t)}" for t in sorted({*f.local_targets, *self.self_calls})]
             out += ["    default: break;", "    }",
                     "    BERM_TRAP(BERM_TRAP_ILLEGAL, at, at, 0); /* never: only those are resumed at */"]
         else:
