@@ -3,9 +3,10 @@
 as each frame's calls of itself are made at one known sp and each nested frame gives its caller back the sp it
 found. The guests here break the second half: a nested frame's tail transfer to a function that moves sp and then
 returns to the caller's link, after which the caller calls itself again at the moved sp — past the end of guest
-memory, or lower in the stack than it has been. The next frame at that depth must not reuse the check the first one passed: the C frame
-then goes on in the resume copy, where every group is checked. Each run ends exactly as on the interpreter, the
-second run of each (on the same pooled region) included, so a store the level let go unmarked would show.
+memory, or lower in the stack than it has been. The next frame at that depth must not reuse the check the first
+one passed: the C frame then goes on in the resume copy, where every group is checked. Each run ends exactly as on
+the interpreter, the second run of each (on the same pooled region) included, so a store the level let go
+unmarked would show.
 
 ``lastcall`` calls itself as its last instruction, so the call's link is the next function's first instruction. The
 resume copy's entry lists the links of the function's calls of itself, and must leave for such a link the way the

@@ -125,7 +125,8 @@ def run_round(campaign: Campaign, seed_value: int, batch: int, edits: int, targe
         except Exception as exc:  # noqa: BLE001 - the translator produced C that does not compile
             # the compiler's message names the failing functions by their program's prefix (p<i>_)
             named = sorted({int(i) for i in re.findall(r"\bp(\d+)_", str(exc)) if int(i) < len(kept)})
-            saved = "".join(f"\n(saved: {dump(dump_dir, seed_value, i, kept[i][0])})" for i in named) if dump_dir else ""
+            saved = "".join(f"\n(saved: {dump(dump_dir, seed_value, i, kept[i][0])})"
+                            for i in named) if dump_dir else ""
             campaign.finding(seed_value, f"batch of {len(kept)} failed to compile: {type(exc).__name__}: "
                              f"{str(exc)[:2000]}{saved}")
             return
