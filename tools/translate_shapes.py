@@ -92,8 +92,8 @@ def branchy(n: int) -> str:
 
 
 def spills(n: int) -> str:
-    """n/2 stores through sp, each to bytes no earlier one wrote, and a load of each: the facts of
-    berm_aot.emit.frames grow with every one."""
+    """n/4 stores through sp, each to bytes no earlier one wrote, and a load of each (about n/2 instructions): the
+    facts of berm_aot.emit.frames grow with every one."""
     n //= 2
     moves = "".join(("    addi sp, sp, -2032\n" if k % 254 == 0 else "") + f"    sd a0, {(k % 254) * 8}(sp)\n"
                     for k in range(n // 2))

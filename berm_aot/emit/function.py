@@ -160,7 +160,7 @@ class FunctionEmitter:
                             if g.stores is None and self.unchecked.issuperset(members[id(g)])}
             heads = [addr for addr, g in self.groups.items()
                      if g.base == SP and g.windows[0] == "STACK" and addr not in self.skipped]
-            once = same_at_each_depth(facts, calls, heads) if self.self_calls else set()
+            once = same_at_each_depth(facts, calls, heads)  # none without calls of itself
             self.levels = {addr: f"lv{k}_" for k, addr in enumerate(sorted(once))}
             self.tail_resumes = kept and bool(self.unchecked or self.levels)
         self.needs_resume = self.expect is not None or self.tail_resumes
