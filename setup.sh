@@ -5,7 +5,8 @@
 # "externally managed", PEP 668): then into a virtual environment it makes in .venv, to activate with
 # `. .venv/bin/activate`. The guest toolchain (clang/lld for riscv64) comes from PyPI's ziglang, so no root is needed
 # for it. Root is used only to apt-install what is missing: Debian's python3-venv and python3-dev (the headers the
-# runtime's C extensions compile against) and llvm (llvm-objdump, which the disassembler tests compare against).
+# runtime's C extensions compile against), llvm (llvm-objdump, which the disassembler tests compare against) and
+# qemu-user (qemu-riscv64, a peer the benchmark compares against).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -21,12 +22,15 @@ if [ "$managed" = 1 ] && ! venv_works; then
     python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 fi
 command -v llvm-objdump >/dev/null 2>&1 || missing+=(llvm)
+command -v qemu-riscv64 >/dev/null 2>&1 || missing+=(qemu-user)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
     else
         echo "setup.sh: missing Debian packages ${missing[*]}: run 'sudo apt-get install ${missing[*]}' first" >&2
-        [ "${missing[*]}" = llvm ] || exit 1  # llvm serves the disassembler tests only
+        for package in "${missing[@]}"; do  # llvm and qemu-user serve only some tests and the benchmark
+            case "$package" in llvm | qemu-user) ;; *) exit 1 ;; esac
+        done
     fi
 fi
 

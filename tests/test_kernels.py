@@ -1,11 +1,13 @@
 """Native as oracle: each benchmark kernel (tools/kernels/) built with gcc and built as an RV64 guest must compute
 the same checksum on every engine — Berm's (AOT, interpreter) when present, and the peers the benchmark compares
-against (unicorn on the same ELF, wasmtime on the wasm32 build). Also checks the boundary-figure guest."""
+against (unicorn on the same ELF, qemu-user on the same code as a Linux program, wasmtime on the wasm32 build). Also
+checks the boundary-figure guest."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,15 +16,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 from bench_boundary import NOOP_REPLY, PING_ARGS, PING_RESULT  # noqa: E402
-from bench_build import KERNELS, build_boundary_guest, build_guest, build_native, build_wasm  # noqa: E402
-from bench_runners import BermRunner, NativeRunner, UnicornRunner, WasmRunner  # noqa: E402
+from bench_build import (KERNELS, build_boundary_guest, build_guest, build_linux_guest, build_native,  # noqa: E402
+                         build_wasm)
+from bench_runners import BermRunner, NativeRunner, QemuRunner, UnicornRunner, WasmRunner  # noqa: E402
 
 from berm_abi.names import fnv1a64  # noqa: E402
 from berm_aot.elf import read_elf  # noqa: E402
 from berm_host.linker import Linker  # noqa: E402
 
 BERM_ENGINES = ("aot", "interp") if importlib.util.find_spec("berm_host.engine") else ()
-ENGINES = (*BERM_ENGINES, "unicorn", "wasmtime")
+ENGINES = (*BERM_ENGINES, "unicorn", "wasmtime", "qemu")
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +45,7 @@ def runners(guest_elf):
     makers = {
         "unicorn": lambda: UnicornRunner(read_elf(guest_elf)),
         "wasmtime": lambda: WasmRunner(build_wasm()),
+        "qemu": lambda: QemuRunner(build_linux_guest()),
         **{kind: (lambda kind=kind: BermRunner(kind, guest_elf)) for kind in BERM_ENGINES},
     }
     made: dict[str, object] = {}
@@ -64,6 +68,8 @@ def test_checksums_depend_on_the_work(native):
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_kernel_matches_native(engine, kernel, native, runners):
+    if engine == "qemu" and shutil.which("qemu-riscv64") is None:
+        pytest.skip("qemu-riscv64 is not installed (setup.sh installs Debian's qemu-user as root)")
     assert runners(engine).call(kernel, 3) == native.call(kernel, 3)
 
 

@@ -4,9 +4,9 @@
     python tools/bench.py --quick    # a fast smoke run: smaller n, fewer repeats, a smaller cold-compile guest
 
 Everything runs side by side in one process, repetitions interleaved across runners, so the ratios hold on a busy
-2-core machine; each figure is a median of the measuring thread's CPU time (wall time for the cold compile).
-Compute kernels (tools/kernels/) run natively (gcc -O2), on wasmtime, on unicorn and on Berm's AOT and
-interpreter engines; each figure is time per unit of work with the kernel's fixed setup (its n = 0 run)
+2-core machine; each figure is a median of the measuring thread's CPU time (wall time for the cold compile; the
+CPU time of its processes for qemu-user). Compute kernels (tools/kernels/) run natively (gcc -O2), on wasmtime, on
+qemu-user (when Debian's qemu-user is installed), on unicorn and on Berm's AOT and interpreter engines; each figure is time per unit of work with the kernel's fixed setup (its n = 0 run)
 subtracted, so runners using different n compare; each ratio is the median of per-round ratios against native's
 run in the same round. The output is a Markdown table.
 Exit status 1 when any runner computed a different checksum from native or a figure could not be measured.
@@ -36,8 +36,9 @@ from bench_runners import BermRunner, available_runners  # noqa: E402
 from berm_abi.errors import BermError  # noqa: E402
 
 #: Table columns: runner kind -> heading. Ratios are taken against "native".
-COLUMNS = {"aot": "Berm AOT", "native": "native", "wasmtime": "wasmtime", "unicorn": "unicorn", "interp": "Berm interp"}
-RATIO_COLUMNS = ("aot", "wasmtime", "unicorn", "interp")
+COLUMNS = {"aot": "Berm AOT", "native": "native", "wasmtime": "wasmtime", "qemu": "qemu-user", "unicorn": "unicorn",
+           "interp": "Berm interp"}
+RATIO_COLUMNS = ("aot", "wasmtime", "qemu", "unicorn", "interp")
 #: The runners whose per-round kernel ratios a kernel's note spreads out (the two near native).
 SPREAD = ("aot", "wasmtime")
 
@@ -115,9 +116,9 @@ def measure_kernels(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
         units: dict[str, list[float]] = {kind: [] for kind in runners}  # seconds per unit, one per repeat
         for _ in range(plan.repeats):
             for kind, runner in runners.items():
-                n = plan.kernel_n(kind, kernel)
-                t_n = bb.timed(lambda: runner.call(kernel, n))
-                units[kind].append(max(0.0, t_n - bb.timed(lambda: runner.call(kernel, 0))) / n)
+                n, clock = plan.kernel_n(kind, kernel), getattr(runner, "clock", bb.clock)
+                t_n = bb.timed(lambda: runner.call(kernel, n), clock)
+                units[kind].append(max(0.0, t_n - bb.timed(lambda: runner.call(kernel, 0), clock)) / n)
         row = Row(f"kernel {kernel} (per unit)", cells={k: statistics.median(v) for k, v in units.items()})
         # Ratios pair each repeat with native's sample from the same round, so load that drifts during the run
         # cancels out.

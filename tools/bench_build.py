@@ -1,4 +1,5 @@
-"""Build the benchmark kernels (tools/kernels/*.c) three ways: natively with gcc, as an RV64 guest ELF, as wasm32.
+"""Build the benchmark kernels (tools/kernels/*.c): natively with gcc, as an RV64 guest ELF (and the same code as an
+RV64 Linux program, for qemu-user), as wasm32.
 
 Every product is cached by a digest of its sources and build command under ``$BERM_BENCH_CACHE`` (default: a
 ``berm-bench`` directory in the system temp dir), so tests and repeated benchmark runs compile each once.
@@ -75,6 +76,12 @@ def build_native() -> Path:
 def build_guest() -> Path:
     """The RV64IMAC guest ELF of every kernel plus ``tools/kernels/start.c``, via berm_sdk."""
     return build_guest_program("guest", [*kernel_sources(), KERNEL_DIR / "start.c"], tuple(symbol(k) for k in KERNELS))
+
+
+def build_linux_guest() -> Path:
+    """The same kernels as ``build_guest`` (same compiler, flags and link) as a static RV64 Linux program, with
+    ``tools/kernels/linux_start.c`` as its entry: what the qemu-user peer runs."""
+    return build_guest_program("linux", [*kernel_sources(), KERNEL_DIR / "linux_start.c"], ())
 
 
 def build_boundary_guest() -> Path:

@@ -1,11 +1,15 @@
-"""Ways to run one benchmark kernel: natively, on wasmtime, on unicorn, on Berm's engines.
+"""Ways to run one benchmark kernel: natively, on wasmtime, on qemu-user, on unicorn, on Berm's engines.
 
-Each runner has a ``name`` and ``call(kernel, n) -> int`` (the kernel's checksum as an unsigned 64-bit value).
+Each runner has a ``name`` and ``call(kernel, n) -> int`` (the kernel's checksum as an unsigned 64-bit value), and
+may have a ``clock``: the one that measures its work when that does not happen in the calling thread.
 ``available_runners`` builds every runner that can run here and says why the others cannot.
 """
 
 from __future__ import annotations
 
+import resource
+import shutil
+import subprocess
 from pathlib import Path
 
 import cffi
@@ -14,9 +18,13 @@ from berm_abi.errors import BermError
 from berm_aot.elf import read_elf
 from berm_aot.image import ElfImage
 from berm_host.backend import RunRequest
-from bench_build import KERNELS, build_guest, build_native, build_wasm, symbol
+from bench_build import KERNELS, build_guest, build_linux_guest, build_native, build_wasm, symbol
 
 MASK64 = (1 << 64) - 1
+
+
+class RunnerUnavailable(Exception):
+    """A peer that cannot run on this machine (a program it needs is not installed)."""
 
 
 def guest_symbols(image: ElfImage) -> dict[str, int]:
@@ -57,6 +65,34 @@ class WasmRunner:
 
     def call(self, kernel: str, n: int) -> int:
         return self._fns[kernel](self.store, n) & MASK64
+
+
+def children_cpu_time() -> float:
+    """CPU seconds (user and system) of this process's children that have ended and been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class QemuRunner:
+    """The kernels' guest code as a static RV64 Linux program (``bench_build.build_linux_guest``) on Debian's
+    ``qemu-riscv64`` (qemu-user), one process per call; its clock is the children's CPU time, so a process's start
+    is in every call's time and the n = 0 run takes it out."""
+
+    name = "qemu"
+    clock = staticmethod(children_cpu_time)
+
+    def __init__(self, path: Path):
+        self.qemu = shutil.which("qemu-riscv64")
+        if self.qemu is None:
+            raise RunnerUnavailable("qemu-riscv64 is not installed (Debian: apt-get install qemu-user)")
+        self.path = path
+
+    def call(self, kernel: str, n: int) -> int:
+        proc = subprocess.run([self.qemu, str(self.path), str(KERNELS.index(kernel)), str(n)], capture_output=True,
+                              text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"qemu-riscv64 {kernel} {n}: exit status {proc.returncode}: {proc.stderr.strip()}")
+        return int(proc.stdout, 16)
 
 
 class UnicornRunner:
@@ -119,13 +155,14 @@ class BermRunner:
         return self.run(symbol(kernel), int_args=(n,)).a0
 
 
-def available_runners(kinds: tuple[str, ...] = ("native", "wasmtime", "unicorn", "aot", "interp")
+def available_runners(kinds: tuple[str, ...] = ("native", "wasmtime", "qemu", "unicorn", "aot", "interp")
                       ) -> tuple[dict[str, object], dict[str, str]]:
     """``(runners by kind, reasons by kind for those that could not be built)``, in the order of ``kinds``."""
     elf = build_guest().read_bytes()
     makers = {
         "native": lambda: NativeRunner(build_native()),
         "wasmtime": lambda: WasmRunner(build_wasm()),
+        "qemu": lambda: QemuRunner(build_linux_guest()),
         "unicorn": lambda: UnicornRunner(read_elf(elf)),
         "aot": lambda: BermRunner("aot", elf),
         "interp": lambda: BermRunner("interp", elf),
@@ -136,6 +173,9 @@ def available_runners(kinds: tuple[str, ...] = ("native", "wasmtime", "unicorn",
             runner = makers[kind]()
         except ImportError as exc:
             missing[kind] = f"not available yet ({exc})"
+            continue
+        except RunnerUnavailable as exc:
+            missing[kind] = f"not available ({exc})"
             continue
         except BermError as exc:
             missing[kind] = f"could not load the kernels: {exc}"
