@@ -152,6 +152,17 @@ def analyse(program: Program) -> Analysis:
     return Analysis(program, infos, entries, {f.start: f for f in infos}, jump_tables(program), links)
 
 
+def part_of(whole: FunctionInfo, program: Program, start: int, end: int, insns: list[Instruction],
+            entries: list[int]) -> FunctionInfo:
+    """The instructions ``insns`` of ``whole`` (those in [start, end)) as a function of their own, entered at each of
+    ``entries`` (its local targets: where it starts knowing nothing), for translating ``whole`` in parts
+    (berm_aot.emit.chunks). Its write summary is the whole function's, whose callers reload it."""
+    info = FunctionInfo(Function(whole.func.name, start, end), insns, local_targets=sorted(entries))
+    _scan(info, program, program.function_starts)
+    info.writes_closure = whole.writes_closure
+    return info
+
+
 def _scan(info: FunctionInfo, program: Program, starts: frozenset[int]) -> None:
     touched: set[int] = set()
     written: set[int] = set()

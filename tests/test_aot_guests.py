@@ -142,7 +142,11 @@ FUNCS = {"fib": [(0,), (1,), (20,)], "is_even": [(0,), (7,), (1001,)],
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory):
-    d = tmp_path_factory.mktemp("native")
+    return native_library(tmp_path_factory.mktemp("native"))
+
+
+def native_library(d) -> ctypes.CDLL:
+    """SOURCE built by the host's compiler in the directory ``d``, its FUNCS typed: the oracle."""
     src = d / "guest.c"
     src.write_text(SOURCE)
     so = d / "guest.so"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from berm_aot import emit
 from berm_aot.elf import read_elf
 from berm_aot.manifest import load_manifest, tool_exports
 from berm_cli.main import main
@@ -110,16 +109,6 @@ def test_warnings_of_a_successful_build_are_shown(tmp_path, capsys):
     out = capsys.readouterr()
     assert out.out.strip() == str(tmp_path / "x.elf")
     assert "tiny.c:3:" in out.err and "unused variable 'unused'" in out.err
-
-
-def test_a_function_too_large_to_translate_is_said_at_build(tmp_path):
-    source = HELLO.replace('return berm_ok_str("hello");', 'unsigned long x = 0; __asm__ volatile('
-                           f'".rept {emit.MAX_FUNCTION_INSNS}\\n addi %0, %0, 1\\n .endr" : "+r"(x)); '
-                           'return berm_ok("", x & 0);')
-    heard: list[str] = []
-    build_harness(harness(tmp_path, tiny=source), tmp_path / "x.elf", warn=heard.append)  # the interpreter runs it
-    assert any("the translated engine will refuse this harness" in said and "berm_tool_hello" in said
-               and f"at most {emit.MAX_FUNCTION_INSNS}" in said for said in heard)
 
 
 def test_toml_errors_name_the_file_and_line(tmp_path):

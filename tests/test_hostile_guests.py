@@ -15,9 +15,7 @@ import pytest
 from berm_abi.names import fnv1a64
 from berm_aot.analysis import analyse
 from berm_aot.elf import read_elf
-from berm_aot import emit
 from berm_aot.emit import emit_program
-from berm_aot.errors import CompileError
 from berm_aot.program import Program
 from berm_host.backend import RunRequest
 from berm_host.engine import Engine
@@ -301,29 +299,3 @@ def test_a_symbol_name_cannot_write_c_into_the_translation(tmp_path):
     assert image.backend.run(RunRequest(entry=program.image.entry, int_args=(5,))).regs[10] == 18
 
 
-def _straight_function(n: int) -> str:
-    return f"""
-    .globl _start
-    .type _start, @function
-_start:
-    .rept {n}
-    addi a0, a0, 1
-    .endr
-    ret
-    .data
-    .globl table
-table:
-    .dword _start  /* a relocation: the host needs the image's, and this one names the only indirect target */
-"""
-
-
-def test_a_function_too_large_for_the_c_compiler_is_refused_with_its_size(tmp_path):
-    """One guest function is one C function, and gcc's time and memory grow faster than its size: a 129 KB image
-    of one function took 110 s and 1.85 GB to compile (in a daemon, at its first load)."""
-    limit = emit.MAX_FUNCTION_INSNS
-    small = guest_elf(_straight_function(2000), suffix=".S", keep=("table",))
-    image = Engine(kind="aot", memory_size=MEMORY, cache_dir=tmp_path).load(small)
-    assert image.backend.run(RunRequest(entry=read_elf(small).entry)).regs[10] == 2000
-    huge = guest_elf(_straight_function(limit), suffix=".S", keep=("table",))  # and the ret: one over
-    with pytest.raises(CompileError, match=rf"'_start' at 0x[0-9a-f]+ has {limit + 1} instructions: .* at most {limit}"):
-        Engine(kind="aot", memory_size=MEMORY, cache_dir=tmp_path).load(huge)

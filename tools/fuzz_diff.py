@@ -12,6 +12,7 @@ are not compared (docs/SEMANTICS.md). Rounds of odd seeds draw programs whose fu
     python tools/fuzz_diff.py --minutes 5 --dump cases/           # also save each finding's program ...
     python tools/fuzz_diff.py --replay cases/seed1234-p7.pickle   # ... and run it alone on both engines
     python tools/fuzz_diff.py --minutes 5 --every-group-fails     # every group's slow path: the checked runner
+    python tools/fuzz_diff.py --minutes 5 --chunks 4              # every function in chunks of at most 4
 
 A dumped case is a pickle of the generated program (image, entry, snapshot ranges, listing): load only files this
 tool wrote. Replaying one is how to debug it (it is built, translated and compared exactly as in its round), and
@@ -43,6 +44,7 @@ from berm_host.interp import InterpBackend
 from berm_host.traps import TrapKind
 from tests import progen
 from tests.test_aot_diff import assert_same
+from tests.test_aot_chunks import in_chunks
 from tests.test_aot_slowrun import every_group_fails
 
 DEADLINE = 0.5
@@ -166,8 +168,12 @@ def main() -> int:
     p.add_argument("--every-group-fails", action="store_true",
                    help="translate so that every group of accesses fails its check and runs on the checked runner "
                         "(berm_aot/emit/slowrun.py), its rarely taken slow path")
+    p.add_argument("--chunks", type=int, default=0, metavar="N",
+                   help="translate every function of more than N instructions in chunks of at most N "
+                        "(berm_aot/emit/chunks.py; default: only the functions too large for one C function)")
     args = p.parse_args()
-    with every_group_fails() if args.every_group_fails else contextlib.nullcontext():
+    with (every_group_fails() if args.every_group_fails else contextlib.nullcontext(),
+          in_chunks(args.chunks, args.chunks) if args.chunks else contextlib.nullcontext()):
         if args.replay:
             return replay(args.replay)
         campaign = Campaign("fuzz_diff", args)

@@ -1,6 +1,7 @@
 """Emit C for a whole program: several translation units that compile in parallel into one shared object.
 
-Unit 0 holds the lookups (function start → C function; legal indirect entry → C function), the export
+Unit 0 holds the lookups (function start → C function; entry of a chunk of a function translated in chunks → C
+function; legal indirect entry → C function), the export
 ``<prefix>berm_enter``, the memory layout the code is specialised to, ``<prefix>berm_layout`` (the uint64_t
 fields of ``berm_aot.windows.Windows``), and the program's functions by name, ``<prefix>berm_locator``
 (``berm_aot.locator``: a trap is named without the program model); every unit holds some of the guest functions
@@ -10,14 +11,14 @@ programs can share one object (tests batch many random programs into one compile
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
-from berm_aot.analysis import Analysis, analyse
-from berm_aot.demangle import demangle
-from berm_aot.errors import CompileError
+from berm_aot.analysis import Analysis, FunctionInfo, analyse
 from berm_aot.program import Program
 
+from .chunks import Chunks, chunk_plan
 from .function import FunctionEmitter, fn_name
-from .insn import lit
+from .insn import comment, lit
 from .slowrun import declarations, runner
 from berm_aot.windows import C_NAMES, Windows
 
@@ -34,23 +35,19 @@ MAX_UNITS = 8
 #: one unit: 320 MB), so eight units of an image at berm_aot.elf.MAX_CODE_BYTES (about 1.4 million instructions)
 #: would each have taken ~2 GB, and ``--jobs`` of them at once.
 MAX_UNIT_INSNS = 16_384
-#: The most instructions one guest function may have: it becomes one C function, and the C compiler's time and
-#: memory grow faster than a function's size (gcc -O1 on one function of 16,000 load/branch/store instructions:
-#: 34 s and 720 MB; of 32,000: 110 s and 1.85 GB). The largest function of the bundled Rust guest has 2,988
-#: (rust-probe's words tool, alloc's B-tree inlined into it).
-MAX_FUNCTION_INSNS = 16_384
 
 
-def _header(prefix: str, windows: Windows, functions: Iterable[int]) -> list[str]:
-    """What a unit starts with: the layout, the runtime's macros, and the prototypes of ``functions`` (by start) and
-    of the shared helpers. A unit declares only the functions it defines or calls (unit 0: all, for its lookups):
-    every unit declaring every function made each unit as large as the program has functions (75 MB each for a
-    million)."""
+def _header(prefix: str, windows: Windows, functions: Iterable[int], plans: Iterable[Chunks] = ()) -> list[str]:
+    """What a unit starts with: the layout, the runtime's macros, and the prototypes of ``functions`` (by start), of
+    the chunks of ``plans`` and of the shared helpers. A unit declares only the functions it defines or calls (unit
+    0: all, for its lookups): every unit declaring every function made each unit as large as the program has
+    functions (75 MB each for a million)."""
     p = prefix
     lines = ["/* The guest memory layout this code is translated for (berm_code.h). */", *windows.defines(),
              '#include "berm_code.h"', ""]
-    lines += [f"BERM_HIDDEN uint64_t {fn_name(p, start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth);"
-              for start in sorted(functions)]
+    names = [fn_name(p, start) for start in sorted(functions)]
+    names += [plan.name(p, k) for plan in plans for k in range(len(plan.parts))]
+    lines += [f"BERM_HIDDEN uint64_t {name}(berm_ctx *ctx, uint64_t ret, uint32_t depth);" for name in names]
     lines += [
         f"BERM_HIDDEN berm_fn {p}entry_fn(uint64_t t);",
         f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link, uint32_t depth);",
@@ -70,7 +67,7 @@ def _header(prefix: str, windows: Windows, functions: Iterable[int]) -> list[str
     return lines
 
 
-def _lookups(analysis: Analysis, prefix: str) -> list[str]:
+def _lookups(analysis: Analysis, plans: dict[int, Chunks], prefix: str) -> list[str]:
     p = prefix
     lines = ["/* The layout the code is specialised to: the core refuses to run it on other memory. */",
              f"BERM_EXPORT const uint64_t {p}berm_layout[{len(C_NAMES)}] = {{{', '.join(C_NAMES)}}};", ""]
@@ -80,13 +77,22 @@ def _lookups(analysis: Analysis, prefix: str) -> list[str]:
     lines += [f"static berm_fn {p}start_fn(uint64_t t) {{", "    switch (t) {"]
     lines += [f"    case {lit(f.start)}: return {fn_name(p, f.start)};" for f in analysis.functions]
     lines += ["    default: return 0;", "    }", "}", ""]
+    if plans:
+        lines += ["/* The entries of the chunks of functions translated in chunks (berm_aot.emit.chunks): where one",
+                  "   chunk's tail transfer to another goes. */",
+                  f"static berm_fn {p}chunk_fn(uint64_t t) {{", "    switch (t) {"]
+        lines += [f"    case {lit(t)}: return {plan.name(p, k)};" for plan in plans.values()
+                  for t, k in sorted(plan.home.items()) if t != plan.whole.start]
+        lines += ["    default: return 0;", "    }", "}", ""]
     lines += ["/* Legal indirect targets that are function starts (ABI §6). */",
               f"BERM_HIDDEN berm_fn {p}entry_fn(uint64_t t) {{", "    switch (t) {"]
     lines += [f"    case {lit(t)}: return {fn_name(p, t)};" for t in analysis.entries]
     lines += ["    default: return 0;", "    }", "}", ""]
+    lines += [f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link, uint32_t depth) {{",
+              f"    berm_fn f = {p}start_fn(t);"]
+    if plans:
+        lines.append(f"    if (BERM_UNLIKELY(!f)) f = {p}chunk_fn(t);")
     lines += [
-        f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link, uint32_t depth) {{",
-        f"    berm_fn f = {p}start_fn(t);",
         "    if (BERM_UNLIKELY(!f)) {",
         "        berm_set_trap(ctx, BERM_TRAP_ILLEGAL, t, t, 0);",
         "        return BERM_TRAPPED;",
@@ -95,23 +101,19 @@ def _lookups(analysis: Analysis, prefix: str) -> list[str]:
         "}",
         "",
         *runner(p),
-        f"BERM_EXPORT uint64_t {p}berm_enter(berm_ctx *ctx, uint64_t entry) {{",
+        f"BERM_EXPORT uint64_t {p}berm_enter(berm_ctx *ctx, uint64_t entry) {{"]
+    if plans:  # an entry that is no function start traps in dispatch; a chunk's entry is none either
+        lines += [f"    if (BERM_UNLIKELY(!{p}start_fn(entry))) {{",
+                  "        berm_set_trap(ctx, BERM_TRAP_ILLEGAL, entry, entry, 0);",
+                  "        return BERM_TRAPPED;",
+                  "    }"]
+    lines += [
         f"    uint64_t t = {p}finish(ctx, {p}dispatch(ctx, entry, 0, 1), 0, 1);",
         "    return t == BERM_TRAPPED ? BERM_TRAPPED : 0;",
         "}",
         "",
     ]
     return lines
-
-
-def refuse_oversized(analysis: Analysis) -> None:
-    """A CompileError naming the first function over ``MAX_FUNCTION_INSNS`` instructions, if there is one."""
-    for f in analysis.functions:
-        if len(f.insns) > MAX_FUNCTION_INSNS:
-            raise CompileError(f"function {demangle(f.func.name)!r} at {f.start:#x} has {len(f.insns)} instructions: "
-                               f"translated code takes at most {MAX_FUNCTION_INSNS} in one function (the C compiler's "
-                               "time and memory grow faster than a function's size); split it, or turn a large match "
-                               "into a table, or run the image on the interpreter (--engine interp)")
 
 
 def unit_shares(total: int) -> list[float]:
@@ -140,35 +142,74 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
     as soon as it is complete, so the C compiler can start on it (berm_aot.cc.compile_shared) while the rest are
     translated."""
     analysis = analyse(program)
-    refuse_oversized(analysis)
+    plans = {info.start: plan for info in analysis.functions if (plan := chunk_plan(info, program)) is not None}
     shares = unit_shares(sum(len(f.insns) for f in analysis.functions))
     stores_readable = windows.loads_cover_stores()
     body: list[str] = []
     named: set[int] = set()  # the functions the unit defines or calls
     k, filled = 0, 0
     for info in analysis.functions:
-        if filled >= shares[k] and k + 1 < len(shares):
-            yield _unit(analysis, prefix, windows, named, body, k)
-            body, named, k, filled = [], set(), k + 1, 0
+        for group in _pieces(analysis, info, prefix, stores_readable, plans.get(info.start)):
+            if filled >= shares[k] and k + 1 < len(shares):
+                yield _unit(analysis, plans, prefix, windows, named, body, k)
+                body, named, k, filled = [], set(), k + 1, 0
+            for piece in group:
+                body += piece.lines
+                body.append("")
+                named |= piece.callees
+                filled += piece.insns
+            named.add(info.start)
+    # units past this one would hold no function: none is emitted
+    yield _unit(analysis, plans, prefix, windows, named, body, k)
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """Emitted C, with what its unit must know of it: the functions it calls by name, and its size for the C
+    compiler (guest instructions)."""
+    lines: list[str]
+    callees: set[int]
+    insns: int
+
+
+def _pieces(analysis: Analysis, info: FunctionInfo, prefix: str, stores_readable: bool,
+            plan: Chunks | None) -> Iterator[list[_Piece]]:
+    """The C of one function, in order, as groups that stay in one unit: the function, after its resume copy when it
+    needs one (defined before the function that leaves for it; as much for the C compiler as the function); or,
+    translated in chunks, each chunk, chunk 0 with the function's own C function, which enters it."""
+    if plan is None:
         emitter = FunctionEmitter(analysis, info, prefix, stores_readable=stores_readable)
-        code = emitter.emit()
-        if emitter.needs_resume:  # defined before the function that leaves for it
+        code = emitter.emit()  # first: it finds whether the function leaves for a resume copy
+        group = []
+        if emitter.needs_resume:
             resume = FunctionEmitter(analysis, info, prefix, resume=True)
-            body += resume.emit()
-            body.append("")
-            named |= resume.callees
-            filled += len(info.insns)  # the copy is as much for the compiler as the function
-        body += code
-        body.append("")
-        named |= emitter.callees
-        named.add(info.start)
-        filled += len(info.insns)
-    yield _unit(analysis, prefix, windows, named, body, k)  # units past it would hold no function: none is emitted
+            lines = resume.emit()
+            group.append(_Piece(lines, resume.callees, len(info.insns)))
+        yield [*group, _Piece(code, emitter.callees, len(info.insns))]
+        return
+    for k, part in enumerate(plan.parts):
+        chunk = FunctionEmitter(analysis, part, prefix, stores_readable=stores_readable, chunks=plan, part=k)
+        lines = chunk.emit()
+        group = [_Piece(lines, chunk.callees, len(part.insns))]
+        yield (group + [_Piece(_enter_chunks(plan, prefix), set(), 0)]) if k == 0 else group
 
 
-def _unit(analysis: Analysis, prefix: str, windows: Windows, named: set[int], body: list[str], k: int) -> str:
+def _enter_chunks(plan: Chunks, prefix: str) -> list[str]:
+    """The C function of a function translated in chunks: it enters chunk 0 at the function's start."""
+    f = plan.whole
+    return [f"/* {comment(f.func.name)} [{f.start:#x}, {f.end:#x}): {len(f.insns)} instructions, translated as "
+            f"{len(plan.parts)} chunks (berm_aot/emit/chunks.py) */",
+            f"BERM_HIDDEN uint64_t {fn_name(prefix, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{",
+            f"    ctx->next = {lit(f.start)};",
+            f"    return {plan.name(prefix, 0)}(ctx, ret, depth);",
+            "}"]
+
+
+def _unit(analysis: Analysis, plans: dict[int, Chunks], prefix: str, windows: Windows, named: set[int],
+          body: list[str], k: int) -> str:
     if k == 0:
-        header, extra = _header(prefix, windows, (f.start for f in analysis.functions)), _lookups(analysis, prefix)
+        header = _header(prefix, windows, (f.start for f in analysis.functions), plans.values())
+        extra = _lookups(analysis, plans, prefix)
     else:
         header, extra = _header(prefix, windows, named), []
     return "\n".join(header + body + extra) + "\n"

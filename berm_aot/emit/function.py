@@ -18,10 +18,14 @@ table's cases); another local target ends this C frame in the function's resume 
 code, where every indirect jump may branch to every local target), which finishes the frame exactly. So does a
 nested frame's tail transfer that comes back to its caller's link, when loads of the function rely on sp being
 where a return left it (berm_aot.emit.frames: an epilogue's restores, unchecked after the prologue's check).
+
+A function too large for one C function is translated in chunks (berm_aot.emit.chunks): the emitter then translates
+one chunk (``chunks``, ``part``), entered at any of its entries, and leaves it for another chunk by a tail transfer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from berm_abi.names import core_number
@@ -29,6 +33,7 @@ from berm_aot.analysis import Analysis, FunctionInfo, writes
 from berm_aot.isa import BRANCHES, Instruction, checks_sp
 from berm_aot.disasm import disassemble
 
+from .chunks import Chunks
 from .consts import Constants, block_entry_constants
 from .dataflow import components, control_edges
 from .frames import frame_facts, same_at_each_depth, unchecked_loads
@@ -76,13 +81,19 @@ class FunctionEmitter:
     """``emit()`` translates one function. ``resume=True`` translates its resume copy instead: the same code, every
     indirect jump able to branch to every local target, entered at one of them (``at``) by a jump the function
     itself does not branch to directly (berm_aot.emit.sites); it finishes the function's C frame (its nested
-    self-call frames included) and returns what the function would have."""
+    self-call frames included) and returns what the function would have. With ``chunks``, ``info`` is chunk
+    ``part`` of a function translated in chunks, which translates like a resume copy (every indirect jump able to
+    branch to every legal target, every entry knowing nothing) entered at ``ctx->next``, with no calls of itself in
+    its C frame."""
 
     def __init__(self, analysis: Analysis, info: FunctionInfo, prefix: str, *, resume: bool = False,
-                 stores_readable: bool = False):
+                 stores_readable: bool = False, chunks: Chunks | None = None, part: int = 0):
         self.a = analysis
         self.f = info
         self.p = prefix
+        self.chunks, self.part = chunks, part
+        #: the legal targets of the function's indirect jumps (a chunk's local targets are its entries)
+        self.legal = info.local_targets if chunks is None else chunks.whole.local_targets
         self.program = analysis.program
         self.starts = analysis.program.function_starts
         self.by_start = analysis.by_start
@@ -92,7 +103,7 @@ class FunctionEmitter:
         self.has_indirect = False
         self.resume = resume
         #: per indirect jump, the local targets it branches to directly (None: all, and no resume copy)
-        self.expect = None if resume else jump_targets(info, analysis.jump_tables, analysis.program.image)
+        self.expect = None if resume or chunks else jump_targets(info, analysis.jump_tables, analysis.program.image)
         self.stack_at = stack_pointers(info.insns, info.start, info.local_targets, self.expect)
         #: the jumps whose target is decided at run time: the one definition, which the expectations also cover
         self.dynamic = {jump.addr for jump in dynamic_jumps(info)}
@@ -112,7 +123,7 @@ class FunctionEmitter:
         self.follows = {insn.addr: k + 1 < len(insns) and insns[k + 1].addr == insn.next_pc
                         for k, insn in enumerate(insns)}
         #: the links of the function's direct calls to itself, whose frames run in this C frame (see _self_call)
-        starts_here = bool(insns) and insns[0].addr == info.start
+        starts_here = bool(insns) and insns[0].addr == info.start and chunks is None
         #: (a set first: two call sites decoded from overlapping bytes may share a link, and a link is a `case`)
         self.self_calls = sorted({insn.next_pc for insn in insns
                                   if starts_here and self._call_target(insn) == info.start})
@@ -137,8 +148,9 @@ class FunctionEmitter:
         self.groups, self.grouped = access_groups(insns, self.labels, self.follows, self.stack_at, self.in_loops)
         #: where a group's segment ends: the label its slow path continues at follows that instruction
         self.run_ends = {g.segment[-1].addr for g in self.groups.values()}
-        name = resume_name(prefix, info.start) if resume else fn_name(prefix, info.start)
-        self.runs = RunTable(name, (g.segment for g in self.groups.values()))
+        self.name = (resume_name(prefix, info.start) if resume else fn_name(prefix, info.start) if chunks is None
+                     else chunks.name(prefix, part))
+        self.runs = RunTable(self.name, (g.segment for g in self.groups.values()))
         #: loads through sp whose bytes an earlier access of the frame checked (berm_aot.emit.frames; none in the
         #: resume copy, entered inside a frame), and the groups made of them only, which take no check
         self.unchecked, self.skipped = set(), set()
@@ -149,7 +161,7 @@ class FunctionEmitter:
         #: (``_nested_exits``): its sp is not one a return left, which the unchecked loads and the checks once per
         #: depth rely on
         self.tail_resumes = False
-        if not resume:
+        if not resume and chunks is None:
             calls = {i.addr for i in insns if starts_here and self._call_target(i) == info.start}
             facts, kept = frame_facts(insns, info.start, info.local_targets, calls, stores_readable)
             self.unchecked = unchecked_loads(insns, facts) - self.in_loops.keys()  # those take their loop's check
@@ -205,16 +217,19 @@ class FunctionEmitter:
         """The registers this function wrote whose locals may differ from ctx->regs before ``insn``: what a call
         or a slow path stores (berm_aot.emit.synced; found at the first, since a function may have neither)."""
         if self._synced is None:
-            self._synced = {} if self.self_calls else synced_registers(self.f, self.expect, entered=not self.resume)
+            self._synced = {} if self.self_calls else synced_registers(self.f, self.expect,
+                                                                   entered=not self.resume and self.chunks is None)
         return self.f.written - self._synced.get(insn.addr, frozenset())
 
     def _leave_to(self, target: int) -> str:
-        """Continue at ``target``, a direct transfer: a goto inside the function, a tail transfer to another
-        function start, else the illegal-instruction trap there (no code)."""
+        """Continue at ``target``, a direct transfer: a goto inside the function (the chunk), a tail transfer to
+        another function start or to another chunk's entry, else the illegal-instruction trap there (no code)."""
         if self.f.contains(target) and target in self.program.code:
             return f"goto L_{target:x};"
         if target in self.starts:
             return f"{{ ctx->next = {lit(target)}; goto exit_tail; }}"
+        if self.chunks is not None and target in self.chunks.home:
+            return f"{{ ctx->next = {lit(target)}; goto exit_tail; }} /* in chunk {self.chunks.home[target]} */"
         return f"BERM_TRAP(BERM_TRAP_ILLEGAL, {lit(target)}, {lit(target)}, 0);"
 
     def _jump(self, insn: Instruction, target: int) -> str:
@@ -240,6 +255,11 @@ class FunctionEmitter:
             out.append(f"/* {comment(f.func.name)} [{f.start:#x}, {f.end:#x}), resumed at a local target `at` */")
             out.append(f"static uint64_t {resume_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth, "
                        "uint64_t at, uint64_t exp, uint32_t depth0) {")
+        elif self.chunks is not None:
+            whole = self.chunks.whole
+            out.append(f"/* {comment(f.func.name)} [{whole.start:#x}, {whole.end:#x}), its chunk {self.part} of "
+                       f"{len(self.chunks.parts)}: [{f.start:#x}, {f.end:#x}), entered at ctx->next */")
+            out.append(f"BERM_HIDDEN uint64_t {self.name}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{")
         else:
             out.append(f"/* {comment(f.func.name)} [{f.start:#x}, {f.end:#x}) */")
             out.append(f"BERM_HIDDEN uint64_t {fn_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{")
@@ -279,9 +299,16 @@ class FunctionEmitter:
             out += [f"    case {lit(t)}: {self._leave_to(t)}" for t in sorted({*f.local_targets, *self.self_calls})]
             out += ["    default: break;", "    }",
                     "    BERM_TRAP(BERM_TRAP_ILLEGAL, at, at, 0); /* never: only those are resumed at */"]
+        elif self.chunks is not None:
+            out.append("    const uint64_t at_ = ctx->next;")
+            out.append("    BERM_ENTRY(at_);")
+            out.append("    switch (at_) {")
+            out += [f"    case {lit(t)}: goto L_{t:x};" for t in f.local_targets]
+            # the only other address a chunk is entered at: the function's start, when it holds no instruction
+            out += ["    default: break;", "    }", "    BERM_TRAP(BERM_TRAP_ILLEGAL, at_, at_, 0);"]
         else:
             out.append(f"    BERM_ENTRY({lit(f.start)});")
-        if not f.insns or f.insns[0].addr != f.start:
+        if (not f.insns or f.insns[0].addr != f.start) and self.chunks is None:
             out.append(f"    BERM_TRAP(BERM_TRAP_ILLEGAL, {lit(f.start)}, {lit(f.start)}, 0);")
         prev_next = f.start
         for insn in f.insns:
@@ -529,7 +556,7 @@ class FunctionEmitter:
     def _static_jump(self, insn: Instruction, target: int) -> None:
         """A ``jalr x0`` whose target is known at translation time (an unrelaxed ``tail``): checked now."""
         kind = self.program.check_indirect(insn.addr, target, False)
-        go = {"local": f"{{ BERM_POLL({lit(insn.addr)}); goto L_{target:x}; }}",
+        go = {"local": f"{{ BERM_POLL({lit(insn.addr)}); {self._leave_to(target)} }}",
               "tail": f"{{ ctx->next = {lit(target)}; goto exit_tail; }}"}.get(
             kind, f"BERM_TRAP(BERM_TRAP_BAD_TARGET, {lit(insn.addr)}, {lit(target)}, 0);")
         self.out.append(f"    if (BERM_UNLIKELY({lit(target)} == {self.ret})) {{ jt_ = {lit(target)}; goto {self.returns}; }}")
@@ -578,29 +605,29 @@ class FunctionEmitter:
         With expectations (berm_aot.emit.sites), each jump first tries the local targets it expects; another
         local target leaves this C frame for the resume copy."""
         if self.expect is None:
-            return ["indirect:", "    BERM_POLL(jpc_);", *self._local_switch(self.f.local_targets, "goto L_{t:x};"),
+            return ["indirect:", "    BERM_POLL(jpc_);", *self._local_switch(self.legal, self._leave_to),
                     *self._not_local()]
         lines = []
         for block in self.dispatch.values():
             lines.append(f"{block.label}:")
             if block.poll:  # a jump whose cases all lie ahead of it closes no loop
                 lines.append("    BERM_POLL(jpc_);")
-            lines += self._local_switch(block.targets, "goto L_{t:x};")
+            lines += self._local_switch(block.targets, self._leave_to)
             if block.cases_first:
                 lines.append(f"    if (jt_ == {self.ret}) goto {self.returns};")
             lines.append("    goto indirect;")
         exp, depth0 = (self.ret, "depth0_") if self.self_calls else ("ret", "depth")
         lines += ["indirect: /* not a local target this jump expects */",
-                  *self._local_switch(self.f.local_targets, "goto resume;"), *self._not_local(),
+                  *self._local_switch(self.f.local_targets, lambda t: "goto resume;"), *self._not_local(),
                   f"resume: /* the rest of this C frame runs in the resume copy, from jt_ */ {self._store(self.f.written)}",
                   f"    return {resume_name(self.p, self.f.start)}(ctx, ret, depth, jt_, {exp}, {depth0});"]
         return lines
 
     @staticmethod
-    def _local_switch(targets, go: str) -> list[str]:
+    def _local_switch(targets, go: Callable[[int], str]) -> list[str]:
         if not targets:
             return []
-        return ["    switch (jt_) {", *(f"    case {lit(t)}: {go.format(t=t)}" for t in targets),
+        return ["    switch (jt_) {", *(f"    case {lit(t)}: {go(t)}" for t in targets),
                 "    default: break;", "    }"]
 
     def _not_local(self) -> list[str]:

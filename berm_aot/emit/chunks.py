@@ -1,0 +1,121 @@
+"""A function too large for one C function, translated as several: its chunks.
+
+Why: the C compiler's time and memory grow faster than a function's size. gcc -O1 on one function of 8,000
+load/branch/store instructions takes 9 s and 340 MB, of 16,000 27 s and 650 MB (2026-12-03); -O0 is no way out (3.3
+and 9.7 s, as much memory), since gcc's C front end alone is quadratic in a function's labels times its scopes
+(-fsyntax-only: 0.9 and 4.0 s). A function over ``CHUNKED_ABOVE`` instructions is cut, by address, into chunks of
+at most ``CHUNK_INSNS``, each a C function of its own that the C compiler takes in linear time, in parallel with the
+others.
+
+How a chunk runs: it is entered at one of its entries, the address in ``ctx->next`` — every address control reaches
+from outside the chunk: the function's start (chunk 0), the targets of branches and jumps in other chunks, a
+fall-through or a call's link that crosses a cut, and every legal indirect target of the function (any of its
+indirect jumps may branch there). Leaving a chunk for another is a tail transfer to the entry (``ctx->next``,
+``BERM_TAIL``), which the dispatch loop of the frame's caller runs with the same link and depth (``<p>finish``), as
+it runs a tail call: no native stack grows, a return from any chunk returns from the function, a trap in any chunk
+shows the function's frame. The function's own C function (``<p>f_<start>``, what callers and the lookups know)
+enters chunk 0 at the start. Each chunk is translated as a function of its own whose every entry starts knowing
+nothing (no constants, no stack facts, no register in sync), and whose calls of the function itself are ordinary
+calls; the whole function's facts are not needed, so the translation stays linear too.
+
+Where the cuts go: within the second half of each chunk's room, at the instruction boundary that the fewest of the
+function's direct control edges cross (after a jump or a return, none falls through), so a loop is rarely cut.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from berm_aot.analysis import FunctionInfo, part_of
+from berm_aot.isa import Instruction
+from berm_aot.program import Program
+
+from .dataflow import successors
+
+#: Functions with more instructions than this are translated in chunks; every function of the bundled guests and
+#: of the benchmark is far below it (the largest, rust-probe's words tool: 2,988). A transfer between chunks costs
+#: a return to the dispatch loop, a call and the registers' stores and loads, about 13 ns: a generated function of
+#: 12,100 instructions (a loop around a 32-way switch, 2026-12-03) compiled in 8.3 s of CPU and 11.2 s as one C
+#: function, in 3.8 and 4.7 s as chunks of 4,096, and its loop, which crossed chunks on every iteration, ran 22%
+#: slower (2.96 against 2.43 ms for 20,000 iterations). Functions that compile whole keep their speed.
+CHUNKED_ABOVE = 16_384
+#: The most instructions in one chunk.
+CHUNK_INSNS = 4_096
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """How ``whole`` is translated: ``parts[k]`` is chunk k as a function of its own, its entries its local
+    targets; ``home`` maps every entry to its chunk."""
+
+    whole: FunctionInfo
+    parts: tuple[FunctionInfo, ...]
+    home: dict[int, int]
+
+    def name(self, prefix: str, k: int) -> str:
+        return f"{prefix}f_{self.whole.start:x}_c{k}"
+
+
+def chunk_plan(info: FunctionInfo, program: Program) -> Chunks | None:
+    """The chunks of ``info``, or None when it is small enough to be one C function."""
+    insns = info.insns
+    if len(insns) <= CHUNKED_ABOVE:
+        return None
+    cuts = _cuts(insns, CHUNK_INSNS, info.static_targets)
+    index = {insn.addr: k for k, insn in enumerate(insns)}
+    entries: list[set[int]] = [set() for _ in range(len(cuts) + 1)]
+
+    def chunk(k: int) -> int:
+        return bisect.bisect_right(cuts, k)
+
+    if info.start in index:
+        entries[0].add(info.start)
+    for target in info.local_targets:
+        if target in index:
+            entries[chunk(index[target])].add(target)
+    for k, insn in enumerate(insns):
+        for target in _direct_targets(insn, info.static_targets):
+            j = index.get(target)
+            if j is not None and chunk(j) != chunk(k):
+                entries[chunk(j)].add(target)
+    bounds = [0, *cuts, len(insns)]
+    ranges = [info.start, *(insns[c].addr for c in cuts), info.end]
+    parts = tuple(part_of(info, program, ranges[k], ranges[k + 1], insns[bounds[k]:bounds[k + 1]], sorted(entries[k]))
+                  for k in range(len(entries)))
+    return Chunks(info, parts, {t: k for k, targets in enumerate(entries) for t in targets})
+
+
+def _direct_targets(insn: Instruction, static_targets: dict[int, int]) -> list[int]:
+    """Where ``insn`` sends control without an indirect jump decided at run time: its successors, and the target of
+    an unrelaxed ``tail`` to a local target (an ``auipc``/``jalr`` pair)."""
+    targets = successors(insn)
+    if insn.op == "jalr" and insn.rd == 0 and insn.addr in static_targets:
+        targets.append(static_targets[insn.addr])
+    return targets
+
+
+def _cuts(insns: list[Instruction], size: int, static_targets: dict[int, int]) -> list[int]:
+    """The indices of the instructions that start chunks 1, 2, ...: each chunk holds at most ``size`` instructions,
+    and its cut is where the fewest direct control edges cross, among the second half of its room (the latest of
+    those on a tie)."""
+    n = len(insns)
+    index = {insn.addr: k for k, insn in enumerate(insns)}
+    # crossing[c]: the edges between an instruction before index c and one at or after it
+    delta = [0] * (n + 2)
+    for k, insn in enumerate(insns):
+        for target in _direct_targets(insn, static_targets):
+            j = index.get(target)
+            if j is not None and j != k:
+                delta[min(j, k) + 1] += 1
+                delta[max(j, k) + 1] -= 1
+    crossing, running = [0] * (n + 1), 0
+    for c in range(n + 1):
+        running += delta[c]
+        crossing[c] = running
+    cuts, begin = [], 0
+    while n - begin > size:
+        best = min(range(begin + max(1, size // 2), begin + size + 1), key=lambda c: (crossing[c], -c))
+        cuts.append(best)
+        begin = best
+    return cuts
