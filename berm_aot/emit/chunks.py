@@ -34,11 +34,12 @@ from berm_aot.program import Program
 from .dataflow import successors
 
 #: Functions with more instructions than this are translated in chunks; every function of the bundled guests and
-#: of the benchmark is far below it (the largest, rust-probe's words tool: 2,988). A transfer between chunks costs
-#: a return to the dispatch loop, a call and the registers' stores and loads, about 13 ns: a generated function of
-#: 12,100 instructions (a loop around a 32-way switch, 2026-12-03) compiled in 8.3 s of CPU and 11.2 s as one C
-#: function, in 3.8 and 4.7 s as chunks of 4,096, and its loop, which crossed chunks on every iteration, ran 22%
-#: slower (2.96 against 2.43 ms for 20,000 iterations). Functions that compile whole keep their speed.
+#: of the benchmark is far below it (the largest, rust-probe's words tool: 2,988). A transfer between chunks is a
+#: return to the dispatch loop, a call and the registers' stores and loads. tools/bench_bigfunction.py (a loop
+#: around a 32-way switch, crossing chunks on most iterations; 2026-12-03): 10,849 instructions compiled cold in
+#: 7.4 s (7.0 s of CPU, 250 MB) whole and 1.5 s (2.1 s) in 3 chunks, and ran 1.71 against 2.08 ms; 23,315
+#: instructions in 18.6 s (17.5 s, 434 MB) whole and 3.5 s (5.8 s) in 7 chunks, and ran 3.95 against 3.82 ms.
+#: Functions that compile whole in reasonable time keep their code.
 CHUNKED_ABOVE = 16_384
 #: The most instructions in one chunk.
 CHUNK_INSNS = 4_096
