@@ -19,7 +19,8 @@ nothing (no constants, no stack facts, no register in sync), and whose calls of 
 calls; the whole function's facts are not needed, so the translation stays linear too.
 
 Where the cuts go: within the second half of each chunk's room, at the instruction boundary that the fewest of the
-function's direct control edges cross (after a jump or a return, none falls through), so a loop is rarely cut.
+function's direct control edges cross (a fall-through is one: the best cuts follow a jump or a return, outside every
+loop), so a loop is rarely cut.
 """
 
 from __future__ import annotations
