@@ -102,8 +102,12 @@ class FunctionEmitter:
         self.out: list[str] = []
         self.has_indirect = False
         self.resume = resume
+        #: the C function starts inside the guest function (a resume copy, a chunk), at any of its local targets:
+        #: nothing is known there, and every indirect jump may branch to every one of them
+        self.entered_inside = resume or chunks is not None
         #: per indirect jump, the local targets it branches to directly (None: all, and no resume copy)
-        self.expect = None if resume or chunks else jump_targets(info, analysis.jump_tables, analysis.program.image)
+        self.expect = None if self.entered_inside else jump_targets(info, analysis.jump_tables,
+                                                                    analysis.program.image)
         self.stack_at = stack_pointers(info.insns, info.start, info.local_targets, self.expect)
         #: the jumps whose target is decided at run time: the one definition, which the expectations also cover
         self.dynamic = {jump.addr for jump in dynamic_jumps(info)}
@@ -148,8 +152,10 @@ class FunctionEmitter:
         self.groups, self.grouped = access_groups(insns, self.labels, self.follows, self.stack_at, self.in_loops)
         #: where a group's segment ends: the label its slow path continues at follows that instruction
         self.run_ends = {g.segment[-1].addr for g in self.groups.values()}
-        self.name = (resume_name(prefix, info.start) if resume else fn_name(prefix, info.start) if chunks is None
-                     else chunks.name(prefix, part))
+        if chunks is not None:
+            self.name = chunks.name(prefix, part)
+        else:
+            self.name = resume_name(prefix, info.start) if resume else fn_name(prefix, info.start)
         self.runs = RunTable(self.name, (g.segment for g in self.groups.values()))
         #: loads through sp whose bytes an earlier access of the frame checked (berm_aot.emit.frames; none in the
         #: resume copy, entered inside a frame), and the groups made of them only, which take no check
@@ -161,7 +167,7 @@ class FunctionEmitter:
         #: (``_nested_exits``): its sp is not one a return left, which the unchecked loads and the checks once per
         #: depth rely on
         self.tail_resumes = False
-        if not resume and chunks is None:
+        if not self.entered_inside:
             calls = {i.addr for i in insns if starts_here and self._call_target(i) == info.start}
             facts, kept = frame_facts(insns, info.start, info.local_targets, calls, stores_readable)
             self.unchecked = unchecked_loads(insns, facts) - self.in_loops.keys()  # those take their loop's check
@@ -217,8 +223,8 @@ class FunctionEmitter:
         """The registers this function wrote whose locals may differ from ctx->regs before ``insn``: what a call
         or a slow path stores (berm_aot.emit.synced; found at the first, since a function may have neither)."""
         if self._synced is None:
-            self._synced = {} if self.self_calls else synced_registers(self.f, self.expect,
-                                                                   entered=not self.resume and self.chunks is None)
+            entered = not self.entered_inside
+            self._synced = {} if self.self_calls else synced_registers(self.f, self.expect, entered=entered)
         return self.f.written - self._synced.get(insn.addr, frozenset())
 
     def _leave_to(self, target: int) -> str:
