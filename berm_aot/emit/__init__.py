@@ -102,7 +102,7 @@ def _lookups(analysis: Analysis, plans: dict[int, Chunks], prefix: str) -> list[
         "",
         *runner(p),
         f"BERM_EXPORT uint64_t {p}berm_enter(berm_ctx *ctx, uint64_t entry) {{"]
-    if plans:  # an entry that is no function start traps in dispatch; a chunk's entry is none either
+    if plans:  # dispatch would find a chunk by its entry, which is no function start: the host enters those only
         lines += [f"    if (BERM_UNLIKELY(!{p}start_fn(entry))) {{",
                   "        berm_set_trap(ctx, BERM_TRAP_ILLEGAL, entry, entry, 0);",
                   "        return BERM_TRAPPED;",
