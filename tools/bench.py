@@ -6,9 +6,10 @@
 Everything runs side by side in one process, repetitions interleaved across runners, so the ratios hold on a busy
 2-core machine; each figure is a median of the measuring thread's CPU time (wall time for the cold compile; the
 CPU time of its processes for qemu-user). Compute kernels (tools/kernels/) run natively (gcc -O2), on wasmtime, on
-qemu-user (when Debian's qemu-user is installed), on unicorn and on Berm's AOT and interpreter engines; each figure is time per unit of work with the kernel's fixed setup (its n = 0 run)
-subtracted, so runners using different n compare; each ratio is the median of per-round ratios against native's
-run in the same round. The output is a Markdown table.
+qemu-user (when Debian's qemu-user is installed), on unicorn and on Berm's AOT and interpreter engines; each figure
+is time per unit of work with the kernel's fixed setup (its n = 0 run) subtracted, so runners using different n
+compare; each ratio is the median of per-round ratios against native's run in the same round. The output is a
+Markdown table.
 Exit status 1 when any runner computed a different checksum from native or a figure could not be measured.
 """
 
