@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from functools import cached_property
 
 from berm_aot.analysis import FunctionInfo, part_of
 from berm_aot.isa import Instruction
@@ -49,11 +50,15 @@ CHUNK_INSNS = 4_096
 @dataclass(frozen=True)
 class Chunks:
     """How ``whole`` is translated: ``parts[k]`` is chunk k as a function of its own, its entries its local
-    targets; ``home`` maps every entry to its chunk."""
+    targets."""
 
     whole: FunctionInfo
     parts: tuple[FunctionInfo, ...]
-    home: dict[int, int]
+
+    @cached_property
+    def home(self) -> dict[int, int]:
+        """Every chunk's entry → the chunk."""
+        return {t: k for k, part in enumerate(self.parts) for t in part.local_targets}
 
     def name(self, prefix: str, k: int) -> str:
         return f"{prefix}f_{self.whole.start:x}_c{k}"
@@ -85,7 +90,7 @@ def chunk_plan(info: FunctionInfo, program: Program) -> Chunks | None:
     ranges = [info.start, *(insns[c].addr for c in cuts), info.end]
     parts = tuple(part_of(info, program, ranges[k], ranges[k + 1], insns[bounds[k]:bounds[k + 1]], sorted(entries[k]))
                   for k in range(len(entries)))
-    return Chunks(info, parts, {t: k for k, targets in enumerate(entries) for t in targets})
+    return Chunks(info, parts)
 
 
 def _direct_targets(insn: Instruction, static_targets: dict[int, int]) -> list[int]:
