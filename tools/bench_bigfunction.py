@@ -25,7 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+from bench_runners import children_cpu_time  # noqa: E402
 
 from berm_aot.analysis import analyse  # noqa: E402
 from berm_aot.emit import chunks  # noqa: E402
@@ -67,15 +70,15 @@ def big_function_source(statements: int, seed: int = 5) -> str:
 def compile_cold(elf: bytes, cache: Path, above: int, size: int):
     """The loaded image, and (its largest function's chunks, wall s, compilers' CPU s, largest compiler's peak MB
     so far)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = children_cpu_time()
     start = time.monotonic()
     with in_chunks(above, size):
         image = Engine(kind="aot", cache_dir=cache).load(elf)
         largest = max(analyse(image.program).functions, key=lambda f: len(f.insns))
         plan = chunks.chunk_plan(largest, image.program)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return image, (1 if plan is None else len(plan.parts), time.monotonic() - start, cpu, after.ru_maxrss / 1024)
+    wall, cpu = time.monotonic() - start, children_cpu_time() - before
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return image, (1 if plan is None else len(plan.parts), wall, cpu, peak)
 
 
 def main(argv: list[str] | None = None) -> int:

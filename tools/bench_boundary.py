@@ -19,7 +19,7 @@ from pathlib import Path
 
 from berm_abi.names import fnv1a64
 from berm_host.linker import Linker
-from bench_runners import BermRunner, NativeRunner, WasmRunner
+from bench_runners import BermRunner, NativeRunner, WasmRunner, children_cpu_time
 
 #: The 256 bytes every measured invocation pulls with berm.args.read.
 PING_ARGS = b'{"pad":"' + b"x" * 246 + b'"}'
@@ -114,7 +114,7 @@ def cold_compile_seconds(elf: bytes, runs: int) -> tuple[float, float, list[floa
 
     def cpu() -> tuple[float, float]:
         t = os.times()
-        return t.user + t.system, t.children_user + t.children_system
+        return t.user + t.system, children_cpu_time()
 
     walls, cpus, owns = [], [], []
     for _ in range(runs):

@@ -68,7 +68,8 @@ class WasmRunner:
 
 
 def children_cpu_time() -> float:
-    """CPU seconds (user and system) of this process's children that have ended and been waited for."""
+    """CPU seconds (user and system) of this process's children that have ended and been waited for, to the
+    microsecond (``os.times`` counts clock ticks: 10 ms, more than a qemu-user call's work at small n)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
