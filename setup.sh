@@ -5,8 +5,9 @@
 # "externally managed", PEP 668): then into a virtual environment it makes in .venv, to activate with
 # `. .venv/bin/activate`. The guest toolchain (clang/lld for riscv64) comes from PyPI's ziglang, so no root is needed
 # for it. Root is used only to apt-install what is missing: Debian's python3-venv and python3-dev (the headers the
-# runtime's C extensions compile against), llvm (llvm-objdump, which the disassembler tests compare against) and
-# qemu-user (qemu-riscv64, a peer the benchmark compares against).
+# runtime's C extensions compile against), llvm (llvm-objdump, which the disassembler tests compare against),
+# qemu-user (qemu-riscv64, a peer the benchmark compares against) and Debian's Rust (rustc-web, cargo-web,
+# rust-web-src, lld-22: a test rebuilds the committed Rust images from their source and compares).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -23,13 +24,16 @@ if [ "$managed" = 1 ] && ! venv_works; then
 fi
 command -v llvm-objdump >/dev/null 2>&1 || missing+=(llvm)
 command -v qemu-riscv64 >/dev/null 2>&1 || missing+=(qemu-user)
+rust=(rustc-web cargo-web rust-web-src lld-22)  # Debian's Rust, which rebuilds harnesses/rust-probe's images
+[ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] && compgen -G '/usr/src/rustc-*/library/vendor' >/dev/null \
+    && command -v ld.lld-22 >/dev/null 2>&1 || missing+=("${rust[@]}")
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
     else
         echo "setup.sh: missing Debian packages ${missing[*]}: run 'sudo apt-get install ${missing[*]}' first" >&2
-        for package in "${missing[@]}"; do  # llvm and qemu-user serve only some tests and the benchmark
-            case "$package" in llvm | qemu-user) ;; *) exit 1 ;; esac
+        for package in "${missing[@]}"; do  # these serve only some tests and the benchmark
+            case "$package" in llvm | qemu-user | rustc-web | cargo-web | rust-web-src | lld-22) ;; *) exit 1 ;; esac
         done
     fi
 fi

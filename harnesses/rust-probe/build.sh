@@ -1,5 +1,6 @@
 #!/bin/sh
-# Rebuild rust-probe.elf from source, so CI never needs a Rust toolchain (the ELF is committed beside this file).
+# Rebuild rust-probe.elf and rust-keywords.elf from source (both are committed beside this file, so running the
+# harnesses needs no Rust toolchain; tests/test_rust_build.py rebuilds them where one is installed and compares).
 # Needs Debian's rustc-web, cargo-web, rust-web-src and lld-22 (apt-get install -y rustc-web cargo-web
 # rust-web-src lld-22): /usr/bin/rustc 1.96 builds core and alloc from /usr/src/rustc-1.96.0 offline.
 set -eu
@@ -10,5 +11,7 @@ RUSTFLAGS="-C linker=ld.lld-22 -C relocation-model=static -C code-model=medium -
     /usr/bin/cargo build --offline --release -Zbuild-std=core,alloc --target riscv64imac-unknown-none-elf \
     --config 'source.crates-io.replace-with="std-vendor"' \
     --config 'source.std-vendor.directory="/usr/src/rustc-1.96.0/library/vendor"'
-cp target/riscv64imac-unknown-none-elf/release/rust-probe rust-probe.elf
-echo "built $here/rust-probe.elf"
+for image in rust-probe rust-keywords; do
+    cp "target/riscv64imac-unknown-none-elf/release/$image" "$image.elf"
+    echo "built $here/$image.elf"
+done
