@@ -2,13 +2,16 @@
 
 The guest is one generated C function: a loop around a 32-way switch whose cases are long runs of arithmetic, loads
 and stores on a static array and small branches (``--statements`` of them; 3,000 make about 12,000 RV64
-instructions). It is translated and compiled cold twice: as Berm translates it (whole up to
+instructions), or, with ``--keywords``, the committed Rust image harnesses/rust-probe/rust-keywords.elf, whose
+``match`` of 1,000 byte-string arms rustc makes one function of about 23,000 instructions (a call looks every one
+of its words up). It is translated and compiled cold twice: as Berm translates it (whole up to
 ``chunks.CHUNKED_ABOVE`` instructions, in chunks above), and cut into chunks of ``chunks.CHUNK_INSNS`` whatever its
 size (``--whole`` compiles it whole instead, whatever its size: slow and memory-hungry past ~16,000 instructions).
 Each build's answer is checked against the interpreter's, then both are timed side by side.
 
     python tools/bench_bigfunction.py                      # 3,000 statements: whole against chunks
     python tools/bench_bigfunction.py --statements 6000    # past the threshold: chunks both ways
+    python tools/bench_bigfunction.py --keywords --whole   # the Rust match: whole against chunks
 
 Compile figures: wall time, the compilers' CPU time, the largest compiler's peak memory (of all compiles so far in
 this process: compile the larger build first to read it). Run figures: the median of the measuring thread's CPU time.
@@ -23,7 +26,9 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
@@ -36,6 +41,8 @@ from berm_host.backend import RunRequest  # noqa: E402
 from berm_host.engine import Engine  # noqa: E402
 from tests.guests import guest_elf  # noqa: E402
 from tests.test_aot_chunks import in_chunks  # noqa: E402
+from tests.test_rust_keywords import ELF as KEYWORDS_ELF  # noqa: E402
+from tests.test_rust_keywords import WORDS  # noqa: E402
 
 VARIABLES = "abcde"
 
@@ -81,46 +88,73 @@ def compile_cold(elf: bytes, cache: Path, above: int, size: int):
     return image, (1 if plan is None else len(plan.parts), wall, cpu, peak)
 
 
+@dataclass(frozen=True)
+class Subject:
+    """What is compiled, and one call of it: ``check(image)`` is compared with the interpreter's, ``timed(image)``
+    is what the run figure times."""
+
+    elf: bytes
+    title: str
+    check: Callable[[object], object]
+    timed: Callable[[object], object]
+
+
+def generated_subject(statements: int, rounds: int) -> Subject:
+    elf = guest_elf(big_function_source(statements), keep=("_start", "huge"))
+
+    def call(image, n):
+        got = image.backend.run(RunRequest(entry=image.program.symbol("huge"), int_args=(7, n)))
+        return got.a0, got.trap
+
+    return Subject(elf, f"{statements} statements; per call: {rounds} iterations of the loop",
+                   lambda image: call(image, 300), lambda image: call(image, rounds))
+
+
+def keywords_subject() -> Subject:
+    text = b'"' + b" ".join(WORDS) + b'"'
+
+    def call(image):
+        return image.harness(name="keywords").call("lookup", text)
+
+    return Subject(KEYWORDS_ELF.read_bytes(), f"rust-keywords; per call: a lookup of its {len(WORDS)} words", call, call)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--statements", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=20000, help="loop iterations per timed call")
+    parser.add_argument("--keywords", action="store_true", help="the Rust image rust-keywords.elf instead")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--whole", action="store_true", help="compile the first build whole, whatever its size")
     args = parser.parse_args(argv)
-    elf = guest_elf(big_function_source(args.statements), keep=("_start", "huge"))
-    interp = Engine(kind="interp").load(elf)
+    subject = keywords_subject() if args.keywords else generated_subject(args.statements, args.rounds)
+    interp = Engine(kind="interp").load(subject.elf)
     insns = max(len(f.insns) for f in analyse(interp.program).functions)
     first = ("whole", 1 << 62, chunks.CHUNK_INSNS) if args.whole else (
         "as translated", chunks.CHUNKED_ABOVE, chunks.CHUNK_INSNS)
     builds = [first, (f"chunks of {chunks.CHUNK_INSNS}", 0, chunks.CHUNK_INSNS)]
-    print(f"one function of {insns} instructions ({args.statements} statements); chunked above "
-          f"{chunks.CHUNKED_ABOVE}\n")
+    print(f"one function of {insns} instructions ({subject.title}); chunked above {chunks.CHUNKED_ABOVE}\n")
     print("| build | chunks | cold compile, wall | compilers' CPU | largest compiler so far | per call |")
     print("|---|---|---|---|---|---|")
     images, rows = {}, {}
     with tempfile.TemporaryDirectory(prefix="berm-bigfunction-") as tmp:
         for name, above, size in builds:
-            images[name], rows[name] = compile_cold(elf, Path(tmp) / str(len(rows)), above, size)
-        entry = interp.program.symbol("huge")
-        want = interp.backend.run(RunRequest(entry=entry, int_args=(7, 300)))
+            images[name], rows[name] = compile_cold(subject.elf, Path(tmp) / str(len(rows)), above, size)
+        want = subject.check(interp)
         for name, image in images.items():
-            got = image.backend.run(RunRequest(entry=entry, int_args=(7, 300)))
-            if (got.a0, got.trap) != (want.a0, want.trap):
-                print(f"{name}: {got.a0:#x} {got.trap}, the interpreter {want.a0:#x} {want.trap}")
+            if (got := subject.check(image)) != want:
+                print(f"{name}: {got}, the interpreter {want}")
                 return 1
         times: dict[str, list[float]] = {name: [] for name in images}
-        request = RunRequest(entry=entry, int_args=(7, args.rounds))
         for _ in range(args.repeats):
             for name, image in images.items():
                 start = time.thread_time()
-                image.backend.run(request)
+                subject.timed(image)
                 times[name].append(time.thread_time() - start)
     for name, (parts, wall, cpu, peak) in rows.items():
         print(f"| {name} | {parts if parts > 1 else 'none'} | {wall:.1f} s | {cpu:.1f} s | {peak:.0f} MB "
               f"| {statistics.median(times[name]) * 1e3:.2f} ms |")
-    print(f"\nper call: {args.rounds} iterations of the loop, median of {args.repeats}; every build's answer "
-          "matched the interpreter's")
+    print(f"\nper call: the median of {args.repeats}; every build's answer matched the interpreter's")
     return 0
 
 

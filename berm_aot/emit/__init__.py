@@ -37,17 +37,20 @@ MAX_UNITS = 8
 MAX_UNIT_INSNS = 16_384
 
 
-def _header(prefix: str, windows: Windows, functions: Iterable[int], plans: Iterable[Chunks] = ()) -> list[str]:
-    """What a unit starts with: the layout, the runtime's macros, and the prototypes of ``functions`` (by start), of
-    the chunks of ``plans`` and of the shared helpers. A unit declares only the functions it defines or calls (unit
+def prototype(name: str) -> str:
+    """The declaration of a translated function (or chunk) called ``name``."""
+    return f"BERM_HIDDEN uint64_t {name}(berm_ctx *ctx, uint64_t ret, uint32_t depth);"
+
+
+def _header(prefix: str, windows: Windows, functions: Iterable[int]) -> list[str]:
+    """What a unit starts with: the layout, the runtime's macros, and the prototypes of ``functions`` (by start) and
+    of the shared helpers. A unit declares only the functions it defines or calls (unit
     0: all, for its lookups): every unit declaring every function made each unit as large as the program has
     functions (75 MB each for a million)."""
     p = prefix
     lines = ["/* The guest memory layout this code is translated for (berm_code.h). */", *windows.defines(),
              '#include "berm_code.h"', ""]
-    names = [fn_name(p, start) for start in sorted(functions)]
-    names += [plan.name(p, k) for plan in plans for k in range(len(plan.parts))]
-    lines += [f"BERM_HIDDEN uint64_t {name}(berm_ctx *ctx, uint64_t ret, uint32_t depth);" for name in names]
+    lines += [prototype(fn_name(p, start)) for start in sorted(functions)]
     lines += [
         f"BERM_HIDDEN berm_fn {p}entry_fn(uint64_t t);",
         f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link, uint32_t depth);",
@@ -67,7 +70,7 @@ def _header(prefix: str, windows: Windows, functions: Iterable[int], plans: Iter
     return lines
 
 
-def _lookups(analysis: Analysis, plans: dict[int, Chunks], prefix: str) -> list[str]:
+def _lookups(analysis: Analysis, prefix: str) -> list[str]:
     p = prefix
     lines = ["/* The layout the code is specialised to: the core refuses to run it on other memory. */",
              f"BERM_EXPORT const uint64_t {p}berm_layout[{len(C_NAMES)}] = {{{', '.join(C_NAMES)}}};", ""]
@@ -77,22 +80,12 @@ def _lookups(analysis: Analysis, plans: dict[int, Chunks], prefix: str) -> list[
     lines += [f"static berm_fn {p}start_fn(uint64_t t) {{", "    switch (t) {"]
     lines += [f"    case {lit(f.start)}: return {fn_name(p, f.start)};" for f in analysis.functions]
     lines += ["    default: return 0;", "    }", "}", ""]
-    if plans:
-        lines += ["/* The entries of the chunks of functions translated in chunks (berm_aot.emit.chunks): where one",
-                  "   chunk's tail transfer to another goes. */",
-                  f"static berm_fn {p}chunk_fn(uint64_t t) {{", "    switch (t) {"]
-        lines += [f"    case {lit(t)}: return {plan.name(p, k)};" for plan in plans.values()
-                  for t, k in sorted(plan.home.items()) if t != plan.whole.start]
-        lines += ["    default: return 0;", "    }", "}", ""]
     lines += ["/* Legal indirect targets that are function starts (ABI §6). */",
               f"BERM_HIDDEN berm_fn {p}entry_fn(uint64_t t) {{", "    switch (t) {"]
     lines += [f"    case {lit(t)}: return {fn_name(p, t)};" for t in analysis.entries]
     lines += ["    default: return 0;", "    }", "}", ""]
     lines += [f"BERM_HIDDEN uint64_t {p}dispatch(berm_ctx *ctx, uint64_t t, uint64_t link, uint32_t depth) {{",
-              f"    berm_fn f = {p}start_fn(t);"]
-    if plans:
-        lines.append(f"    if (BERM_UNLIKELY(!f)) f = {p}chunk_fn(t);")
-    lines += [
+              f"    berm_fn f = {p}start_fn(t);",
         "    if (BERM_UNLIKELY(!f)) {",
         "        berm_set_trap(ctx, BERM_TRAP_ILLEGAL, t, t, 0);",
         "        return BERM_TRAPPED;",
@@ -101,13 +94,7 @@ def _lookups(analysis: Analysis, plans: dict[int, Chunks], prefix: str) -> list[
         "}",
         "",
         *runner(p),
-        f"BERM_EXPORT uint64_t {p}berm_enter(berm_ctx *ctx, uint64_t entry) {{"]
-    if plans:  # dispatch would find a chunk by its entry, which is no function start: the host enters those only
-        lines += [f"    if (BERM_UNLIKELY(!{p}start_fn(entry))) {{",
-                  "        berm_set_trap(ctx, BERM_TRAP_ILLEGAL, entry, entry, 0);",
-                  "        return BERM_TRAPPED;",
-                  "    }"]
-    lines += [
+        f"BERM_EXPORT uint64_t {p}berm_enter(berm_ctx *ctx, uint64_t entry) {{",
         f"    uint64_t t = {p}finish(ctx, {p}dispatch(ctx, entry, 0, 1), 0, 1);",
         "    return t == BERM_TRAPPED ? BERM_TRAPPED : 0;",
         "}",
@@ -151,7 +138,7 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
     for info in analysis.functions:
         for group in _pieces(analysis, info, prefix, stores_readable, plans.get(info.start)):
             if filled >= shares[k] and k + 1 < len(shares):
-                yield _unit(analysis, plans, prefix, windows, named, body, k)
+                yield _unit(analysis, prefix, windows, named, body, k)
                 body, named, k, filled = [], set(), k + 1, 0
             for piece in group:
                 body += piece.lines
@@ -160,7 +147,7 @@ def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Itera
                 filled += piece.insns
             named.add(info.start)
     # units past this one would hold no function: none is emitted
-    yield _unit(analysis, plans, prefix, windows, named, body, k)
+    yield _unit(analysis, prefix, windows, named, body, k)
 
 
 @dataclass(frozen=True)
@@ -195,21 +182,33 @@ def _pieces(analysis: Analysis, info: FunctionInfo, prefix: str, stores_readable
 
 
 def _enter_chunks(plan: Chunks, prefix: str) -> list[str]:
-    """The C function of a function translated in chunks: it enters chunk 0 at the function's start."""
+    """The C function of a function translated in chunks: it enters chunk 0 at the function's start, then each
+    chunk a chunk leaves for (its tail transfer to an address of the function), until one returns, traps, or leaves
+    for another function, which the caller's dispatch loop runs. So a transfer between chunks costs a return, a
+    choice among the chunks by address, and the chunk's choice among its entries."""
     f = plan.whole
-    return [f"/* {comment(f.func.name)} [{f.start:#x}, {f.end:#x}): {len(f.insns)} instructions, translated as "
-            f"{len(plan.parts)} chunks (berm_aot/emit/chunks.py) */",
-            f"BERM_HIDDEN uint64_t {fn_name(prefix, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{",
-            f"    ctx->next = {lit(f.start)};",
-            f"    return {plan.name(prefix, 0)}(ctx, ret, depth);",
-            "}"]
+    lines = [f"/* {comment(f.func.name)} [{f.start:#x}, {f.end:#x}): {len(f.insns)} instructions, translated as "
+             f"{len(plan.parts)} chunks (berm_aot/emit/chunks.py), run one after another by this loop */"]
+    lines += [prototype(plan.name(prefix, k)) for k in range(1, len(plan.parts))]
+    lines += [f"BERM_HIDDEN uint64_t {fn_name(prefix, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{",
+              f"    ctx->next = {lit(f.start)};",
+              "    for (;;) {",
+              "        uint64_t t;",
+              "        switch (ctx->next) {"]
+    lines += [f"        case {lit(part.start)} ... {lit(part.end - 1)}: "
+              f"t = {plan.name(prefix, k)}(ctx, ret, depth); break;" for k, part in enumerate(plan.parts)]
+    lines += ["        default: return BERM_TAIL; /* another function's start: the caller's dispatch loop goes on */",
+              "        }",
+              "        if (t != BERM_TAIL) return t;",
+              "    }",
+              "}"]
+    return lines
 
 
-def _unit(analysis: Analysis, plans: dict[int, Chunks], prefix: str, windows: Windows, named: set[int],
-          body: list[str], k: int) -> str:
+def _unit(analysis: Analysis, prefix: str, windows: Windows, named: set[int], body: list[str], k: int) -> str:
     if k == 0:
-        header = _header(prefix, windows, (f.start for f in analysis.functions), plans.values())
-        extra = _lookups(analysis, plans, prefix)
+        header = _header(prefix, windows, (f.start for f in analysis.functions))
+        extra = _lookups(analysis, prefix)
     else:
         header, extra = _header(prefix, windows, named), []
     return "\n".join(header + body + extra) + "\n"

@@ -11,10 +11,12 @@ How a chunk runs: it is entered at one of its entries, the address in ``ctx->nex
 from outside the chunk: the function's start (chunk 0), the targets of branches and jumps in other chunks, a
 fall-through or a call's link that crosses a cut, and every legal indirect target of the function (any of its
 indirect jumps may branch there). Leaving a chunk for another is a tail transfer to the entry (``ctx->next``,
-``BERM_TAIL``), which the dispatch loop of the frame's caller runs with the same link and depth (``<p>finish``), as
-it runs a tail call: no native stack grows, a return from any chunk returns from the function, a trap in any chunk
-shows the function's frame. The function's own C function (``<p>f_<start>``, what callers and the lookups know)
-enters chunk 0 at the start. Each chunk is translated as a function of its own whose every entry starts knowing
+``BERM_TAIL``), which the function's own C function (``<p>f_<start>``, what callers and the lookups know, which
+enters chunk 0 at the start) runs in a loop with the same link and depth, choosing the chunk by address: no native
+stack grows, a return from any chunk returns from the function, a trap in any chunk shows the function's frame, and
+a tail transfer to another function leaves the loop for the caller's dispatch loop, as from any function. Before,
+the caller's dispatch loop ran every transfer between chunks too, finding the chunk among all function starts and
+then all chunk entries: rust-keywords' lookups (below) took 0.21 ms where they take 0.16 ms now. Each chunk is translated as a function of its own whose every entry starts knowing
 nothing (no constants, no stack facts, no register in sync), and whose calls of the function itself are ordinary
 calls; the whole function's facts are not needed, so the translation stays linear too.
 
@@ -36,12 +38,15 @@ from berm_aot.program import Program
 from .dataflow import successors
 
 #: Functions with more instructions than this are translated in chunks; every function of the bundled guests and
-#: of the benchmark is far below it (the largest, rust-probe's words tool: 2,988). A transfer between chunks is a
-#: return to the dispatch loop, a call and the registers' stores and loads. tools/bench_bigfunction.py (a loop
-#: around a 32-way switch, crossing chunks on most iterations; 2026-12-03): 10,849 instructions compiled cold in
-#: 7.4 s (7.0 s of CPU, 250 MB) whole and 1.5 s (2.1 s) in 3 chunks, and ran 1.71 against 2.08 ms; 23,315
-#: instructions in 18.6 s (17.5 s, 434 MB) whole and 3.5 s (5.8 s) in 7 chunks, and ran 3.95 against 3.82 ms.
-#: Functions that compile whole in reasonable time keep their code.
+#: of the benchmark is far below it (the largest, rust-probe's words tool: 2,988) but rust-keywords' match (23,279
+#: instructions, harnesses/rust-probe/build.rs). A transfer between chunks is a return to the function's loop, a
+#: choice of chunk by address, a call, the chunk's choice among its entries and the registers' stores and loads.
+#: tools/bench_bigfunction.py (2026-12-03): a generated loop around a 32-way switch, crossing chunks on most
+#: iterations: 10,849 instructions compiled cold in 7.4 s (7.0 s of CPU, 250 MB) whole and 1.5 s (2.1 s) in 3
+#: chunks, and ran 1.48 against 1.70 ms; 23,315 instructions in 18.6 s (17.5 s, 434 MB) whole and 3.5 s (5.8 s) in 7
+#: chunks, and ran 3.95 against 3.82 ms. rust-keywords (--keywords: a trie of jump tables) in 42 s (41.7 s, 1.1 GB)
+#: whole and 5.6 s (9.8 s, 122 MB) in 11 chunks; a call looking up its 1,000 words ran 0.08 ms whole and 0.16 ms in
+#: chunks. Functions that compile whole in reasonable time keep their code.
 CHUNKED_ABOVE = 16_384
 #: The most instructions in one chunk.
 CHUNK_INSNS = 4_096
