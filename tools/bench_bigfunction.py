@@ -9,9 +9,9 @@ of its words up). It is translated and compiled cold twice: as Berm translates i
 size (``--whole`` compiles it whole instead, whatever its size: slow and memory-hungry past ~16,000 instructions).
 Each build's answer is checked against the interpreter's, then both are timed side by side.
 
-    python tools/bench_bigfunction.py                      # 3,000 statements: whole against chunks
-    python tools/bench_bigfunction.py --statements 6000    # past the threshold: chunks both ways
-    python tools/bench_bigfunction.py --keywords --whole   # the Rust match: whole against chunks
+    python tools/bench_bigfunction.py --statements 2000    # under the threshold: whole against chunks
+    python tools/bench_bigfunction.py --whole               # 3,000 statements, past it: whole against chunks
+    python tools/bench_bigfunction.py --keywords --whole    # the Rust match: whole against chunks
 
 Compile figures: wall time, the compilers' CPU time, the largest compiler's peak memory (of all compiles so far in
 this process: compile the larger build first to read it). Run figures: the median of the measuring thread's CPU time.
