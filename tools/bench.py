@@ -173,7 +173,7 @@ def measure_boundary(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
     compile_row = Row(f"compiling a {guest_code_kb(big):.0f} KB guest cold (wall)", "≤ 10 s (~100 KB)", 10.0)
     compile_cpu = Row("… the CPU time of that compile, compiler processes included")
     rust_row = Row(f"compiling a {guest_code_kb(RUST_GUEST):.0f} KB Rust guest cold (wall): rust-keywords, its largest "
-                   "function 23,279 instructions", "≤ 10 s (~100 KB)", 10.0)
+                   f"function {largest_function_insns(RUST_GUEST):,} instructions", "≤ 10 s (~100 KB)", 10.0)
     rust_cpu = Row("… the CPU time of that compile, compiler processes included")
     invoke.cells["native"] = bb.cffi_floor(runners["native"], plan.invoke_calls * 10)
     if "wasmtime" in runners:
@@ -209,6 +209,14 @@ def guest_code_kb(elf: Path) -> float:
     from berm_aot.elf import read_elf
 
     return sum(s.size for s in read_elf(elf.read_bytes()).executable_sections()) / 1024
+
+
+def largest_function_insns(elf: Path) -> int:
+    from berm_aot.analysis import analyse
+    from berm_aot.elf import read_elf
+    from berm_aot.program import Program
+
+    return max(len(f.insns) for f in analyse(Program.from_image(read_elf(elf.read_bytes()))).functions)
 
 
 # --- output --------------------------------------------------------------------------------------------------------
