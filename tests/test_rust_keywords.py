@@ -67,9 +67,8 @@ def test_the_match_is_one_function_cut_into_chunks(program):
     assert len(info.insns) > chunks.CHUNKED_ABOVE
     plan = chunks.chunk_plan(info, program)
     # the function's C function picks a chunk by address range: each chunk's entries lie in its own range
-    assert [(p.start, p.end) for p in plan.parts] == list(zip([info.start, *(p.end for p in plan.parts[:-1])],
-                                                             [p.end for p in plan.parts]))
-    assert plan.parts[-1].end == info.end and len(plan.parts) > 1
+    starts, ends = [p.start for p in plan.parts], [p.end for p in plan.parts]
+    assert len(plan.parts) > 1 and starts == [info.start, *ends[:-1]] and ends[-1] == info.end
     assert all(part.start <= t < part.end for part in plan.parts for t in part.local_targets)
     # the trie's jump tables: hundreds of local targets, named by relocations, in several chunks
     targets = info.local_targets

@@ -3,15 +3,17 @@
 The guest is one generated C function: a loop around a 32-way switch whose cases are long runs of arithmetic, loads
 and stores on a static array and small branches (``--statements`` of them; 3,000 make about 12,000 RV64
 instructions), or, with ``--keywords``, the committed Rust image harnesses/rust-probe/rust-keywords.elf, whose
-``match`` of 1,000 byte-string arms rustc makes one function of about 23,000 instructions (a call looks every one
-of its words up). It is translated and compiled cold twice: as Berm translates it (whole up to
-``chunks.CHUNKED_ABOVE`` instructions, in chunks above), and cut into chunks of ``chunks.CHUNK_INSNS`` whatever its
-size (``--whole`` compiles it whole instead, whatever its size: slow and memory-hungry past ~16,000 instructions).
+``match`` of 1,000 byte-string arms rustc makes one function of about 23,000 instructions (a call looks all 1,000
+words up; ``--keywords ELF`` takes a build with fewer arms: KEYWORDS in harnesses/rust-probe/build.rs). It is
+translated and compiled cold twice: as Berm translates it (whole up to ``chunks.CHUNKED_ABOVE`` instructions, in
+chunks above), and cut into chunks of ``chunks.CHUNK_INSNS`` whatever its size (``--whole`` compiles it whole
+instead, whatever its size: slow and memory-hungry past ~8,000 instructions).
 Each build's answer is checked against the interpreter's, then both are timed side by side.
 
     python tools/bench_bigfunction.py --statements 2000    # under the threshold: whole against chunks
     python tools/bench_bigfunction.py --whole               # 3,000 statements, past it: whole against chunks
     python tools/bench_bigfunction.py --keywords --whole    # the Rust match: whole against chunks
+    python tools/bench_bigfunction.py --keywords kw350.elf --whole    # a build of it with 350 arms
 
 Compile figures: wall time, the compilers' CPU time, the largest compiler's peak memory (of all compiles so far in
 this process: compile the larger build first to read it). Run figures: the median of the measuring thread's CPU time.
@@ -110,24 +112,25 @@ def generated_subject(statements: int, rounds: int) -> Subject:
                    lambda image: call(image, 300), lambda image: call(image, rounds))
 
 
-def keywords_subject() -> Subject:
+def keywords_subject(elf: Path) -> Subject:
     text = b'"' + b" ".join(WORDS) + b'"'
 
     def call(image):
         return image.harness(name="keywords").call("lookup", text)
 
-    return Subject(KEYWORDS_ELF.read_bytes(), f"rust-keywords; per call: a lookup of its {len(WORDS)} words", call, call)
+    return Subject(elf.read_bytes(), f"{elf.name}; per call: a lookup of rust-keywords' {len(WORDS)} words", call, call)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--statements", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=20000, help="loop iterations per timed call")
-    parser.add_argument("--keywords", action="store_true", help="the Rust image rust-keywords.elf instead")
+    parser.add_argument("--keywords", nargs="?", type=Path, const=KEYWORDS_ELF, metavar="ELF",
+                        help="the Rust image rust-keywords.elf (or this build of it) instead")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--whole", action="store_true", help="compile the first build whole, whatever its size")
     args = parser.parse_args(argv)
-    subject = keywords_subject() if args.keywords else generated_subject(args.statements, args.rounds)
+    subject = keywords_subject(args.keywords) if args.keywords else generated_subject(args.statements, args.rounds)
     interp = Engine(kind="interp").load(subject.elf)
     insns = max(len(f.insns) for f in analyse(interp.program).functions)
     first = ("whole", 1 << 62, chunks.CHUNK_INSNS) if args.whole else (

@@ -43,11 +43,12 @@ from .dataflow import successors
 #: choice of chunk by address, a call, the chunk's choice among its entries and the registers' stores and loads.
 #: Chunks trade run time in the function for a compile several times faster, in a fraction of the memory
 #: (2026-12-03, cold compiles of the whole image, tools/bench_bigfunction.py):
-#: - rust-keywords built with 350 arms (a function of 8,425 instructions): 12.4 s (9.9 s of CPU, 262 MB) whole,
-#:   3.4 s (4.5 s) in 4 chunks; a call looking up its 350 words 0.029 ms whole, 0.044 ms in chunks. With 600 arms
-#:   (14,494): 25.7 s (19.3 s, 542 MB) whole, 6.6 s (7.6 s) in 7 chunks. With 1,000 (23,279; --keywords): 42 s
-#:   (41.7 s, 1.1 GB) whole, 5.6 s (9.8 s, 122 MB) in 11 chunks; 0.08 ms a call whole, 0.16 ms in chunks (a lookup
-#:   crosses chunks 1.7 times on average, callgrind: every miss goes to the one block that returns 0).
+#: - rust-keywords built with 350 arms (a function of 8,425 instructions; --keywords ELF): 10.9 s (11.4 s of CPU,
+#:   262 MB) whole, 3.0 s (4.8 s) in 4 chunks; a call looking up 1,000 words 0.06 ms whole, 0.10 ms in chunks. With
+#:   600 arms (14,494): 21.5 s (21.6 s, 542 MB) whole, 3.9 s (6.3 s) in 7 chunks, 0.08 against 0.14 ms. With 1,000
+#:   (23,279; --keywords): 42 s (41.7 s, 1.1 GB) whole, 5.6 s (9.8 s, 122 MB) in 11 chunks; 0.08 ms a call whole,
+#:   0.16 ms in chunks (a lookup crosses chunks 1.7 times on average, callgrind: every miss goes to the one block
+#:   that returns 0).
 #: - a generated loop around a 32-way switch, crossing chunks on most iterations: 10,849 instructions in 7.4 s (7.0 s
 #:   of CPU, 250 MB) whole and 1.5 s (2.1 s) in 3 chunks, and ran 1.48 against 1.70 ms; 23,315 in 18.6 s (17.5 s,
 #:   434 MB) whole and 3.5 s (5.8 s) in 7 chunks, and ran 3.95 against 3.82 ms.
