@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from berm_abi.names import ABI_VERSION
 from berm_aot.errors import (AbiVersionError, ManifestEncodingError, ManifestJsonError, MissingExportError,
@@ -24,6 +25,13 @@ LIFECYCLE_EXPORTS = ("on_wake", "on_notify")
 TOOL_NAME = re.compile(r"[A-Za-z0-9_]+")
 #: Keys of the manifest that state what the harness *requests* (documentation for whoever grants, never a grant).
 REQUEST_KEYS = ("capabilities", "hosts")
+#: How deeply a manifest's arrays and objects may nest. Deeper ones are refused before parsing: Python's parser and
+#: writer recurse, and a depth just under their limit passed json.loads and then broke the check that writes the
+#: document back (a RecursionError out of Engine.load and berm inspect, found by a hostile review). A fixed bound
+#: also makes the answer independent of how deep the caller's own stack is. Tool schemas nest a few levels.
+MAX_NESTING = 100
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 
 
 @dataclass(frozen=True)
@@ -56,9 +64,12 @@ def parse_manifest(data: bytes | None) -> Manifest:
         text = bytes(data).rstrip(b"\0").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ManifestEncodingError(f"the manifest is not UTF-8 (byte {exc.start})") from None
+    depth = _nesting_depth(text)
+    if depth > MAX_NESTING:
+        raise ManifestJsonError(f"the manifest nests arrays and objects {depth} deep; at most {MAX_NESTING} are read")
     try:
         doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError, as is an integer of 4300+ digits
+    except ValueError as exc:  # JSONDecodeError is a ValueError, as is an integer of 4300+ digits
         raise ManifestJsonError(f"the manifest is not valid JSON: {exc}") from None
     _refuse_what_json_cannot_say(doc)
     if not isinstance(doc, dict):
@@ -73,6 +84,13 @@ def parse_manifest(data: bytes | None) -> Manifest:
         raise ManifestJsonError(f"the manifest's usage must be a string, not {_json_type(usage)}")
     return Manifest(abi_version=version, tools=_tools(doc.get("tools")), usage=usage, requests=_requests(doc),
                     raw=doc)
+
+
+def _nesting_depth(text: str) -> int:
+    """How deeply the text's arrays and objects nest, brackets inside strings aside (on text that is not JSON, a
+    count that json.loads then refuses anyway)."""
+    brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", text))
+    return max(accumulate(1 if c in "[{" else -1 for c in brackets), default=0)
 
 
 def _refuse_what_json_cannot_say(doc) -> None:

@@ -10,7 +10,9 @@ import pytest
 from berm_aot.elf import read_elf
 from berm_aot.errors import (AbiVersionError, ManifestEncodingError, ManifestError, ManifestJsonError,
                              MissingExportError, NoManifestError)
-from berm_aot.manifest import ToolSpec, lifecycle_exports, load_manifest, parse_manifest, tool_exports
+from berm_aot.manifest import MAX_NESTING, ToolSpec, lifecycle_exports, load_manifest, parse_manifest, tool_exports
+from berm_cli.main import main as berm_main
+from berm_host.engine import Engine
 from tests.elf_samples import ASM_PRELUDE, SHDR_FIELDS, field, harness_elf, manifest_json, patched, shdr_offsets
 from tests.guests import guest_elf
 
@@ -201,6 +203,34 @@ def test_schema_errors(doc, message):
 def test_deeply_nested_json_is_a_manifest_error():
     with pytest.raises(ManifestJsonError):
         parse_manifest(b"[" * 100_000 + b"]" * 100_000)
+
+
+def _nested(depth: int) -> bytes:
+    """A manifest of one tool whose extra key holds arrays nested so that the whole document is ``depth`` deep."""
+    inner = depth - 1
+    return b'{"abi_version": 0, "tools": [{"name": "alpha"}], "x": ' + b"[" * inner + b"]" * inner + b"}"
+
+
+def test_nesting_is_bounded_before_parsing():
+    assert parse_manifest(_nested(MAX_NESTING)).tools[0].name == "alpha"
+    assert parse_manifest(b'{"abi_version": 0, "tools": [], "x": "' + b"[" * 5000 + b'"}').raw["x"] == "[" * 5000
+    with pytest.raises(ManifestJsonError, match=f"nests arrays and objects {MAX_NESTING + 1} deep; at most"):
+        parse_manifest(_nested(MAX_NESTING + 1))
+
+
+@pytest.mark.parametrize("depth", range(950, 1000, 7))
+def test_nesting_just_under_the_recursion_limit_is_a_manifest_error(depth, tmp_path, capsys):
+    """Found by a hostile review: nesting just under Python's recursion limit passed json.loads and then broke the
+    check that writes the document back, a RecursionError out of Engine.load and berm inspect. Through an image, as
+    a harness delivers it."""
+    elf = harness_elf(_nested(depth), ["alpha"])
+    with pytest.raises(ManifestJsonError, match=f"nests arrays and objects {depth} deep"):
+        _load(_nested(depth), ["alpha"])
+    with pytest.raises(ManifestJsonError, match=f"nests arrays and objects {depth} deep"):
+        Engine(kind="interp").load(elf).harness(None)  # a load keeps the image (it runs by symbol), the error
+    (tmp_path / "h.elf").write_bytes(elf)
+    assert berm_main(["inspect", str(tmp_path / "h.elf"), "--json"]) == 2
+    assert f"nests arrays and objects {depth} deep" in capsys.readouterr().err
 
 
 def test_an_integer_of_thousands_of_digits_is_a_manifest_error():
