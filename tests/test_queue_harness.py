@@ -367,7 +367,8 @@ def test_a_trap_through_the_daemon_carries_its_call_chain(images, tmp_path, caps
         with pytest.raises(RemoteError, match="harness trapped in check: guest executed ebreak") as err:
             DaemonClient(config.socket).call("rust-probe", "check", '"panic"')
         assert err.value.kind == "trap"
-        assert [line.split("+")[0] for line in err.value.chain] == ["called from core::panicking::panic_fmt",
+        assert [line.split("+")[0] for line in err.value.chain] == ["called from __rustc::rust_begin_unwind",
+                                                                     "called from core::panicking::panic_fmt",
                                                                      "called from berm_tool_check"]
         assert main(["call", "--daemon", str(config.socket), "rust-probe", "check", '"panic"']) == 2
         lines = capsys.readouterr().err.splitlines()

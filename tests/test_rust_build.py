@@ -1,6 +1,6 @@
 """The committed Rust images are what their source builds: harnesses/rust-probe's build.sh, run on a copy of the
-crate with Debian's Rust (setup.sh installs it as root), must give rust-probe.elf and rust-keywords.elf byte for
-byte. rustc's output depends on its version, so this holds only for the one the images were built with."""
+crate and the SDK's Rust crate with Debian's Rust (setup.sh installs it as root), must give its three images byte
+for byte. rustc's output depends on its version, so this holds only for the one the images were built with."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 CRATE = Path(__file__).resolve().parent.parent / "harnesses" / "rust-probe"
-IMAGES = ("rust-probe.elf", "rust-keywords.elf")
+IMAGES = ("rust-probe.elf", "rust-keywords.elf", "rust-sdk.elf")
 RUSTC = "rustc 1.96.0 "  # what built the committed images (build.sh names its core sources' directory too)
 
 
@@ -27,10 +27,12 @@ def test_build_sh_rebuilds_the_committed_images(tmp_path):
     if not version.startswith(RUSTC) or shutil.which("ld.lld-22") is None:
         pytest.skip(f"the committed images were built by {RUSTC.strip()} with ld.lld-22; here: {version.strip()}, "
                     f"ld.lld-22 {'found' if shutil.which('ld.lld-22') else 'missing'} (setup.sh installs both as root)")
+    # the crate, in a copy of its workspace (harnesses/Cargo.toml): the SDK's Rust crate and linker script beside it
     crate = tmp_path / "rust-probe"
     shutil.copytree(CRATE, crate, ignore=shutil.ignore_patterns("target", "*.elf"))
-    (tmp_path / "sdk").mkdir()
-    shutil.copy(CRATE.parent / "sdk" / "berm.ld", tmp_path / "sdk" / "berm.ld")
+    shutil.copytree(CRATE.parent / "sdk", tmp_path / "sdk")
+    for name in ("Cargo.toml", "Cargo.lock"):
+        shutil.copy(CRATE.parent / name, tmp_path / name)
     built = subprocess.run(["sh", str(crate / "build.sh")], capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-4000:]
     for name in IMAGES:

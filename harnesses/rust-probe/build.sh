@@ -11,7 +11,7 @@ RUSTFLAGS="-C linker=ld.lld-22 -C relocation-model=static -C code-model=medium -
     /usr/bin/cargo build --offline --release -Zbuild-std=core,alloc --target riscv64imac-unknown-none-elf \
     --config 'source.crates-io.replace-with="std-vendor"' \
     --config 'source.std-vendor.directory="/usr/src/rustc-1.96.0/library/vendor"'
-for image in rust-probe rust-keywords; do
-    cp "target/riscv64imac-unknown-none-elf/release/$image" "$image.elf"
+for image in rust-probe rust-keywords rust-sdk; do
+    cp "../target/riscv64imac-unknown-none-elf/release/$image" "$image.elf"
     echo "built $here/$image.elf"
 done

@@ -13,9 +13,6 @@
 
 extern crate alloc;
 
-#[macro_use]
-mod guest;
-
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
@@ -23,10 +20,7 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 use core::hint::black_box;
 use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use guest::{args, fail, log, ok, Pair};
-
-/// How the panic handler (src/guest.rs) names this image.
-const NAME: &str = "rust-probe";
+use berm::{args, fail, log, ok, Pair};
 
 // ------------------------------------------------------------------------------------------- tools
 
@@ -253,7 +247,11 @@ pub extern "C" fn berm_tool_atomics() -> Pair {
                WORD.load(Ordering::SeqCst), DOUBLE.load(Ordering::SeqCst)))
 }
 
-// ------------------------------------------------------------------------------------------- manifest, _start
+// ------------------------------------------------------------------------------------------- the image
 
-manifest_and_start!(include_bytes!("manifest.json"), berm_tool_format, berm_tool_classify, berm_tool_shapes,
-                    berm_tool_check, berm_tool_numbers, berm_tool_words, berm_tool_parse, berm_tool_atomics);
+berm::harness! {
+    name: "rust-probe",
+    manifest: include_bytes!("manifest.json"),
+    tools: [berm_tool_format, berm_tool_classify, berm_tool_shapes, berm_tool_check, berm_tool_numbers,
+            berm_tool_words, berm_tool_parse, berm_tool_atomics],
+}

@@ -7,15 +7,8 @@
 
 extern crate alloc;
 
-#[macro_use]
-#[path = "../guest.rs"]
-mod guest;
-
 use alloc::format;
-use guest::{args, fail, log, ok, Pair};
-
-/// How the panic handler (src/guest.rs) names this image.
-const NAME: &str = "rust-keywords";
+use berm::{args, fail, log, ok, Pair};
 
 include!(concat!(env!("OUT_DIR"), "/keywords.rs"));
 
@@ -39,4 +32,8 @@ pub extern "C" fn berm_tool_lookup() -> Pair {
     ok(out)
 }
 
-manifest_and_start!(include_bytes!("manifest.json"), berm_tool_lookup);
+berm::harness! {
+    name: "rust-keywords",
+    manifest: include_bytes!("manifest.json"),
+    tools: [berm_tool_lookup],
+}

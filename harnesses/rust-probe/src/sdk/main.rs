@@ -1,0 +1,171 @@
+//! rust-sdk: a `no_std` Rust harness for Berm that exercises the Rust SDK (harnesses/sdk/rust): one tool per
+//! capability, each taking its request as a checked JSON object (`berm::args`) and answering with the reply or the
+//! host's error; `echo`, the JSON parser and writer; `heap`, the allocator. tests/test_rust_sdk.py runs it against
+//! stand-in capabilities and real grants on both engines. It is also the example of a Rust harness that reaches
+//! the world.
+
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use berm::json::{self, Value};
+use berm::{args, caps, outcome, Pair};
+
+/// Reply bytes as the tool's text, or an error saying they are not UTF-8.
+fn text(what: &str, bytes: Vec<u8>) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))
+}
+
+fn read() -> Result<String, String> {
+    let a = args::object(&["path"])?;
+    let path = a.string("path", true)?.unwrap_or_default();
+    text(path, caps::fs_read(path)?)
+}
+
+fn write() -> Result<String, String> {
+    let a = args::object(&["path", "content", "parents"])?;
+    let path = a.string("path", true)?.unwrap_or_default();
+    let content = a.string("content", true)?.unwrap_or_default();
+    caps::fs_write(path, content.as_bytes(), a.boolean("parents", false)?.unwrap_or(false))?;
+    Ok(format!("wrote {} bytes to {path}", content.len()))
+}
+
+fn glob() -> Result<String, String> {
+    let a = args::object(&["pattern", "path"])?;
+    caps::fs_glob(a.string("pattern", true)?.unwrap_or_default(), a.string_or("path", ".")?)
+}
+
+fn grep() -> Result<String, String> {
+    let a = args::object(&["pattern", "path", "include", "mode"])?;
+    let mode = a.choice("mode", false, &["files", "content", "count"])?.unwrap_or("files");
+    caps::fs_grep(a.string("pattern", true)?.unwrap_or_default(), a.string_or("path", ".")?,
+                  a.string_or("include", "")?, mode)
+}
+
+fn run() -> Result<String, String> {
+    let a = args::object(&["command", "cwd", "env"])?;
+    caps::exec_run(a.string("command", true)?.unwrap_or_default(), a.string_or("cwd", ".")?,
+                   &a.string_map("env", false)?)
+}
+
+/// The response as `{"status":N,"headers":"…","body":"…"}` (the body as UTF-8, lossily).
+fn fetch() -> Result<String, String> {
+    let a = args::object(&["method", "url", "body", "headers"])?;
+    let response = caps::http_fetch(a.string_or("method", "GET")?, a.string("url", true)?.unwrap_or_default(),
+                                    a.string_or("body", "")?.as_bytes(), &a.string_map("headers", false)?)?;
+    let mut out = format!("{{\"status\":{},\"headers\":", response.status);
+    json::write_string(&mut out, &response.headers);
+    out.push_str(",\"body\":");
+    json::write_string(&mut out, &String::from_utf8_lossy(&response.body));
+    out.push('}');
+    Ok(out)
+}
+
+fn now() -> Result<String, String> {
+    args::object(&[])?;
+    let clock = caps::clock_now()?;
+    Ok(format!("{{\"utc_millis\":{},\"local_offset_seconds\":{}}}", clock.utc_millis, clock.local_offset_seconds))
+}
+
+/// get (the value), set, delete ("done") and list (the keys as a JSON array) on the harness's own storage.
+fn kv() -> Result<String, String> {
+    let a = args::object(&["op", "key", "value", "after"])?;
+    let op = a.choice("op", true, &["get", "set", "delete", "list"])?.unwrap_or_default();
+    let key = a.string("key", op != "list")?.unwrap_or_default();
+    match op {
+        "get" => text(key, caps::kv_get(key)?),
+        "set" => caps::kv_set(key, a.string("value", true)?.unwrap_or_default().as_bytes()).map(|()| "done".into()),
+        "delete" => caps::kv_delete(key).map(|()| "done".into()),
+        _ => {
+            let keys = caps::kv_list(key.as_bytes(), a.string("after", false)?.map(str::as_bytes))?;
+            let keys: Result<Vec<Value>, String> =
+                keys.into_iter().map(|k| text("a key", k).map(Value::String)).collect();
+            let mut out = String::new();
+            json::write(&mut out, &Value::Array(keys?));
+            Ok(out)
+        }
+    }
+}
+
+fn schedule() -> Result<String, String> {
+    let a = args::object(&["op", "id", "when", "payload"])?;
+    let id = a.string("id", true)?.unwrap_or_default();
+    match a.choice("op", true, &["at", "cancel"])?.unwrap_or_default() {
+        "at" => caps::schedule_at(a.int("when", true, i64::MIN, i64::MAX)?.unwrap_or_default(), id,
+                                  a.string_or("payload", "")?),
+        _ => caps::schedule_cancel(id),
+    }
+    .map(|()| "done".into())
+}
+
+fn call() -> Result<String, String> {
+    let a = args::object(&["harness", "tool", "args"])?;
+    caps::call(a.string("harness", true)?.unwrap_or_default(), a.string("tool", true)?.unwrap_or_default(),
+               a.string_or("args", "{}")?)
+}
+
+/// The arguments parsed by `berm::json` and written back without spaces: what the parser understood.
+fn echo() -> Result<String, String> {
+    let value = json::parse(&berm::args())?;
+    let mut out = String::new();
+    json::write(&mut out, &value);
+    Ok(out)
+}
+
+/// `rounds` rounds, each allocating a block of `size` bytes and a list of small strings of every size up to 300
+/// bytes, checking their contents and dropping them; the blocks alternate between two sizes so that freed ones
+/// are reused, not grown in place. Done in more bytes than the heap holds, it shows that freed memory comes back.
+fn heap() -> Result<String, String> {
+    let a = args::object(&["rounds", "size"])?;
+    let rounds = a.int("rounds", true, 0, 1 << 20)?.unwrap_or_default() as usize;
+    let size = a.int("size", true, 1, 1 << 26)?.unwrap_or_default() as usize;
+    let (mut allocated, mut sum) = (0usize, 0u64);
+    for round in 0..rounds {
+        let len = if round % 2 == 0 { size } else { size / 2 + 1 };
+        let block: Vec<u8> = (0..len).map(|i| (i + round) as u8).collect();
+        let small: Vec<String> = (0..300).map(|n| String::from("x").repeat(n)).collect();
+        if block.iter().enumerate().any(|(i, &b)| b != (i + round) as u8)
+            || small.iter().enumerate().any(|(n, s)| s.len() != n || s.bytes().any(|b| b != b'x'))
+        {
+            return Err(format!("round {round}: a block's contents changed"));
+        }
+        allocated += len + small.iter().map(String::len).sum::<usize>();
+        sum = sum.wrapping_mul(31).wrapping_add(block[len - 1] as u64);
+    }
+    Ok(format!("{rounds} rounds, {allocated} bytes allocated, checksum {sum}"))
+}
+
+macro_rules! tools {
+    ($($name:ident => $body:ident),+ $(,)?) => {
+        $(
+            #[no_mangle]
+            pub extern "C" fn $name() -> Pair {
+                outcome($body())
+            }
+        )+
+        berm::harness! {
+            name: "rust-sdk",
+            manifest: include_bytes!("manifest.json"),
+            tools: [$($name),+],
+        }
+    };
+}
+
+tools! {
+    berm_tool_read => read,
+    berm_tool_write => write,
+    berm_tool_glob => glob,
+    berm_tool_grep => grep,
+    berm_tool_run => run,
+    berm_tool_fetch => fetch,
+    berm_tool_now => now,
+    berm_tool_kv => kv,
+    berm_tool_schedule => schedule,
+    berm_tool_call => call,
+    berm_tool_echo => echo,
+    berm_tool_heap => heap,
+}

@@ -1,0 +1,110 @@
+//! A tool's JSON arguments as a checked object. Every problem is an `Err` reading "invalid arguments: …", a message
+//! a model can act on (the same wording as the C SDK's `berm_args_object`).
+
+use crate::json::{self, Value};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// The arguments' object: its fields by name.
+pub struct Args {
+    members: Vec<(String, Value)>,
+}
+
+fn invalid(problem: String) -> String {
+    format!("invalid arguments: {problem}")
+}
+
+/// Parses the invocation's arguments as a JSON object whose keys are all in `known` (empty arguments count as
+/// `{}`).
+pub fn object(known: &[&str]) -> Result<Args, String> {
+    parse_object(&crate::args(), known)
+}
+
+/// `object` of the given text.
+pub fn parse_object(text: &[u8], known: &[&str]) -> Result<Args, String> {
+    let value = if text.is_empty() { Value::Object(Vec::new()) } else { json::parse(text).map_err(|e| invalid(format!("not JSON: {e}")))? };
+    let Value::Object(members) = value else {
+        return Err(invalid(format!("expected a JSON object, not {}", value.type_name())));
+    };
+    if let Some((key, _)) = members.iter().find(|(key, _)| !known.contains(&key.as_str())) {
+        return Err(invalid(format!("unknown field '{key}' (expected: {})", known.join(", "))));
+    }
+    Ok(Args { members })
+}
+
+impl Args {
+    /// The field, or None when absent (an error when `required`).
+    pub fn field(&self, key: &str, required: bool) -> Result<Option<&Value>, String> {
+        match self.members.iter().find(|(k, _)| k == key) {
+            Some((_, value)) => Ok(Some(value)),
+            None if required => Err(invalid(format!("missing required field '{key}'"))),
+            None => Ok(None),
+        }
+    }
+
+    pub fn string(&self, key: &str, required: bool) -> Result<Option<&str>, String> {
+        match self.field(key, required)? {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(invalid(format!("'{key}' must be a string, not {}", other.type_name()))),
+        }
+    }
+
+    /// An optional string field, `default` when absent.
+    pub fn string_or<'a>(&'a self, key: &str, default: &'a str) -> Result<&'a str, String> {
+        Ok(self.string(key, false)?.unwrap_or(default))
+    }
+
+    pub fn boolean(&self, key: &str, required: bool) -> Result<Option<bool>, String> {
+        match self.field(key, required)? {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(invalid(format!("'{key}' must be a boolean, not {}", other.type_name()))),
+        }
+    }
+
+    /// An integer field in `[min, max]`.
+    pub fn int(&self, key: &str, required: bool, min: i64, max: i64) -> Result<Option<i64>, String> {
+        let value = match self.field(key, required)? {
+            None => return Ok(None),
+            Some(value @ Value::Number(text)) => value.as_i64().ok_or_else(|| {
+                invalid(format!("'{key}' must be an integer between {min} and {max}, not {text:.40}"))
+            })?,
+            Some(other) => return Err(invalid(format!("'{key}' must be an integer, not {}", other.type_name()))),
+        };
+        if value < min || value > max {
+            return Err(invalid(format!("'{key}' must be between {min} and {max}, not {value}")));
+        }
+        Ok(Some(value))
+    }
+
+    /// An object whose values are all strings (an environment, headers), as pairs in their order; empty when
+    /// absent and not required.
+    pub fn string_map(&self, key: &str, required: bool) -> Result<Vec<(&str, &str)>, String> {
+        let members = match self.field(key, required)? {
+            None => return Ok(Vec::new()),
+            Some(Value::Object(members)) => members,
+            Some(other) => {
+                return Err(invalid(format!("'{key}' must be an object of strings, not {}", other.type_name())))
+            }
+        };
+        members
+            .iter()
+            .map(|(name, value)| match value {
+                Value::String(s) => Ok((name.as_str(), s.as_str())),
+                other => Err(invalid(format!("'{key}.{name}' must be a string, not {}", other.type_name()))),
+            })
+            .collect()
+    }
+
+    /// A string that must be one of `choices`.
+    pub fn choice(&self, key: &str, required: bool, choices: &[&str]) -> Result<Option<&str>, String> {
+        match self.string(key, required)? {
+            Some(value) if !choices.contains(&value) => {
+                Err(invalid(format!("'{key}' must be one of {}, not '{value:.40}'", choices.join(", "))))
+            }
+            found => Ok(found),
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The global allocator over the guest heap (ABI.md §5): size-class free lists over a bump pointer, the bounds
+//! pulled from `berm.heap.start`/`berm.heap.size` the first time anything allocates.
+//!
+//! Blocks of at most 4 KiB come in power-of-two classes from 16 bytes and go back to their class's list; larger
+//! ones are rounded up to 4 KiB and reused best-fit. Rust hands `dealloc` and `realloc` the layout, so blocks carry
+//! no header: the class follows from the size. The block at the top of the bump pointer grows in place, so a
+//! growing `Vec` or `String` does not leave its old buffers behind. Memory is never given back to the bump pointer
+//! otherwise: guest memory is fresh for every invocation, so the simple scheme is enough. Out of memory is a null
+//! pointer (Rust then panics: "memory allocation of N bytes failed"). A guest runs on one hart, so there are no
+//! locks.
+
+use crate::calls::{host_call, HEAP_SIZE, HEAP_START};
+use core::alloc::{GlobalAlloc, Layout};
+use core::cell::UnsafeCell;
+use core::ptr::null_mut;
+
+const MIN_SHIFT: u32 = 4;
+const MAX_SHIFT: u32 = 12;
+const CLASSES: usize = (MAX_SHIFT - MIN_SHIFT + 1) as usize;
+const PAGE: usize = 1 << MAX_SHIFT;
+
+/// A free block: the next one in its list, and (for large blocks) its size.
+struct Free {
+    next: *mut Free,
+    size: usize,
+}
+
+struct State {
+    bump: usize,
+    end: usize,
+    small: [*mut Free; CLASSES],
+    large: *mut Free,
+}
+
+/// The allocator `berm::harness!` installs as the image's `#[global_allocator]`.
+pub struct Heap(UnsafeCell<State>);
+
+// SAFETY: a guest runs on a single hart; nothing else touches the heap while a tool runs.
+unsafe impl Sync for Heap {}
+
+impl Heap {
+    pub const fn new() -> Heap {
+        Heap(UnsafeCell::new(State { bump: 0, end: 0, small: [null_mut(); CLASSES], large: null_mut() }))
+    }
+}
+
+impl Default for Heap {
+    fn default() -> Heap {
+        Heap::new()
+    }
+}
+
+/// The bytes a block for `layout` occupies: its power-of-two class up to 4 KiB (at least the alignment, so a
+/// class's blocks, carved at multiples of their size, are aligned), whole pages above.
+fn block_size(layout: Layout) -> usize {
+    let size = layout.size().max(layout.align()).max(1 << MIN_SHIFT);
+    if size <= PAGE {
+        size.next_power_of_two()
+    } else {
+        size.div_ceil(PAGE).saturating_mul(PAGE)
+    }
+}
+
+/// The alignment a block of `size` bytes gets from the bump pointer: its size for a class, a page (or more, when the
+/// layout asks) above.
+fn block_align(size: usize, align: usize) -> usize {
+    if size <= PAGE {
+        size
+    } else {
+        align.max(PAGE)
+    }
+}
+
+fn class(size: usize) -> usize {
+    (size.trailing_zeros() - MIN_SHIFT) as usize
+}
+
+impl State {
+    fn take_bump(&mut self, size: usize, align: usize) -> *mut u8 {
+        if self.end == 0 {
+            // SAFETY: both calls only return numbers.
+            self.bump = unsafe { host_call(HEAP_START, 0, 0) } as usize;
+            self.end = self.bump + unsafe { host_call(HEAP_SIZE, 0, 0) } as usize;
+        }
+        let start = (self.bump + align - 1) & !(align - 1);
+        match start.checked_add(size) {
+            Some(end) if end <= self.end => {
+                self.bump = end;
+                start as *mut u8
+            }
+            _ => null_mut(),
+        }
+    }
+
+    unsafe fn take_large(&mut self, size: usize, align: usize) -> *mut u8 {
+        let (mut best, mut best_link): (*mut Free, *mut *mut Free) = (null_mut(), null_mut());
+        let mut link: *mut *mut Free = &mut self.large;
+        while !(*link).is_null() {
+            let block = *link;
+            let fits = (*block).size >= size && (block as usize) % align == 0;
+            if fits && (best.is_null() || (*block).size < (*best).size) {
+                (best, best_link) = (block, link);
+            }
+            link = &mut (*block).next;
+        }
+        if best.is_null() {
+            return self.take_bump(size, block_align(size, align));
+        }
+        *best_link = (*best).next;
+        best as *mut u8
+    }
+
+    unsafe fn give(&mut self, ptr: *mut u8, size: usize) {
+        let block = ptr as *mut Free;
+        if size <= PAGE {
+            let list = &mut self.small[class(size)];
+            block.write(Free { next: *list, size });
+            *list = block;
+        } else {
+            block.write(Free { next: self.large, size });
+            self.large = block;
+        }
+    }
+}
+
+unsafe impl GlobalAlloc for Heap {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let state = &mut *self.0.get();
+        let size = block_size(layout);
+        if size > PAGE {
+            return state.take_large(size, layout.align());
+        }
+        let list = &mut state.small[class(size)];
+        if list.is_null() {
+            return state.take_bump(size, block_align(size, layout.align()));
+        }
+        let block = *list;
+        *list = (*block).next;
+        block as *mut u8
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        (*self.0.get()).give(ptr, block_size(layout));
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old = block_size(layout);
+        let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+        let new = block_size(new_layout);
+        if new == old {
+            return ptr;
+        }
+        let state = &mut *self.0.get();
+        // the block at the top of the bump pointer grows or shrinks where it is (if its alignment allows)
+        if ptr as usize + old == state.bump && (ptr as usize) % block_align(new, layout.align()) == 0 {
+            if let Some(end) = (ptr as usize).checked_add(new).filter(|&end| end <= state.end) {
+                state.bump = end;
+                return ptr;
+            }
+        }
+        let moved = self.alloc(new_layout);
+        if !moved.is_null() {
+            core::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
+            self.dealloc(ptr, layout);
+        }
+        moved
+    }
+}

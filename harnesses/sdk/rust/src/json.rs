@@ -1,0 +1,312 @@
+//! JSON for tool arguments and results: a parser into `Value` (at most `MAX_DEPTH` levels of nesting, numbers
+//! kept as their text) and a string writer. Errors say where the text went wrong, for a model to act on.
+
+use alloc::borrow::ToOwned;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// How deeply arrays and objects may nest: deeper text is an error, not a stack overflow.
+pub const MAX_DEPTH: usize = 64;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    /// The number's text as written (it is valid JSON): `as_i64` reads an integer from it.
+    Number(String),
+    String(String),
+    Array(Vec<Value>),
+    /// The members in the order written; a repeated key is an error.
+    Object(Vec<(String, Value)>),
+}
+
+impl Value {
+    /// A member of an object (None for a missing key or a value that is not an object).
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            Value::Object(members) => members.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// An integer written without fraction or exponent that fits an i64.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            Value::Number(text) => text.parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// The value's type for messages ("'path' must be a string, not array"), as the C SDK names them: a number
+    /// written without fraction or exponent is an "integer".
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Number(text) if !text.contains(['.', 'e', 'E']) => "integer",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        }
+    }
+}
+
+/// The JSON value of `text` (surrounding whitespace allowed), or what is wrong with it and at which byte.
+pub fn parse(text: &[u8]) -> Result<Value, String> {
+    let mut parser = Parser { text, at: 0 };
+    let value = parser.value(0)?;
+    parser.space();
+    if parser.at != text.len() {
+        return Err(parser.error("text after the value"));
+    }
+    Ok(value)
+}
+
+/// Appends `s` to `out` as a JSON string, quotes included.
+pub fn write_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Appends `value` to `out` as JSON text without spaces, members in their order.
+pub fn write(out: &mut String, value: &Value) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(text) => out.push_str(text),
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(members) => {
+            out.push('{');
+            for (i, (key, item)) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(out, key);
+                out.push(':');
+                write(out, item);
+            }
+            out.push('}');
+        }
+    }
+}
+
+struct Parser<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl Parser<'_> {
+    fn error(&self, what: &str) -> String {
+        format!("invalid JSON at byte {}: {what}", self.at)
+    }
+
+    fn space(&mut self) {
+        while matches!(self.text.get(self.at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> bool {
+        let found = self.peek() == Some(byte);
+        self.at += usize::from(found);
+        found
+    }
+
+    fn expect(&mut self, byte: u8) -> Result<(), String> {
+        if self.eat(byte) {
+            return Ok(());
+        }
+        Err(self.error(&format!("expected '{}'", byte as char)))
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, String> {
+        self.space();
+        match self.peek() {
+            Some(b'{' | b'[') if depth == MAX_DEPTH => Err(self.error("nested too deeply")),
+            Some(b'{') => self.object(depth + 1),
+            Some(b'[') => self.array(depth + 1),
+            Some(b'"') => Ok(Value::String(self.string()?)),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ => {
+                for (word, value) in [("null", Value::Null), ("true", Value::Bool(true)), ("false", Value::Bool(false))] {
+                    if self.text[self.at..].starts_with(word.as_bytes()) {
+                        self.at += word.len();
+                        return Ok(value);
+                    }
+                }
+                Err(self.error("expected a value"))
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Value, String> {
+        self.at += 1;
+        let mut items = Vec::new();
+        self.space();
+        if self.eat(b']') {
+            return Ok(Value::Array(items));
+        }
+        loop {
+            items.push(self.value(depth)?);
+            self.space();
+            if self.eat(b']') {
+                return Ok(Value::Array(items));
+            }
+            self.expect(b',')?;
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Value, String> {
+        self.at += 1;
+        let mut members: Vec<(String, Value)> = Vec::new();
+        self.space();
+        if self.eat(b'}') {
+            return Ok(Value::Object(members));
+        }
+        loop {
+            self.space();
+            if self.peek() != Some(b'"') {
+                return Err(self.error("expected a key"));
+            }
+            let key = self.string()?;
+            if members.iter().any(|(k, _)| *k == key) {
+                return Err(self.error(&format!("key \"{key}\" repeated")));
+            }
+            self.space();
+            self.expect(b':')?;
+            let value = self.value(depth)?;
+            members.push((key, value));
+            self.space();
+            if self.eat(b'}') {
+                return Ok(Value::Object(members));
+            }
+            self.expect(b',')?;
+        }
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.at;
+        while matches!(self.peek(), Some(b'0'..=b'9')) {
+            self.at += 1;
+        }
+        self.at - start
+    }
+
+    fn number(&mut self) -> Result<Value, String> {
+        let start = self.at;
+        self.eat(b'-');
+        let leading_zero = self.peek() == Some(b'0');
+        match self.digits() {
+            0 => return Err(self.error("expected a digit")),
+            n if leading_zero && n > 1 => return Err(self.error("a number with a leading zero")),
+            _ => {}
+        }
+        if self.eat(b'.') && self.digits() == 0 {
+            return Err(self.error("expected a digit after '.'"));
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.at += 1;
+            let _ = self.eat(b'+') || self.eat(b'-');
+            if self.digits() == 0 {
+                return Err(self.error("expected a digit in the exponent"));
+            }
+        }
+        // the bytes are ASCII digits and signs, so this cannot fail
+        Ok(Value::Number(core::str::from_utf8(&self.text[start..self.at]).unwrap_or_default().to_owned()))
+    }
+
+    fn hex4(&mut self) -> Result<u32, String> {
+        let digits = self.text.get(self.at..self.at + 4).ok_or_else(|| self.error("a short \\u escape"))?;
+        let value = core::str::from_utf8(digits).ok().and_then(|d| u32::from_str_radix(d, 16).ok());
+        let value = value.filter(|_| digits.iter().all(u8::is_ascii_hexdigit));
+        let value = value.ok_or_else(|| self.error("a \\u escape that is not four hex digits"))?;
+        self.at += 4;
+        Ok(value)
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        self.at += 1;
+        let mut out = Vec::new();
+        loop {
+            let Some(byte) = self.peek() else { return Err(self.error("a string with no closing quote")) };
+            self.at += 1;
+            match byte {
+                b'"' => break,
+                b'\\' => {
+                    let escaped = self.peek().ok_or_else(|| self.error("a string with no closing quote"))?;
+                    self.at += 1;
+                    let c = match escaped {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => self.unicode_escape()?,
+                        _ => return Err(self.error("an unknown escape")),
+                    };
+                    let mut utf8 = [0u8; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+                }
+                0..=0x1f => return Err(self.error("a control character in a string")),
+                _ => out.push(byte),
+            }
+        }
+        String::from_utf8(out).map_err(|_| self.error("a string that is not UTF-8"))
+    }
+
+    /// The character of a `\u` escape whose `\u` was just read; a surrogate pair is one character.
+    fn unicode_escape(&mut self) -> Result<char, String> {
+        let first = self.hex4()?;
+        let code = if (0xd800..0xdc00).contains(&first) {
+            if !self.text[self.at..].starts_with(b"\\u") {
+                return Err(self.error("a high surrogate without its low one"));
+            }
+            self.at += 2;
+            let second = self.hex4()?;
+            if !(0xdc00..0xe000).contains(&second) {
+                return Err(self.error("a high surrogate without its low one"));
+            }
+            0x10000 + ((first - 0xd800) << 10) + (second - 0xdc00)
+        } else {
+            first
+        };
+        char::from_u32(code).ok_or_else(|| self.error("a lone low surrogate"))
+    }
+}

@@ -1,0 +1,294 @@
+"""The Rust guest SDK (harnesses/sdk/rust), through rust-sdk.elf (harnesses/rust-probe/src/sdk), on both engines:
+every capability's request as the host receives it and its reply (or error) as the tool gets it, against stand-in
+capabilities and then real grants; the checked arguments' messages; the JSON parser and writer, against Python's
+json; and the heap, which must reuse what a tool frees. test_rust_build.py rebuilds the image from its source."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from berm_abi.frames import decode_frame, encode_frame
+from berm_abi.names import CAPABILITY_CALLS, CORE_CALLS
+from berm_aot.elf import read_elf
+from berm_host.declaration import Declaration
+from berm_host.engine import Engine
+from berm_host.grants import linker_for
+from berm_host.layout import layout_for
+from berm_host.linker import CapabilityError, Linker
+from berm_host.traps import ToolFailure, Trap, TrapKind
+from tests.sdk_engines import ENGINE_KINDS, engine
+
+HARNESSES = Path(__file__).resolve().parent.parent / "harnesses"
+SDK_SOURCES = HARNESSES / "sdk" / "rust" / "src"
+ELF = (HARNESSES / "rust-probe" / "rust-sdk.elf").read_bytes()
+
+
+@pytest.fixture(params=ENGINE_KINDS)
+def kind(request) -> str:
+    return request.param
+
+
+class StandIn:
+    """A capability that records each request's fields and answers ``reply``, or the error ``error``."""
+
+    def __init__(self, reply: bytes = b"", error: str | None = None):
+        self.reply, self.error, self.seen = reply, error, []
+
+    def __call__(self, request: bytes) -> bytes:
+        self.seen.append(decode_frame(request))
+        if self.error is not None:
+            raise CapabilityError(self.error)
+        return self.reply
+
+
+def sdk(kind: str, **stand_ins: StandIn):
+    """rust-sdk with the stand-ins as its only capabilities, keyed by name with '_' for '.': fs_read=StandIn(…)."""
+    linker = Linker()
+    for name, fn in stand_ins.items():
+        linker.define("berm." + name.replace("_", "."), fn)
+    return engine(kind).load(ELF).harness(linker, name="rust-sdk")
+
+
+def call(harness, tool: str, args) -> str:
+    return harness.call(tool, json.dumps(args).encode())
+
+
+def test_the_sdk_derives_the_number_of_every_host_call_of_the_abi():
+    names = re.findall(r'= fnv1a64\("([a-z.]+)"\);', (SDK_SOURCES / "calls.rs").read_text())
+    assert sorted(names) == sorted(c.name for c in CORE_CALLS + CAPABILITY_CALLS)
+
+
+# ---------------------------------------------------------------- capabilities against stand-ins
+
+
+def test_files(kind):
+    read, write, glob, grep = StandIn(b"file text"), StandIn(), StandIn(b"a.txt\nb/c.txt\n"), StandIn(b"a.txt:3")
+    h = sdk(kind, fs_read=read, fs_write=write, fs_glob=glob, fs_grep=grep)
+    assert call(h, "read", {"path": "notes/a.txt"}) == "file text"
+    assert call(h, "write", {"path": "a.txt", "content": "héllo"}) == "wrote 6 bytes to a.txt"
+    assert call(h, "write", {"path": "d/a.txt", "content": "", "parents": True}) == "wrote 0 bytes to d/a.txt"
+    assert call(h, "glob", {"pattern": "**/*.txt"}) == "a.txt\nb/c.txt\n"
+    assert call(h, "grep", {"pattern": "x+", "path": "b", "include": "*.txt", "mode": "count"}) == "a.txt:3"
+    assert call(h, "grep", {"pattern": "x"}) == "a.txt:3"
+    assert read.seen == [[b"notes/a.txt"]]
+    assert write.seen == [[b"a.txt", "héllo".encode()], [b"d/a.txt", b"", b"parents", b"1"]]
+    assert glob.seen == [[b"**/*.txt", b"."]]
+    assert grep.seen == [[b"x+", b"b", b"*.txt", b"count"], [b"x", b".", b"", b"files"]]
+
+
+def test_an_error_reply_is_the_tools_failure_and_a_reply_that_is_not_text_is_one_too(kind):
+    h = sdk(kind, fs_read=StandIn(error="notes/a.txt: no such file"))
+    with pytest.raises(ToolFailure, match="^notes/a.txt: no such file$"):
+        call(h, "read", {"path": "notes/a.txt"})
+    h = sdk(kind, fs_read=StandIn(b"\xff\xfe"), fs_glob=StandIn(b"caf\xe9"))
+    with pytest.raises(ToolFailure, match="^a.bin is not UTF-8$"):
+        call(h, "read", {"path": "a.bin"})
+    with pytest.raises(ToolFailure, match="^the reply of berm.fs.glob is not UTF-8$"):
+        call(h, "glob", {"pattern": "*"})
+
+
+def test_exec_run_flattens_the_environment_in_its_order(kind):
+    run = StandIn(b'{"exit_code":0,"stderr":"","stdout":"hi\\n"}')
+    h = sdk(kind, exec_run=run)
+    assert call(h, "run", {"command": "echo hi", "env": {"B": "2", "A": ""}}) == run.reply.decode()
+    assert call(h, "run", {"command": "ls", "cwd": "src"}) == run.reply.decode()
+    assert run.seen == [[b"echo hi", b".", b"B", b"2", b"A", b""], [b"ls", b"src"]]
+
+
+def test_http_fetch_splits_the_framed_reply(kind):
+    fetch = StandIn(encode_frame([200, "a: b\n", b"body \xff"]))
+    h = sdk(kind, http_fetch=fetch)
+    response = call(h, "fetch", {"url": "https://x.example/", "method": "POST", "body": "q", "headers": {"k": "v"}})
+    assert json.loads(response) == {"status": 200, "headers": "a: b\n", "body": "body \ufffd"}
+    assert fetch.seen == [[b"POST", b"https://x.example/", b"q", b"k", b"v"]]
+    for reply, message in [(encode_frame(["2xx", "", ""]), "malformed reply from berm.http.fetch: status 2xx is not"),
+                           (encode_frame(["200", ""]), "malformed reply from berm.http.fetch: expected 3 fields, got 2"),
+                           (b"\x09\0\0\0200", "malformed reply from berm.http.fetch: a field runs past its end")]:
+        with pytest.raises(ToolFailure, match=f"^{message}"):
+            call(sdk(kind, http_fetch=StandIn(reply)), "fetch", {"url": "u"})
+
+
+def test_clock(kind):
+    h = sdk(kind, clock_now=StandIn(encode_frame([1767225600000, -3600])))
+    assert json.loads(call(h, "now", {})) == {"utc_millis": 1767225600000, "local_offset_seconds": -3600}
+    with pytest.raises(ToolFailure, match="^malformed reply from berm.clock.now: a field is not a number$"):
+        call(sdk(kind, clock_now=StandIn(encode_frame(["soon", 0]))), "now", {})
+
+
+def test_kv(kind):
+    get, put, delete = StandIn(b"v1"), StandIn(), StandIn()
+    listing = StandIn(encode_frame(["pa", "pb", ""]))
+    h = sdk(kind, kv_get=get, kv_set=put, kv_delete=delete, kv_list=listing)
+    assert call(h, "kv", {"op": "get", "key": "k"}) == "v1"
+    assert call(h, "kv", {"op": "set", "key": "k", "value": "v2"}) == "done"
+    assert call(h, "kv", {"op": "delete", "key": "k"}) == "done"
+    assert json.loads(call(h, "kv", {"op": "list", "key": "p"})) == ["pa", "pb", ""]
+    assert json.loads(call(h, "kv", {"op": "list", "after": "pa"})) == ["pa", "pb", ""]
+    assert (get.seen, put.seen, delete.seen) == ([[b"k"]], [[b"k", b"v2"]], [[b"k"]])
+    assert listing.seen == [[b"p"], [b"", b"pa"]]
+    with pytest.raises(ToolFailure, match="^malformed reply from berm.kv.list: a field runs past its end$"):
+        call(sdk(kind, kv_list=StandIn(b"\x05\0\0\0ab")), "kv", {"op": "list"})
+    with pytest.raises(ToolFailure, match="^no value for key 'k'$"):
+        call(sdk(kind, kv_get=StandIn(error="no value for key 'k'")), "kv", {"op": "get", "key": "k"})
+
+
+def test_schedule_and_call(kind):
+    at, cancel, other = StandIn(), StandIn(), StandIn(b"the other's result")
+    h = sdk(kind, schedule_at=at, schedule_cancel=cancel, call=other)
+    assert call(h, "schedule", {"op": "at", "id": "w1", "when": -42, "payload": "p"}) == "done"
+    assert call(h, "schedule", {"op": "cancel", "id": "w1"}) == "done"
+    assert call(h, "call", {"harness": "os", "tool": "read", "args": '{"path": "x"}'}) == "the other's result"
+    assert at.seen == [[b"-42", b"w1", b"p"]]
+    assert cancel.seen == [[b"w1"]]
+    assert other.seen == [[b"os", b"read", b'{"path": "x"}']]
+
+
+def test_a_capability_that_was_not_granted_traps_naming_it(kind):
+    with pytest.raises(Trap, match=r"no host function for call \d+ \(berm.clock.now, not granted") as trap:
+        call(sdk(kind), "now", {})
+    assert trap.value.kind is TrapKind.UNKNOWN_HOST_CALL
+    assert trap.value.info.where.startswith("berm::caps::capability+")
+
+
+# ---------------------------------------------------------------- checked arguments
+
+
+@pytest.mark.parametrize(("tool", "args", "message"), [
+    ("read", b"", "missing required field 'path'"),
+    ("read", b"{}", "missing required field 'path'"),
+    ("read", b'{"path": 3}', "'path' must be a string, not integer"),
+    ("read", b'{"path": 3e0}', "'path' must be a string, not number"),
+    ("read", b'{"path": "a", "mode": 1}', "unknown field 'mode' (expected: path)"),
+    ("read", b'["a"]', "expected a JSON object, not array"),
+    ("read", b'{"path": "a",}', "not JSON: invalid JSON at byte 13: expected a key"),
+    ("write", b'{"path": "a", "content": "", "parents": "yes"}', "'parents' must be a boolean, not string"),
+    ("grep", b'{"pattern": "x", "mode": "lines"}', "'mode' must be one of files, content, count, not 'lines'"),
+    ("run", b'{"command": "ls", "env": {"A": 1}}', "'env.A' must be a string, not integer"),
+    ("run", b'{"command": "ls", "env": []}', "'env' must be an object of strings, not array"),
+    ("schedule", b'{"op": "at", "id": "w", "when": 1.5}', "'when' must be an integer between"),
+    ("schedule", b'{"op": "at", "id": "w", "when": true}', "'when' must be an integer, not boolean"),
+    ("schedule", b'{"op": "at", "id": "w", "when": 99999999999999999999}', "'when' must be an integer between"),
+    ("heap", b'{"rounds": -1, "size": 1}', "'rounds' must be between 0 and 1048576, not -1"),
+])
+def test_argument_problems_are_messages(kind, tool, args, message):
+    with pytest.raises(ToolFailure) as failure:
+        sdk(kind).call(tool, args)
+    assert failure.value.message.startswith(f"invalid arguments: {message}")
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def _written(value) -> str:
+    """What berm::json::write makes of ``value`` (numbers keep the text they were written with)."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_written(k)}:{_written(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_written(v) for v in value) + "]"
+    if isinstance(value, str):
+        escapes = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+        return '"' + "".join(escapes.get(c, f"\\u{ord(c):04x}" if ord(c) < 0x20 else c) for c in value) + '"'
+    return json.dumps(value)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=_JSON, ascii_only=st.booleans(), indent=st.sampled_from([None, 0, 2]))
+def test_echo_reads_what_python_writes(value, ascii_only, indent):
+    text = json.dumps(value, ensure_ascii=ascii_only, indent=indent)
+    for kind in ENGINE_KINDS:
+        assert sdk(kind).call("echo", text.encode()) == _written(value)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (b"[1,", "invalid JSON at byte 3: expected a value"),
+    (b"[1] x", "invalid JSON at byte 4: text after the value"),
+    (b"01", "invalid JSON at byte 2: a number with a leading zero"),
+    (b"1.", "invalid JSON at byte 2: expected a digit after '.'"),
+    (b"-", "invalid JSON at byte 1: expected a digit"),
+    (b"1e+", "invalid JSON at byte 3: expected a digit in the exponent"),
+    (b'"a\x01"', "invalid JSON at byte 3: a control character in a string"),
+    (b'"\\x"', "invalid JSON at byte 3: an unknown escape"),
+    (b'"\\u12"', "invalid JSON at byte 3: a short \\u escape"),
+    (b'"\\u12g4"', "invalid JSON at byte 3: a \\u escape that is not four hex digits"),
+    (b'"\\ud800"', "invalid JSON at byte 7: a high surrogate without its low one"),
+    (b'"\\ud800\\u0041"', "invalid JSON at byte 13: a high surrogate without its low one"),
+    (b'"\\udc00"', "invalid JSON at byte 7: a lone low surrogate"),
+    (b'"caf\xe9"', "invalid JSON at byte 6: a string that is not UTF-8"),
+    (b'"open', "invalid JSON at byte 5: a string with no closing quote"),
+    (b'{"a": 1, "a": 2}', 'invalid JSON at byte 12: key "a" repeated'),
+    (b"[" * 65 + b"]" * 65, "invalid JSON at byte 64: nested too deeply"),
+])
+def test_json_errors_say_what_and_where(kind, text, message):
+    with pytest.raises(ToolFailure, match=f"^{re.escape(message)}$"):
+        sdk(kind).call("echo", text)
+
+
+def test_json_nests_64_levels(kind):
+    assert sdk(kind).call("echo", b"[" * 64 + b"]" * 64) == "[" * 64 + "]" * 64
+
+
+# ---------------------------------------------------------------- the heap
+
+
+def test_the_heap_reuses_what_a_tool_frees(kind):
+    """On 1 MiB of guest memory the heap is about half of it: a tool allocating more than that in blocks it frees as
+    it goes runs only if freed blocks come back (a bump allocator, as rust-probe once had, runs out)."""
+    memory = 1 << 20
+    heap = layout_for(read_elf(ELF), memory).heap_size
+    harness = Engine(kind=kind, memory_size=memory).load(ELF).harness(None, name="rust-sdk")
+    rounds = heap // 90_000 + 2  # a round allocates 44,850 bytes of small strings and a block of 32 or 64 KiB
+    out = call(harness, "heap", {"rounds": rounds, "size": 65536})
+    allocated = int(re.fullmatch(rf"{rounds} rounds, (\d+) bytes allocated, checksum \d+", out).group(1))
+    assert allocated > heap
+    with pytest.raises(Trap) as trap:
+        call(harness, "heap", {"rounds": 1, "size": heap})
+    assert trap.value.failure == f"rust-sdk panicked: memory allocation of {heap} bytes failed"
+
+
+def test_both_engines_agree_on_the_heap():
+    outs = {kind: call(sdk(kind), "heap", {"rounds": 3, "size": 100_000}) for kind in ENGINE_KINDS}
+    assert len(set(outs.values())) == 1, outs
+
+
+# ---------------------------------------------------------------- real grants
+
+
+def test_real_grants(kind, tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    decl = Declaration(name="rust-sdk", capabilities=("fs", "kv", "clock", "exec"), root=str(root))
+    h = engine(kind).load(ELF).harness(linker_for(decl, data_dir=tmp_path / "data"), name="rust-sdk")
+    assert call(h, "write", {"path": "d/a.txt", "content": "one\ntwo\n", "parents": True}) == "wrote 8 bytes to d/a.txt"
+    assert (root / "d" / "a.txt").read_text() == "one\ntwo\n"
+    assert call(h, "read", {"path": "d/a.txt"}) == "one\ntwo\n"
+    assert call(h, "glob", {"pattern": "**/*.txt"}).splitlines() == ["d/a.txt"]
+    assert call(h, "grep", {"pattern": "tw.", "mode": "content"}).splitlines() == ["d/a.txt:2:two"]
+    with pytest.raises(ToolFailure, match="^berm.fs.read: ../escape.txt: leaves the root$"):
+        call(h, "read", {"path": "../escape.txt"})
+    with pytest.raises(ToolFailure, match=r"^berm.fs.write: e/b.txt: no such file or directory \(e\)$"):
+        call(h, "write", {"path": "e/b.txt", "content": "x"})
+    ran = json.loads(call(h, "run", {"command": "cat a.txt; echo $WHO", "cwd": "d", "env": {"WHO": "rust"}}))
+    assert ran == {"exit_code": 0, "stderr": "", "stdout": "one\ntwo\nrust\n"}
+    assert call(h, "kv", {"op": "set", "key": "note:1", "value": "v"}) == "done"
+    assert json.loads(call(h, "kv", {"op": "list", "key": "note:"})) == ["note:1"]
+    assert call(h, "kv", {"op": "get", "key": "note:1"}) == "v"
+    assert call(h, "kv", {"op": "delete", "key": "note:1"}) == "done"
+    with pytest.raises(ToolFailure, match="no value for key"):
+        call(h, "kv", {"op": "get", "key": "note:1"})
+    before = time.time() * 1000
+    now = json.loads(call(h, "now", {}))
+    assert before - 1000 <= now["utc_millis"] <= time.time() * 1000 + 1000
