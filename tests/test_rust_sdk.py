@@ -259,6 +259,43 @@ def test_the_heap_reuses_what_a_tool_frees(kind):
     assert trap.value.failure == f"rust-sdk panicked: memory allocation of {heap} bytes failed"
 
 
+_SIZES = st.integers(1, 300) | st.integers(301, 5000) | st.integers(4097, 40_000)
+_OPS = st.lists(st.tuples(st.sampled_from([0, 0, 1, 2]), st.integers(0, 15), _SIZES,
+                          st.sampled_from([1, 2, 8, 16, 64, 4096, 8192])), max_size=50)
+
+
+def _live_sizes(ops) -> str:
+    """What ``allocate`` answers when the allocator keeps every block's bytes: the live blocks' sizes by slot."""
+    slots = [0] * 16
+    for op, slot, size, _ in ops:
+        if op == 0 or (op == 1 and slots[slot]):
+            slots[slot] = size
+        elif op == 2:
+            slots[slot] = 0
+    return " ".join(map(str, slots))
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=_OPS)
+def test_the_heap_keeps_every_blocks_bytes_and_alignment(ops):
+    """Random allocations, reallocations (in place at the top of the heap, within a class, or moved) and frees,
+    every live block checked after each step by the guest itself. The translated code runs them all; the
+    interpreter runs the same guest code (test_both_engines_agree_on_the_heap)."""
+    assert call(sdk("aot"), "allocate", {"ops": ops}) == _live_sizes(ops)
+
+
+def test_the_heap_keeps_every_blocks_bytes_on_the_interpreter():
+    ops = [[0, 0, 100, 8], [0, 1, 5000, 4096], [1, 0, 120, 8], [1, 1, 9000, 4096], [0, 2, 16, 64], [2, 0, 0, 1],
+           [0, 3, 100, 8], [1, 2, 70000, 64], [1, 3, 3, 8], [2, 1, 0, 1], [0, 4, 8000, 8192]]
+    assert call(sdk("interp"), "allocate", {"ops": ops}) == _live_sizes(ops)
+
+
+def test_an_allocation_the_heap_cannot_hold_is_an_error_value(kind):
+    ops = [[0, 0, 100, 8], [0, 1, 64 << 20, 8]]  # more than the whole 64 MiB of guest memory
+    with pytest.raises(ToolFailure, match="^op 1: out of memory$"):
+        call(sdk(kind), "allocate", {"ops": ops})
+
+
 def test_both_engines_agree_on_the_heap():
     outs = {kind: call(sdk(kind), "heap", {"rounds": 3, "size": 100_000}) for kind in ENGINE_KINDS}
     assert len(set(outs.values())) == 1, outs

@@ -9,8 +9,9 @@
 
 extern crate alloc;
 
+use alloc::alloc::{alloc, dealloc, realloc, Layout};
 use alloc::format;
-use alloc::string::String;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use berm::json::{self, Value};
 use berm::{args, caps, outcome, Pair};
@@ -139,6 +140,78 @@ fn heap() -> Result<String, String> {
     Ok(format!("{rounds} rounds, {allocated} bytes allocated, checksum {sum}"))
 }
 
+/// A live block of `allocate`: where it is, its layout, and the byte it is filled with.
+struct Block {
+    ptr: *mut u8,
+    layout: Layout,
+    fill: u8,
+}
+
+/// Runs `ops`, each `[op, slot, size, align]` on one of 16 slots: 0 allocates `size` bytes aligned to `align` into
+/// the slot (freeing what was there), 1 reallocates the slot's block to `size` bytes, 2 frees it. Every block is
+/// filled with its own byte; after each operation every live block must still hold it and be aligned, or the tool
+/// fails naming the step. The answer: the live blocks' sizes in slot order.
+fn allocate() -> Result<String, String> {
+    let a = args::object(&["ops"])?;
+    let Some(Value::Array(ops)) = a.field("ops", true)? else {
+        return Err("invalid arguments: 'ops' must be an array".into());
+    };
+    let mut slots: [Option<Block>; 16] = Default::default();
+    for (step, op) in ops.iter().enumerate() {
+        let Value::Array(fields) = op else { return Err(format!("op {step} is not an array")) };
+        let numbers: Option<Vec<i64>> = fields.iter().map(Value::as_i64).collect();
+        let Some(&[op, slot, size, align]) = numbers.as_deref() else {
+            return Err(format!("op {step} is not [op, slot, size, align]"));
+        };
+        let slot = usize::try_from(slot).ok().filter(|&s| s < 16).ok_or(format!("op {step}: no slot {slot}"))?;
+        let layout = Layout::from_size_align(size.max(1) as usize, align as usize)
+            .map_err(|_| format!("op {step}: no layout of {size} bytes aligned to {align}"))?;
+        let fill = step as u8 ^ 0x5a;
+        // SAFETY: every block was allocated by the global allocator with the layout kept beside it.
+        unsafe {
+            match (op, slots[slot].take()) {
+                (0, old) => {
+                    if let Some(old) = old {
+                        dealloc(old.ptr, old.layout);
+                    }
+                    let ptr = alloc(layout);
+                    if ptr.is_null() {
+                        return Err(format!("op {step}: out of memory"));
+                    }
+                    ptr.write_bytes(fill, layout.size());
+                    slots[slot] = Some(Block { ptr, layout, fill });
+                }
+                (1, Some(old)) => {
+                    let ptr = realloc(old.ptr, old.layout, layout.size());
+                    if ptr.is_null() {
+                        return Err(format!("op {step}: out of memory"));
+                    }
+                    let layout = Layout::from_size_align_unchecked(layout.size(), old.layout.align());
+                    let kept = old.layout.size().min(layout.size());
+                    if (0..kept).any(|i| *ptr.add(i) != old.fill) {
+                        return Err(format!("op {step}: realloc lost the block's bytes"));
+                    }
+                    ptr.write_bytes(fill, layout.size());
+                    slots[slot] = Some(Block { ptr, layout, fill });
+                }
+                (2, Some(old)) => dealloc(old.ptr, old.layout),
+                (_, old) => slots[slot] = old,
+            }
+            for block in slots.iter().flatten() {
+                if block.ptr as usize % block.layout.align() != 0 {
+                    return Err(format!("op {step}: a block at {:#x} is not aligned to {}", block.ptr as usize,
+                                       block.layout.align()));
+                }
+                if (0..block.layout.size()).any(|i| *block.ptr.add(i) != block.fill) {
+                    return Err(format!("op {step}: a block's bytes changed"));
+                }
+            }
+        }
+    }
+    let sizes: Vec<String> = slots.iter().map(|b| b.as_ref().map_or(0, |b| b.layout.size()).to_string()).collect();
+    Ok(sizes.join(" "))
+}
+
 macro_rules! tools {
     ($($name:ident => $body:ident),+ $(,)?) => {
         $(
@@ -168,4 +241,5 @@ tools! {
     berm_tool_call => call,
     berm_tool_echo => echo,
     berm_tool_heap => heap,
+    berm_tool_allocate => allocate,
 }
