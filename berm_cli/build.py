@@ -1,4 +1,5 @@
-"""``berm build DIR [-o OUT.elf]``: build a harness directory into a checked harness ELF."""
+"""``berm build DIR [-o OUT.elf] [--bin NAME]``: build a harness directory into a checked harness ELF: C sources with
+a harness.toml (berm_sdk.build), or a Rust crate, a Cargo.toml (berm_sdk.rust_build)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,30 @@ from pathlib import Path
 
 from berm_cli.terminal import shown
 from berm_sdk.build import build_harness
+from berm_sdk.errors import BuildError
+from berm_sdk.harness_toml import TOML_NAME
+from berm_sdk.rust_build import build_rust_harness
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", type=Path, help="the harness directory (holds harness.toml)")
-    parser.add_argument("-o", "--output", type=Path, default=None, help="the ELF to write (default ./{name}.elf)")
+    parser.add_argument("directory", type=Path, help="the harness directory: harness.toml and C sources, or a Rust "
+                                                     "crate (Cargo.toml)")
+    parser.add_argument("-o", "--output", type=Path, default=None,
+                        help="the ELF to write (default ./{name}.elf: the harness's name, or the Rust binary's)")
+    parser.add_argument("--bin", default=None, help="the Rust binary to build, when the crate has several")
 
 
 def run(args: argparse.Namespace) -> int:
-    out = build_harness(args.directory, args.output, warn=lambda text: print(shown(text), file=sys.stderr))
+    def warn(text: str) -> None:
+        print(shown(text), file=sys.stderr)
+
+    if (args.directory / TOML_NAME).is_file():
+        if args.bin is not None:
+            raise BuildError(f"{args.directory}: --bin names a Rust binary, and this is a C harness ({TOML_NAME})")
+        out = build_harness(args.directory, args.output, warn=warn)
+    elif (args.directory / "Cargo.toml").is_file():
+        out = build_rust_harness(args.directory, args.output, binary=args.bin, warn=warn)
+    else:
+        raise BuildError(f"{args.directory}: neither {TOML_NAME} (a C harness) nor Cargo.toml (a Rust crate)")
     print(out)
     return 0

@@ -13,7 +13,7 @@ from berm_cli.terminal import reader_may_leave, shown
 
 #: subcommand -> (module under berm_cli, one-line help)
 SUBCOMMANDS = {
-    "build": ("build", "build a harness directory (harness.toml + C sources) into a checked harness ELF"),
+    "build": ("build", "build a harness directory (harness.toml + C sources, or a Rust crate) into a checked harness ELF"),
     "inspect": ("inspect_cmd", "show a harness's manifest, exported tools, requests and image layout "
                                "(nothing is executed)"),
     "run": ("run_cmd", "call a global function of an image with integer arguments (no manifest, no capabilities)"),

@@ -27,7 +27,8 @@ from elftools.elf.elffile import ELFFile
 
 from berm_abi.errors import BermError
 from berm_aot.elf import read_elf
-from berm_aot.manifest import TOOL_PREFIX, load_manifest, tool_exports
+from berm_aot.image import ElfImage
+from berm_aot.manifest import TOOL_PREFIX, Manifest, load_manifest, tool_exports
 from berm_aot.program import Program
 
 from .cache import SDK_DIR, cache_root, cached_dir
@@ -153,16 +154,24 @@ def sdk_objects_key(tc: Toolchain, profile: Profile, sdk: Path = SDK_DIR) -> str
     return digest.hexdigest()[:32]
 
 
-def verify_image(path: Path, spec: HarnessSpec) -> None:
-    """Read the built image as the host will; a BuildError says which check failed."""
+def check_image(path: Path, harness: Path) -> tuple[ElfImage, Manifest]:
+    """Read the built image as the host will: its manifest parses and names exported tools, it carries relocations,
+    and its code decodes as RV64IMAC. A BuildError names ``harness`` (the directory built: ``path`` is in a build
+    directory, gone or unfamiliar by the time the message prints) and says which check failed."""
     try:
         image = read_elf(path.read_bytes())
         manifest = load_manifest(image)
         if not image.relocations:
             raise BuildError("it carries no relocations (was it linked without --emit-relocs?)")
         Program.from_image(image)  # its functions and code, found as the host will
-    except BermError as exc:  # named by the harness: ``path`` is in a build directory gone by the time it prints
-        raise BuildError(f"{spec.path.parent}: the built image fails its own check: {exc}") from None
+    except BermError as exc:
+        raise BuildError(f"{harness}: the built image fails its own check: {exc}") from None
+    return image, manifest
+
+
+def verify_image(path: Path, spec: HarnessSpec) -> None:
+    """``check_image``, and the image is the one harness.toml describes."""
+    image, manifest = check_image(path, spec.path.parent)
     if [t.name for t in manifest.tools] != [t.name for t in spec.tools]:
         raise BuildError(f"{path}: the built manifest does not list the tools of {spec.path}")
     extra = sorted(set(tool_exports(image)) - {t.name for t in spec.tools})
@@ -203,11 +212,11 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
         objects = [*own.values(), *generated.values(), *_sdk_objects(work, profile)]
         linked = link(objects, work / "harness.elf", linker_script=profile.linker_script)
         verify_image(linked, spec)
-        _install(linked, out)
+        install_image(linked, out)
     return out
 
 
-def _install(built: Path, out: Path) -> None:
+def install_image(built: Path, out: Path) -> None:
     """Put ``built`` at ``out`` whole or not at all (a copy beside it, renamed over it). What ``out`` names now
     must be a regular file, a symbolic link (replaced, never written through) or nothing: renaming over a FIFO or
     a device replaced it with the image."""

@@ -1,16 +1,26 @@
-"""The committed Rust images are what their source builds: harnesses/rust-probe's build.sh, run on a copy of the
-crate and the SDK's Rust crate with Debian's Rust (setup.sh installs it as root), must give its three images byte
-for byte. rustc's output depends on its version, so this holds only for the one the images were built with."""
+"""Building Rust harnesses with `berm build` (berm_sdk/rust_build.py). The committed Rust images are what their
+source builds: harnesses/rust-probe's build.sh, run on a copy of the crate and the SDK's Rust crate with Debian's
+Rust (setup.sh installs it as root), must give its three images byte for byte. rustc's output depends on its
+version, so that holds only for the one the images were built with. README's Rust example builds and runs."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-CRATE = Path(__file__).resolve().parent.parent / "harnesses" / "rust-probe"
+from berm_cli.main import main as berm_main
+from berm_host.declaration import Declaration
+from berm_host.engine import Engine
+from berm_host.grants import linker_for
+
+ROOT = Path(__file__).resolve().parent.parent
+CRATE = ROOT / "harnesses" / "rust-probe"
 IMAGES = ("rust-probe.elf", "rust-keywords.elf", "rust-sdk.elf")
 RUSTC = "rustc 1.96.0 "  # what built the committed images (build.sh names its core sources' directory too)
 
@@ -22,18 +32,97 @@ def _rustc_version() -> str:
         return f"no /usr/bin/rustc ({exc})"
 
 
-def test_build_sh_rebuilds_the_committed_images(tmp_path):
+@pytest.fixture
+def rust():
+    """Skips unless Debian's Rust is the one that built the committed images."""
     version = _rustc_version()
     if not version.startswith(RUSTC) or shutil.which("ld.lld-22") is None:
         pytest.skip(f"the committed images were built by {RUSTC.strip()} with ld.lld-22; here: {version.strip()}, "
                     f"ld.lld-22 {'found' if shutil.which('ld.lld-22') else 'missing'} (setup.sh installs both as root)")
+
+
+def test_build_sh_rebuilds_the_committed_images(tmp_path, rust):
     # the crate, in a copy of its workspace (harnesses/Cargo.toml): the SDK's Rust crate and linker script beside it
     crate = tmp_path / "rust-probe"
     shutil.copytree(CRATE, crate, ignore=shutil.ignore_patterns("target", "*.elf"))
     shutil.copytree(CRATE.parent / "sdk", tmp_path / "sdk")
     for name in ("Cargo.toml", "Cargo.lock"):
         shutil.copy(CRATE.parent / name, tmp_path / name)
-    built = subprocess.run(["sh", str(crate / "build.sh")], capture_output=True, text=True, timeout=600)
+    built = subprocess.run(["sh", str(crate / "build.sh")], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PYTHON": sys.executable})
     assert built.returncode == 0, built.stderr[-4000:]
     for name in IMAGES:
         assert (crate / name).read_bytes() == (CRATE / name).read_bytes(), f"{name} differs from its source's build"
+
+
+@pytest.fixture(scope="module")
+def cargo_target(tmp_path_factory):
+    """One cargo target directory for the crates below: core and alloc are built once (half a minute)."""
+    return tmp_path_factory.mktemp("cargo-target")
+
+
+def _crate(tmp_path: Path, cargo_target: Path, monkeypatch, main_rs: str) -> Path:
+    """A crate of one binary, greeter, with ``main_rs`` and a manifest declaring the tool greet."""
+    monkeypatch.setenv("CARGO_TARGET_DIR", str(cargo_target))
+    crate = tmp_path / "greeter"
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text(f"""[package]
+name = "greeter"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+berm = {{ path = "{ROOT / 'harnesses' / 'sdk' / 'rust'}" }}
+
+[profile.release]
+panic = "abort"
+""")
+    (crate / "src" / "main.rs").write_text(main_rs)
+    (crate / "src" / "manifest.json").write_text(
+        '{"abi_version": 0, "tools": [{"name": "greet", "description": "", "parameters": {}}]}')
+    return crate
+
+
+def test_the_readme_rust_example_builds_and_runs(tmp_path, rust, cargo_target, monkeypatch):
+    example = re.search(r"```rust\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[1]
+    crate = _crate(tmp_path, cargo_target, monkeypatch, example)
+    assert berm_main(["build", str(crate), "-o", str(tmp_path / "greeter.elf")]) == 0
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.txt").write_text("hello\n")
+    linker = linker_for(Declaration(name="greeter", capabilities=("fs",), root=str(root)))
+    harness = Engine().load((tmp_path / "greeter.elf").read_bytes()).harness(linker, name="greeter")
+    assert harness.call("greet", b'{"path": "a.txt"}') == "a.txt: 6 bytes"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["harnesses/fixture", "--bin", "x"], "--bin names a Rust binary, and this is a C harness (harness.toml)"),
+    (["harnesses/sdk"], "neither harness.toml (a C harness) nor Cargo.toml (a Rust crate)"),
+    (["harnesses"], "the crate has 0 binaries (none): name one with --bin"),  # the workspace: no package
+    (["harnesses/rust-probe"], "the crate has 3 binaries (rust-keywords, rust-probe, rust-sdk): name one with --bin"),
+    (["harnesses/rust-probe", "--bin", "nope"], "the crate has no binary nope (rust-keywords, rust-probe, rust-sdk)"),
+])
+def test_berm_build_says_what_it_cannot_build(argv, message, rust, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert berm_main(["build", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_crate_that_does_not_compile_is_a_build_error_with_rustcs_message(tmp_path, rust, cargo_target,
+                                                                            monkeypatch, capsys):
+    broken = "#![no_std]\n#![no_main]\nfn greet() -> u32 { \"text\" }\n"
+    crate = _crate(tmp_path, cargo_target, monkeypatch, broken)
+    assert berm_main(["build", str(crate), "-o", str(tmp_path / "greeter.elf")]) == 2
+    err = capsys.readouterr().err
+    assert "cargo build failed (exit 101)" in err and "error[E0308]: mismatched types" in err
+
+
+def test_an_image_that_fails_the_hosts_check_is_a_build_error(tmp_path, rust, cargo_target, monkeypatch, capsys):
+    """A tool the manifest declares but the image does not export (not listed in harness!, so dropped)."""
+    example = re.search(r"```rust\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[1]
+    crate = _crate(tmp_path, cargo_target, monkeypatch, example)
+    (crate / "src" / "manifest.json").write_text(
+        '{"abi_version": 0, "tools": [{"name": "greet"}, {"name": "wave"}]}')
+    assert berm_main(["build", str(crate), "-o", str(tmp_path / "greeter.elf")]) == 2
+    assert "the built image fails its own check: the manifest declares tool 'wave'" in capsys.readouterr().err
+    assert not (tmp_path / "greeter.elf").exists()
