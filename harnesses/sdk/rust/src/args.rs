@@ -23,7 +23,10 @@ pub fn object(known: &[&str]) -> Result<Args, String> {
 
 /// `object` of the given text.
 pub fn parse_object(text: &[u8], known: &[&str]) -> Result<Args, String> {
-    let value = if text.is_empty() { Value::Object(Vec::new()) } else { json::parse(text).map_err(|e| invalid(format!("not JSON: {e}")))? };
+    let value = match text {
+        b"" => Value::Object(Vec::new()),
+        _ => json::parse(text).map_err(|e| invalid(format!("not JSON: {e}")))?,
+    };
     let Value::Object(members) = value else {
         return Err(invalid(format!("expected a JSON object, not {}", value.type_name())));
     };

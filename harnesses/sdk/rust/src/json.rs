@@ -162,7 +162,8 @@ impl Parser<'_> {
             Some(b'"') => Ok(Value::String(self.string()?)),
             Some(b'-' | b'0'..=b'9') => self.number(),
             _ => {
-                for (word, value) in [("null", Value::Null), ("true", Value::Bool(true)), ("false", Value::Bool(false))] {
+                let words = [("null", Value::Null), ("true", Value::Bool(true)), ("false", Value::Bool(false))];
+                for (word, value) in words {
                     if self.text[self.at..].starts_with(word.as_bytes()) {
                         self.at += word.len();
                         return Ok(value);
