@@ -194,6 +194,43 @@ def test_a_version_flag_is_a_tool_error_not_a_host_bug(caps):
         grep(caps, "(?V1)[[a-z]--[aeiou]]")
 
 
+@pytest.mark.parametrize(("pattern", "what"), [
+    ("(?R){e<=1}", "recursion"), ("(?:(?R)){i<=1}", "recursion"), ("(?R)*", "recursion"), ("a(?0)?b", "recursion"),
+    ("(a)(?1)", "recursion"), ("(a)(?-1)", "recursion"), ("(?P<x>a)(?&x)", "recursion"), ("(?P<x>a)(?P>x)", "recursion"),
+    ("a{e<=1}", "fuzzy matching"), ("2\\G{e<=1}~~", "fuzzy matching"), ("(?:cat){i,d}", "fuzzy matching"),
+    ("dog{2i+1s<=3}", "fuzzy matching"), ("x{ e }", "fuzzy matching"),
+])
+def test_recursion_and_fuzzy_matching_are_refused(root, caps, pattern, what):
+    """Found by a hostile review: the regex module crashed the host process with a SIGSEGV on (?R){e<=1} over any
+    text (one grep from a guest ended the daemon and every harness in it), (?R)* grew its stack to ~700 MiB on a
+    6-byte file, and fuzzy matching raised RuntimeError ("invalid RE code") while matching 2\\G{e<=1}~~, a host-call
+    trap where a bad pattern is an error reply."""
+    (root / "t.txt").write_text("2~~ hello\n")
+    with pytest.raises(CapabilityError, match=f"^berm.fs.grep: bad regex: grep does not support {what}"):
+        grep(caps, pattern)
+
+
+def test_braces_that_are_not_fuzzy_constraints_still_search(root, caps):
+    (root / "t.txt").write_text("{index} {e} x{2}\n")
+    assert grep(caps, r"\{index\}", mode="count") == grep(caps, r"x\{2\}", mode="count") == ["t.txt:1"]
+    assert grep(caps, r"(?:ab)(?i:x)", mode="count") == []
+
+
+def test_a_failure_of_the_regex_module_while_matching_is_an_error_reply(root, caps, monkeypatch):
+    """The regex module raises RuntimeError for its own inconsistencies; whatever pattern gets there, the guest gets
+    an error reply, never the host-call-failed trap."""
+    (root / "t.txt").write_text("text\n")
+
+    class Broken:
+        def search(self, *args, **kwargs):
+            raise RuntimeError("invalid RE code")
+
+    compile_ = fs_search.regex.compile
+    monkeypatch.setattr(fs_search.regex, "compile", lambda p, *a, **k: Broken() if p == "text" else compile_(p, *a, **k))
+    with pytest.raises(CapabilityError, match=r"^berm.fs.grep: bad regex: the regex module failed while matching it"):
+        grep(caps, "text")
+
+
 def test_a_search_that_runs_out_of_memory_returns_what_it_found(root, caps):
     """Found by a review: a backtracking pattern over an 8 MiB file grows the regex module's stack to ~660 MiB, and
     its MemoryError reached the guest as the host-call-failed trap. It ends the search like a timeout now."""

@@ -5,8 +5,9 @@ mid-walk is skipped, never entered), skip ``.git``, honour a per-call time budge
 is text, one root-relative path (or match) per line; when a cap or the time budget cut it short, what was found so
 far is returned and a last line starting with ``[truncated`` says why. Grep skips binary files (a NUL byte in the
 first 8 KiB), files over the read cap and symlinks, and honours ``.gitignore`` files from the root down. Its
-patterns are the ``regex`` module's (VERSION0, multiline), less what could hide their cost: counted repeats past
-``MAX_REPEATS`` and the inline flags for verbose mode and versions are refused.
+patterns are the ``regex`` module's (VERSION0, multiline), less what could hide their cost or crash the module:
+counted repeats past ``MAX_REPEATS``, the inline flags for verbose mode and versions, recursion and subroutine
+calls, and fuzzy matching are refused.
 
 A backtracking pattern grows the ``regex`` module's stack to ~80 bytes per character of the text searched (up to
 ~600 MiB, where it gives up with a MemoryError), so the searches of large files (``BIG_TEXT`` and up) share one
@@ -61,6 +62,16 @@ _COUNTED = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
 #: and comments into a counted repeat (``(?x)a{1 000000}``, ``(?x)a{1#}`` newline ``000000}``), out of
 #: ``_COUNTED``'s sight; a version flag (``V1``) contradicts the host's ``VERSION0`` (a KeyError inside the module).
 _FLAG_GROUP = regex.compile(r"(?<!\\)(?:\\\\)*\(\?([\w^-]*)[:)]")
+#: The regex module's recursion and subroutine calls (``(?R)``, ``(?1)``, ``(?+1)``, ``(?&name)``, ``(?P>name)``)
+#: and fuzzy matching (``{e<=1}``, ``{i,d}``, ``{2i+1s<=3}``: braces holding only constraint characters and one of
+#: e, i, d, s). Both are refused wherever they appear (escaped or in a class too: that only refuses more). Found by a
+#: hostile review: together they crashed the host process (``(?R){e<=1}``: a SIGSEGV inside the module, on any
+#: text), recursion alone took ~700 MiB of the module's stack on a 6-byte file (``(?R)*``, past the budget that
+#: assumes a small text stays small), and fuzzy matching raised RuntimeError while matching (``2\G{e<=1}~~``).
+_REFUSED = (
+    (regex.compile(r"\(\?(?:R|[+-]?\d|&|P>)"), "recursion or a subroutine call ((?R), (?1), (?&name), (?P>name))"),
+    (regex.compile(r"\{[\d\s<=>+,eids]*[eids][\d\s<=>+,eids]*\}"), "fuzzy matching ({e<=1}, {i,d}, …)"),
+)
 
 
 @dataclass(frozen=True)
@@ -223,7 +234,10 @@ def _scan(data: bytes, rel: str, rx: regex.Pattern, mode: str, limit: int, deadl
     pos = last = 0
     lineno = 1
     while pos <= len(body) and count < limit:
-        m = rx.search(body, pos, timeout=deadline.check())
+        try:
+            m = rx.search(body, pos, timeout=deadline.check())
+        except RuntimeError as exc:  # the regex module's own failure ("invalid RE code"): the pattern's, not the host's
+            raise CapabilityError(f"bad regex: the regex module failed while matching it ({exc})") from None
         if m is None:
             break
         start = body.rfind("\n", 0, m.start()) + 1
@@ -263,9 +277,12 @@ def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Dead
             yield e, data
 
 
-def _check_repeats(pattern: str) -> None:
-    """Refuse a pattern whose counted repeats, taken as if all nested, multiply past MAX_REPEATS, or that turns on
-    a flag that would hide them from this check (``_FLAG_GROUP``)."""
+def _check_pattern(pattern: str) -> None:
+    """Refuse a pattern that uses what grep leaves out (``_REFUSED``), whose counted repeats, taken as if all nested,
+    multiply past MAX_REPEATS, or that turns on a flag that would hide them from this check (``_FLAG_GROUP``)."""
+    for construct, what in _REFUSED:
+        if construct.search(pattern):
+            raise CapabilityError(f"bad regex: grep does not support {what}")
     for m in _FLAG_GROUP.finditer(pattern):
         on = m.group(1).split("-", 1)[0]
         if "x" in on or "V" in on:
@@ -288,7 +305,7 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
         raise CapabilityError(f"mode must be one of {', '.join(MODES)}, not {mode[:40]!r}")
     if len(pattern) > MAX_PATTERN:
         raise CapabilityError(f"regex is longer than {MAX_PATTERN} characters")
-    _check_repeats(pattern)
+    _check_pattern(pattern)
     try:
         rx = regex.compile(pattern, regex.MULTILINE | regex.VERSION0)
     except (regex.error, ValueError, OverflowError, RecursionError) as exc:
