@@ -407,10 +407,15 @@ class DaemonClient:
 
     def request(self, message: dict) -> dict:
         try:
+            data = _encode(message)
+        except UnicodeEncodeError as exc:  # a command-line argument that is not UTF-8 arrives as lone surrogates
+            raise DaemonError(f"cannot send the request: it holds {exc.object[exc.start:exc.end]!r}, which is not "
+                              "Unicode text (a command-line argument that is not UTF-8?)") from None
+        try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(self.timeout)
                 s.connect(str(self.path))
-                s.sendall(_encode(message))
+                s.sendall(data)
                 with s.makefile("rb") as f:
                     line = f.readline(MAX_LINE + 1)
         except (FileNotFoundError, ConnectionRefusedError):

@@ -4,7 +4,7 @@ comes back as."""
 
 import pytest
 
-from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, RemoteError
+from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
 
 from .queue_helpers import RecordingTarget
 
@@ -154,3 +154,16 @@ def test_a_file_that_is_not_a_socket_where_the_socket_goes_is_left_alone(tmp_pat
     with pytest.raises(DaemonError, match="exists and is not a socket"):
         d.start()
     assert path.read_text() == "precious"
+
+
+def test_a_request_holding_text_that_is_not_unicode_is_refused_before_sending(daemon, capsys):
+    """Found by a hostile review: a command-line argument that is not UTF-8 (Python's lone surrogates) made the
+    client's encoding raise, a traceback out of `berm schedule` and `berm call --daemon` instead of their error."""
+    from berm_cli.main import main
+
+    client = DaemonClient(daemon.config.socket)
+    with pytest.raises(DaemonError, match=r"cannot send the request: it holds '\\udcff', which is not Unicode text"):
+        client.request({"op": "call", "harness": "echo\udcff", "tool": "t"})
+    assert main(["call", "--daemon", str(daemon.config.socket), "h\udcff", "t", '"x"']) == 2
+    assert "berm call: cannot send the request: it holds" in capsys.readouterr().err
+    assert client.request({"op": "schedule.list"})["entries"] == []  # the daemon never saw it
