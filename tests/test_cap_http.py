@@ -154,9 +154,20 @@ def test_an_address_never_matches_a_wildcard_entry():
     hosts = HostList(["*.0.0.1", "*.1"])
     assert not hosts.allows("127.0.0.1") and not hosts.allows("10.0.0.1")
     assert hosts.allows("a.0.0.1")  # a name that only looks numeric at its end is still a name
-    for bad in ["", "a b", "*", "*.", "a*.example.org", "ex*ample.org", "http://x"]:
+    for bad in ["", "a b", "*", "*.", "a*.example.org", "ex*ample.org", "http://x", "*..", "a..b", "*.a..b", ".a"]:
         with pytest.raises(HostListError):
             HostList([bad])
+
+
+@pytest.mark.parametrize("host", ["127.1", "0x7f.1", "0177.0.0.1", "2130706433", "127.0.1"])
+def test_an_address_in_a_short_or_numeric_form_never_matches_a_wildcard(server, host):
+    """Found by a hostile review: ipaddress calls "127.1" a name, so "*.1" matched it, and glibc connects it to
+    127.0.0.1. Whatever the resolver reads as an address is one."""
+    assert not HostList(["*.1", "*.0.0.1", "*.0.1", "*.2130706433"]).allows(host)
+    seen = len(server.seen)
+    with pytest.raises(CapabilityError, match="is not in this harness's hosts"):
+        fetch(["*.1", "*.0.1"], f"http://{host}:{server.server_address[1]}/")
+    assert len(server.seen) == seen
 
 
 def test_a_redirect_to_an_unlisted_host_is_returned_not_followed(server):

@@ -53,7 +53,9 @@ class HostList:
         self.suffixes: set[str] = set()
         for entry in hosts:
             host = normalize_host(entry)
-            if not host or not _HOST_CHARS.fullmatch(host) or "*" in host.removeprefix("*."):
+            name = host.removeprefix("*.")
+            if not host or not _HOST_CHARS.fullmatch(host) or "*" in name or (
+                    not name.startswith("[") and "" in name.split(".")):  # an empty label: "*..", "a..b"
                 raise HostListError(f"bad host entry {entry!r}")
             if host.startswith("*."):
                 self.suffixes.add(host[1:])  # ".example.org"
@@ -65,11 +67,23 @@ class HostList:
         host = normalize_host(host)
         if host in self.exact:
             return True
-        try:
-            ipaddress.ip_address(host)
-            return False  # an address is matched exactly, never as a "subdomain" of a wildcard
-        except ValueError:
-            return any(host.endswith(s) and len(host) > len(s) for s in self.suffixes)
+        return not _is_address(host) and any(host.endswith(s) and len(host) > len(s) for s in self.suffixes)
+
+
+def _is_address(host: str) -> bool:
+    """Whether the system's resolver reads ``host`` as an address: an address is matched exactly, never as a
+    "subdomain" of a wildcard. That includes IPv4's short and numeric forms, which ``ipaddress`` calls names and
+    glibc connects to: "127.1" is 127.0.0.1, so "*.1" let it through (found by a hostile review)."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    try:
+        socket.inet_aton(host)
+        return True
+    except OSError:
+        return False
 
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
