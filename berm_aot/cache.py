@@ -26,6 +26,7 @@ import hashlib
 import os
 import shutil
 import stat
+import struct
 import tempfile
 import threading
 from collections.abc import Callable
@@ -43,6 +44,8 @@ SO_NAME = "image.so"
 _WHOLE_READ = 64 << 20
 #: An object larger than this is not one the translator wrote (a 100 KB guest makes ~1 MB): a corrupt entry.
 MAX_OBJECT = 1 << 30
+#: An ELF program header's type for a loadable segment.
+_PT_LOAD = 1
 #: What a lookup meets in a damaged entry (missing files, a symlink where a file was, a directory): it is rebuilt.
 _DAMAGED = (errno.ENOENT, errno.ELOOP, errno.EISDIR, errno.ENOTDIR)
 
@@ -73,6 +76,27 @@ def _file_sha256(fd: int, size: int) -> str:
     while chunk := os.read(fd, size + 1):
         h.update(chunk)
     return h.hexdigest()
+
+
+def _segments_fit(fd: int, size: int) -> bool:
+    """Whether the object is a 64-bit little-endian ELF whose loadable segments lie inside its ``size`` bytes.
+    dlopen maps a truncated object's segments past its end, and touching those pages kills the process with
+    SIGBUS: an entry cut short whose record was rewritten to match (found by a hostile review) is rebuilt instead,
+    as is a file that is no ELF at all (which dlopen refused on every load, never rebuilt)."""
+    head = os.pread(fd, 64, 0)
+    if len(head) < 64 or head[:6] != b"\x7fELF\x02\x01":
+        return False
+    (table_at,) = struct.unpack_from("<Q", head, 32)  # e_phoff
+    entry, count = struct.unpack_from("<HH", head, 54)  # e_phentsize, e_phnum
+    if entry < 56 or table_at + entry * count > size:
+        return False
+    table = os.pread(fd, entry * count, table_at)
+    for at in range(0, entry * count, entry):
+        (kind,) = struct.unpack_from("<I", table, at)  # p_type
+        offset, _, _, in_file = struct.unpack_from("<4Q", table, at + 8)  # p_offset, p_vaddr, p_paddr, p_filesz
+        if kind == _PT_LOAD and offset + in_file > size:
+            return False
+    return True
 
 
 def _open_regular(name: str | Path, dir_fd: int | None = None) -> tuple[int, os.stat_result] | None:
@@ -148,7 +172,7 @@ class CodeCache:
                 recorded = os.read(record[0], 200).decode().strip()
             finally:
                 os.close(record[0])
-            return recorded == _file_sha256(fd, st.st_size)
+            return recorded == _file_sha256(fd, st.st_size) and _segments_fit(fd, st.st_size)
         finally:
             os.close(fd)
 

@@ -3,6 +3,7 @@ key, and two processes compiling the same image at once."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import textwrap
@@ -96,7 +97,8 @@ def test_hit_after_miss(tmp_path, elf):
     assert triple(Engine(cache_dir=tmp_path), elf) == 42
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "delete_digest", "digest_not_text"])
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete_digest", "digest_not_text", "truncate_and_record",
+                                    "not_elf_and_record"])
 def test_corrupt_entry_is_rebuilt(tmp_path, elf, damage):
     image = read_elf(elf)
     program = lambda: Program.from_image(image)  # noqa: E731
@@ -109,12 +111,18 @@ def test_corrupt_entry_is_rebuilt(tmp_path, elf, damage):
         so.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
     elif damage == "delete_digest":
         (so.parent / (SO_NAME + ".sha256")).unlink()
-    else:  # not UTF-8: read_text raised UnicodeDecodeError out of Engine.load
+    elif damage == "digest_not_text":  # not UTF-8: read_text raised UnicodeDecodeError out of Engine.load
         (so.parent / (SO_NAME + ".sha256")).write_bytes(b"\xff\xfe")
+    else:  # the record rewritten to match: a truncated object killed the process with SIGBUS in dlopen (found by a
+        # hostile review), and one that is no ELF failed every load, never rebuilt
+        damaged = data[: len(data) // 2] if damage == "truncate_and_record" else b"not an object"
+        so.write_bytes(damaged)
+        (so.parent / (SO_NAME + ".sha256")).write_text(hashlib.sha256(damaged).hexdigest() + "\n")
     assert cache.lookup(object_key(image, windows(image))) is None
     again, built = cached_object(image, windows(image), cache, program)
     assert built
     assert cache.lookup(object_key(image, windows(image))) == again
+    assert triple(Engine(cache_dir=tmp_path), elf) == 42
 
 
 def test_key_covers_compiler_flags(monkeypatch, elf):
@@ -207,6 +215,7 @@ def test_an_entry_that_is_not_a_regular_file_is_rebuilt(tmp_path, elf, damage):
     """The digest followed a symlink to /dev/zero (MemoryError) and blocked forever on a FIFO."""
     import os as os_module
     cache, key, so = _built(tmp_path, elf)
+    whole = so.read_bytes()
     so.unlink()
     if damage == "symlink_to_device":
         so.symlink_to("/dev/zero")
@@ -215,7 +224,7 @@ def test_an_entry_that_is_not_a_regular_file_is_rebuilt(tmp_path, elf, damage):
     else:
         os_module.mkfifo(so)
     assert cache.lookup(key) is None
-    rebuilt, built = cache.get_or_build(key, lambda out: out.write_bytes(b"\x7fELF stand-in"))
+    rebuilt, built = cache.get_or_build(key, lambda out: out.write_bytes(whole))
     assert built and rebuilt == so and so.is_file() and not so.is_symlink()
 
 
@@ -281,7 +290,8 @@ def test_what_a_killed_compile_left_is_swept_by_the_next_builder(tmp_path, elf):
     (shard / f".bad-{key}-99-1").mkdir()
     (shard / f".{'0' * 64}-other").mkdir()  # another key's: not this builder's to remove
     (so.parent / (SO_NAME + ".sha256")).write_text("0" * 64 + "\n")  # corrupt: the next load rebuilds
-    _, built = cache.get_or_build(key, lambda out: out.write_bytes(b"\x7fELF stand-in"))
+    whole = so.read_bytes()
+    _, built = cache.get_or_build(key, lambda out: out.write_bytes(whole))
     assert built
     assert sorted(p.name for p in shard.iterdir() if p.name.startswith(".")) == [f".{'0' * 64}-other"]
 
