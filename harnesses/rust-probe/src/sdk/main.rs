@@ -53,11 +53,15 @@ fn run() -> Result<String, String> {
                    &a.string_map("env", false)?)
 }
 
-/// The response as `{"status":N,"headers":"…","body":"…"}` (the body as UTF-8, lossily).
+/// The response as `{"status":N,"headers":"…","body":"…"}` (the body as UTF-8, lossily), or with `body_only` its
+/// body alone, as it came (no copy: a body of most of the heap still fits).
 fn fetch() -> Result<String, String> {
-    let a = args::object(&["method", "url", "body", "headers"])?;
+    let a = args::object(&["method", "url", "body", "headers", "body_only"])?;
     let response = caps::http_fetch(a.string_or("method", "GET")?, a.string("url", true)?.unwrap_or_default(),
                                     a.string_or("body", "")?.as_bytes(), &a.string_map("headers", false)?)?;
+    if a.boolean("body_only", false)?.unwrap_or(false) {
+        return text("the body", response.body);
+    }
     let mut out = format!("{{\"status\":{},\"headers\":", response.status);
     json::write_string(&mut out, &response.headers);
     out.push_str(",\"body\":");

@@ -7,21 +7,38 @@ use crate::calls::*;
 use crate::frame;
 use alloc::format;
 use alloc::string::String;
-use alloc::vec;
 use alloc::vec::Vec;
 
-/// The reply bytes of capability `number` to the request `fields`, or the host's error message.
+/// The reply bytes of capability `number` to the request `fields`, or the host's error message. A request or a
+/// reply the heap cannot hold is an error too, never the allocator's panic.
 pub fn capability(number: u64, fields: &[&[u8]]) -> Result<Vec<u8>, String> {
-    let request = frame::encode(fields);
+    let mut request = buffer(frame::encoded_len(fields), "request")?;
+    frame::encode_into(&mut request, fields);
     // SAFETY: the host reads the request's bytes, then writes at most `len` bytes of the staged reply into `reply`.
     let returned = unsafe { host_call(number, request.as_ptr() as u64, request.len() as u64) };
+    drop(request);
     let len = (returned & !ERROR) as usize;
-    let mut reply = vec![0u8; len];
+    let mut reply = buffer(len, "reply")?;
+    reply.resize(len, 0);
     unsafe { host_call(RESULT_READ, reply.as_mut_ptr() as u64, len as u64) };
     if returned & ERROR != 0 {
         return Err(String::from_utf8_lossy(&reply).into_owned());
     }
     Ok(reply)
+}
+
+/// An empty vector with room for `len` bytes, or an error saying the `what` does not fit in guest memory.
+fn buffer(len: usize, what: &str) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(len).map_err(|_| format!("a {what} of {len} bytes does not fit in guest memory"))?;
+    Ok(bytes)
+}
+
+/// `bytes` copied into a vector of their own, or an error when the heap cannot hold them.
+fn owned(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let mut copy = buffer(bytes.len(), "reply")?;
+    copy.extend_from_slice(bytes);
+    Ok(copy)
 }
 
 /// A reply that is text (paths, JSON), or an error naming the capability when it is not UTF-8.
@@ -88,15 +105,18 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
-/// An HTTP request to a host the declaration lists.
+/// An HTTP request to a host the declaration lists. The body is the reply's own buffer, its head cut off (a
+/// body close to the heap's size is not copied).
 pub fn http_fetch(method: &str, url: &str, body: &[u8], headers: &[(&str, &str)]) -> Result<Response, String> {
-    let reply = capability(HTTP_FETCH, &with_pairs(&[method.as_bytes(), url.as_bytes(), body], headers))?;
+    let mut reply = capability(HTTP_FETCH, &with_pairs(&[method.as_bytes(), url.as_bytes(), body], headers))?;
     let parts = fields("berm.http.fetch", &reply, 3)?;
     let status = frame::integer(parts[0]).ok_or_else(|| {
         format!("malformed reply from berm.http.fetch: status {} is not a number", String::from_utf8_lossy(parts[0]))
     })?;
-    let headers = text("berm.http.fetch", parts[1].to_vec())?;
-    Ok(Response { status, headers, body: parts[2].to_vec() })
+    let headers = text("berm.http.fetch", owned(parts[1])?)?;
+    let body_at = parts[2].as_ptr() as usize - reply.as_ptr() as usize;
+    reply.drain(..body_at); // the body is the frame's last field: it runs to the end
+    Ok(Response { status, headers, body: reply })
 }
 
 /// The time: milliseconds since the Unix epoch (UTC), and the host's local offset from UTC in seconds.
@@ -134,7 +154,7 @@ pub fn kv_list(prefix: &[u8], after: Option<&[u8]>) -> Result<Vec<Vec<u8>>, Stri
         None => capability(KV_LIST, &[prefix])?,
     };
     let keys = frame::decode(&reply).ok_or("malformed reply from berm.kv.list: a field runs past its end")?;
-    Ok(keys.into_iter().map(<[u8]>::to_vec).collect())
+    keys.into_iter().map(owned).collect()
 }
 
 /// Asks the scheduler to wake this harness at `when_utc_millis` with `payload` (its `on_wake` export), under `id`.

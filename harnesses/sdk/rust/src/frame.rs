@@ -5,13 +5,23 @@ use alloc::vec::Vec;
 
 /// The frame of `fields`. Panics on a field of 4 GiB or more, which the wire format cannot carry.
 pub fn encode(fields: &[&[u8]]) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(fields.iter().map(|f| 4 + f.len()).sum());
+    let mut frame = Vec::with_capacity(encoded_len(fields));
+    encode_into(&mut frame, fields);
+    frame
+}
+
+/// How many bytes the frame of `fields` takes.
+pub fn encoded_len(fields: &[&[u8]]) -> usize {
+    fields.iter().map(|f| 4 + f.len()).sum()
+}
+
+/// Appends the frame of `fields` to `frame` (`encode` without the allocation, for a caller that reserved it).
+pub fn encode_into(frame: &mut Vec<u8>, fields: &[&[u8]]) {
     for field in fields {
         let len = u32::try_from(field.len()).expect("a frame field of 4 GiB or more");
         frame.extend_from_slice(&len.to_le_bytes());
         frame.extend_from_slice(field);
     }
-    frame
 }
 
 /// The fields of a frame, or None when a length runs past its end.

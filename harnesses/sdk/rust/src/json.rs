@@ -204,19 +204,27 @@ impl Parser<'_> {
                 return Err(self.error("expected a key"));
             }
             let key = self.string()?;
-            if members.iter().any(|(k, _)| *k == key) {
-                return Err(self.error(&format!("key \"{key}\" repeated")));
-            }
             self.space();
             self.expect(b':')?;
             let value = self.value(depth)?;
             members.push((key, value));
             self.space();
             if self.eat(b'}') {
-                return Ok(Value::Object(members));
+                return self.unique(members);
             }
             self.expect(b',')?;
         }
+    }
+
+    /// The object of `members`, or an error naming a key it repeats. Sorted, not compared pairwise: an object of
+    /// 40,000 keys took 13 s to check key by key, past a tool's deadline (found by a review).
+    fn unique(&self, members: Vec<(String, Value)>) -> Result<Value, String> {
+        let mut keys: Vec<&str> = members.iter().map(|(k, _)| k.as_str()).collect();
+        keys.sort_unstable();
+        if let Some(pair) = keys.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(self.error(&format!("key \"{}\" repeated", pair[0])));
+        }
+        Ok(Value::Object(members))
     }
 
     fn digits(&mut self) -> usize {
