@@ -5,7 +5,8 @@ checked the way the host will read it, as a C harness's is.
 The toolchain is Debian's (``apt-get install rustc-web cargo-web rust-web-src lld-22``), called by path: it builds
 ``core`` and ``alloc`` offline from the sources rust-web-src installs (``-Zbuild-std``, enabled on a stable rustc by
 ``RUSTC_BOOTSTRAP=1``), which a rustup toolchain earlier on ``PATH`` lacks. These are the flags that built the
-committed images in harnesses/rust-probe, whose build.sh calls this.
+committed images in harnesses/rust-probe, whose build.sh calls this. Like any cargo build, it runs the crate's build
+scripts and procedural macros on the host: build only crates you would build anyway.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ VENDOR = "/usr/src/rustc-{version}/library/vendor"
 _TAIL = 40
 
 
-def _toolchain() -> tuple[str, Path]:
-    """rustc's version and the vendored sources -Zbuild-std reads, or a BuildError saying what to install."""
+def _vendored_sources() -> Path:
+    """The vendored sources -Zbuild-std reads for the installed rustc, or a BuildError saying what to install."""
     missing = [str(p) for p in (RUSTC, CARGO) if not p.is_file()] + ([LINKER] if not shutil.which(LINKER) else [])
     if missing:
         raise BuildError(f"a Rust harness is built with Debian's Rust, and {', '.join(missing)} is missing: "
@@ -47,7 +48,7 @@ def _toolchain() -> tuple[str, Path]:
     if not vendor.is_dir():
         raise BuildError(f"{vendor} is missing: -Zbuild-std builds core and alloc from it (apt-get install "
                          f"rust-web-src, the version of {RUSTC})")
-    return found.group(1), vendor
+    return vendor
 
 
 def cargo_command(vendor: Path, binary: str) -> tuple[list[str], dict[str, str]]:
@@ -96,7 +97,7 @@ def build_rust_harness(directory: Path, out: Path | None = None, *, binary: str 
     directory = Path(directory)
     if not (directory / "Cargo.toml").is_file():
         raise BuildError(f"{directory}: no Cargo.toml")
-    _, vendor = _toolchain()
+    vendor = _vendored_sources()
     binaries = _binaries(directory)
     if binary is None and len(binaries) != 1:
         raise BuildError(f"{directory}: the crate has {len(binaries)} binaries ({', '.join(binaries) or 'none'}): "
