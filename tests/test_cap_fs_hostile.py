@@ -286,6 +286,21 @@ def test_a_fifo_is_refused_without_hanging(box):
     _refused(read, encode_frame(["pipe"]), "not a regular file")
 
 
+def test_what_is_seen_not_to_be_a_regular_file_is_refused_unopened(box, monkeypatch):
+    """Opening a device can act on it (a tape rewinds; a terminal becomes the daemon's controlling terminal, which
+    O_NOCTTY also prevents): a FIFO or device seen as such is refused before any open (a hostile review's note).
+    One swapped in between the look and the open is still refused after it (test above: the FIFO, opened
+    non-blocking)."""
+    root, _, read, _ = box
+    os.mkfifo(root / "pipe")
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda name, *a, **k: opened.append(os.fsdecode(name)) or real_open(name, *a, **k))
+    _refused(read, encode_frame(["pipe"]), "not a regular file")
+    assert "pipe" not in opened
+    assert _read(read, "inside.txt") == b"inside" and "inside.txt" in opened
+
+
 def test_reading_a_directory_or_the_root_is_an_error(box):
     _, _, read, write = box
     _refused(read, encode_frame(["sub"]), "is a directory")

@@ -186,13 +186,20 @@ class Root:
 
     def open_file(self, path: str, flags: int = os.O_RDONLY) -> tuple[int, str]:
         """Open an existing regular file inside the root; returns ``(fd, root-relative path)``. FIFOs, devices
-        and directories are refused (opened non-blocking, so a FIFO cannot hang the call)."""
+        and directories are refused: before opening when they are seen (opening a device can act on it, e.g. a tape
+        rewinds), and after, for one swapped in meanwhile (opened non-blocking, so a FIFO cannot hang the call, and
+        without becoming the process's controlling terminal)."""
         for _ in range(MAX_RETRIES):
             with self.resolve(path) as r:
                 if r.leaf is None:
                     raise CapabilityError(f"{path}: is a directory")
                 try:
-                    fd = os.open(r.leaf, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=r.dir_fd)
+                    seen = os.stat(r.leaf, dir_fd=r.dir_fd, follow_symlinks=False).st_mode
+                    if not (stat.S_ISREG(seen) or stat.S_ISLNK(seen)):  # a symlink: O_NOFOLLOW's ELOOP, below
+                        kind = "is a directory" if stat.S_ISDIR(seen) else "not a regular file"
+                        raise CapabilityError(f"{path}: {kind}")
+                    fd = os.open(r.leaf, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                                 dir_fd=r.dir_fd)
                 except FileNotFoundError:
                     raise CapabilityError(f"{path}: no such file") from None
                 except OSError as exc:
