@@ -126,3 +126,13 @@ def test_an_image_that_fails_the_hosts_check_is_a_build_error(tmp_path, rust, ca
     assert berm_main(["build", str(crate), "-o", str(tmp_path / "greeter.elf")]) == 2
     assert "the built image fails its own check: the manifest declares tool 'wave'" in capsys.readouterr().err
     assert not (tmp_path / "greeter.elf").exists()
+
+
+def test_the_rust_sdk_serves_host_calls_natively_for_cargo_test(tmp_path, rust):
+    """Built for the host, the SDK serves the host calls itself (berm::testing::Host): rust-sdk's own tests call its
+    tools natively with stand-in capabilities."""
+    done = subprocess.run(["/usr/bin/cargo", "test", "--offline", "--locked", "--bin", "rust-sdk"], cwd=CRATE,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "RUSTC": "/usr/bin/rustc", "CARGO_TARGET_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"test result: ok\. [1-9]\d* passed; 0 failed", done.stdout), done.stdout[-3000:]

@@ -4,8 +4,7 @@
 //! stand-in capabilities and real grants on both engines. It is also the example of a Rust harness that reaches
 //! the world.
 
-#![no_std]
-#![no_main]
+#![cfg_attr(target_os = "none", no_std, no_main)] // built for the host, `cargo test` runs the tests at the end
 
 extern crate alloc;
 
@@ -246,4 +245,50 @@ tools! {
     berm_tool_echo => echo,
     berm_tool_heap => heap,
     berm_tool_allocate => allocate,
+}
+
+/// The tools called natively by `berm::testing::Host`, with stand-in capabilities (`cargo test --bin rust-sdk` on
+/// the host; tests/test_rust_build.py runs it).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berm::testing::{Call, Host};
+
+    fn result(call: Call) -> Result<String, String> {
+        call.result
+    }
+
+    #[test]
+    fn read_answers_the_file_or_the_hosts_error() {
+        let host = Host::new().capability("berm.fs.read", |fields| match fields[0].as_slice() {
+            b"a.txt" => Ok(b"hello".to_vec()),
+            other => Err(format!("{}: no such file", String::from_utf8_lossy(other))),
+        });
+        assert_eq!(result(host.call(berm_tool_read, br#"{"path": "a.txt"}"#)), Ok("hello".into()));
+        assert_eq!(result(host.call(berm_tool_read, br#"{"path": "b.txt"}"#)), Err("b.txt: no such file".into()));
+        let missing = Err("invalid arguments: missing required field 'path'".into());
+        assert_eq!(result(host.call(berm_tool_read, b"{}")), missing);
+    }
+
+    #[test]
+    fn kv_list_frames_its_request_and_reads_a_framed_reply() {
+        let host = Host::new().capability("berm.kv.list", |fields| {
+            assert_eq!(fields, [b"p".to_vec(), b"pa".to_vec()]);
+            Ok(frame_of(&[b"pb", b"pc"]))
+        });
+        let call = host.call(berm_tool_kv, br#"{"op": "list", "key": "p", "after": "pa"}"#);
+        assert_eq!(call.result, Ok(r#"["pb","pc"]"#.into()));
+    }
+
+    #[test]
+    fn json_echo_and_the_heap_tool_run_natively_too() {
+        let host = Host::new();
+        assert_eq!(result(host.call(berm_tool_echo, b" [1, {\"a\": null}] ")), Ok(r#"[1,{"a":null}]"#.into()));
+        let call = host.call(berm_tool_heap, br#"{"rounds": 3, "size": 1000}"#);
+        assert!(call.result.unwrap().starts_with("3 rounds, "));
+    }
+
+    fn frame_of(fields: &[&[u8]]) -> Vec<u8> {
+        berm::frame::encode(fields)
+    }
 }

@@ -42,13 +42,24 @@ pub const SCHEDULE_AT: u64 = fnv1a64("berm.schedule.at");
 pub const SCHEDULE_CANCEL: u64 = fnv1a64("berm.schedule.cancel");
 pub const CALL: u64 = fnv1a64("berm.call");
 
-/// One host call: the number in a7, two arguments in a0/a1, the result from a0.
+/// One host call: the number in a7, two arguments in a0/a1, the result from a0. Built for the host, the call goes to
+/// `testing::Host` instead.
 ///
 /// # Safety
 /// The host reads or writes guest memory as the call's contract says (`berm.args.read` writes `arg1` bytes at
 /// `arg0`, for one): the caller must pass pointers and lengths that are valid for that.
+#[cfg(target_os = "none")]
 pub unsafe fn host_call(number: u64, arg0: u64, arg1: u64) -> u64 {
     let result: u64;
     core::arch::asm!("ecall", inlateout("a0") arg0 => result, in("a1") arg1, in("a7") number, options(nostack));
     result
+}
+
+/// `host_call` on the host: `testing::Host` serves it.
+///
+/// # Safety
+/// As for the guest's: pointers and lengths valid for what the call reads or writes.
+#[cfg(not(target_os = "none"))]
+pub unsafe fn host_call(number: u64, arg0: u64, arg1: u64) -> u64 {
+    crate::testing::serve(number, arg0, arg1)
 }

@@ -10,8 +10,12 @@
 //!
 //! A tool is `#[no_mangle] pub extern "C" fn berm_tool_NAME() -> berm::Pair`, listed in the manifest and in
 //! `harness!`.
+//!
+//! Built for the host instead (any target but `*-none-*`), the crate uses `std` and serves the host calls itself:
+//! `testing::Host` calls a tool as the host does, with stand-in capabilities, so `cargo test` checks a harness's
+//! tools natively. A harness crate that wants that says `#![cfg_attr(target_os = "none", no_std, no_main)]`.
 
-#![no_std]
+#![cfg_attr(target_os = "none", no_std)]
 
 extern crate alloc;
 
@@ -21,8 +25,11 @@ pub mod caps;
 pub mod frame;
 mod heap;
 pub mod json;
+#[cfg(target_os = "none")]
 #[doc(hidden)]
 pub mod panic;
+#[cfg(not(target_os = "none"))]
+pub mod testing;
 mod tool;
 
 pub use heap::Heap;
@@ -39,22 +46,27 @@ pub use tool::{args, fail, log, ok, outcome, Pair};
 /// ```
 ///
 /// It defines the image's `#[global_allocator]` (`berm::Heap`) and `#[panic_handler]`, so the crate defines
-/// neither. The host never runs `_start` (ABI.md §3): it only takes the manifest's and every tool's address.
+/// neither. The host never runs `_start` (ABI.md §3): it only takes the manifest's and every tool's address. Built
+/// for the host (native tests), it defines nothing: `std` has its own allocator and panics.
 #[macro_export]
 macro_rules! harness {
     (name: $name:expr, manifest: $manifest:expr, tools: [$($tool:ident),+ $(,)?] $(,)?) => {
+        #[cfg(target_os = "none")]
         #[used]
         #[link_section = ".berm.abi"]
         static BERM_MANIFEST: [u8; $manifest.len()] = *$manifest;
 
+        #[cfg(target_os = "none")]
         #[global_allocator]
         static BERM_HEAP: $crate::Heap = $crate::Heap::new();
 
+        #[cfg(target_os = "none")]
         #[panic_handler]
         fn berm_panic(info: &core::panic::PanicInfo) -> ! {
             $crate::panic::report($name, info)
         }
 
+        #[cfg(target_os = "none")]
         #[no_mangle]
         pub extern "C" fn _start() -> ! {
             core::hint::black_box(&BERM_MANIFEST);
