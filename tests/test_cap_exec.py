@@ -82,6 +82,27 @@ def test_bad_environment_names_and_values_are_refused(root, name, value):
         exec_cap.capabilities(Root(root), env={name: value})
 
 
+def test_an_environment_execve_would_not_take_is_refused_before_it_is_read(root, monkeypatch):
+    """Found by a hostile review: a PATH of millions of entries (a 63 MB field) kept the lookup of bash busy for
+    100 s and 1.2 GB, past every time limit, before the command could start. A string longer than execve takes,
+    or more environment than it takes in all, is refused first."""
+    monkeypatch.setattr(exec_cap.shutil, "which", lambda *a, **k: pytest.fail("the environment was read"))
+    huge_path = ":".join(f"/{i}" for i in range(200_000))
+    with pytest.raises(CapabilityError, match=f"^berm.exec.run: environment variable 'PATH' is longer than "
+                                              f"{exec_cap.MAX_ENV_STRING} bytes$"):
+        run(root, "true", "", "PATH", huge_path)
+    many = [part for i in range(10) for part in (f"V{i}", "x" * (exec_cap.MAX_ENV_STRING - 10))]
+    with pytest.raises(CapabilityError, match=f"the environment is larger than {exec_cap.MAX_ENV_TOTAL} bytes$"):
+        run(root, "true", "", *many)
+    with pytest.raises(CapabilityError, match="longer than"):
+        exec_cap.capabilities(Root(root), env={"BIG": "x" * exec_cap.MAX_ENV_STRING})
+
+
+def test_the_largest_environment_string_execve_takes_still_runs(root):
+    value = "y" * (exec_cap.MAX_ENV_STRING - len("BIG") - 2)
+    assert run(root, 'printf %s "${#BIG}"', "", "BIG", value)["stdout"] == str(len(value))
+
+
 def test_odd_pair_count_is_an_error(root):
     with pytest.raises(CapabilityError, match="key with no value"):
         run(root, "true", "", "LONELY")

@@ -37,6 +37,12 @@ DRAIN_GRACE = 0.5
 #: How long the supervisor may take to kill what a timed-out command started before it is itself SIGKILLed.
 STOP_GRACE = 5.0
 _BASE_KEYS = ("PATH", "HOME", "LANG")
+#: What execve takes on Linux: one ``NAME=value`` string of at most 128 KiB (MAX_ARG_STRLEN), and about 2 MiB of
+#: arguments and environment together. Checked before anything reads the environment: a PATH of millions of entries
+#: kept the lookup of bash busy for 100 s and 1.2 GB, past every time limit, before the command could start (found
+#: by a hostile review).
+MAX_ENV_STRING = 128 * 1024
+MAX_ENV_TOTAL = 1024 * 1024
 #: Built by setup.py from supervise.c.
 SUPERVISOR = Path(__file__).with_name("berm-supervise")
 
@@ -48,9 +54,14 @@ def base_environment() -> dict[str, str]:
     return env
 
 
-def _check_env(key: str, value: str) -> None:
+def _check_env(key: str, value: str) -> int:
+    """The bytes ``key=value`` takes in a command's environment (its NUL included), or a CapabilityError."""
     if not key or "=" in key or "\0" in key or "\0" in value:
         raise CapabilityError(f"bad environment variable {key[:40]!r}")
+    size = len(key.encode()) + len(value.encode()) + 2
+    if size > MAX_ENV_STRING:
+        raise CapabilityError(f"environment variable {key[:40]!r} is longer than {MAX_ENV_STRING} bytes")
+    return size
 
 
 class _Stream:
@@ -98,8 +109,8 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
     including the timeout, which also adds a line to stderr)."""
     if "\0" in command:
         raise CapabilityError("command contains a NUL byte")
-    for key, value in env.items():
-        _check_env(key, value)
+    if sum(_check_env(key, value) for key, value in env.items()) > MAX_ENV_TOTAL:
+        raise CapabilityError(f"the environment is larger than {MAX_ENV_TOTAL} bytes")
     deadline = Deadline.within_invocation(timeout)
     with root.open_dir(cwd or ".") as r:
         proc = _start(command, f"/proc/self/fd/{r.dir_fd}", env)
