@@ -147,3 +147,16 @@ def test_sigkill_in_the_middle_of_writes_loses_nothing_committed(tmp_path):
         present = {e.when_ms for e in DueSet(db).list()}
         assert committed - cancelled - in_doubt <= present
         assert not (cancelled & present)
+
+
+def test_a_full_disk_is_a_queue_error_not_a_failed_rollback(tmp_path):
+    """Found by a hostile review: on a full disk SQLite rolls the transaction back by itself, and the unconditional
+    ROLLBACK after it raised a raw sqlite3.OperationalError ("no transaction is active"), which reached the guest
+    scheduling a wake as a host-call trap instead of an error reply."""
+    ds = DueSet(tmp_path / "due.db")
+    ds.put("h", "a", 1000, "x")
+    pages = ds._db.execute("PRAGMA page_count").fetchone()[0]
+    ds._db.execute(f"PRAGMA max_page_count = {pages}")  # the file may not grow: as a full disk
+    with pytest.raises(QueueError, match="writing the due-set .* failed: database or disk is full"):
+        ds.put("h", "b", 2000, "y" * 60_000)
+    assert [e.id for e in ds.list()] == ["a"] and ds.cancel("h", "a")

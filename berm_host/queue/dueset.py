@@ -219,7 +219,8 @@ class _Transaction:
                 return False
             except sqlite3.Error as err:
                 exc = err
-        self._db.execute("ROLLBACK")
+        if self._db.in_transaction:  # SQLite rolls back by itself on some errors (a full disk): ROLLBACK would fail
+            self._db.execute("ROLLBACK")
         if isinstance(exc, sqlite3.Error):
             raise QueueError(f"writing the due-set {self._path} failed: {exc}") from None
         return False
