@@ -115,6 +115,25 @@ def test_list_prefix_is_a_byte_prefix(store):
     assert decode_frame(a["list"](b"a")) == [b"a%", b"a_", b"ab", b"a\xff"]
 
 
+def test_keys_longer_than_any_stored_never_reach_sqlite(store, monkeypatch):
+    """Found by a hostile review: get, delete and list handed SQLite whatever the guest sent, and a key of 2 GiB + 1
+    (a harness with 4 GiB of memory) raised Python's OverflowError ("BLOB longer than INT_MAX bytes"), a host-call
+    trap. No stored key is longer than KEY_CAP: the answers follow without asking SQLite."""
+    a = _kv(store, "a")
+    edge, past = b"k" * kv.KEY_CAP, b"k" * (kv.KEY_CAP - 1) + b"l"
+    a["set"](edge, "v")
+    a["set"](past, "v")
+    monkeypatch.setattr(store, "_locked", lambda *args, **kwargs: pytest.fail("SQLite was asked"))
+    long = edge + b"z"
+    with pytest.raises(CapabilityError, match="no value for key"):
+        a["get"](long)
+    assert a["delete"](long) == b""
+    assert decode_frame(a["list"](long)) == []
+    monkeypatch.undo()
+    assert decode_frame(a["list"](b"k", long)) == [past]  # edge is a prefix of `long`, so it sorts before it
+    assert decode_frame(a["list"](b"k", edge)) == [past]
+
+
 def test_list_prefixes_ending_in_ff_bytes(store):
     a = _kv(store, "a")
     for key in [b"a\xff", b"a\xff\xff", b"a\xff\x00", b"b", b"\xff", b"\xff\xff"]:

@@ -181,6 +181,8 @@ class KvStore:
             self._lock.release()
 
     def get(self, ns: str, key: bytes) -> bytes | None:
+        if len(key) > KEY_CAP:  # none is stored, and SQLite takes no blob of 2 GiB (an OverflowError, not its error)
+            return None
         with self._locked() as db:
             rows = db.execute("SELECT value FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchall()
         return bytes(rows[0][0]) if rows else None
@@ -202,6 +204,8 @@ class KvStore:
             db.execute("INSERT OR REPLACE INTO usage (ns, keys, bytes) VALUES (?, ?, ?)", (ns, count, used))
 
     def delete(self, ns: str, key: bytes) -> None:
+        if len(key) > KEY_CAP:  # none is stored (as in get)
+            return
         with self._locked(write=True) as db:
             old = _size_of(db, ns, key)
             if old is not None:
@@ -211,7 +215,12 @@ class KvStore:
 
     def keys(self, ns: str, prefix: bytes, limit: int, after: bytes = b"") -> list[bytes]:
         """Up to ``limit`` keys starting with ``prefix`` and greater than ``after``, sorted: a range of the primary
-        key (every key is greater than the empty one)."""
+        key (every key is greater than the empty one). Past KEY_CAP bytes no key starts with ``prefix``, and a key
+        is greater than ``after`` just when it is greater than its first KEY_CAP bytes: what SQLite is given stays
+        small (a blob of 2 GiB was an OverflowError out of the capability, found by a hostile review)."""
+        if len(prefix) > KEY_CAP:
+            return []
+        after = after[:KEY_CAP]
         end = _after_prefix(prefix)
         with self._locked() as db:
             rows = db.execute("SELECT key FROM kv WHERE ns = ? AND key >= ? AND key > ? AND (? IS NULL OR key < ?) "
