@@ -83,9 +83,13 @@ panic = "abort"
     return crate
 
 
+def _readme_example() -> str:
+    """The Rust code block of README.md."""
+    return re.search(r"```rust\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[1]
+
+
 def test_the_readme_rust_example_builds_and_runs(tmp_path, rust, cargo_target, monkeypatch):
-    example = re.search(r"```rust\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[1]
-    crate = _crate(tmp_path, cargo_target, monkeypatch, example)
+    crate = _crate(tmp_path, cargo_target, monkeypatch, _readme_example())
     assert berm_main(["build", str(crate), "-o", str(tmp_path / "greeter.elf")]) == 0
     root = tmp_path / "root"
     root.mkdir()
@@ -119,8 +123,7 @@ def test_a_crate_that_does_not_compile_is_a_build_error_with_rustcs_message(tmp_
 
 def test_an_image_that_fails_the_hosts_check_is_a_build_error(tmp_path, rust, cargo_target, monkeypatch, capsys):
     """A tool the manifest declares but the image does not export (not listed in harness!, so dropped)."""
-    example = re.search(r"```rust\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[1]
-    crate = _crate(tmp_path, cargo_target, monkeypatch, example)
+    crate = _crate(tmp_path, cargo_target, monkeypatch, _readme_example())
     (crate / "src" / "manifest.json").write_text(
         '{"abi_version": 0, "tools": [{"name": "greet"}, {"name": "wave"}]}')
     assert berm_main(["build", str(crate), "-o", str(tmp_path / "greeter.elf")]) == 2
