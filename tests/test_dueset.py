@@ -6,8 +6,10 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from berm_host.queue import DueSet, QueueError, ScheduleError
 from berm_host.queue.dueset import MAX_PAYLOAD, MAX_PAYLOAD_BYTES
@@ -98,6 +100,52 @@ def test_per_harness_payload_bytes_limit(tmp_path):
     ds.put("h", "one-more", 1, "x" * 100)
     with pytest.raises(ScheduleError, match="more than 16 MiB"):  # counted in bytes, not characters
         ds.put("h", "0", 1, big)
+
+
+def _usage(path):
+    """Each harness's (count, bytes) as the usage table keeps them, and as the pending rows sum to."""
+    with sqlite3.connect(path) as db:
+        kept = db.execute("SELECT harness, count, bytes FROM usage ORDER BY harness").fetchall()
+        summed = db.execute("SELECT harness, count(*), sum(length(CAST(payload AS BLOB))) FROM due GROUP BY harness "
+                            "ORDER BY harness").fetchall()
+    return kept, summed
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["put", "cancel", "fire"]), st.sampled_from("hg"), st.sampled_from("abc"),
+                          st.text(alphabet="xé€", max_size=3)), max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_OPS)
+def test_usage_follows_every_write(tmp_path, ops):
+    path = tmp_path / f"due-{uuid.uuid4().hex}.db"
+    ds = DueSet(path)
+    written = {}
+    for op, harness, id, payload in ops:
+        if op == "put":
+            written[harness, id] = ds.put(harness, id, 1, payload)
+        elif op == "cancel":
+            ds.cancel(harness, id)
+        elif (harness, id) in written:  # a fired occurrence: removed unless re-armed since
+            ds.remove_fired([written[harness, id]])
+    kept, summed = _usage(path)
+    assert kept == summed
+
+
+def test_a_due_set_written_without_usage_is_counted_on_open(tmp_path):
+    path = tmp_path / "due.db"
+    ds = DueSet(path)
+    ds.put("h", "a", 1, "ééé")
+    ds.close()
+    with sqlite3.connect(path) as db:  # as a due-set written before the usage table existed
+        for name in ("due_inserted", "due_updated", "due_deleted"):
+            db.execute(f"DROP TRIGGER {name}")
+        db.execute("DROP TABLE usage")
+        db.execute("INSERT INTO due VALUES ('h', 'b', 1, 'xx', 0, 9), ('g', 'c', 1, '', 0, 10)")
+    ds = DueSet(path, per_harness=2)
+    assert _usage(path) == ([("g", 1, 0), ("h", 2, 8)],) * 2
+    with pytest.raises(ScheduleError, match="already has 2 pending"):
+        ds.put("h", "c", 1)
 
 
 def test_unopenable_file_is_a_clear_error(tmp_path):
