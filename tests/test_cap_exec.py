@@ -290,10 +290,19 @@ def test_no_bash_on_the_path_is_a_clear_error(root):
         run(root, "true", "", "PATH", "/nonexistent")
 
 
-def test_a_supervisor_stopped_by_its_command_is_killed_at_the_timeout(root, monkeypatch):
-    """A command can stop (or kill) its supervisor, as the same user; the call still ends, at its timeout."""
+def test_a_supervisor_stopped_by_its_command_is_resumed_at_the_timeout(root, monkeypatch):
+    """A command can stop its supervisor, as the same user. The timeout resumes it, and it kills the command: it was
+    SIGKILLed after the grace (5.5 s past the timeout, found by a review), which left the command running."""
     monkeypatch.setattr(exec_cap, "STOP_GRACE", 0.5)
-    reply, _ = _run_marked(root, "kill -STOP $PPID; sleep 1000", timeout=0.5)
+    reply, survivors = _run_marked(root, "kill -STOP $PPID; sleep 1000", timeout=0.5)
+    assert reply["exit_code"] == -1 and reply["stderr"].endswith("timeout]")
+    assert survivors == []
+
+
+def test_a_command_that_keeps_stopping_its_supervisor_still_ends(root, monkeypatch):
+    """Stopped again as soon as it is resumed, the supervisor is SIGKILLed after the grace; the call ends."""
+    monkeypatch.setattr(exec_cap, "STOP_GRACE", 0.5)
+    reply, _ = _run_marked(root, "while :; do kill -STOP $PPID; done", timeout=0.5)
     assert reply["exit_code"] == -1 and reply["stderr"].endswith("timeout]")
 
 

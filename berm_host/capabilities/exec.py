@@ -97,8 +97,11 @@ def _start(command: str, cwd: str, env: Mapping[str, str]) -> subprocess.Popen:
 
 
 def _stop(proc: subprocess.Popen, pidfd: int) -> None:
-    """Ask the supervisor to kill everything and exit; SIGKILL it if it has not within ``STOP_GRACE``."""
+    """Ask the supervisor to kill everything and exit; SIGKILL it if it has not within ``STOP_GRACE``. SIGCONT
+    resumes a supervisor its command stopped (``kill -STOP $PPID``): else the SIGTERM waited for the grace, and the
+    SIGKILL then left the command running after the call."""
     os.kill(proc.pid, signal.SIGTERM)  # it is not reaped yet, so the pid is still its own
+    os.kill(proc.pid, signal.SIGCONT)
     if not select.select([pidfd], [], [], STOP_GRACE)[0]:
         os.kill(proc.pid, signal.SIGKILL)
 
