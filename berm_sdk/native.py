@@ -19,6 +19,7 @@ from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_abi.names import CORE_BY_NAME, fnv1a64
+from berm_host.layout import failure_text
 from berm_host.linker import CapabilityError
 from berm_host.traps import HostError, ToolFailure
 
@@ -82,7 +83,7 @@ class NativeHarness:
         self.lib.berm_shim_invoke.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
                                               ctypes.POINTER(_Result)]
         self.lib.berm_shim_failure.restype = ctypes.c_void_p
-        self.lib.berm_shim_failure.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
+        self.lib.berm_shim_failure.argtypes = [ctypes.POINTER(ctypes.c_size_t)] * 2
         self.lib.berm_shim_panic_text.restype = ctypes.c_char_p
         self.lib.berm_shim_stage.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_bool]
         self.lib.berm_shim_set_host.argtypes = [_HOST_FN]
@@ -123,7 +124,7 @@ class NativeHarness:
         if status == 2:
             raise NativePanic(f"{tool} panicked: {self.lib.berm_shim_panic_text().decode('utf-8', 'replace')}")
         if status == 1:
-            n = ctypes.c_size_t()
-            text = ctypes.string_at(self.lib.berm_shim_failure(ctypes.byref(n)), n.value)
-            raise ToolFailure(tool, text.decode("utf-8", "replace"))
+            n, asked = ctypes.c_size_t(), ctypes.c_size_t()
+            head = ctypes.string_at(self.lib.berm_shim_failure(ctypes.byref(n), ctypes.byref(asked)), n.value)
+            raise ToolFailure(tool, failure_text(head, asked.value).decode("utf-8", "replace"))
         return ctypes.string_at(out.ptr, out.len) if out.len else b""

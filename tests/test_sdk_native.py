@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 from decimal import Decimal
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from berm_abi.frames import decode_frame, encode_frame
 from berm_abi.names import CAPABILITY_CALLS
+from berm_host.layout import MAX_FAIL_TEXT, failure_text
 from berm_host.linker import CapabilityError
 from berm_host.traps import ToolFailure
 from berm_sdk.build import build_harness
@@ -153,6 +155,42 @@ BERM_TOOL(buf_echo) {
     return berm_buf_finish(&b);
 }
 
+void berm__heap_reset(void); /* src/alloc.c: what the shim does before each invocation */
+
+/* Arguments "ROOM JSON": JSON parsed with ROOM to ROOM + 31 bytes of the heap left; "ok" or the parser's error. */
+BERM_TOOL(json_in_room) {
+    berm_str args = berm_args();
+    size_t room = 0, i = 0;
+    while (i < args.len && args.ptr[i] >= '0' && args.ptr[i] <= '9') room = room * 10 + (size_t)(args.ptr[i++] - '0');
+    uintptr_t end = (uintptr_t)(berm_host_call(BERM_CALL_HEAP_START, 0, 0) + berm_host_call(BERM_CALL_HEAP_SIZE, 0, 0));
+    char *p = malloc(16); /* nothing is free yet: every block comes off the top, 16 bytes of header before it */
+    size_t left = end - (uintptr_t)p - 16;
+    for (size_t cap = (size_t)1 << 30; cap >= 16; cap >>= 1)
+        while (left >= room + cap + 16 && (p = malloc(cap))) left = end - (uintptr_t)p - cap;
+    berm_json_parsed parsed = berm_json_parse(args.ptr + i + 1, args.len - i - 1);
+    static char outcome[128];
+    snprintf(outcome, sizeof outcome, "%s", parsed.error ? parsed.error : "ok");
+    berm__heap_reset(); /* the tests that call the library's functions directly share this heap */
+    return berm_ok_str(outcome);
+}
+
+/* The arguments, then the buffer put into itself until it holds 2^n copies (it grows, and moves, on the way). */
+BERM_TOOL(buf_doubling) {
+    berm_buf b;
+    berm_buf_init(&b, 0);
+    berm_buf_put(&b, berm_args().ptr, berm_args_len());
+    for (int i = 0; i < 6; i++) berm_buf_put(&b, b.data, b.len);
+    return berm_buf_finish(&b);
+}
+
+/* Fails with the arguments' length in 'f's. */
+BERM_TOOL(long_failure) {
+    size_t n = berm_args_len();
+    char *text = malloc(n);
+    memset(text, 'f', n);
+    return berm_fail_n(text, n);
+}
+
 BERM_TOOL(realloc_freed) {
     char *p = malloc(10);
     free(p);
@@ -248,9 +286,30 @@ def test_json_keeps_non_integer_numbers_as_text(lib):
     (b"1e+", "bad number at byte 0"),
     (b"[] x", "unexpected text after the value at byte 3"),
     (b"[" * 65 + b"]" * 65, "nesting too deep at byte 64"),
+    (b"[" * 65 + b"1" + b"]" * 65, "nesting too deep at byte 64"),
 ])
 def test_json_malformed_inputs_are_error_values(lib, text, message):
     assert roundtrip(lib, text) == (1, message)
+
+
+@pytest.mark.parametrize("inner", [b"", b"1", b'"s"'])
+def test_json_nesting_counts_containers_only(lib, inner):
+    """64 arrays nested are within BERM_JSON_MAX_DEPTH whatever the innermost holds (found by a review: a value in
+    the innermost counted as a 65th level; the Rust SDK counts containers only)."""
+    text = b"[" * 64 + inner + b"]" * 64
+    assert roundtrip(lib, text) == (0, text.decode())
+
+
+def test_running_out_of_memory_while_parsing_is_an_error_value(harness):
+    """Found by a review: the message of an out-of-memory error was formatted while the partial tree still held the
+    heap, and when even that failed the parser panicked (a trap where berm.h promises an error value)."""
+    doc = "[" + ",".join(["1.5"] * 3000) + "]"
+    outcomes = set()
+    for room in range(160, 3200, 16):
+        outcome = harness.call("json_in_room", f"{room} {doc}").decode()
+        assert outcome == "ok" or re.fullmatch(r"out of memory at byte \d+", outcome), (room, outcome)
+        outcomes.add(outcome == "ok")
+    assert outcomes == {False}  # the document never fits: every room ran out somewhere
 
 
 @settings(max_examples=200, deadline=None)
@@ -644,6 +703,22 @@ def test_snprintf_exact_shapes(lib, fmt, args, text):
     assert snprintf(lib, 256, fmt, *args) == (len(text), text)
 
 
+@pytest.mark.parametrize("fmt, args, text", [
+    # found by a review: glibc's ' and I flags and the q modifier ended the conversion unread, and every later one
+    # read the wrong argument (a %s after %'d took the integer as a pointer)
+    (b"[%'d] next=%d", (ctypes.c_int(1234567), ctypes.c_int(42)), b"[1234567] next=42"),
+    (b"%'.2f %Id %s", (ctypes.c_double(2.5), ctypes.c_int(7), b"ok"), b"2.50 7 ok"),
+    (b"%qd %qu %s", (ctypes.c_longlong(-(2**40)), ctypes.c_ulonglong(2**63), b"ok"),
+     b"-1099511627776 9223372036854775808 ok"),
+    (b"%Ld %s", (ctypes.c_longlong(4294967301), b"ok"), b"4294967301 ok"),  # glibc's %Ld: a long long
+    # a conversion the SDK does not know: its argument's size is unknown, so the rest is copied as written
+    (b"%d %C %s %d", (ctypes.c_int(1), ctypes.c_int(2), b"never read", ctypes.c_int(3)), b"1 %C %s %d"),
+    (b"%n%d", (ctypes.c_void_p(0), ctypes.c_int(3)), b"%n%d"),
+])
+def test_snprintf_glibc_forms_and_unknown_conversions(lib, fmt, args, text):
+    assert snprintf(lib, 256, fmt, *args) == (len(text), text)
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.integers(1, 999999), st.integers(-15, 15), st.booleans(), st.sampled_from("eEgGf"), st.integers(1, 10),
        st.sampled_from(["", "#", "+", "-14", "014", "# "]))
@@ -816,7 +891,42 @@ def test_checked_arguments(harness, args, result):
         assert harness.call("args_check", args) == result.encode()
 
 
+@pytest.mark.parametrize("number, result", [
+    # found by a review: exponent digits past the sixth were dropped, so 10^900000 written as 0.0…01e1000000 read as 1
+    ("0." + "0" * 99999 + "1e1000000", None),
+    ("0." + "0" * 99995 + "12345e1000000", None),
+    ("1e99999999999999999999999", None),
+    ("1e-99999999999999999999999", None),
+    ("0e99999999999999999999999", "a 0"),
+    ("-0.0e-99999999999999999999999", "a 0"),
+    ("100e-2", "a 1"),
+], ids=["tiny-times-huge", "tiny-times-huge-12345", "huge", "tiny", "zero-huge", "zero-tiny", "short"])
+def test_integer_arguments_with_long_exponents(harness, number, result):
+    args = f'{{"path":"a","count":{number}}}'
+    if result is None:
+        with pytest.raises(ToolFailure, match="'count' must be an integer between"):
+            harness.call("args_check", args)
+    else:
+        assert harness.call("args_check", args) == result.encode()
+
+
 # ---------------------------------------------------------------- edges: the tool boundary and the allocator
+
+
+def test_a_buffer_put_into_itself_copies_what_it_held(harness):
+    """Found by a review: berm_buf_put read its source after growing the buffer had freed it (8 of 200 bytes came
+    out as the allocator's free-list link)."""
+    text = bytes(range(32, 232))
+    assert harness.call("buf_doubling", text) == text * 64
+
+
+def test_a_long_failure_text_is_cut_as_the_host_cuts_it(harness):
+    """The shim keeps what the host keeps of a berm.fail text, and says so the same way (found by a review: it cut
+    the text silently)."""
+    for n in (MAX_FAIL_TEXT, MAX_FAIL_TEXT + 1, 70000):
+        with pytest.raises(ToolFailure) as info:
+            harness.call("long_failure", b"." * n)
+        assert info.value.message == failure_text(b"f" * min(n, MAX_FAIL_TEXT), n).decode()
 
 
 @pytest.mark.parametrize("size", [255, 256, 257, 5000])

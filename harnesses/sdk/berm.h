@@ -109,7 +109,9 @@ typedef struct {
     bool overflow, oom;
 } berm_buf;
 
-/** Start an empty buffer; `limit` 0 means BERM_OUTPUT_LIMIT. */
+/** Start an empty buffer; `limit` 0 means BERM_OUTPUT_LIMIT. berm_buf_put may copy bytes of the buffer itself;
+ *  every other writer's source (a %s of berm_buf_printf, berm_json_write_string's text) must lie outside it, since
+ *  growing the buffer moves its bytes. */
 void berm_buf_init(berm_buf *b, size_t limit);
 bool berm_buf_ok(const berm_buf *b);
 void berm_buf_put(berm_buf *b, const void *data, size_t len);
@@ -148,10 +150,13 @@ char *strndup(const char *s, size_t n);
 const char *berm_memmem(const char *haystack, size_t hlen, const char *needle, size_t nlen);
 
 /** Bounded formatting: %d %i %u %o %x %X %c %s %p %%, %f %e %g (F E G; %a as %e) rounded in double precision, length
- *  modifiers hh h l ll z j t L, flags '-' '0' '+' ' ' '#', a width and a precision (%.*s, %.12s, %.3d, %.2f).
- *  A double shows at most 17 significant digits, the last one or two possibly a unit off C's exact expansion (a
- *  tie rounds away from zero); an integer at most 64 digits of precision. Always NUL-terminates when cap > 0;
- *  returns the length it wanted. */
+ *  modifiers hh h l ll q z j t L, flags '-' '0' '+' ' ' '#' (and glibc's ' and I, which change nothing in this C
+ *  locale), a width and a precision (%.*s, %.12s, %.3d, %.2f). A double shows at most 17 significant digits, of
+ *  which only the first 15 are exact (the 15th within a unit of C's exact expansion; a tie rounds away from zero):
+ *  %.17g does not always read back as the same double, so JSON meant to round-trip doubles needs another writer.
+ *  An integer shows at most 64 digits of precision. Any other conversion (%n, %C, %S, ...) and everything after
+ *  it is copied as written: its argument's size is unknown, and reading on would take the wrong arguments. Always
+ *  NUL-terminates when cap > 0; returns the length it wanted. */
 int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap);
 int snprintf(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /** Format into fresh heap memory; NULL when out of memory. */
@@ -196,8 +201,8 @@ typedef struct {
     char *error;      /* "… at byte N" on error, else NULL */
 } berm_json_parsed;
 
-/** Parse one JSON document (surrounding whitespace allowed). Nesting deeper than BERM_JSON_MAX_DEPTH, invalid
- *  UTF-8, lone surrogates and trailing text are errors. */
+/** Parse one JSON document (surrounding whitespace allowed). More than BERM_JSON_MAX_DEPTH arrays and objects
+ *  nested, invalid UTF-8, lone surrogates, trailing text and running out of memory are errors. */
 berm_json_parsed berm_json_parse(const char *text, size_t len);
 void berm_json_free(berm_json *value);
 /** The member named `key` of an object (the last one when repeated), or NULL. */

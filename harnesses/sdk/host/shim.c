@@ -19,7 +19,7 @@ static _Alignas(16) unsigned char heap[SHIM_HEAP_SIZE];
 static const char *args;
 static size_t args_len;
 static char failure[SHIM_FAILURE_CAP];
-static size_t failure_len;
+static size_t failure_len, failure_asked; /* kept, and as long as the tool's text was */
 static bool failed;
 static const char *staged;
 static uint64_t staged_len, staged_status;
@@ -36,8 +36,10 @@ void berm_shim_stage(const char *data, uint64_t len, bool is_error) {
     staged_status = len | (is_error ? BERM_ERROR_BIT : 0);
 }
 
-const char *berm_shim_failure(size_t *len) {
+/* The failure text's first SHIM_FAILURE_CAP bytes (the host's MAX_FAIL_TEXT): `*len` of them, of `*asked`. */
+const char *berm_shim_failure(size_t *len, size_t *asked) {
     *len = failure_len;
+    *asked = failure_asked;
     return failure;
 }
 
@@ -55,6 +57,7 @@ uint64_t berm_host_call(uint64_t number, uint64_t a0, uint64_t a1) {
     case BERM_CALL_HEAP_START: return (uint64_t)(uintptr_t)heap;
     case BERM_CALL_HEAP_SIZE: return SHIM_HEAP_SIZE;
     case BERM_CALL_FAIL:
+        failure_asked = (size_t)a1;
         failure_len = a1 < SHIM_FAILURE_CAP ? (size_t)a1 : SHIM_FAILURE_CAP;
         memcpy(failure, (const void *)(uintptr_t)a0, failure_len);
         failed = true;

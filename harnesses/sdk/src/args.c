@@ -104,9 +104,9 @@ static bool whole_number(const char *t, size_t len, int64_t *out) {
         p++;
         bool down = p < end && *p == '-';
         p += p < end && (*p == '-' || *p == '+');
-        long e = 0;
+        long e = 0; /* past 10^12, more than any text has digits, it stays there: as good as infinite */
         for (; p < end && *p >= '0' && *p <= '9'; p++)
-            if (e < 100000) e = e * 10 + (*p - '0');
+            if (e <= 1000000000000L) e = e * 10 + (*p - '0');
         scale += down ? -e : e;
     }
     if (n == 0) return *out = 0, true;

@@ -128,8 +128,12 @@ static bool reserve(berm_buf *b, size_t extra) {
 }
 
 void berm_buf_put(berm_buf *b, const void *data, size_t len) {
+    /* bytes of the buffer itself (doubling what it holds) move when it grows: found again at their offset */
+    uintptr_t at = (uintptr_t)data - (uintptr_t)b->data;
+    bool inside = b->data && at < b->cap;
     if (!reserve(b, len)) return;
-    memcpy(b->data + b->len, data, len);
+    if (inside) data = b->data + at;
+    memmove(b->data + b->len, data, len);
     b->len += len;
     b->data[b->len] = 0;
 }

@@ -187,7 +187,7 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
             else if (*f == '+') sp.plus = true;
             else if (*f == ' ') sp.space = true;
             else if (*f == '#') sp.alt = true;
-            else break;
+            else if (*f != '\'' && *f != 'I') break; /* glibc's grouping and locale digits: none in this C locale */
         }
         if (*f == '*') {
             int w = va_arg(ap, int);
@@ -211,11 +211,12 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
                 while (*f >= '0' && *f <= '9') precision = precision * 10 + (size_t)(*f++ - '0');
             }
         }
-        /* the argument's size: 8 (l, ll, z, j, t: 64 bits here), 2 (h), 1 (hh), else an int; L: a long double */
+        /* the argument's size: 8 (l, ll, q, z, j, t: 64 bits here), 2 (h), 1 (hh), else an int; L: a long double,
+           or a long long for an integer conversion (as glibc reads %Ld) */
         int size = 4;
         bool long_double = false;
-        if (*f == 'z' || *f == 'j' || *f == 't') size = 8, f++;
-        else if (*f == 'L') long_double = true, f++;
+        if (*f == 'z' || *f == 'j' || *f == 't' || *f == 'q') size = 8, f++;
+        else if (*f == 'L') long_double = true, size = 8, f++;
         else if (*f == 'h') size = f[1] == 'h' ? (f += 2, 1) : (f++, 2);
         else
             while (*f == 'l') size = 8, f++;
@@ -281,12 +282,13 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
         case '%':
             put(&o, '%');
             break;
-        default: /* not a conversion we know: copy the text as written */
-            if (!*f) f--;
-            put_n(&o, start, (size_t)(f - start) + 1);
-            break;
+        default: /* not a conversion we know (%n, %C, %S, %b, ...): its argument's size is unknown, so every later
+                    conversion would read the wrong argument; the rest of the format is copied as written */
+            put_n(&o, start, strlen(start));
+            goto done;
         }
     }
+done:
     if (cap) buf[o.n < cap ? o.n : cap - 1] = 0;
     return o.n > 0x7fffffff ? 0x7fffffff : (int)o.n;
 }

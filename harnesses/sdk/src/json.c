@@ -75,14 +75,12 @@ static size_t utf8_encode(uint32_t cp, char *out) {
 typedef struct {
     const char *s;
     size_t len, pos;
-    char *error;
+    const char *what; /* the first error, at byte `at`; formatted once the partial tree is freed */
+    size_t at;
 } parser;
 
 static bool fail_at(parser *p, size_t pos, const char *what) {
-    if (!p->error) {
-        p->error = berm_aprintf("%s at byte %zu", what, pos);
-        if (!p->error) berm_panic("out of memory reporting a JSON error");
-    }
+    if (!p->what) p->what = what, p->at = pos;
     return false;
 }
 
@@ -300,12 +298,13 @@ static bool literal(parser *p, const char *word, berm_json *out, berm_json_type 
 
 static bool parse_value(parser *p, berm_json *out, int depth) {
     *out = (berm_json){.type = BERM_JSON_NULL};
-    if (depth > BERM_JSON_MAX_DEPTH) return fail_at(p, p->pos, "nesting too deep");
     skip_ws(p);
     if (at_end(p)) return fail_at(p, p->pos, "unexpected end of input");
     switch (p->s[p->pos]) {
-    case '{': return parse_object(p, out, depth);
-    case '[': return parse_array(p, out, depth);
+    case '{':
+    case '[': /* containers count as levels, the values inside the innermost do not (as in the Rust SDK) */
+        if (depth > BERM_JSON_MAX_DEPTH) return fail_at(p, p->pos, "nesting too deep");
+        return p->s[p->pos] == '{' ? parse_object(p, out, depth) : parse_array(p, out, depth);
     case '"':
         out->type = BERM_JSON_STRING;
         return parse_string(p, &out->str, &out->len);
@@ -338,22 +337,28 @@ static void release(berm_json *v) {
     *v = (berm_json){.type = BERM_JSON_NULL};
 }
 
+/* Room for the longest message: "unexpected text after the value at byte " and 20 digits. */
+#define ERROR_CAP 96
+
 berm_json_parsed berm_json_parse(const char *text, size_t len) {
-    parser p = {text, len, 0, NULL};
+    parser p = {text, len, 0, NULL, 0};
+    /* The message's room is taken first: running out of memory while parsing is then an error value like any
+       other, where formatting it afterwards could find no room either and trap (found by a review). */
+    char *error = malloc(ERROR_CAP);
+    if (!error) berm_panic("out of memory before parsing JSON");
     berm_json *root = malloc(sizeof *root);
-    if (!root) {
-        oom(&p);
-        return (berm_json_parsed){NULL, p.error};
-    }
-    if (parse_value(&p, root, 1)) {
+    if (!root) oom(&p);
+    else if (parse_value(&p, root, 1)) {
         skip_ws(&p);
         if (!at_end(&p)) fail_at(&p, p.pos, "unexpected text after the value");
     }
-    if (p.error) {
-        release(root);
+    if (p.what) {
+        if (root) release(root);
         free(root);
-        return (berm_json_parsed){NULL, p.error};
+        snprintf(error, ERROR_CAP, "%s at byte %zu", p.what, p.at);
+        return (berm_json_parsed){NULL, error};
     }
+    free(error);
     return (berm_json_parsed){root, NULL};
 }
 
