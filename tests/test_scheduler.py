@@ -3,6 +3,7 @@ backpressure, chain depth — observed through a recording target (the queue rul
 
 import json
 import logging
+import sqlite3
 import threading
 import time
 
@@ -10,7 +11,8 @@ import pytest
 
 from berm_abi.frames import encode_frame
 from berm_host.linker import CapabilityError
-from berm_host.queue import Cancel, DueSet, ScheduleError, schedule_capabilities
+from berm_host.queue import Cancel, DueSet, QueueError, ScheduleError, schedule_capabilities
+from berm_host.queue import scheduler as scheduler_module
 
 from .queue_helpers import RecordingTarget, queue_factory, wait_for
 
@@ -414,3 +416,58 @@ def test_a_drain_hands_a_harness_no_more_wakes_than_its_concurrency_limit_has_ro
         gate.set()
     wait_for(lambda: len(t.wakes()) == 4 and q.stats()["pending"] == 0)
     assert t.max_active == 1
+
+
+def test_a_delivered_wake_whose_deletion_fails_is_not_delivered_again(make_queue, monkeypatch):
+    """Found by a review: on a full disk the deletion of a delivered occurrence failed, its row stayed due, and the
+    next drain delivered it again, thousands of times a second. It is now kept from delivery and its deletion
+    retried with a backoff, until it succeeds."""
+    monkeypatch.setattr(scheduler_module, "DELETE_RETRY", 0.05)
+    t = RecordingTarget()
+    q = make_queue({"h": t}, start=False)
+    real_remove = q.dueset.remove_fired
+    attempts = []
+
+    def full_disk(entries):
+        attempts.append(len(entries))
+        if len(attempts) < 4:
+            raise QueueError("writing the due-set failed: database or disk is full")
+        real_remove(entries)
+
+    monkeypatch.setattr(q.dueset, "remove_fired", full_disk)
+    q.schedule("h", "once", now_ms() - 1, "p")
+    q.start()
+    wait_for(lambda: q.stats()["pending"] == 0)
+    time.sleep(0.2)
+    assert [w["id"] for w in t.wakes()] == ["once"]
+    assert len(attempts) == 4  # three failures, each retried after its backoff, then the deletion
+
+
+def test_a_rearm_written_while_the_deletion_fails_still_comes_due(make_queue, monkeypatch):
+    """A delivered occurrence kept from delivery is that write only: its wake's re-arm (a new generation) runs."""
+    monkeypatch.setattr(scheduler_module, "DELETE_RETRY", 0.05)
+    t = RecordingTarget()
+    q = make_queue({"h": t}, start=False)
+    monkeypatch.setattr(q.dueset, "remove_fired", lambda entries: (_ for _ in ()).throw(QueueError("disk full")))
+    q.schedule("h", "tick", now_ms() - 1, "first")
+    q.start()
+    wait_for(lambda: t.wakes())
+    q.schedule("h", "tick", now_ms() + 50, "second")
+    wait_for(lambda: len(t.wakes()) == 2)
+    time.sleep(0.3)
+    assert [w["payload"] for w in t.wakes()] == ["first", "second"]
+
+
+def test_a_damaged_row_is_dropped_and_the_other_wakes_run(tmp_path, make_queue):
+    """Found by a review: a row with a column of the wrong type (a text depth) raised a TypeError out of the drain,
+    which retried every second and never delivered any wake again."""
+    ds = DueSet(tmp_path / "due.db")
+    ds.put("h", "fine", now_ms() - 2, "p")
+    ds.close()
+    with sqlite3.connect(tmp_path / "due.db") as db:
+        db.execute("INSERT INTO due VALUES ('h', 'damaged', ?, '', 'deep', 99)", (now_ms() - 1,))
+    t = RecordingTarget()
+    q = make_queue({"h": t})
+    wait_for(lambda: q.stats()["pending"] == 0)
+    assert [w["id"] for w in t.wakes()] == ["fine"]
+    assert q.scheduler.stats().dropped == 1

@@ -38,12 +38,17 @@ from .invocation import Context, Invocation, Trigger
 
 log = logging.getLogger("berm.queue")
 
-#: The longest the thread sleeps without looking again: a wake centuries away is a timeout Condition.wait cannot
-#: take (an OverflowError killed the thread, and with it every harness's wakes), and a clock that was set back
-#: while it slept is noticed within this.
-MAX_SLEEP = 3600.0
+#: The longest the thread sleeps without looking again while anything is pending: a wake centuries away is a
+#: timeout Condition.wait cannot take (an OverflowError killed the thread, and with it every harness's wakes), and
+#: the sleep is timed on the monotonic clock, so a wall clock set forward (or a suspend) is noticed within this (it
+#: was an hour, and a wake due after a 10-minute step waited for it: found by a review).
+MAX_SLEEP = 60.0
 #: After an unexpected error in a drain: how long before the next (logged, and retried, never a dead thread).
 RETRY_AFTER = 1.0
+#: Deleting delivered occurrences failed (a full disk, a database another process locks): the first retry after
+#: this many seconds, doubling up to ``MAX_DELETE_RETRY``. Until deleted they are not delivered again.
+DELETE_RETRY = 1.0
+MAX_DELETE_RETRY = 60.0
 
 
 def now_ms() -> int:
@@ -75,6 +80,10 @@ class Scheduler:
         self._cond = threading.Condition()
         self._inflight: dict[tuple[str, str], tuple[Entry, Future]] = {}  # handed to the executor, not ended
         self._finished: list[Entry] = []
+        # delivered, their deletion failed: not delivered again while it is retried (else a full disk re-ran every
+        # delivered wake thousands of times a second: found by a review)
+        self._undeleted: dict[tuple[str, str], Entry] = {}
+        self._delete_retry = (0.0, DELETE_RETRY)  # (monotonic time of the next attempt, the backoff after it)
         self._ended: dict[tuple[str, str], int] = {}  # keys whose wake ended since the last drain: when
         self._n = dict.fromkeys(SchedulerStats.__dataclass_fields__, 0)  # the counters behind stats()
         self._stopping = False
@@ -144,11 +153,28 @@ class Scheduler:
             self._n[k] += v
 
     def _flush(self) -> None:
-        finished, self._finished = self._finished, []
+        """Delete the occurrences of the wakes that ended; those whose deletion fails are kept from delivery and
+        retried with a backoff."""
+        self._undeleted.update((e.key, e) for e in self._finished)
+        self._finished = []
+        at, backoff = self._delete_retry
+        if not self._undeleted or time.monotonic() < at:
+            return
         try:
-            self._dueset.remove_fired(finished)
+            self._dueset.remove_fired(list(self._undeleted.values()))
         except QueueError as exc:
-            log.error("could not delete %d delivered wakes (they will be delivered again): %s", len(finished), exc)
+            log.error("could not delete %d delivered wakes (retrying in %.0f s; delivered again only after a "
+                      "restart): %s", len(self._undeleted), backoff, exc)
+            self._delete_retry = (time.monotonic() + backoff, min(backoff * 2, MAX_DELETE_RETRY))
+            return
+        self._undeleted.clear()
+        self._delete_retry = (0.0, DELETE_RETRY)
+
+    def _pending(self, entry: Entry) -> bool:
+        """Whether ``entry`` still waits for delivery: not running, and not a delivered occurrence whose deletion
+        is being retried (a re-arm written since has another generation, and is pending)."""
+        undeleted = self._undeleted.get(entry.key)
+        return entry.key not in self._inflight and (undeleted is None or undeleted.gen != entry.gen)
 
     def _drain(self) -> float | None:
         """Start what is due within the budget; return how long to sleep (None: until poked)."""
@@ -158,8 +184,8 @@ class Scheduler:
         # Harnesses at their concurrency limit are not drained (their wakes would only queue in the executor, taking
         # worker budget from every other harness's): each is drained again when one of its invocations ends.
         full = frozenset(h for h in only if not self._executor.room(h))
-        rows = self._dueset.due(now, budget + len(self._inflight) + 1, only=only - full)
-        ready = [e for e in rows if e.key not in self._inflight]
+        rows = self._dueset.due(now, budget + self._settling() + 1, only=only - full)
+        ready = [e for e in rows if self._pending(e)]
         for e in ready:
             ended = self._ended.get(e.key)
             if ended is not None and e.when_ms < ended:
@@ -180,11 +206,16 @@ class Scheduler:
         elif self._n["backlog"]:
             log.warning("backpressure cleared: the due wakes all have a worker")
             self._n["backlog"] = 0
-        head = next((e for e in self._dueset.earliest(len(self._inflight) + 1, only=only - self._held)
-                     if e.key not in self._inflight), None)
+        head = next((e for e in self._dueset.earliest(self._settling() + 1, only=only - self._held)
+                     if self._pending(e)), None)
+        retry = self._delete_retry[0] - time.monotonic() if self._undeleted else None
         if head is None:
-            return None
-        return min(max(0.0, (head.when_ms - now_ms()) / 1000), MAX_SLEEP)
+            return None if retry is None else max(0.0, retry)
+        return min(max(0.0, (head.when_ms - now_ms()) / 1000), MAX_SLEEP, MAX_SLEEP if retry is None else retry)
+
+    def _settling(self) -> int:
+        """How many due-set rows a read may find that are not pending: running, or delivered and not deleted."""
+        return len(self._inflight) + len(self._undeleted)
 
     def _spill(self, now: int, only: frozenset[str], started: int) -> None:
         """Due wakes wait for a later drain: for a worker, or for their harness's running ones (its concurrency
@@ -200,8 +231,8 @@ class Scheduler:
 
     def _waiting(self, now: int, harnesses: frozenset[str]) -> bool:
         """Whether any of ``harnesses`` has a due wake that is not running."""
-        return bool(harnesses) and any(e.key not in self._inflight
-                                       for e in self._dueset.due(now, len(self._inflight) + 1, only=harnesses))
+        return bool(harnesses) and any(self._pending(e)
+                                       for e in self._dueset.due(now, self._settling() + 1, only=harnesses))
 
     def _within_harness_limits(self, ready: list[Entry]) -> tuple[list[Entry], frozenset[str]]:
         """The due entries whose harness has room for them in the executor (its concurrency limit), and the
@@ -219,20 +250,27 @@ class Scheduler:
         return startable, frozenset(held)
 
     def _fire(self, entry: Entry, now: int) -> None:
-        inv = Invocation(Trigger.WAKE, entry.harness, wake_args(entry, now), context=Context(depth=entry.depth),
-                         schedule_id=entry.id)
         try:
+            inv = Invocation(Trigger.WAKE, entry.harness, wake_args(entry, now), context=Context(depth=entry.depth),
+                             schedule_id=entry.id)
             future = self._executor.submit(inv)
         except QueueClosed:
             self._stopping = True
             return
         except QueueError as exc:
-            log.error("dropping the wake %s[%s]: %s", entry.harness, escaped(entry.id, lines=False), exc)
-            self._finished.append(entry)
-            self._count(dropped=1)
+            self._drop(entry, str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - a damaged row (a column of the wrong type) ends only its wake
+            self._drop(entry, f"the due-set's entry is unreadable ({type(exc).__name__}: {exc}): {entry!r}")
             return
         self._inflight[entry.key] = (entry, future)
         self._count(fired=1)
+
+    def _drop(self, entry: Entry, why: str) -> None:
+        """Consume ``entry`` without running it (its occurrence is deleted), logged."""
+        log.error("dropping the wake %s[%s]: %s", entry.harness, escaped(str(entry.id), lines=False), why)
+        self._finished.append(entry)
+        self._count(dropped=1)
 
     def _on_finished(self, inv: Invocation) -> None:
         with self._cond:
