@@ -471,3 +471,23 @@ def test_a_damaged_row_is_dropped_and_the_other_wakes_run(tmp_path, make_queue):
     wait_for(lambda: q.stats()["pending"] == 0)
     assert [w["id"] for w in t.wakes()] == ["fine"]
     assert q.scheduler.stats().dropped == 1
+
+
+def test_calls_queued_behind_their_harness_limit_hold_no_worker_from_another_harness_wake(make_queue):
+    """Found by a review: a drain's budget subtracted every queued call, including those that can only wait for
+    their own harness's running ones, so a backlog of calls to one slow harness held every other harness's wakes
+    while a worker sat idle (31.6 s late in the review's run)."""
+    gate = threading.Event()
+    slow, other = RecordingTarget(on_call=lambda inv: gate.wait(10)), RecordingTarget()
+    q = make_queue({"slow": slow, "other": other}, workers=2, per_harness=1, start=False)
+    try:
+        calls = [q.call("slow", "echo", "x") for _ in range(6)]
+        wait_for(lambda: q.executor.load() == {"workers": 2, "busy": 1, "queued": 5})
+        q.schedule("other", "w", now_ms() - 1)
+        q.start()
+        wait_for(lambda: other.wakes())
+        assert not gate.is_set() and q.executor.load()["queued"] == 5
+    finally:
+        gate.set()
+    for c in calls:
+        c.result(10)

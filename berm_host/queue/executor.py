@@ -182,10 +182,14 @@ class Executor:
         return job.future
 
     def free_slots(self, ahead: int = 0) -> int:
-        """Workers neither busy nor spoken for by queued work, plus ``ahead`` more queued places: the budget of a
-        scheduler drain (queueing a little ahead keeps workers from idling between drains)."""
+        """Workers neither busy nor spoken for by queued work that could start, plus ``ahead`` more queued places:
+        the budget of a scheduler drain (queueing a little ahead keeps workers from idling between drains). Work
+        queued behind its own harness's concurrency limit speaks for no worker: counted, a backlog of calls to one
+        slow harness held every other harness's wakes while a worker sat idle (found by a review)."""
         with self._cond:
-            return max(0, self.workers + ahead - self._busy - self._queued)
+            startable = sum(min(len(queue), max(0, self.per_harness - self._running.get(harness, 0)))
+                            for harness, queue in self._pending.items())
+            return max(0, self.workers + ahead - self._busy - startable)
 
     def room(self, harness: str) -> int:
         """How many more invocations of ``harness`` could start now, within its concurrency limit (queued ones
