@@ -40,6 +40,17 @@ def test_list_pages_by_key(tmp_path):
     assert ds.list(after=keys[-1]) == []
 
 
+def test_earliest_of_some_harnesses_is_theirs_in_time_order(tmp_path):
+    ds = DueSet(tmp_path / "due.db")
+    for harness, id, when in (("h", "b", 10), ("g", "z", 10), ("h", "a", 10), ("f", "c", 5), ("g", "y", 20),
+                              ("h", "c", 30), ("f", "d", 1)):
+        ds.put(harness, id, when)
+    for only in (None, frozenset(), frozenset("g"), frozenset("gh"), frozenset("fgh"), frozenset("fx")):
+        for n in (1, 2, 3, 10):
+            expected = [(e.harness, e.id) for e in ds.list() if only is None or e.harness in only][:n]
+            assert [(e.harness, e.id) for e in ds.earliest(n, only=only)] == expected
+
+
 def test_same_id_replaces_and_remove_fired_spares_a_rearm(tmp_path):
     ds = DueSet(tmp_path / "due.db")
     fired = ds.put("h", "daily", 1000, "p")

@@ -15,6 +15,7 @@ guest runs to rebuild anything.
 from __future__ import annotations
 
 import functools
+import heapq
 import json
 import sqlite3
 import threading
@@ -192,9 +193,14 @@ class DueSet:
         return self._select(f"WHERE {' AND '.join(terms)} ORDER BY when_ms, harness, id LIMIT ?", (*params, limit))
 
     def earliest(self, n: int, *, only: Harnesses = None) -> list[Entry]:
-        """The ``n`` earliest entries (of the harnesses in ``only``, when given)."""
-        where, params = _only(only)
-        return self._select(f"WHERE {where} ORDER BY when_ms, harness, id LIMIT ?", (*params, n))
+        """The ``n`` earliest entries (of the harnesses in ``only``, when given: each harness's own, through its
+        index, merged; walking the time index past the rows of the others took 29 ms a drain with 100,000 due
+        rows of a held harness, found by a review)."""
+        if only is None:
+            return self._select("ORDER BY when_ms, harness, id LIMIT ?", (n,))
+        rows = [e for harness in only
+                for e in self._select("WHERE harness=? ORDER BY when_ms, id LIMIT ?", (harness, n))]
+        return heapq.nsmallest(n, rows, key=lambda e: (e.when_ms, e.harness, e.id))
 
     def due(self, now_ms: int, n: int, *, only: Harnesses = None) -> list[Entry]:
         """Up to ``n`` entries due at ``now_ms`` (of the harnesses in ``only``, when given), taken in rounds: every
