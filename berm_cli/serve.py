@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--socket", type=Path, default=None, help="control socket path (default: $BERM_SOCKET, "
                    "$XDG_RUNTIME_DIR/berm.sock or the user state dir)")
     p.add_argument("--state-dir", type=Path, default=None,
-                   help="where the due-set and kv store live (default: the user data dir)")
+                   help="where the due-set and kv store live (default: the user data dir); one daemon at a time")
     p.add_argument("--harnesses-dir", type=Path, default=None, help="where {name}.elf images are found")
     p.add_argument("--engine", choices=("aot", "interp"), default="aot")
     p.add_argument("--workers", type=_at_least(1), default=4, help="worker threads (the most guests running at once)")

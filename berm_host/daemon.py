@@ -33,6 +33,7 @@ Besides the host's grants, a declaration may grant ``schedule`` (``berm.schedule
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -58,6 +59,9 @@ log = logging.getLogger("berm.daemon")
 guest_log = logging.getLogger("berm.guest")
 
 DUE_DB = "due.sqlite3"
+#: Held (flock) by the daemon serving a state directory, for as long as it runs: two daemons on one due-set both ran
+#: every wake, and each one's generations could delete the other's re-arms (found by a review).
+STATE_LOCK = "daemon.lock"
 MAX_LINE = 16 << 20
 #: Connections served at once (a thread each); a local client holding many open cost a thread and a buffer each.
 MAX_CLIENTS = 64
@@ -135,15 +139,19 @@ class Daemon:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
+        self._state_lock: int | None = None
 
     def start(self) -> None:
-        """Load the harnesses, start the scheduler (due wakes from before the restart drain now) and listen."""
+        """Take the state directory, load the harnesses, start the scheduler (due wakes from before the restart
+        drain now) and listen."""
         try:
+            self._state_lock = _lock_state(Path(self.config.state_dir))
             for name, target in load_targets(self.config, self.queue).items():
                 self.queue.add(name, target)
             self._server = _listen(Path(self.config.socket), self)
         except BaseException:
             self.queue.stop()
+            self._release_state()
             raise
         self.queue.start()
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
@@ -160,6 +168,9 @@ class Daemon:
         self.queue.scheduler.stop()  # first: no wake starts while the socket winds down
         if self._server is not None:
             self._server.shutdown()  # no new connection; open ones may still be answering
+            # and none waits in the listening socket's backlog until the guests end (a client hung, then was reset)
+            self._server.socket.close()
+            _unlink(Path(self.config.socket))
         self.queue.stop(cancel_pending=True)
         if self._server is not None:
             # Every request the executor just finished or interrupted still owes its caller a reply: let the
@@ -167,9 +178,14 @@ class Daemon:
             if not self._server.replies.wait_idle(REPLY_GRACE):
                 log.warning("stopping with control replies still unwritten after %.0f s", REPLY_GRACE)
             self._server.server_close()
-            _unlink(Path(self.config.socket))
+        self._release_state()
         self._stopped.set()
         log.info("stopped")
+
+    def _release_state(self) -> None:
+        if self._state_lock is not None:
+            os.close(self._state_lock)
+            self._state_lock = None
 
     # --- requests -------------------------------------------------------------------------------------------
 
@@ -358,6 +374,21 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 def _encode(reply: dict) -> bytes:
     return json.dumps(reply, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def _lock_state(state_dir: Path) -> int:
+    """The descriptor holding ``STATE_LOCK`` in ``state_dir``, or a DaemonError when another daemon holds it."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(state_dir / STATE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise DaemonError(f"cannot lock the state directory {state_dir}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise DaemonError(f"another daemon is serving the state directory {state_dir}") from None
+    return fd
 
 
 def _listen(path: Path, daemon: Daemon) -> _Server:

@@ -138,6 +138,20 @@ def test_a_second_daemon_on_the_same_socket_is_refused(empty_daemon, tmp_path):
         other.start()
 
 
+def test_a_second_daemon_on_the_same_state_directory_is_refused(empty_daemon, tmp_path):
+    """Found by a review: two daemons on one due-set (two sockets: the default one follows XDG_RUNTIME_DIR, the state
+    directory does not) both ran every wake."""
+    config = empty_daemon.config
+    other = Daemon(DaemonConfig(declarations=config.declarations, socket=tmp_path / "other.sock",
+                                state_dir=config.state_dir))
+    with pytest.raises(DaemonError, match="another daemon is serving the state directory"):
+        other.start()
+    assert not (tmp_path / "other.sock").exists()
+    empty_daemon.stop()  # the directory is free again once the first has stopped
+    other.start()
+    other.stop()
+
+
 def test_client_without_daemon_says_so(tmp_path):
     with pytest.raises(DaemonError, match="no daemon is listening"):
         DaemonClient(tmp_path / "none.sock").request({"op": "stats"})
@@ -328,6 +342,10 @@ def test_a_call_still_queued_at_stop_is_told_the_daemon_is_stopping(make_daemon)
         stopping.start()
         queued.join(10)
         assert replies["queued"] == {"ok": False, "error": "refused", "message": "the daemon is stopping"}
+        # while the running call ends, a new client is told at once that nobody listens (found by a review: the
+        # listening socket stayed open, and a client hung until the guests had ended, then was reset)
+        with pytest.raises(DaemonError, match="no daemon is listening"):
+            DaemonClient(daemon.config.socket).request({"op": "stats"})
     finally:
         gate.set()
     for t in (running, stopping):
