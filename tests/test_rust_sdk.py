@@ -183,6 +183,26 @@ def test_argument_problems_are_messages(kind, tool, args, message):
     assert failure.value.message.startswith(f"invalid arguments: {message}")
 
 
+@pytest.mark.parametrize(("rounds", "whole"), [
+    ("2", 2), ("2.0", 2), ("2e0", 2), ("0.2e1", 2), ("200e-2", 2), ("-0", 0), ("0e99999999999999999999", 0),
+    ("0." + "0" * 9999 + "2e10000", 2), ("3.000", 3),
+    ("2.5", None), ("1e-1", None), ("1e99999999999999999999", None), ("0." + "0" * 9999 + "25e10000", None),
+    ("1048577", "range"), ("-1.0", "range"), ("1e19", None), ("-9223372036854775809", None),
+], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
+def test_an_integer_argument_is_any_whole_number_as_in_the_c_sdk(kind, rounds, whole):
+    """The C SDK's berm_arg_int takes 2.0 and 2e0 as JSON Schema's "integer" does; the Rust SDK refused them (found
+    by a review comparing the two)."""
+    args = f'{{"rounds": {rounds}, "size": 16}}'.encode()
+    if isinstance(whole, int):
+        expected = sdk(kind).call("heap", f'{{"rounds": {whole}, "size": 16}}'.encode())
+        assert sdk(kind).call("heap", args) == expected
+        return
+    with pytest.raises(ToolFailure) as failure:
+        sdk(kind).call("heap", args)
+    problem = "must be between 0 and 1048576" if whole == "range" else "must be an integer between 0 and 1048576"
+    assert failure.value.message.startswith(f"invalid arguments: 'rounds' {problem}, not ")
+
+
 # ---------------------------------------------------------------- JSON
 
 

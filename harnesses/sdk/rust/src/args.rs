@@ -67,11 +67,11 @@ impl Args {
         }
     }
 
-    /// An integer field in `[min, max]`.
+    /// An integer field in `[min, max]`: any whole number, however written (1.0, 1e2 and -2.50e1 too).
     pub fn int(&self, key: &str, required: bool, min: i64, max: i64) -> Result<Option<i64>, String> {
         let value = match self.field(key, required)? {
             None => return Ok(None),
-            Some(value @ Value::Number(text)) => value.as_i64().ok_or_else(|| {
+            Some(Value::Number(text)) => whole_number(text).ok_or_else(|| {
                 invalid(format!("'{key}' must be an integer between {min} and {max}, not {text:.40}"))
             })?,
             Some(other) => return Err(invalid(format!("'{key}' must be an integer, not {}", other.type_name()))),
@@ -109,5 +109,52 @@ impl Args {
             }
             found => Ok(found),
         }
+    }
+}
+
+
+/// The value of a JSON number's text when it is a whole number that fits an i64, exactly, from its digits: 1.0, 1e2
+/// and -2.50e1 too, as JSON Schema's "integer" and the C SDK's `berm_arg_int` take them.
+fn whole_number(text: &str) -> Option<i64> {
+    let text = text.as_bytes();
+    let (negative, text) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let split = text.iter().position(|&b| b == b'e' || b == b'E').unwrap_or(text.len());
+    let (mantissa, exponent) = text.split_at(split);
+    // value = digits * 10^scale; an exponent past 10^12, more than any text has digits, is as good as infinite
+    let mut scale: i64 = 0;
+    if let Some((_, exponent)) = exponent.split_first() {
+        let (down, digits) = match exponent.split_first() {
+            Some((b'-', rest)) => (true, rest),
+            Some((b'+', rest)) => (false, rest),
+            _ => (false, exponent),
+        };
+        for &d in digits {
+            if scale <= 1_000_000_000_000 {
+                scale = scale * 10 + i64::from(d - b'0');
+            }
+        }
+        scale = if down { -scale } else { scale };
+    }
+    let fraction = mantissa.iter().position(|&b| b == b'.').map_or(0, |dot| mantissa.len() - dot - 1);
+    scale -= fraction as i64;
+    let digits: Vec<u8> = mantissa.iter().filter(|b| b.is_ascii_digit()).map(|b| b - b'0').collect();
+    let Some(first) = digits.iter().position(|&d| d != 0) else { return Some(0) };
+    let last = digits.iter().rposition(|&d| d != 0).unwrap_or(first);
+    scale += (digits.len() - 1 - last) as i64; // trailing zeros
+    let digits = &digits[first..=last];
+    if scale < 0 || digits.len() as i64 + scale > 19 {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for i in 0..digits.len() + scale as usize {
+        value = value.checked_mul(10)?.checked_add(u64::from(digits.get(i).copied().unwrap_or(0)))?;
+    }
+    match negative {
+        true if value <= 1 << 63 => Some(0i64.wrapping_sub(value as i64)),
+        false => i64::try_from(value).ok(),
+        true => None,
     }
 }
