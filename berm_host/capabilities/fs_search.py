@@ -4,10 +4,11 @@ Both walk with directory descriptors (``os.fwalk`` without following symlinks: a
 mid-walk is skipped, never entered), skip ``.git``, honour a per-call time budget and cap what they return. Output
 is text, one root-relative path (or match) per line; when a cap or the time budget cut it short, what was found so
 far is returned and a last line starting with ``[truncated`` says why. Grep skips binary files (a NUL byte in the
-first 8 KiB), files over the read cap and symlinks, and honours ``.gitignore`` files from the root down. Its
-patterns are the ``regex`` module's (VERSION0, multiline), less what could hide their cost or crash the module:
-counted repeats past ``MAX_REPEATS``, the inline flags for verbose mode and versions, recursion and subroutine
-calls, and fuzzy matching are refused.
+first 8 KiB, read before the rest of the file), files over the read cap and symlinks, and honours ``.gitignore`` files
+from the root down. Its patterns are the ``regex`` module's (VERSION0, multiline), less what could hide their cost
+or crash the module: a pattern too large once its counted repeats are written out (``MAX_UNROLLED``), the inline
+flags for verbose mode, versions and full case folding, recursion and subroutine calls, and fuzzy matching are
+refused.
 
 A backtracking pattern grows the ``regex`` module's stack to ~80 bytes per character of the text searched (up to
 ~600 MiB, where it gives up with a MemoryError), so the searches of large files (``BIG_TEXT`` and up) share one
@@ -23,6 +24,7 @@ import contextlib
 import heapq
 import os
 import stat
+import string
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,26 +43,48 @@ from .paths import MAX_DEPTH, Root
 RESULT_CAP = 1000
 #: A matching line longer than this is cut (and ends with "…") in grep's content mode.
 LINE_CAP = 500
+#: A file whose first this many bytes hold a NUL is binary: grep skips it, having read only those.
 BINARY_PROBE = 8192
 MODES = ("files", "content", "count")
 SEARCH_TIMEOUT = 10.0
-#: The counts of a grep pattern's counted repeats (``{n}``, ``{n,m}``) may multiply to at most this: the regex
-#: module unrolls them when it compiles, before any time budget applies (~260 bytes per repetition: the 13
-#: characters ``a{4294967294}`` asked for about a terabyte, and ``(a{1000}){1000}`` takes 250 MB).
-MAX_REPEATS = 100_000
+#: How large a grep pattern may be once written out (``_unrolled_size``: its text, each counted repeat's item written
+#: out n + 1 times and a ``+``'s twice, a group's parenthesis counting GROUP_WEIGHT and an escape ESCAPE_WEIGHT). The
+#: regex module compiles in C with the GIL held, before any time budget applies, and copies a repeated item: its
+#: smaller count + 1 times (this counts the larger), a ``+``'s twice, nested ones multiplied. Found by a hostile
+#: review, when the counts' product was the only check: ``(){30000}`` froze the whole host process for 26.5 s (a run
+#: of empty groups compiles in quadratic time: ``(){100000}`` > 290 s), ``(?:(a)``×300``){100000}`` took 16.6 GB,
+#: and nested ``+`` need no count (``(?:`` ×18 ``a`` ``)+`` ×18: 165 MB). Measured with regex 2026.5.9, compiling
+#: in child processes ~21,000 patterns scaled to this limit (~9,300 random shapes of groups, classes, escapes,
+#: alternations, lookarounds, conditionals, inline flags and nested repeats; all 10,752 of an item in a group in a
+#: sequence, 14 items, 6 kinds of group, 8 repeats inside and out; ~1,000 of families of every kind of item): the
+#: worst accepted took 0.1 s and 27 MiB (``\R{16380}``: ~430 bytes a unit; a plain character takes ~300).
+MAX_UNROLLED = 65_536
+#: What a group's opening parenthesis counts for: a run of 2,000 empty groups compiles in 0.04 s, of 4,000 in 0.16 s,
+#: of 8,000 in 0.67 s; this keeps a run within ~2,000.
+GROUP_WEIGHT = 32
+#: What an escape counts for: ``\R`` and ``\X`` compile to ~1.7 and ~1.4 KB, four times a character.
+ESCAPE_WEIGHT = 4
 #: Texts of at least this many bytes are searched within SEARCH_BUDGET (a smaller one's stack stays under ~20 MiB).
 BIG_TEXT = 256 * 1024
 #: How many bytes of text the searches of large files may hold at once, across every grep of the process: with the
 #: regex module's ~80 bytes of stack per character, ~320 MiB at most (a single larger file takes the whole budget,
 #: and its search stops at the module's own ~600 MiB).
 SEARCH_BUDGET = 4 * 1024 * 1024
-#: Every brace pair that may be a counted repeat, wherever it is (inside a class or escaped too: counting those
-#: as well only ever overestimates).
-_COUNTED = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
+#: A brace pair that is a counted repeat where it stands (``{,}`` and ``{}`` too: one counts as ``*``, the other is
+#: text, and counting them only ever overestimates).
+_COUNTED = regex.compile(r"\{([0-9]*)(?:,([0-9]*))?\}")
+#: Inline flags (``(?i)``) and a comment (``(?#…)``, to its first unescaped ``)``, as the regex module reads it): no
+#: item, so a count after one repeats the item before it (``(?:ab)(?#c){5}`` is ``(?:ab){5}``).
+_NO_ITEM = regex.compile(r"\(\?(?:[\w^-]*|#(?:\\.|[^\\)])*)\)", regex.DOTALL)
+#: What the regex module reads as a POSIX class's name (``[[:alpha:]]``) and, after ``:`` or ``=``, its value.
+_POSIX_NAME = frozenset(string.ascii_letters + string.digits + " &_-.")
+_POSIX_VALUE = _POSIX_NAME | {"/"}
 #: An inline flag group, ``(?flags)`` or ``(?flags:…)``, whose parenthesis is not escaped (wherever it is: inside a
 #: class it is only text, and refusing it there too only ever refuses more). Verbose mode (``x``) lets whitespace
 #: and comments into a counted repeat (``(?x)a{1 000000}``, ``(?x)a{1#}`` newline ``000000}``), out of
-#: ``_COUNTED``'s sight; a version flag (``V1``) contradicts the host's ``VERSION0`` (a KeyError inside the module).
+#: ``_COUNTED``'s sight; a version flag (``V1``) contradicts the host's ``VERSION0`` (a KeyError inside the module);
+#: full case folding (``f``) compiles a class to what its text does not show (``(?fi)[a\w]``: ~29 KB, where
+#: ``(?i)[a\w]`` takes ~600 bytes; 170 of them alternated, with no repeat, took 0.44 s to compile).
 _FLAG_GROUP = regex.compile(r"(?<!\\)(?:\\\\)*\(\?([\w^-]*)[:)]")
 #: The regex module's recursion and subroutine calls (``(?R)``, ``(?1)``, ``(?+1)``, ``(?&name)``, ``(?P>name)``)
 #: and fuzzy matching (``{e<=1}``, ``{i,d}``, ``{2i+1s<=3}``: braces holding only constraint characters and one of
@@ -124,16 +148,31 @@ def _join(a: str, b: str) -> str:
     return b if a in ("", ".") else a if not b else f"{a}/{b}"
 
 
-def _read_small(dir_fd: int, name: str, cap: int) -> bytes | None:
-    """A regular file's first ``cap`` bytes, not following a symlink; None when it is not one."""
+def _read_small(dir_fd: int, name: str, cap: int, *, text_only: bool = False) -> bytes | None:
+    """A regular file's first ``cap`` bytes, not following a symlink; None when it is not one (or, with
+    ``text_only``, when it is binary: see ``_read_text``)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
     try:
-        return read_upto(fd, cap) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return _read_text(fd, cap) if text_only else read_upto(fd, cap)
     finally:
         os.close(fd)
+
+
+def _read_text(fd: int, cap: int) -> bytes | None:
+    """The first ``cap`` bytes of the open file ``fd``; None, having read only its first BINARY_PROBE bytes, when
+    those hold a NUL. Found by a hostile review: grep read every file under the read cap whole before looking at its
+    first 8 KiB, and a tree of 50 MiB binary files was read through to the end."""
+    head = read_upto(fd, min(BINARY_PROBE, cap))
+    if b"\0" in head:
+        return None
+    if len(head) < BINARY_PROBE or len(head) >= cap:  # the whole file, or all that was asked for
+        return head
+    return head + read_upto(fd, cap - len(head))
 
 
 def _ignore_file(dir_fd: int) -> str:
@@ -261,25 +300,105 @@ def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Dead
         fd, rel = root.open_file(base)
         try:
             st = os.fstat(fd)
-            data = read_upto(fd, READ_CAP + 1)
+            data = _read_text(fd, READ_CAP + 1) if st.st_size <= READ_CAP else None
         finally:
             os.close(fd)
         name = rel.rsplit("/", 1)[-1]
-        yield Entry(rel, name, -1, name, st), data
+        if data is not None:
+            yield Entry(rel, name, -1, name, st), data
         return
     for e in walk(root, base or ".", deadline, gitignore=True):
+        # Every entry, searched or skipped: a walk over many skipped files took a 1 s grep past 34 s (a review).
+        deadline.check()
         if not stat.S_ISREG(e.st.st_mode) or e.st.st_size > READ_CAP:
             continue
         if include is not None and not include.match(e.sub, deadline):
             continue
-        data = _read_small(e.dir_fd, e.name, READ_CAP + 1)
+        data = _read_small(e.dir_fd, e.name, READ_CAP + 1, text_only=True)
         if data is not None:
             yield e, data
 
 
+def _skip(pattern: str, i: int, chars: frozenset[str]) -> int:
+    while i < len(pattern) and pattern[i] in chars:
+        i += 1
+    return i
+
+
+def _posix_class_end(pattern: str, i: int) -> int | None:
+    """Where the POSIX class (``[:alpha:]``, ``[:^digit:]``, ``[:script=latin:]``) at ``pattern[i]`` ends, read as
+    the regex module reads one; None when it reads ``[`` there as a character."""
+    k = _skip(pattern, i + 2 + pattern.startswith("^", i + 2), _POSIX_NAME)
+    if pattern[k:k + 1] in (":", "="):
+        value = _skip(pattern, k + 1, _POSIX_VALUE)
+        if pattern[k + 1:value].strip():
+            k = value
+    return k + 2 if pattern.startswith(":]", k) else None
+
+
+def _class_end(pattern: str, i: int) -> int:
+    """Where the character class at ``pattern[i] == "["`` ends, read as the regex module (VERSION0) reads one: a
+    ``]`` first (after any ``^``) is a member, a backslash escapes the next character, a POSIX class is one member.
+    A class read too short would let what follows it in (a ``(`` there would shrink what a count repeats)."""
+    j = i + 1 + pattern.startswith("^", i + 1)
+    first = True
+    while j < len(pattern):
+        if pattern[j] == "]" and not first:
+            return j + 1
+        first = False
+        if pattern[j] == "\\":
+            j += 2
+        elif pattern.startswith("[:", j) and (end := _posix_class_end(pattern, j)):
+            j = end
+        else:
+            j += 1
+    return len(pattern)
+
+
+def _unrolled_size(pattern: str) -> int:
+    """An overestimate of how large the regex module compiles ``pattern`` to, in units of about one character of
+    text: its text with each counted repeat's item written out n + 1 times (n the repeat's larger count) and a
+    ``+``'s twice, as the module copies them, a group's parenthesis counting GROUP_WEIGHT and an escape
+    ESCAPE_WEIGHT. Read as the module reads a pattern (classes, escapes, inline flags and comments, which are no
+    item); it stops once past MAX_UNROLLED (each group's size so far is part of the whole)."""
+    levels = [0]  # the size so far of each group open here, the pattern's own first
+    last = 0  # the size of the item a count here would repeat
+    i = 0
+    while i < len(pattern) and levels[-1] <= MAX_UNROLLED:
+        c = pattern[i]
+        m = _COUNTED.match(pattern, i) if c == "{" else None
+        if m or c in "*+?":  # a repeat of the last item
+            times = max([1, *(int(g) for g in m.groups() if g)]) + 1 if m else 2 if c == "+" else 1
+            end = m.end() if m else i + 1
+            grown = last * times + end - i
+            levels[-1] += grown - last
+            last, i = grown, end
+            continue
+        if c == "(":
+            if m := _NO_ITEM.match(pattern, i):
+                levels[-1] += m.end() - i
+                i = m.end()
+            else:
+                levels.append(GROUP_WEIGHT)
+                i += 1
+            continue
+        if c == ")" and len(levels) > 1:
+            size, i = levels.pop() + 1, i + 1
+        elif c == "\\":
+            size, i = ESCAPE_WEIGHT, i + 2
+        elif c == "[":
+            end = _class_end(pattern, i)
+            size, i = end - i, end
+        else:
+            size, i = 1, i + 1
+        levels[-1] += size
+        last = size
+    return sum(levels)
+
+
 def _check_pattern(pattern: str) -> None:
-    """Refuse a pattern that uses what grep leaves out (``_REFUSED``), whose counted repeats, taken as if all nested,
-    multiply past MAX_REPEATS, or that turns on a flag that would hide them from this check (``_FLAG_GROUP``)."""
+    """Refuse a pattern that uses what grep leaves out (``_REFUSED``), that turns on a flag that would hide its cost
+    from this check (``_FLAG_GROUP``), or that would compile to too much (``_unrolled_size``)."""
     for construct, what in _REFUSED:
         if construct.search(pattern):
             raise CapabilityError(f"bad regex: grep does not support {what}")
@@ -288,12 +407,13 @@ def _check_pattern(pattern: str) -> None:
         if "x" in on or "V" in on:
             raise CapabilityError(f"bad regex: its inline flags (?{m.group(1)} turn on verbose mode (x) or a version "
                                   "(V0, V1), which grep does not support")
-    product = 1
-    for m in _COUNTED.finditer(pattern):
-        product *= max([1, *(int(g) for g in m.groups() if g)])
-        if product > MAX_REPEATS:
-            raise CapabilityError(f"bad regex: its counted repeats ({{n}}, {{n,m}}) multiply to more than "
-                                  f"{MAX_REPEATS} repetitions (use *, + or smaller counts)")
+        if "f" in on:
+            raise CapabilityError(f"bad regex: its inline flags (?{m.group(1)} turn on full case folding (f), which "
+                                  "grep does not support (use (?i))")
+    if _unrolled_size(pattern) > MAX_UNROLLED:
+        raise CapabilityError(f"bad regex: its counted repeats ({{n}}, {{n,m}}) and + would have it compile to more "
+                              f"than grep allows ({MAX_UNROLLED} characters written out, a group counting "
+                              f"{GROUP_WEIGHT}): use *, smaller counts or fewer groups")
 
 
 def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline: Deadline,
@@ -310,6 +430,8 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
         rx = regex.compile(pattern, regex.MULTILINE | regex.VERSION0)
     except (regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise CapabilityError(f"bad regex: {exc}") from None
+    except MemoryError:  # whatever _check_pattern let through, on a host short of memory: an error reply, not a trap
+        raise CapabilityError("bad regex: compiling it took too much memory (use smaller counts)") from None
     matcher = Glob(include, basename_if_no_slash=True) if include else None
     lines: list[str] = []  # content and count modes: up to cap + 1, the extra one saying there is more
     hits: list[tuple[int, str]] = []  # files mode: every matching file, sorted newest first at the end
@@ -318,7 +440,7 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
         for entry, data in _files_to_search(root, base, matcher, deadline):
             if len(lines) > cap:
                 break
-            if len(data) > READ_CAP or b"\0" in data[:BINARY_PROBE]:
+            if len(data) > READ_CAP:  # grown past the cap since its size was looked at
                 continue
             limit = cap + 1 - len(lines) if mode == "content" else 1 if mode == "files" else len(data) + 1
             with _budget.share(len(data), deadline) if len(data) >= BIG_TEXT else contextlib.nullcontext():
