@@ -8,8 +8,8 @@ is deliver a wake again, and at FULL the fsync per drain would cap the drain rat
 
 ``(harness, id)`` is the key: scheduling an id that exists replaces it. Each write gives the row a fresh
 generation number, so deleting a fired occurrence (``remove_fired``) never removes the re-arm its own wake just
-wrote under the same id. Opening the file recounts each harness's usage, which triggers keep from then on; no
-guest runs to rebuild anything.
+wrote under the same id. Opening a file without the usage table counts each harness's usage once, which triggers
+keep from then on; no guest runs to rebuild anything.
 """
 
 from __future__ import annotations
@@ -108,11 +108,12 @@ class DueSet:
         self._lock = threading.Lock()
 
     def _count(self) -> None:
-        """Create the usage table and its triggers if need be, and count every harness's usage afresh (once per
-        open): a due-set written before they existed is counted right."""
+        """Create the usage table and its triggers, counting every harness's usage, when the due-set has none (one
+        written before they existed); the triggers keep it right from then on, whoever writes."""
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='usage'").fetchone():
+            return
         for statement in _USAGE_SCHEMA:
             self._db.execute(statement)
-        self._db.execute("DELETE FROM usage")
         self._db.execute("INSERT INTO usage SELECT harness, count(*), sum(length(CAST(payload AS BLOB))) FROM due "
                          "GROUP BY harness")
 
