@@ -443,6 +443,26 @@ def test_a_delivered_wake_whose_deletion_fails_is_not_delivered_again(make_queue
     assert len(attempts) == 4  # three failures, each retried after its backoff, then the deletion
 
 
+def test_a_deletion_waiting_for_its_backoff_is_tried_again_at_stop(tmp_path, make_queue, monkeypatch):
+    """Stopping tries the deletion once more: left to its backoff, the next start delivered the wake again."""
+    monkeypatch.setattr(scheduler_module, "DELETE_RETRY", 600.0)
+    t = RecordingTarget()
+    q = make_queue({"h": t}, start=False)
+    real_remove, failures = q.dueset.remove_fired, [QueueError("disk full")]
+
+    def fails_once(entries):
+        if failures:
+            raise failures.pop()
+        real_remove(entries)
+
+    monkeypatch.setattr(q.dueset, "remove_fired", fails_once)
+    q.schedule("h", "once", now_ms() - 1, "p")
+    q.start()
+    wait_for(lambda: t.wakes() and not failures)
+    q.stop()
+    assert DueSet(tmp_path / "due.db").list() == []
+
+
 def test_a_rearm_written_while_the_deletion_fails_still_comes_due(make_queue, monkeypatch):
     """A delivered occurrence kept from delivery is that write only: its wake's re-arm (a new generation) runs."""
     monkeypatch.setattr(scheduler_module, "DELETE_RETRY", 0.05)

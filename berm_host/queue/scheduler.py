@@ -113,8 +113,10 @@ class Scheduler:
             self._thread.join()
 
     def flush(self) -> None:
-        """Delete the occurrences of wakes that finished since the last drain (used at shutdown)."""
+        """Delete the occurrences of wakes that finished since the last drain (used at shutdown): a deletion being
+        retried is tried once more now, whatever its backoff (else the next start delivered it again)."""
         with self._cond:
+            self._delete_retry = (0.0, self._delete_retry[1])
             self._flush()
 
     def changed(self, harness: str, id: str, gen: int | None = None) -> bool:
