@@ -12,6 +12,11 @@ connection; a connection silent for ``idle_timeout`` seconds (60) is closed. Req
     {"op": "publish", "topic": T, "event": "<text>"}   (to Queue.subscribe's subscribers: declarations make none)
     {"op": "stats"}        {"op": "harnesses"}
 
+A field an op does not take is a protocol error (a misspelt ``"arg"`` was a call with no arguments). A request
+line is at most MAX_LINE bytes and must arrive whole within the idle timeout; the bytes of lines past each
+connection's first LINE_ALLOWANCE come out of one budget of LINE_BUDGET bytes, and a line that finds it spent is
+refused (``refused``, "busy"), the connection closed.
+
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": KIND, "message": TEXT}`` where KIND is ``trap``,
 ``failure`` (the guest's berm.fail), ``refused`` (a BermError: unknown harness, bad schedule, chain depth, …),
 ``protocol`` (a malformed request) or ``host`` (a bug in the host, logged; the daemon stays up). A ``trap`` reply
@@ -33,6 +38,7 @@ Besides the host's grants, a declaration may grant ``schedule`` (``berm.schedule
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -41,6 +47,7 @@ import socket
 import socketserver
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
@@ -63,10 +70,18 @@ DUE_DB = "due.sqlite3"
 #: every wake, and each one's generations could delete the other's re-arms (found by a review).
 STATE_LOCK = "daemon.lock"
 MAX_LINE = 16 << 20
+#: Bytes of a request line a connection may hold without drawing on LINE_BUDGET.
+LINE_ALLOWANCE = 1 << 20
+#: Bytes of the request lines past their LINE_ALLOWANCE held at once, all connections together, from the first
+#: byte read to the reply written: 64 clients sending 16 MiB lines held a GiB (a review). Room for 4 whole lines.
+LINE_BUDGET = 4 * MAX_LINE
+#: Bytes asked of a connection at once.
+RECV_CHUNK = 64 << 10
 #: Connections served at once (a thread each); a local client holding many open cost a thread and a buffer each.
 MAX_CLIENTS = 64
-#: Seconds a connection may stay silent (or leave a reply unread) before it is closed: idle clients that were
-#: never closed held every slot, locking out every other client for good.
+#: Seconds a connection may stay silent (or leave a reply unread, or take to send the whole of a request line) before
+#: it is closed: idle clients that were never closed held every slot, locking out every other client for good; and
+#: while the timeout was per read, a client sending a byte a second held its slot for good.
 IDLE_TIMEOUT = 60.0
 #: How long stop() waits for handler threads to write the replies of requests that were in flight.
 REPLY_GRACE = 5.0
@@ -194,7 +209,11 @@ class Daemon:
         try:
             if not isinstance(request, dict) or not isinstance(request.get("op"), str):
                 raise _Protocol("a request is a JSON object with a string \"op\"")
-            reply = self._dispatch(request["op"], request)
+            op = request["op"]
+            if op not in _FIELDS:
+                raise _Protocol(f"unknown op {op!r}")
+            _only(request, _FIELDS[op] | {"op"}, f"a {op} request")
+            reply = self._dispatch(op, request)
             return {"ok": True, **reply}
         except _Protocol as exc:
             return {"ok": False, "error": "protocol", "message": str(exc)}
@@ -213,8 +232,8 @@ class Daemon:
     def _dispatch(self, op: str, r: dict) -> dict:
         q = self.queue
         if op == "call":
-            ctx = _field(r, "context", dict, {})
-            context = Context(**{k: _field(ctx, k, str, "") for k in ("agent", "conversation", "sender")})
+            ctx = _only(_field(r, "context", dict, {}), _CONTEXT, "a call's context")
+            context = Context(**{k: _field(ctx, k, str, "") for k in _CONTEXT})
             future = q.call(_field(r, "harness", str), _field(r, "tool", str), _field(r, "args", str, ""), context)
             try:
                 return {"result": future.result()}
@@ -236,7 +255,7 @@ class Daemon:
             return {"stats": q.stats()}
         if op == "harnesses":
             return {"harnesses": q.harnesses()}
-        raise _Protocol(f"unknown op {op!r}")
+        raise AssertionError(f"_FIELDS names an op _dispatch does not serve: {op!r}")
 
     def _list_page(self, harness: str | None, after: dict | None) -> dict:
         """One page of pending wakes past the cursor ``after``, and the cursor of the next page (None: none)."""
@@ -249,7 +268,26 @@ class _Protocol(Exception):
     """A malformed control request."""
 
 
+#: The fields each op takes besides "op".
+_FIELDS = {"call": {"harness", "tool", "args", "context"},
+           "schedule.add": {"harness", "id", "when_ms", "payload"},
+           "schedule.list": {"harness", "after"},
+           "schedule.cancel": {"harness", "id"},
+           "publish": {"topic", "event"},
+           "stats": set(), "harnesses": set()}
+_CONTEXT = ("agent", "conversation", "sender")
+_CURSOR = ("when_ms", "harness", "id")
+
 _MISSING = object()
+
+
+def _only(r: dict, fields: set[str] | tuple[str, ...], what: str) -> dict:
+    """``r``, when it has none but ``fields``."""
+    if unknown := sorted(r.keys() - set(fields)):
+        raise _Protocol(f"{what} takes no {', '.join(map(repr, unknown[:5]))}"
+                        f"{f' (nor {len(unknown) - 5} more)' if len(unknown) > 5 else ''}: its fields are "
+                        f"{', '.join(sorted(fields))}")
+    return r
 
 
 def _field(r: dict, key: str, kind: type, default: object = _MISSING):
@@ -268,11 +306,9 @@ def _field(r: dict, key: str, kind: type, default: object = _MISSING):
     return value
 
 
-_CURSOR = ("when_ms", "harness", "id")
-
-
 def _cursor(after: dict) -> tuple[int, str, str]:
     """A schedule.list cursor as the due-set key it names."""
+    _only(after, _CURSOR, "a schedule.list cursor")
     when, harness, id = (_field(after, k, kind) for k, kind in zip(_CURSOR, (int, str, str)))
     if not -(1 << 63) <= when < 1 << 63:
         raise _Protocol("'after' is not a cursor of schedule.list: its when_ms is out of range")
@@ -283,38 +319,127 @@ def _cursor(after: dict) -> tuple[int, str, str]:
 
 class _Handler(socketserver.StreamRequestHandler):
     def setup(self) -> None:
-        # StreamRequestHandler sets this on the connection: each read and each write waits at most this long
+        # StreamRequestHandler sets this on the connection: each write waits at most this long
         self.timeout = self.server.daemon.config.idle_timeout  # type: ignore[attr-defined]
         super().setup()
+        self.lines = _Lines(self.connection, self.timeout, self.server.line_budget)  # type: ignore[attr-defined]
 
     def handle(self) -> None:
         daemon: Daemon = self.server.daemon  # type: ignore[attr-defined]
-        while line := self._read():
-            with self.server.replies:  # type: ignore[attr-defined]
-                if len(line) > MAX_LINE:
-                    reply = {"ok": False, "error": "protocol", "message": f"a request line is over {MAX_LINE} bytes"}
-                    self.wfile.write(_encode(reply))
-                    return
-                try:
-                    request = json.loads(line)
-                except (ValueError, UnicodeDecodeError) as exc:
-                    reply = {"ok": False, "error": "protocol", "message": f"not a JSON line: {exc}"}
-                except RecursionError:
-                    reply = {"ok": False, "error": "protocol", "message": "the JSON is nested too deeply"}
-                else:
-                    reply = daemon.handle(request)
-                try:
-                    self.wfile.write(_encode(reply))
-                except OSError:  # the client went away before its reply: nothing to tell it
-                    return
-
-    def _read(self) -> bytes:
-        """The next request line, or b"" once the client has gone: closed, reset (it closed with a reply unread)
-        or silent for the idle timeout; none of them an error of the daemon's."""
         try:
-            return self.rfile.readline(MAX_LINE + 1)
-        except OSError:
-            return b""
+            while line := self.lines.next():
+                with self.server.replies:  # type: ignore[attr-defined]
+                    if not self._answer(daemon, line):
+                        return
+        except _Busy as exc:
+            self._reply({"ok": False, "error": "refused", "message": str(exc)})
+        finally:
+            self.lines.release()
+
+    def _answer(self, daemon: Daemon, line: bytes) -> bool:
+        """Reply to one request line; False when the connection is done with (a line too long, the client gone)."""
+        if len(line) > MAX_LINE:
+            self._reply({"ok": False, "error": "protocol", "message": f"a request line is over {MAX_LINE} bytes"})
+            return False
+        try:
+            # parsing a line can take ~27 times its size (a list of empty objects): the long ones one at a time
+            with self.server.long_parse if len(line) > LINE_ALLOWANCE else contextlib.nullcontext():  # type: ignore
+                request = json.loads(line)
+        except (ValueError, UnicodeDecodeError) as exc:
+            reply = {"ok": False, "error": "protocol", "message": f"not a JSON line: {exc}"}
+        except RecursionError:
+            reply = {"ok": False, "error": "protocol", "message": "the JSON is nested too deeply"}
+        else:
+            reply = daemon.handle(request)
+        return self._reply(reply)
+
+    def _reply(self, reply: dict) -> bool:
+        try:
+            self.wfile.write(_encode(reply))
+            return True
+        except OSError:  # the client went away before its reply: nothing to tell it
+            return False
+
+
+class _Busy(Exception):
+    """A request line found LINE_BUDGET spent by others."""
+
+
+class _LineBudget:
+    """The bytes that request lines may hold past their LINE_ALLOWANCE, all connections together."""
+
+    def __init__(self, total: int):
+        self.left = total
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if n > self.left:
+                return False
+            self.left -= n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.left += n
+
+
+class _Lines:
+    """The request lines of one connection. A line must arrive whole within ``timeout`` of the wait for it
+    starting, and the bytes it holds past LINE_ALLOWANCE are drawn from ``budget`` as they arrive and held until
+    the next line is asked for (its reply written): a line finding the budget spent raises _Busy. Waiting for
+    budget instead would let a few long lines, each holding part of it, wait on each other until their timeouts."""
+
+    def __init__(self, sock: socket.socket, timeout: float, budget: _LineBudget):
+        self._sock = sock
+        self._timeout = timeout
+        self._budget = budget
+        self._buf = bytearray()
+        self._held = 0
+
+    def next(self) -> bytes:
+        """The next line with its newline (without one when the client ended in the middle of it); MAX_LINE + 1
+        of its bytes when it is longer; b"" once the client has gone (closed, reset) or the time ran out."""
+        self.release()
+        try:
+            return self._read(time.monotonic() + self._timeout)
+        finally:
+            self._sock.settimeout(self._timeout)  # what the reply's write may take
+
+    def _read(self, end: float) -> bytes:
+        scanned = 0
+        while (newline := self._buf.find(b"\n", scanned)) < 0:
+            if len(self._buf) > MAX_LINE:
+                return bytes(self._buf[:MAX_LINE + 1])
+            scanned = len(self._buf)
+            left = end - time.monotonic()
+            if left <= 0:
+                return b""
+            try:
+                self._sock.settimeout(left)
+                chunk = self._sock.recv(RECV_CHUNK)
+            except OSError:  # timed out, or reset
+                return b""
+            if not chunk:
+                line = bytes(self._buf)
+                self._buf.clear()
+                return line
+            self._buf += chunk
+            self._hold(len(self._buf) - LINE_ALLOWANCE)
+        line = bytes(self._buf[:newline + 1])
+        del self._buf[:newline + 1]
+        return line
+
+    def _hold(self, n: int) -> None:
+        if n > self._held:
+            if not self._budget.take(n - self._held):
+                raise _Busy(f"the daemon is busy: other clients' request lines hold its {LINE_BUDGET >> 20} MiB "
+                            "for them; send this one again later")
+            self._held = n
+
+    def release(self) -> None:
+        self._budget.give(self._held)
+        self._held = 0
 
 
 class _InFlight:
@@ -346,6 +471,8 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.daemon = daemon
         self.replies = _InFlight()
         self.clients = threading.BoundedSemaphore(MAX_CLIENTS)
+        self.line_budget = _LineBudget(LINE_BUDGET)
+        self.long_parse = threading.Lock()
         super().__init__(str(path), _Handler)
 
     def process_request(self, request, client_address) -> None:
@@ -446,7 +573,10 @@ class DaemonClient:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(self.timeout)
                 s.connect(str(self.path))
-                s.sendall(data)
+                try:
+                    s.sendall(data)
+                except BrokenPipeError:  # refused part way (busy, too long): its reply may be waiting all the same
+                    pass
                 with s.makefile("rb") as f:
                     line = f.readline(MAX_LINE + 1)
         except (FileNotFoundError, ConnectionRefusedError):

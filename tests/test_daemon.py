@@ -395,6 +395,75 @@ def test_idle_connections_are_closed_and_free_their_slots(make_daemon):
     wait_for(lambda: _answers(daemon))
 
 
+def test_a_request_line_must_arrive_whole_within_the_idle_timeout(make_daemon):
+    """The idle timeout was per read: a client sending a byte now and then kept its connection (and its slot) for as
+    long as it liked without ever completing a request."""
+    daemon = make_daemon(idle_timeout=0.3)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(daemon.config.socket))
+        s.settimeout(0.05)
+        closed_after = None
+        for sent in range(200):  # a byte every 50 ms, for up to 10 s: far more than 0.3 s
+            try:
+                s.sendall(b"{" if sent == 0 else b" ")
+                if s.recv(1) == b"":
+                    closed_after = sent
+                    break
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed_after = sent
+                break
+    assert closed_after is not None and closed_after < 100
+
+
+def test_a_reply_may_take_the_whole_idle_timeout_to_write_however_late_its_request_came(make_daemon):
+    """Reading a request line bounds each read by what is left of the line's time; the reply's write got that same
+    bound, so a long reply to a request completed near its end was cut off after a moment."""
+    daemon = make_daemon(idle_timeout=2.0)
+    daemon.queue.add("h", RecordingTarget())
+    for i in range(12):  # a listing of ~800 KB: more than the socket holds, so the write waits for the reader
+        daemon.queue.schedule("h", f"w{i}", 1 << 50, "x" * 60_000)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(daemon.config.socket))
+        s.settimeout(10)
+        s.sendall(b'{"op": "schedule.list", ')
+        time.sleep(1.7)
+        s.sendall(b'"harness": ')
+        time.sleep(0.1)  # the last read starts with ~0.2 s of the line's 2 s left
+        s.sendall(b'"h"}\n')
+        time.sleep(0.8)  # then the client reads, late but well within the idle timeout
+        reply = json.loads(s.makefile("rb").readline())
+    assert reply["ok"] is True and len(reply["entries"]) == 12
+
+
+def test_long_request_lines_share_one_budget_and_one_too_many_is_refused_busy(make_daemon, monkeypatch):
+    """64 clients each sending a 16 MiB line held a GiB at once; past each line's allowance, lines now draw on one
+    budget, and a line that finds it spent is refused rather than buffered."""
+    monkeypatch.setattr(daemon_mod, "LINE_ALLOWANCE", 1000)
+    monkeypatch.setattr(daemon_mod, "LINE_BUDGET", 8000)
+    daemon = make_daemon()
+    event = json.dumps({"op": "publish", "topic": "t", "event": "x" * 6000}).encode()
+    with socket.socket(socket.AF_UNIX) as first, socket.socket(socket.AF_UNIX) as second:
+        for s in (first, second):
+            s.connect(str(daemon.config.socket))
+            s.settimeout(10)
+        first.sendall(event[:-10])  # holds ~5,000 bytes of the budget while it is being sent
+        wait_for(lambda: daemon._server.line_budget.left < 4000)
+        second.sendall(event + b"\n")
+        reply = json.loads(second.makefile("rb").readline())
+        assert reply["ok"] is False and reply["error"] == "refused" and "busy" in reply["message"]
+        assert second.recv(1) == b""  # and closed
+        # a client still sending when refused (the daemon closed on it: a broken pipe) reads the refusal all the same
+        with pytest.raises(RemoteError, match="busy") as refused:
+            DaemonClient(daemon.config.socket).request({"op": "publish", "topic": "t", "event": "x" * (4 << 20)})
+        assert refused.value.kind == "refused"
+        first.sendall(event[-10:] + b"\n")
+        assert json.loads(first.makefile("rb").readline()) == {"ok": True, "delivered": 0}
+    assert DaemonClient(daemon.config.socket).request(json.loads(event)) == {"delivered": 0}  # the budget came back
+    wait_for(lambda: daemon._server.line_budget.left == 8000)
+
+
 def _answers(daemon: Daemon) -> bool:
     try:
         return DaemonClient(daemon.config.socket).request({"op": "harnesses"}) == {"harnesses": []}

@@ -102,14 +102,14 @@ def test_a_request_line_of_more_than_max_line_bytes_is_refused_unread(daemon):
     from berm_host.daemon import MAX_LINE
 
     def line(size: int) -> bytes:
-        head = json.dumps({"op": "harnesses", "pad": ""}).encode()
+        head = json.dumps({"op": "publish", "topic": "t", "event": ""}).encode()
         return head[:-2] + b"x" * (size - len(head)) + head[-2:]
 
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(str(daemon.config.socket))
         f = s.makefile("rb")
         s.sendall(line(MAX_LINE - 1) + b"\n")
-        assert json.loads(f.readline()) == {"ok": True, "harnesses": ["h"]}
+        assert json.loads(f.readline()) == {"ok": True, "delivered": 0}
         s.sendall(line(MAX_LINE) + b"\n")
         reply = json.loads(f.readline())
     assert reply["ok"] is False and reply["error"] == "protocol" and f"over {MAX_LINE} bytes" in reply["message"]
@@ -167,3 +167,16 @@ def test_a_request_holding_text_that_is_not_unicode_is_refused_before_sending(da
     assert main(["call", "--daemon", str(daemon.config.socket), "h\udcff", "t", '"x"']) == 2
     assert "berm call: cannot send the request: it holds" in capsys.readouterr().err
     assert client.request({"op": "schedule.list"})["entries"] == []  # the daemon never saw it
+
+
+@pytest.mark.parametrize("request_, named", [
+    ({"op": "call", "harness": "h", "tool": "echo", "arg": "x"}, "'arg'"),
+    ({"op": "call", "harness": "h", "tool": "echo", "context": {"agent": "a", "user": "u"}}, "'user'"),
+    ({"op": "harnesses", "verbose": True}, "'verbose'"),
+    ({"op": "schedule.list", "after": {"when_ms": 1, "harness": "h", "id": "i", "page": 2}}, "'page'"),
+])
+def test_a_field_the_op_does_not_take_is_a_protocol_error(daemon, request_, named):
+    """A misspelt field was ignored: {"arg": ...} was a call with no arguments, run as if nothing were wrong."""
+    kind, message = _error(DaemonClient(daemon.config.socket), request_)
+    assert kind == "protocol" and named in message
+    assert daemon.target.calls == []  # refused before anything ran
