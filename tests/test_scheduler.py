@@ -511,3 +511,26 @@ def test_calls_queued_behind_their_harness_limit_hold_no_worker_from_another_har
         gate.set()
     for c in calls:
         c.result(10)
+
+
+def test_a_guests_schedule_waits_for_a_due_set_locked_elsewhere_no_longer_than_its_invocation_has_left(make_queue):
+    """Another connection writing the due-set (a backup, a sqlite3 shell) made berm.schedule.at wait SQLite's 30 s,
+    past the invocation's deadline, and a guest in a host call cannot be interrupted."""
+    from berm_host.running import interpreting
+
+    q = make_queue({"h": RecordingTarget()})
+    at, cancel = (c.fn for c in schedule_capabilities(q, "h"))
+    other = sqlite3.connect(q.dueset.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # holds the due-set's write lock
+    try:
+        for fn, request in ((at, [now_ms() + 60_000, "later", ""]), (cancel, ["later"])):
+            start = time.monotonic()
+            with interpreting(time.monotonic() + 1.0), pytest.raises(CapabilityError, match="busy"):
+                fn(encode_frame(request))
+            assert time.monotonic() - start < 15  # bounded by the invocation's 1 s, not SQLite's 30 s
+    finally:
+        other.rollback()
+        other.close()
+    at(encode_frame([now_ms() + 60_000, "later", ""]))  # and the lock's ordinary wait is back
+    assert [e.id for e in q.list()] == ["later"]
+    assert q.dueset._db.execute("PRAGMA busy_timeout").fetchone() == (30_000,)

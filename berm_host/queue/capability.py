@@ -17,9 +17,11 @@ from dataclasses import replace
 
 from berm_abi.errors import BermError
 from berm_abi.frames import decode_request, field_int, field_text
+from berm_host.capabilities._request import Deadline
 from berm_host.linker import Capability, CapabilityError
 from berm_host.traps import ToolFailure, Trap
 
+from .dueset import BUSY_TIMEOUT
 from .invocation import Context, current_invocation
 from .scheduler import now_ms
 from .service import Queue
@@ -39,7 +41,7 @@ def schedule_capabilities(queue: Queue, harness_name: str, *,
             inv = current_invocation()
             depth = 0 if inv is None or when_ms - now >= horizon_ms else inv.context.depth + 1
             queue.schedule(harness_name, field_text(id_, "id"), when_ms, field_text(payload, "payload"),
-                           depth=depth)
+                           depth=depth, wait=_busy_wait())
         except BermError as exc:
             raise CapabilityError(str(exc)) from None
         return b""
@@ -47,12 +49,19 @@ def schedule_capabilities(queue: Queue, harness_name: str, *,
     def cancel(request: bytes) -> bytes:
         try:
             (id_,), _ = decode_request(request, ("id",))
-            queue.cancel(harness_name, field_text(id_, "id"))
+            queue.cancel(harness_name, field_text(id_, "id"), wait=_busy_wait())
         except BermError as exc:
             raise CapabilityError(str(exc)) from None
         return b""
 
     return [Capability("berm.schedule.at", at), Capability("berm.schedule.cancel", cancel)]
+
+
+def _busy_wait() -> float:
+    """How long a guest's write may wait for a due-set that another connection (a backup, a ``sqlite3`` shell) is
+    writing: what its invocation has left for a host call, at most BUSY_TIMEOUT. A guest in a host call cannot be
+    interrupted, so waiting SQLite's 30 s overran its deadline."""
+    return Deadline.within_invocation(BUSY_TIMEOUT).seconds
 
 
 def call_capabilities(queue: Queue) -> list[Capability]:

@@ -14,11 +14,13 @@ keep from then on; no guest runs to rebuild anything.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,9 @@ DEFAULT_PER_HARNESS = 100_000
 #: All of one harness's pending payloads together, bytes of UTF-8: the count limit alone let one harness persist
 #: 100,000 x 64 KiB (6.5 GB), written at fsync speed by its own wakes.
 MAX_PAYLOAD_BYTES = 16 << 20
+#: Seconds a write waits for the due-set while another connection writes it (SQLite's busy timeout), unless its
+#: caller has less time: a guest's berm.schedule.* waits no longer than its invocation has left.
+BUSY_TIMEOUT = 30.0
 #: Restricts a read to the named harnesses; None reads them all.
 Harnesses = frozenset[str] | None
 #: Where an entry sorts in a listing: ``(when_ms, harness, id)``.
@@ -96,7 +101,8 @@ class DueSet:
         self.per_harness = per_harness
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                       timeout=BUSY_TIMEOUT)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
@@ -123,18 +129,21 @@ class DueSet:
 
     # --- writes ---------------------------------------------------------------------------------------------
 
-    def put(self, harness: str, id: str, when_ms: int, payload: str = "", depth: int = 0) -> Entry:
-        """Schedule (or replace) ``(harness, id)`` at ``when_ms``; durable when this returns."""
-        return self.put_many([(harness, id, when_ms, payload, depth)])[0]
+    def put(self, harness: str, id: str, when_ms: int, payload: str = "", depth: int = 0, *,
+            wait: float | None = None) -> Entry:
+        """Schedule (or replace) ``(harness, id)`` at ``when_ms``; durable when this returns. A QueueError when the
+        due-set stays busy for ``wait`` seconds (None: BUSY_TIMEOUT, and as long as this process's other writes
+        take)."""
+        return self.put_many([(harness, id, when_ms, payload, depth)], wait=wait)[0]
 
-    def put_many(self, rows: list[tuple[str, str, int, str, int]]) -> list[Entry]:
+    def put_many(self, rows: list[tuple[str, str, int, str, int]], *, wait: float | None = None) -> list[Entry]:
         """``put`` for many ``(harness, id, when_ms, payload, depth)`` rows in one transaction (one fsync)."""
         for harness, id, when_ms, payload, depth in rows:
             _check_text(id, "schedule id", MAX_ID, allow_empty=False)
             _check_text(payload, "payload", MAX_PAYLOAD)
             if not isinstance(when_ms, int) or not -(1 << 62) < when_ms < (1 << 62):
                 raise ScheduleError(f"the instant must be integer UTC milliseconds, not {when_ms!r}")
-        with self._lock, self._write():
+        with self._writing(wait):
             return [self._insert(*row) for row in rows]
 
     def _insert(self, harness: str, id: str, when_ms: int, payload: str, depth: int) -> Entry:
@@ -154,9 +163,9 @@ class DueSet:
             (harness, id, when_ms, payload, depth, self._gen))
         return Entry(harness, id, when_ms, payload, depth, self._gen)
 
-    def cancel(self, harness: str, id: str) -> bool:
-        """Remove ``(harness, id)``; False when it was not scheduled."""
-        with self._lock, self._write():
+    def cancel(self, harness: str, id: str, *, wait: float | None = None) -> bool:
+        """Remove ``(harness, id)``; False when it was not scheduled. ``wait`` as for ``put``."""
+        with self._writing(wait):
             return self._db.execute("DELETE FROM due WHERE harness=? AND id=?", (harness, id)).rowcount > 0
 
     def remove_fired(self, entries: list[Entry]) -> None:
@@ -233,6 +242,25 @@ class DueSet:
     def _write(self) -> "_Transaction":
         return _Transaction(self._db, self.path)
 
+    @contextlib.contextmanager
+    def _writing(self, wait: float | None) -> Iterator[None]:
+        """The lock and a write transaction, each waited for at most ``wait`` seconds when it is given."""
+        if wait is None:
+            with self._lock, self._write():
+                yield
+            return
+        if not self._lock.acquire(timeout=max(0.0, wait)):
+            raise QueueError(f"the due-set {self.path} is busy: another write held it for {wait:.3g} s")
+        try:
+            self._db.execute(f"PRAGMA busy_timeout = {int(max(0.0, wait) * 1000)}")
+            try:
+                with self._write():
+                    yield
+            finally:
+                self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+        finally:
+            self._lock.release()
+
 
 class _Transaction:
     """BEGIN IMMEDIATE … COMMIT, rolled back on error; SQLite errors become QueueError naming the file."""
@@ -245,6 +273,8 @@ class _Transaction:
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY:
+                raise QueueError(f"the due-set {self._path} is busy: another connection is writing it") from None
             raise QueueError(f"the due-set {self._path} is not writable: {exc}") from None
 
     def __exit__(self, kind, exc, tb) -> bool:

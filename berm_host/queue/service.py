@@ -105,19 +105,21 @@ class Queue:
 
     # --- scheduling -----------------------------------------------------------------------------------------
 
-    def schedule(self, harness: str, id: str, when_ms: int, payload: str = "", *, depth: int = 0) -> Entry:
+    def schedule(self, harness: str, id: str, when_ms: int, payload: str = "", *, depth: int = 0,
+                 wait: float | None = None) -> Entry:
         """Wake ``harness`` at ``when_ms`` (UTC ms) with ``payload``; replaces a pending ``id`` (whose wake then
-        never runs unless it has already started). Durable on return."""
+        never runs unless it has already started). Durable on return. ``wait``: ``DueSet.put``'s."""
         if "on_wake" not in self.target(harness).exports:
             raise ScheduleError(f"harness {harness!r} does not export on_wake, so it cannot be scheduled")
         self.executor.check_depth(harness, depth)
-        entry = self.dueset.put(harness, id, when_ms, payload, depth)
+        entry = self.dueset.put(harness, id, when_ms, payload, depth, wait=wait)
         self.scheduler.changed(harness, id, entry.gen)
         return entry
 
-    def cancel(self, harness: str, id: str) -> Cancel:
-        """Remove a pending ``id``: its wake never runs unless it has already started (``Cancel.STARTED``)."""
-        if not self.dueset.cancel(harness, id):
+    def cancel(self, harness: str, id: str, *, wait: float | None = None) -> Cancel:
+        """Remove a pending ``id``: its wake never runs unless it has already started (``Cancel.STARTED``).
+        ``wait``: ``DueSet.put``'s."""
+        if not self.dueset.cancel(harness, id, wait=wait):
             return Cancel.NOT_PENDING
         return Cancel.STARTED if self.scheduler.changed(harness, id) else Cancel.CANCELLED
 
