@@ -111,6 +111,27 @@ def test_trap_costs_one_occurrence_not_the_schedule(make_queue):
     assert q.stats()["harnesses"]["h"]["traps"] == 1
 
 
+def test_a_wake_waiting_behind_its_harnesss_running_one_is_counted_in_the_backpressure_warning(make_queue, caplog):
+    """The warning subtracted the running wakes from the due rows, and a running wake that had re-armed itself into
+    the future left nothing to subtract from: "backpressure: 0 due wakes wait" for a wake that waited."""
+    caplog.set_level(logging.WARNING, logger="berm.queue")
+    running = threading.Event()
+
+    def rearm_then_run(inv):
+        if inv.schedule_id == "a":
+            q.schedule("h", "a", now_ms() + 60_000)
+            running.set()
+            time.sleep(0.5)
+
+    q = make_queue({"h": RecordingTarget(on_wake=rearm_then_run)}, workers=2, per_harness=1)
+    q.schedule("h", "a", now_ms())
+    assert running.wait(10)
+    q.schedule("h", "b", now_ms())  # due now, behind "a" (one at a time for h)
+    wait_for(lambda: any("backpressure:" in r.message for r in caplog.records))
+    assert [r.message.split(" due wakes")[0] for r in caplog.records if "backpressure:" in r.message] == \
+        ["backpressure: 1"]
+
+
 def test_chain_depth_stops_a_tight_self_rescheduling_chain(make_queue):
     errors = []
 

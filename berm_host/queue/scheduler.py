@@ -202,7 +202,7 @@ class Scheduler:
         if ready:
             self._count(drains=1)
         if len(ready) > budget or trimmed or self._waiting(now, full):  # a wait for their harness is a spill too
-            self._spill(now, only, min(len(ready), budget))
+            self._spill(now, only, min(len(ready), budget), len(ready) - budget)
             if len(ready) > budget:
                 return None
         elif self._n["backlog"]:
@@ -219,13 +219,14 @@ class Scheduler:
         """How many due-set rows a read may find that are not pending: running, or delivered and not deleted."""
         return len(self._inflight) + len(self._undeleted)
 
-    def _spill(self, now: int, only: frozenset[str], started: int) -> None:
-        """Due wakes wait for a later drain: for a worker, or for their harness's running ones (its concurrency
-        limit). Counted, and said once per episode."""
+    def _spill(self, now: int, only: frozenset[str], started: int, unstarted: int) -> None:
+        """Due wakes wait for a later drain: for a worker (``unstarted`` of this drain's, at least), or for their
+        harness's running ones (its concurrency limit). Counted, and said once per episode."""
         if self._n["backlog"]:  # the episode goes on: no count per drain (it scans the due range)
             backlog = max(0, self._n["backlog"] - started)
-        else:  # approximately: in-flight keys re-armed into the future by their own wake count as due
-            backlog = max(0, self._dueset.count(due_at=now, only=only) - len(self._inflight))
+        else:  # approximately (in-flight keys re-armed into the future by their own wake count as due), and at
+            # least one: this drain found one waiting, which that subtraction could hide ("0 due wakes wait")
+            backlog = max(1, unstarted, self._dueset.count(due_at=now, only=only) - len(self._inflight))
             log.warning("backpressure: %d due wakes wait for a worker (%d workers, at most %d per harness); they "
                         "spill to later drains", backlog, self._executor.workers, self._executor.per_harness)
         self._count(spill_events=1, spilled=backlog)
