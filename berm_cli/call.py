@@ -25,7 +25,8 @@ from berm_host.traps import ToolFailure, Trap
 
 
 def add_arguments(p) -> None:
-    p.add_argument("elf", type=Path, help="the harness image, or the name of a bundled harness (e.g. os)")
+    p.add_argument("elf", help="the name of a bundled harness (e.g. os), or the path of a harness image (./os for a "
+                               "file named like a bundled harness)")
     p.add_argument("tool", help="the tool to call (berm_tool_<TOOL>)")
     p.add_argument("json", nargs="?", default="{}",
                    help="the tool's arguments as JSON (default {}); - reads them from stdin (for arguments longer "
@@ -58,7 +59,7 @@ def _declaration(args):
         bound = BOUNDS.get(cap)
         if bound and not (args.root if bound == "root" else args.host):
             raise BermError(f"--grant {cap} needs {_BOUND_OPTIONS[bound]}: without it the grant gives nothing")
-    table = {"name": args.name or args.elf.stem, "capabilities": list(dict.fromkeys(args.grant)),
+    table = {"name": args.name or Path(args.elf).stem, "capabilities": list(dict.fromkeys(args.grant)),
              "hosts": list(dict.fromkeys(args.host))}
     if args.root is not None:
         table["root"] = os.path.abspath(args.root)
@@ -69,14 +70,16 @@ def _declaration(args):
     return declaration_from_table(table, "command line")
 
 
-def _image(elf: Path) -> Path:
-    """``elf``, or, when no such file exists and it names a bundled harness (``harnesses/<name>``), that
-    harness's image, built on first use and cached."""
-    if elf.exists():
-        return elf
-    from berm_sdk.bundled import bundled_image, bundled_names
+def _image(elf: str) -> Path:
+    """The bundled harness (``harnesses/<name>``, built on first use and cached) when ``elf`` is a bare name one
+    has, whatever the current directory holds: a checkout shipping a file named ``os`` ran in its place, with the
+    grants meant for the bundled one. Otherwise the image at the path ``elf``."""
+    if os.sep not in elf:
+        from berm_sdk.bundled import bundled_image, bundled_names
 
-    return bundled_image(str(elf)) if str(elf) in bundled_names() else elf
+        if elf in bundled_names():
+            return bundled_image(elf)
+    return Path(elf)
 
 
 def _log(name: str, line: bytes) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
 from berm_aot.elf import file_limit, read_file
-from berm_aot.errors import ManifestError, NoManifestError
+from berm_aot.errors import DecodeError, ElfError, ManifestError, NoManifestError
 from berm_aot.image import ElfImage
 from berm_aot.manifest import Manifest, lifecycle_exports, load_manifest, tool_exports
 from berm_aot.program import Program
@@ -88,8 +88,16 @@ class Engine:
 
         Loads of different images proceed side by side (a cold compile takes seconds); concurrent loads of the
         same bytes wait for the one that is compiling and share its image."""
-        data = (bytes(source) if isinstance(source, (bytes, bytearray, memoryview))
-                else read_file(source, file_limit(self.memory_size)))
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            return self._load(bytes(source))
+        try:
+            return self._load(read_file(source, file_limit(self.memory_size)))
+        except (ElfError, ManifestError, DecodeError) as exc:
+            if os.fspath(source) in str(exc):  # read_file's own errors name the file
+                raise
+            raise type(exc)(f"{os.fspath(source)}: {exc}") from None
+
+    def _load(self, data: bytes) -> Image:
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
             image = self._images.get(digest)

@@ -161,6 +161,22 @@ def test_berm_call_builds_a_bundled_harness_named_instead_of_a_path(tmp_path, mo
     assert capsys.readouterr().out.strip() == '{"echo":{"a":1}}'
 
 
+@pytest.mark.parametrize("here", ["file", "directory"])
+def test_a_bundled_harnesss_name_means_the_bundled_one_whatever_the_current_directory_holds(tmp_path, monkeypatch,
+                                                                                           capsys, here):
+    """A file named like a bundled harness ran in its place, with the grants meant for it (a review: a checkout's
+    own ``os`` wrote a git hook with ``--grant fs``); a directory of that name broke the call. A path names a file."""
+    monkeypatch.chdir(tmp_path)
+    if here == "file":
+        (tmp_path / "fixture").write_bytes(b"not the bundled harness")
+    else:
+        (tmp_path / "fixture").mkdir()
+    assert main(["call", "fixture", "echo", '{"a":1}', "--engine", "interp"]) == 0
+    assert capsys.readouterr().out.strip() == '{"echo":{"a":1}}'
+    assert main(["call", "./fixture", "echo", "--engine", "interp"]) == 2  # the file (or directory) itself
+    assert "fixture" in capsys.readouterr().err
+
+
 def test_the_sdk_objects_key_covers_every_sdk_header_and_the_compiler_itself(tmp_path):
     """Found by a review: berm_recurring.h was no part of the key of the SDK's cached objects (they outlived a
     change to it), and the compiler counted by its command only (an upgrade of ziglang or clang-22 kept it)."""
