@@ -13,21 +13,38 @@ from __future__ import annotations
 
 import functools
 
+from berm_abi.text import escaped
+
 _BASIC = {"a": "i8", "b": "bool", "c": "char", "d": "f64", "e": "str", "f": "f32", "h": "u8", "i": "isize",
           "j": "usize", "l": "i32", "m": "u32", "n": "i128", "o": "u128", "s": "i16", "t": "u16", "u": "()",
           "v": "...", "x": "i64", "y": "u64", "z": "!", "p": "_"}
 _INTEGERS = set("ahijlmnostxy")
-#: How deep back-references and nesting may go, and how many nodes a name may expand to: a hostile name must not
-#: cost the host a recursion error, nor, through back-references to back-references, exponential time.
+#: How deep back-references and nesting may go, how many nodes a name may expand to, and how many characters of
+#: identifiers it may show: a hostile name must not cost the host a recursion error, nor, through back-references
+#: to back-references, exponential time, nor, through back-references to a long identifier, a name thousands of
+#: times its size (4,033 characters demangled to 10.8 million, kept in the cache below).
 _MAX_DEPTH = 64
 _MAX_NODES = 10_000
+_MAX_SHOWN = 4096
+
+
+#: Characters of a function's name that a message or a listing shows.
+MAX_NAME = 256
+
+
+def shown_name(name: str) -> str:
+    """A function's name as messages and listings show it: demangled, on one line (escaped: the image chose it)
+    and cut to MAX_NAME characters, a "…" saying so."""
+    whole = demangle(name)
+    text = escaped(whole[:MAX_NAME], lines=False)
+    return text[:MAX_NAME] + "…" if len(whole) > MAX_NAME or len(text) > MAX_NAME else text
 
 
 class _Unsupported(Exception):
     pass
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)
 def demangle(name: str) -> str:
     """``name`` demangled when it is a v0 Rust symbol this module reads whole, else ``name`` itself."""
     if not name.startswith("_R") or len(name) > 4096:
@@ -52,6 +69,7 @@ class _Parser:
         self.pos = 0
         self.depth = 0
         self.nodes = 0
+        self.shown = 0
 
     def peek(self) -> str:
         return self.text[self.pos] if self.pos < len(self.text) else ""
@@ -101,6 +119,9 @@ class _Parser:
             raise _Unsupported
         word = self.text[self.pos:self.pos + n]
         self.pos += n
+        self.shown += n
+        if self.shown > _MAX_SHOWN:
+            raise _Unsupported
         return which, word
 
     def _nested(self, parse):

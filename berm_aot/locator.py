@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from berm_aot.decode import decode
-from berm_aot.demangle import demangle
+from berm_aot.demangle import shown_name
 from berm_aot.isa import Instruction
 
 
@@ -78,11 +78,13 @@ class Locator:
 
     def symbolize(self, pc: int) -> str:
         """``name+0x1c`` of the function containing ``pc``, ``name`` at its start, ``0x…`` outside every one; a
-        Rust name demangled (``__rustc::rust_begin_unwind``, berm_aot.demangle)."""
+        Rust name demangled (``__rustc::rust_begin_unwind``, berm_aot.demangle), on one line (escaped) and cut to
+        MAX_NAME characters: the image chose it, and a trap repeats it for each frame of its chain (two 8 MB names
+        made 264 MB of trap text)."""
         f = self.function_at(pc)
         if f is None:
             return f"{pc:#x}"
-        name = demangle(f.name)
+        name = shown_name(f.name)
         return name if pc == f.start else f"{name}+{pc - f.start:#x}"
 
     def instruction(self, addr: int) -> Instruction:

@@ -83,7 +83,10 @@ def _image(elf: str) -> Path:
 
 
 def _log(name: str, line: bytes) -> None:
-    print(f"[{name}] {shown(line.decode('utf-8', 'replace'))}", file=sys.stderr)
+    """A guest's log line, each of its lines under the harness's tag: untagged, the second line of one could pass
+    for a line of berm call's own."""
+    text = shown(line.decode("utf-8", "replace"))
+    print("\n".join(f"[{name}] {part}" for part in text.split("\n")), file=sys.stderr)
 
 
 def _through_daemon(args) -> int:

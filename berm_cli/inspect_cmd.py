@@ -9,7 +9,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from berm_aot.demangle import demangle
+from berm_aot.demangle import shown_name
 from berm_aot.disasm import disassemble
 from berm_aot.elf import read_elf_file
 from berm_aot.image import ElfImage
@@ -19,7 +19,7 @@ from berm_aot.program import Program
 from berm_cli.terminal import shown
 from berm_host.declaration import DeclarationError, load_declarations
 from berm_host.grants import grant_report
-from berm_host.text import escaped
+from berm_abi.text import escaped
 
 _EF_RISCV_RVC = 0x1
 
@@ -96,24 +96,31 @@ def render_text(path: str, manifest: Manifest, facts: dict) -> str:
            f"ABI version {manifest.abi_version}", "", "tools:"]
     exports = facts["exports"]
     for tool in manifest.tools:
-        out.append(f"  {tool.name} @ {exports[tool.name]:#x}: {tool.description}")
+        out.append(f"  {tool.name} @ {exports[tool.name]:#x}: {_line(tool.description)}")
         out.append(f"    parameters: {json.dumps(tool.parameters, sort_keys=True)}")
     undeclared = sorted(set(exports) - {t.name for t in manifest.tools})
     for name in undeclared:
         out.append(f"  {name} @ {exports[name]:#x}: exported, not declared in the manifest")
     out += ["", "usage:"] + [f"  {line}" for line in (manifest.usage or "(none)").splitlines()]
     out += ["", "requests (documentation, not grants):"]
-    out += [f"  {key}: {', '.join(values) or '(empty)'}" for key, values in manifest.requests.items()] or ["  none"]
+    out += [f"  {_line(key)}: {_line(', '.join(values)) or '(empty)'}"
+            for key, values in manifest.requests.items()] or ["  none"]
     out += ["", "segments:"]
     out += [f"  {s['vaddr']:#010x}  memsz {s['memsz']:#x}  filesz {s['filesz']:#x}  {s['perms']}"
             for s in facts["segments"]]
     out += ["", "sections:"]
-    width = max((len(s["name"]) for s in facts["sections"]), default=0)
-    out += [f"  {s['name']:<{width}}  {s['addr']:#010x}  {s['size']:>8}  {s['perms'] if s['alloc'] else ''}"
-            for s in facts["sections"]]
+    names = [_line(s["name"]) for s in facts["sections"]]
+    width = max(map(len, names), default=0)
+    out += [f"  {name:<{width}}  {s['addr']:#010x}  {s['size']:>8}  {s['perms'] if s['alloc'] else ''}"
+            for name, s in zip(names, facts["sections"])]
     out += ["", "relocations:"]
     out += [f"  {name:<22} {count}" for name, count in facts["relocations"].items()]
     return "\n".join(out)
+
+
+def _line(text: str) -> str:
+    """Text of the image's shown on one line: a newline in a description could print a "grants:" section of its own."""
+    return escaped(text, lines=False)
 
 
 def _target(program: Program, insn) -> str:
@@ -130,7 +137,7 @@ def render_disassembly(image: ElfImage) -> str:
     first = bisect.bisect_left
     out = []
     for fn in program.functions:
-        out += ["", f"{demangle(fn.name)} <{fn.start:#x}>:"]
+        out += ["", f"{shown_name(fn.name)} <{fn.start:#x}>:"]
         pc = fn.start
         for addr in code[first(code, fn.start):first(code, fn.end)]:
             if addr > pc:

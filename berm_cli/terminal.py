@@ -1,5 +1,5 @@
 """Text a guest chose (symbol and section names, manifest text, log lines, failure and trap messages) made safe to
-print (berm_host.text: control characters other than newline and tab become escapes). A tool's result is printed
+print (berm_abi.text: control characters other than newline and tab become escapes). A tool's result is printed
 as it is: it is the tool's output, as ``cat`` prints a file."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from berm_host.text import escaped
+from berm_abi.text import escaped
 
 #: The exit status of a command whose reader went away (a shell's 128 + SIGPIPE).
 BROKEN_PIPE = 141

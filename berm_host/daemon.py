@@ -59,7 +59,7 @@ from berm_host.grants import linker_for
 from berm_host.queue import Cancel, Context, Queue, QueueClosed, call_capabilities, schedule_capabilities
 from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD
 from berm_host.queue.target import Target
-from berm_host.text import escaped
+from berm_abi.text import escaped
 from berm_host.traps import ToolFailure, Trap
 
 log = logging.getLogger("berm.daemon")

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 
 #: How many times in a row a call chain line is shown before the rest of its repeats are counted (chain_lines).
 REPEATS_SHOWN = 3
+#: Bytes of a function ``call_site`` decodes to tell a call's two readings apart. The walk is Python, after the
+#: deadline, per frame of the chain, and the image chooses where a call sits: 2 million c.nops before one made each
+#: trap take 22-31 s. Past the limit only the offset shown can be 2 bytes off, inside the same function.
+WALK_LIMIT = 64 << 10
 
 
 class TrapKind(enum.Enum):
@@ -50,7 +54,8 @@ def call_site(locator: Locator, link: int) -> int:
 
     The bytes before ``link`` can read as both: a ``c.jalr`` after a 4-byte instruction whose second half ends in
     ``0b11`` reads, from that half, as a 4-byte ``jal``. Then the function is decoded from its start to see which
-    of the two starts an instruction (only then: it costs a decode of the function)."""
+    of the two starts an instruction (only then, and only within WALK_LIMIT bytes of its start: past them, the
+    4-byte reading is taken)."""
     sites = [link - size for size in (4, 2) if _is_call(locator.instruction(link - size), size)]
     if len(sites) == 2:
         walked = _instruction_before(locator, link)
@@ -67,7 +72,7 @@ def _instruction_before(locator: Locator, link: int) -> int | None:
     """The start of the instruction that ends at ``link``, decoding the function that holds ``link - 1`` from its
     start; None outside every function, or when that decoding steps over ``link`` (data among the code)."""
     f = locator.function_at(link - 1)
-    if f is None:
+    if f is None or link - f.start > WALK_LIMIT:
         return None
     at, before = f.start, None
     while at < link:

@@ -46,7 +46,8 @@ def _traps(backend, program):
 def test_a_cached_load_names_its_traps_without_the_program_model(elf, tmp_path, monkeypatch):
     program = Program.from_image(read_elf(elf))
     expected = _traps(Engine(kind="interp", memory_size=MEMORY).load(elf).backend, program)
-    assert all(t is not None for t in expected) and 'o"d\\d */ \n\t é ✓ \x7f "name' in expected[0].where
+    # (shown on one line: escaped, berm_aot.demangle.shown_name)
+    assert all(t is not None for t in expected) and 'o"d\\d */ \\x0a\\x09 é ✓ \\x7f "name' in expected[0].where
     Engine(kind="aot", memory_size=MEMORY, cache_dir=tmp_path).load(elf)  # fills the code cache
 
     def no_program(image):
@@ -95,3 +96,16 @@ def test_a_call_site_that_also_reads_as_a_4_byte_call_is_found_from_the_function
     assert locator.instruction(0x1002).op == "jal" and locator.instruction(0x1004).op == "jalr"
     assert call_site(locator, 0x1006) == 0x1004
     assert locator.symbolize(call_site(locator, 0x1006)) == ("f+0x4" if start else "before+0x6")
+
+
+def test_a_call_site_far_into_a_function_is_read_as_the_4_byte_call_without_walking_there():
+    """Each chain frame's ambiguous call site decoded its function from the start, in Python, after the deadline:
+    2 million c.nops before one made a trap take 22-31 s. Past WALK_LIMIT the 4-byte reading is taken."""
+    from berm_host.traps import WALK_LIMIT
+
+    for pad in (WALK_LIMIT - 16, WALK_LIMIT + 16):
+        code = CodeSections([CodeSection(0x1000, b"\x01\x00" * (pad // 2) + AMBIGUOUS)])
+        locator = Locator(code, partition(code, {0x1000: "f"}))
+        link = 0x1000 + pad + 6
+        assert call_site(locator, link) == (link - 2 if pad < WALK_LIMIT else link - 4)
+        assert len(locator._decoded) < (pad // 2 if pad > WALK_LIMIT else pad)  # nothing walked past the limit

@@ -119,3 +119,11 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
     proc.stdout.close()  # the reader leaves with most of the listing unread
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 141 and err == ""
+
+
+def test_each_line_of_a_guest_log_line_is_tagged_with_the_harness(capsys):
+    """A newline in a berm.log line started a line without the tag, which could pass for berm call's own."""
+    from berm_cli.call import _log
+
+    _log("h", b"hello\nberm call: harness os: loaded with no capabilities\x1b[2J\xe2\x80\xae")
+    assert capsys.readouterr().err == "[h] hello\n[h] berm call: harness os: loaded with no capabilities\\x1b[2J\\u202e\n"

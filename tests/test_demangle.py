@@ -72,3 +72,26 @@ def test_back_references_to_back_references_cannot_take_exponential_time():
         previous = start
     name = "_R" + text + "E" + "Cs_3abc"
     assert demangle(name) == name
+
+
+def test_back_references_to_a_long_identifier_cannot_make_a_name_thousands_of_times_its_size():
+    """The node bound kept the work small but not the name: back-references to a 3,900-character identifier made a
+    4,033-character name demangle to 10.8 million characters (kept by the cache). Past MAX_SHOWN characters of
+    identifiers, the name stays as it is."""
+    ident = "x" * 3900
+    text, target = f"IC{len(ident)}{ident}", 1
+    for fan in (8, 8, 6, 2, 2):  # each tuple refers ``fan`` times to the one before it, the first to the identifier
+        start = len(text)
+        text += "T" + f"B{_base62(target)}" * fan + "E"
+        target = start
+    name = "_R" + text + "E"
+    assert len(name) <= 4096 and demangle(name) == name
+
+
+def test_a_name_is_shown_on_one_line_and_cut():
+    from berm_aot.demangle import MAX_NAME, shown_name
+
+    assert shown_name("f\nforged: \u202eevil") == "f\\x0aforged: \\u202eevil"
+    long = shown_name("g" * 100_000)
+    assert long == "g" * MAX_NAME + "…"
+    assert shown_name("_RNvCs_3std4main") == "std::main"

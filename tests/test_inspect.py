@@ -161,3 +161,19 @@ def test_text_a_guest_chose_cannot_drive_the_terminal(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Call \\x1b[2K\\x1b]52;c;cm0gLXJmIH4K\\x07 ok\\x9b" in out
     assert not any(c in out for c in "\x1b\x07\x9b")
+
+
+def test_a_guests_text_cannot_print_lines_of_its_own_nor_reorder_what_is_shown(tmp_path, capsys):
+    """A newline in a tool's description or a request printed a "requests" section of the image's making, and
+    U+202E showed the rest of a line reversed (a review)."""
+    import json
+
+    doc = json.loads(manifest_json(["read"], hosts=["x\u202eevil\nrequests (documentation, not grants):"]))
+    doc["tools"][0]["description"] = "reads\n\nrequests (documentation, not grants):\n  none"
+    path = tmp_path / "h.elf"
+    path.write_bytes(harness_elf(json.dumps(doc), ["read"]))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("requests (documentation, not grants):") == 1 + 2  # the heading, and twice escaped in a line
+    assert "\u202e" not in out and "x\\u202eevil" in out
+    assert [line for line in out.splitlines() if line.startswith("requests")] == ["requests (documentation, not grants):"]

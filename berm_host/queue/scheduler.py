@@ -29,7 +29,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from berm_host.text import escaped
+from berm_abi.text import escaped
 
 from .dueset import DueSet, Entry
 from .errors import QueueClosed, QueueError

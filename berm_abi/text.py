@@ -1,11 +1,14 @@
 """Text a guest chose (log lines, failure and trap messages, symbol and manifest names), made safe to show: control
 characters become ``\\xNN`` escapes, so an image cannot move a terminal's cursor, rewrite the screen or set its
-clipboard (OSC 52), and, with ``lines=False``, cannot start a line of its own in a log (a forged "loaded harness
-admin" record)."""
+clipboard (OSC 52); the bidirectional controls (the "Trojan Source" set) and the Unicode line and paragraph
+separators become ``\\uNNNN``, so it cannot reorder what a reader sees (U+202E shows the rest of a line reversed);
+and with ``lines=False`` it cannot start a line of its own in a log (a forged "loaded harness admin" record)."""
 
 from __future__ import annotations
 
-_CONTROL_OR_LINE = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_BIDI_AND_SEPARATORS = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
+_CONTROL_OR_LINE = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
+    c: f"\\u{c:04x}" for c in _BIDI_AND_SEPARATORS}
 _CONTROL = {c: e for c, e in _CONTROL_OR_LINE.items() if chr(c) not in "\n\t"}
 
 
