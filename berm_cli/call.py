@@ -18,7 +18,7 @@ from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_cli.interrupt import interruptible
-from berm_cli.terminal import compile_notice, shown
+from berm_cli.terminal import compile_notice, print_result, shown
 from berm_host.declaration import declaration_from_table
 from berm_host.grants import BOUNDS, linker_for
 from berm_host.traps import ToolFailure, Trap
@@ -106,7 +106,7 @@ def _through_daemon(args) -> int:
             return 1
         print(_trap_text(str(exc), exc.chain), file=sys.stderr)
         return 2
-    print(result)
+    print_result(result)
     return 0
 
 
@@ -147,5 +147,5 @@ def run(args) -> int:
     except Trap as trap:  # with the call chain under the message
         print(_trap_text(str(trap), trap.info.chain_lines()), file=sys.stderr)
         return 2
-    print(result)
+    print_result(result)
     return 0

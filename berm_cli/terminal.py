@@ -1,6 +1,7 @@
 """Text a guest chose (symbol and section names, manifest text, log lines, failure and trap messages) made safe to
 print (berm_abi.text: control characters other than newline and tab become escapes). A tool's result is printed
-as it is: it is the tool's output, as ``cat`` prints a file."""
+as it is into a file or a pipe (it is the tool's output, as ``cat`` prints a file), and escaped like the rest to a
+terminal, which obeys what a harness could put in it (OSC 52 sets the clipboard, others the window title)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ BROKEN_PIPE = 141
 
 def shown(text: str) -> str:
     return escaped(text)
+
+
+def print_result(result: str) -> None:
+    """A tool's result on stdout: as it is, or escaped when stdout is a terminal."""
+    print(shown(result) if sys.stdout.isatty() else result)
 
 
 def reader_may_leave(command: str, main: Callable[[], int]) -> int:

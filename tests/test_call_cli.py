@@ -127,3 +127,14 @@ def test_each_line_of_a_guest_log_line_is_tagged_with_the_harness(capsys):
 
     _log("h", b"hello\nberm call: harness os: loaded with no capabilities\x1b[2J\xe2\x80\xae")
     assert capsys.readouterr().err == "[h] hello\n[h] berm call: harness os: loaded with no capabilities\\x1b[2J\\u202e\n"
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_a_result_is_escaped_for_a_terminal_and_left_as_it_is_for_a_pipe(tty, capsys, monkeypatch):
+    """An untrusted harness's result went to the terminal as it was: OSC 52 set the user's clipboard."""
+    from berm_cli.terminal import print_result
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: tty)
+    print_result("ok\x1b]52;c;cm0gLXJmIH4K\x07\n\tdone")
+    out = capsys.readouterr().out
+    assert out == ("ok\\x1b]52;c;cm0gLXJmIH4K\\x07\n\tdone\n" if tty else "ok\x1b]52;c;cm0gLXJmIH4K\x07\n\tdone\n")
