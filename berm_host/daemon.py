@@ -56,6 +56,7 @@ from pathlib import Path
 from berm_abi.errors import BermError
 from berm_host.declaration import load_declarations
 from berm_host.grants import linker_for
+from berm_host.layout import DEFAULT_MAX_RESULT
 from berm_host.queue import Cancel, Context, Queue, QueueClosed, call_capabilities, schedule_capabilities
 from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD
 from berm_host.queue.target import Target
@@ -75,6 +76,9 @@ LINE_ALLOWANCE = 1 << 20
 #: Bytes of the request lines past their LINE_ALLOWANCE held at once, all connections together, from the first
 #: byte read to the reply written: 64 clients sending 16 MiB lines held a GiB (a review). Room for 4 whole lines.
 LINE_BUDGET = 4 * MAX_LINE
+#: The longest reply a client reads: a call's result (at most DEFAULT_MAX_RESULT bytes) with every character JSON's
+#: six-byte escape. Read to MAX_LINE, a result of 3 MiB of control characters was "no valid reply".
+MAX_REPLY = 6 * DEFAULT_MAX_RESULT + (1 << 20)
 #: Bytes asked of a connection at once.
 RECV_CHUNK = 64 << 10
 #: Connections served at once (a thread each); a local client holding many open cost a thread and a buffer each.
@@ -578,7 +582,7 @@ class DaemonClient:
                 except BrokenPipeError:  # refused part way (busy, too long): its reply may be waiting all the same
                     pass
                 with s.makefile("rb") as f:
-                    line = f.readline(MAX_LINE + 1)
+                    line = f.readline(MAX_REPLY + 1)
         except (FileNotFoundError, ConnectionRefusedError):
             raise DaemonError(f"no daemon is listening on {self.path} (start one with `berm serve`)") from None
         except OSError as exc:

@@ -437,6 +437,19 @@ def test_a_reply_may_take_the_whole_idle_timeout_to_write_however_late_its_reque
     assert reply["ok"] is True and len(reply["entries"]) == 12
 
 
+def test_a_result_whose_json_is_longer_than_a_request_line_reaches_the_client(make_daemon):
+    """The client read a reply only to MAX_LINE bytes, and JSON writes a control character in six: a result of
+    3 MiB of them came back as "no valid reply"."""
+
+    class Controls(RecordingTarget):
+        def invoke(self, inv, deadline):
+            return "\x01" * (3 << 20)
+
+    daemon = make_daemon()
+    daemon.queue.add("h", Controls())
+    assert DaemonClient(daemon.config.socket).call("h", "echo") == "\x01" * (3 << 20)
+
+
 def test_long_request_lines_share_one_budget_and_one_too_many_is_refused_busy(make_daemon, monkeypatch):
     """64 clients each sending a 16 MiB line held a GiB at once; past each line's allowance, lines now draw on one
     budget, and a line that finds it spent is refused rather than buffered."""
