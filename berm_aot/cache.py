@@ -117,7 +117,9 @@ _own_dir = partial(own_dir, cache="the code cache", error=CompileError)
 
 class CodeCache:
     def __init__(self, root: Path | None = None):
-        self.root = Path(root) if root is not None else default_cache_dir()
+        # resolved once: a symlink its owner retargeted between the check of an object and its dlopen would load
+        # another (berm_aot/trust.py)
+        self.root = Path(os.path.realpath(root if root is not None else default_cache_dir()))
 
     def entry(self, key: str) -> Path:
         return self.root / key[:2] / key

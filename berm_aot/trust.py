@@ -3,8 +3,11 @@
 Two caches hold code the host runs or links: the code cache (translated objects, dlopened into the host) and the
 SDK cache (guest objects linked into harnesses, bundled harness images run with the grants given to them). Either
 may be shared with other users (a cache directory under /tmp). A cache's root must belong to this user or root and
-be writable by no one else, unless it is sticky (/tmp: others cannot move what is ours); every directory and file
-below it must belong to this user or root and be writable by no one else. This user's own directories are set to
+be writable by no one else, unless it is sticky (/tmp: others cannot move what is ours); so must every directory
+above it (its real path: callers resolve a configured symlink once and use what it named): a user who may write one
+could swap the root for a look-alike between the check of an object and its dlopen, which opens it by path again
+(a review ran its own constructor in the host that way). Every directory and file below the root must belong to
+this user or root and be writable by no one else. This user's own directories are set to
 0755 whatever the umask (077 would hide them from a daemon running as another user); a file of ours others may
 write (written under umask 002) is ``Untrusted``: the caller builds it again rather than use it.
 """
@@ -31,11 +34,14 @@ def trusted(st: os.stat_result, what: Path, *, cache: str, error: type[Exception
 
 def own_dir(path: Path, *, create: bool, root: bool = False, cache: str, error: type[Exception]) -> bool:
     """Check (and with ``create``, make) a directory of the cache named ``cache``: ``root`` for the cache's root,
-    which may be a symlink the configuration chose (nothing below it is followed) and may be sticky. Our own
+    which may be a symlink the configuration chose (nothing below it is followed) and may be sticky, and whose
+    every directory above must be as trustworthy. Our own
     directories lose group and other write (a root) or become 0755 (any other). False when ``path`` does not exist
     and ``create`` is false; ``error`` when it cannot be trusted or made."""
     try:
         if create:
+            if root:  # nothing made under a directory others could swap
+                _check_above(path, cache=cache, error=error, missing_ok=True)
             path.mkdir(mode=0o755, parents=True, exist_ok=True)
         st = os.stat(path, follow_symlinks=root)
         if not stat.S_ISDIR(st.st_mode):
@@ -56,4 +62,37 @@ def own_dir(path: Path, *, create: bool, root: bool = False, cache: str, error: 
         raise error(f"refusing {cache} {path}: it belongs to user {st.st_uid}")
     if st.st_mode & 0o022 and not (root and st.st_mode & stat.S_ISVTX):
         raise error(f"refusing {cache} {path}: others may write it (mode {stat.S_IMODE(st.st_mode):o})")
+    if root:
+        _check_above(path, cache=cache, error=error)
     return True
+
+
+#: Paths whose directories above have passed _check_above: only this user or root can change such a directory, so
+#: they stay trustworthy, and a cached load need not pay the ~20 µs of walking them again.
+_SAFE_ABOVE: set[str] = set()
+
+
+def _check_above(path: Path, *, cache: str, error: type[Exception], missing_ok: bool = False) -> None:
+    """``error`` unless every directory above the real path of ``path`` belongs to this user or root and is
+    writable by no one else or sticky (``missing_ok``: those that do not exist yet are skipped)."""
+    if str(path) in _SAFE_ABOVE:
+        return
+    real = Path(os.path.realpath(path))
+    for above in real.parents:
+        try:
+            st = os.stat(above)
+        except FileNotFoundError:
+            if missing_ok:
+                continue
+            raise error(f"cannot use {cache} at {path}: {above} does not exist") from None
+        except OSError as exc:
+            raise error(f"cannot use {cache} at {path}: {above}: {exc.strerror or exc}") from None
+        if st.st_uid not in (os.geteuid(), 0):
+            why = f"belongs to user {st.st_uid}"
+        elif st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            why = f"may be written by others (mode {stat.S_IMODE(st.st_mode):o}) and is not sticky"
+        else:
+            continue
+        raise error(f"refusing {cache} {path}: {above} above it {why}, so another directory could be put in its place")
+    if not missing_ok and real == Path(path):  # a path through a symlink could be pointed elsewhere later
+        _SAFE_ABOVE.add(str(path))

@@ -34,8 +34,8 @@ SDK_DIR = _harnesses_root() / "sdk"
 
 
 def cache_root() -> Path:
-    """``$BERM_SDK_CACHE``, else the user cache directory."""
-    return Path(os.environ.get("BERM_SDK_CACHE") or platformdirs.user_cache_dir("berm"))
+    """``$BERM_SDK_CACHE``, else the user cache directory; its real path (berm_aot/trust.py)."""
+    return Path(os.path.realpath(os.environ.get("BERM_SDK_CACHE") or platformdirs.user_cache_dir("berm")))
 
 
 def cached_dir(cached: Path, fill: Callable[[Path], None]) -> Path:

@@ -366,3 +366,32 @@ def test_the_root_may_be_a_symlink(tmp_path, elf):
     (tmp_path / "link").symlink_to(tmp_path / "real")
     assert triple(Engine(cache_dir=tmp_path / "link"), elf) == 42
     assert Engine(cache_dir=tmp_path / "link").load(elf).backend.compiled is False
+
+
+def test_a_root_under_a_directory_others_may_write_is_refused(tmp_path, elf):
+    """The root passed every check, but its parent was writable by another user, who swapped the root for a
+    look-alike between the check of an object and its dlopen (which opens it by path again): the review's own
+    constructor ran in the host. A sticky parent (/tmp) is fine: others cannot move what is ours."""
+    import os as os_module
+
+    from berm_aot.errors import CompileError
+    image = read_elf(elf)
+    parent = tmp_path / "team"
+    parent.mkdir()
+    os_module.chmod(parent, 0o777)
+    with pytest.raises(CompileError, match=r"team above it may be written by others \(mode 777\) and is not sticky"):
+        cached_object(image, windows(image), CodeCache(parent / "cache"), lambda: Program.from_image(image))
+    assert not (parent / "cache").exists()  # refused before anything was made
+    os_module.chmod(parent, 0o1777)
+    so, built = cached_object(image, windows(image), CodeCache(parent / "cache"), lambda: Program.from_image(image))
+    assert built and so.is_file()
+
+
+def test_a_symlinked_root_is_resolved_once(tmp_path):
+    """Retargeting the symlink later (its owner may) does not move a cache made through it."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    cache = CodeCache(tmp_path / "link")
+    (tmp_path / "link").unlink()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    assert cache.entry("ab" * 32).parent.parent == tmp_path / "real"
