@@ -72,7 +72,8 @@ Two compile-time traps found by measurement and avoided in the emitter: a ``swit
 gcc's VRP quadratic (176 s for one function; now one dispatch block per function), and an out-of-line bounds
 slow path at every access (now one shared fault block per function: -35% compile time).
 Override with ``BERM_CC`` (the compiler command) and ``BERM_CFLAGS`` (replaces the optimisation flags); both are
-part of ``identity()`` and therefore of every cache key. The environment variables through which gcc and ld take
+part of ``identity()`` and therefore of every cache key, and so are the files the compiler, ``as`` and ``ld``
+resolve to on ``PATH`` (another ``cc`` earlier on it, answering ``--version`` alike, shared the key). The environment variables through which gcc and ld take
 include directories, a prefix for their own programs or a run path (``CPATH``, ``GCC_EXEC_PREFIX``,
 ``LD_RUN_PATH``, …) are not passed to the compiler: they would change the object without changing its key.
 
@@ -88,6 +89,7 @@ import os
 import platform
 import selectors
 import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -148,21 +150,35 @@ def compiler_env() -> dict[str, str]:
 @functools.lru_cache(maxsize=8)
 def _version(cmd: tuple[str, ...]) -> str:
     try:
-        out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=60, check=False,
-                             env=compiler_env())
+        out = subprocess.run([*cmd, "--version"], capture_output=True, timeout=60, check=False, env=compiler_env())
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CompileError(f"the C compiler {' '.join(cmd)!r} cannot run: {exc}") from None
     if out.returncode != 0 or not out.stdout:
         raise CompileError(f"the C compiler {' '.join(cmd)!r} does not answer --version")
-    return out.stdout.splitlines()[0]
+    return out.stdout.decode(errors="replace").splitlines()[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _programs(cmd: tuple[str, ...], path: str | None) -> tuple[tuple[str, int, int] | str, ...]:
+    """The compiler, ``as`` and ``ld`` as ``PATH`` finds them (gcc runs its assembler and linker from there): each
+    file's real path, size and modification time, or its name when nothing is found."""
+    found = []
+    for name in (cmd[0], "as", "ld"):
+        where = shutil.which(name, path=path)
+        try:
+            st = os.stat(where) if where else None
+        except OSError:
+            st = None
+        found.append((os.path.realpath(where), st.st_size, st.st_mtime_ns) if st else name)
+    return tuple(found)
 
 
 def identity(opt: tuple[str, ...] | None = None) -> str:
-    """Everything about the compiler that changes its output: command, version line and flags."""
+    """Everything about the compiler that changes its output: command, version line, flags, and the programs."""
     cmd = tuple(compiler())
     flags = opt if opt is not None else opt_flags()
     # JSON keeps each argument whole: joined with spaces, ["-DX=1 -O0"] and ["-DX=1", "-O0"] were one identity
-    return json.dumps([cmd, _version(cmd), flags, BASE_FLAGS])
+    return json.dumps([cmd, _version(cmd), flags, BASE_FLAGS, _programs(cmd, os.environ.get("PATH"))])
 
 
 def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Path, ...] = (), jobs: int = 2,
@@ -189,7 +205,9 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
         def start_what_fits() -> None:
             while pending and len(pool.running) < max(1, jobs):
                 src, obj = pending.pop(0)
-                pool.start(_start(cmd, [*flags, "-fstack-usage", "-c", str(src), "-o", str(obj)]), src)
+                # by names relative to the unit's directory: the report starts each line with the source's name
+                # as given, and a newline in the cache's path broke its lines
+                pool.start(_start(cmd, [*flags, "-fstack-usage", "-c", src.name, "-o", obj.name], cwd=work), src)
                 objects.append(obj)
 
         try:
@@ -218,11 +236,11 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
             raise CompileError(f"linking {out.name} failed:\n{output[-4000:]}")
 
 
-def _start(cmd: list[str], args: list[str]) -> subprocess.Popen:
+def _start(cmd: list[str], args: list[str], cwd: Path | None = None) -> subprocess.Popen:
     """The compiler running ``args`` in a session of its own (so that ``_kill`` reaches cc1, as and ld too), its
     output and errors on one pipe."""
     try:
-        return subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        return subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd,
                                 env=compiler_env(), start_new_session=True)
     except OSError as exc:
         raise CompileError(f"cannot run the C compiler {cmd[0]!r}: {exc}") from None

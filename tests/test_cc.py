@@ -105,6 +105,36 @@ def test_identity_keeps_each_flag_whole():
     assert cc.identity(("-O1", "-DUNUSED=1 -O0")) != cc.identity(("-O1", "-DUNUSED=1", "-O0"))
 
 
+def test_another_compiler_earlier_on_path_is_another_identity(tmp_path, monkeypatch):
+    """Only the command and its version line were the identity: a ``cc`` wrapper earlier on PATH that answered
+    --version alike but compiled at -O0 shared the key, and a later load with the usual PATH ran its object."""
+    wrapper = tmp_path / "bin" / "cc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {cc.shutil.which("cc")} "$@"\n')
+    wrapper.chmod(0o755)
+    before = cc.identity()
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    cc._version.cache_clear()
+    assert cc._version(("cc",)) == cc._version.__wrapped__(("cc",))  # the same version line...
+    assert cc.identity() != before  # ... and yet another compiler
+
+
+def test_a_version_line_that_is_not_utf8_is_read(tmp_path, monkeypatch):
+    fake = tmp_path / "fakecc"
+    fake.write_bytes(b"#!/bin/sh\nprintf 'cc \\377 1.0\\n'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("BERM_CC", str(fake))
+    assert cc.identity()  # no UnicodeDecodeError
+    assert "cc \ufffd 1.0" in cc._version((str(fake),))
+
+
+def test_a_newline_in_the_output_directory_does_not_break_the_stack_usage_report(tmp_path):
+    out = tmp_path / "odd\nname" / "lib.so"
+    out.parent.mkdir()
+    cc.compile_shared([unit(2)], out)
+    assert ctypes.CDLL(str(out)).answer2() == 14
+
+
 def test_the_compilers_environment_cannot_change_the_object(tmp_path, monkeypatch):
     """CPATH (and gcc's other include, prefix and run-path variables) changed the object without changing its key:
     a header it shadowed went into an object a later process, without it, loaded from the cache."""
