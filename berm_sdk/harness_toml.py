@@ -106,6 +106,8 @@ def load_harness_toml(path: Path) -> HarnessSpec:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BuildError(f"{path}: {exc}") from None  # tomllib says "(at line L, column C)"
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise BuildError(f"{path}: its arrays or tables are nested too deeply") from None
 
     def fail(message: str, line: int | None = None) -> BuildError:
         return BuildError(f"{path}:{line}: {message}" if line else f"{path}: {message}")

@@ -90,3 +90,9 @@ def test_errors_name_file_and_line(tmp_path, text, message):
 def test_missing_harness_toml(tmp_path):
     with pytest.raises(BuildError, match="no such file"):
         load_harness_toml(tmp_path / "harness.toml")
+
+
+def test_a_harness_toml_nested_too_deeply_is_a_build_error(tmp_path):
+    """tomllib parses nested arrays recursively: a deep one was a RecursionError traceback from berm build."""
+    with pytest.raises(BuildError, match="nested too deeply"):
+        load_harness_toml(write(tmp_path, "x = " + "[" * 5000 + "]" * 5000 + "\n"))
