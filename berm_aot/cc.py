@@ -78,7 +78,10 @@ include directories, a prefix for their own programs or a run path (``CPATH``, `
 ``LD_RUN_PATH``, …) are not passed to the compiler: they would change the object without changing its key.
 
 Each compiler runs in a session of its own and the whole session is killed on a timeout or an error (killing the
-driver alone left ``cc1`` and ``as`` running); ``COMPILE_TIMEOUT`` bounds one whole compile, units and link.
+driver alone left ``cc1`` and ``as`` running); ``COMPILE_TIMEOUT`` bounds one whole compile, units and link. Given a
+``supervisor`` (the host's ``berm-supervise``), each compiler runs under it, and everything a compiler started dies
+with this process too: a host killed mid-compile left its compilers running to the end (minutes, for a large
+image), bound by a timeout nobody enforced any more.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from berm_aot.errors import CompileError
@@ -106,6 +109,8 @@ DEFAULT_OPT_FLAGS = ("-O1", "-fcaller-saves", "-free", "-falign-functions=64", "
 BASE_FLAGS = ("-fPIC", "-fno-plt", "-fvisibility=hidden", "-fwrapv", "-fno-strict-aliasing", "-w", "-std=gnu11")
 #: Seconds one compile_shared may take, every unit and the link together.
 COMPILE_TIMEOUT = 900
+#: Seconds a supervisor has, once asked, to kill what its compiler started and exit before its session is killed.
+SUPERVISOR_GRACE = 5.0
 #: Environment variables that change what gcc, cc1, as or ld produce (GCC's manual, "Environment Variables
 #: Affecting GCC"; ld's LD_RUN_PATH and LIBRARY_PATH), dropped from the compiler's environment.
 _COMPILER_ENV = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "GCC_EXEC_PREFIX",
@@ -182,14 +187,18 @@ def identity(opt: tuple[str, ...] | None = None) -> str:
 
 
 def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Path, ...] = (), jobs: int = 2,
-                   opt: tuple[str, ...] | None = None, key: str | None = None) -> None:
+                   opt: tuple[str, ...] | None = None, key: str | None = None,
+                   supervisor: Path | None = None) -> None:
     """Compile C ``sources`` (texts) into the shared object ``out``, ``jobs`` compilers at a time, with
     ``FRAME_SYMBOL`` defined in it (and ``KEY_SYMBOL`` as ``key``, a cache key of hex digits, when given).
     ``sources`` may be a generator that translates as it goes: each unit starts compiling as soon as it is there and
     a compiler is free, so the translation overlaps the compiles instead of preceding them all. At most one unit
     waits for a compiler (the next is translated once it has one), and a unit's source is deleted once compiled:
-    the disk holds a few units' C, not the whole program's (a program of a million tiny functions is gigabytes)."""
+    the disk holds a few units' C, not the whole program's (a program of a million tiny functions is gigabytes).
+    ``supervisor``: a program each compiler runs under (``supervisor PROGRAM ARG0 ARGS…``) that kills everything
+    it started when SIGTERMed or when this process dies (berm_host/capabilities/supervise.c)."""
     cmd = compiler()
+    start = functools.partial(_start, supervisor=supervisor)
     flags = [*(opt if opt is not None else opt_flags()), *BASE_FLAGS, *[f"-I{d}" for d in include_dirs]]
     deadline = time.monotonic() + COMPILE_TIMEOUT
     try:
@@ -207,7 +216,7 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
                 src, obj = pending.pop(0)
                 # by names relative to the unit's directory: the report starts each line with the source's name
                 # as given, and a newline in the cache's path broke its lines
-                pool.start(_start(cmd, [*flags, "-fstack-usage", "-c", src.name, "-o", obj.name], cwd=work), src)
+                pool.start(start(cmd, [*flags, "-fstack-usage", "-c", src.name, "-o", obj.name], cwd=work), src)
                 objects.append(obj)
 
         try:
@@ -228,22 +237,29 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
                 pool.reap(block=True)
         finally:
             pool.kill()
-        objects.append(_frame_object(cmd, work, worst_frame([obj.with_suffix(".su") for obj in objects]), key,
-                                     deadline))
-        link = _start(cmd, ["-shared", *BASE_FLAGS, "-o", str(out), *map(str, objects)])
+        objects.append(_frame_object(start, cmd, work, worst_frame([obj.with_suffix(".su") for obj in objects]),
+                                     key, deadline))
+        link = start(cmd, ["-shared", *BASE_FLAGS, "-o", str(out), *map(str, objects)])
         output = _finish(link, deadline)
         if link.returncode != 0:
             raise CompileError(f"linking {out.name} failed:\n{output[-4000:]}")
 
 
-def _start(cmd: list[str], args: list[str], cwd: Path | None = None) -> subprocess.Popen:
-    """The compiler running ``args`` in a session of its own (so that ``_kill`` reaches cc1, as and ld too), its
-    output and errors on one pipe."""
+def _start(cmd: list[str], args: list[str], cwd: Path | None = None, *,
+           supervisor: Path | None = None) -> subprocess.Popen:
+    """The compiler running ``args`` in a session of its own (so that ``_kill`` reaches cc1, as and ld too), under
+    ``supervisor`` when given, its output and errors on one pipe."""
+    argv = [*cmd, *args]
+    env = compiler_env()
+    if supervisor is not None:  # it runs PROGRAM by its path
+        argv = [str(supervisor), shutil.which(cmd[0], path=env.get("PATH")) or cmd[0], *argv]
     try:
-        return subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd,
-                                env=compiler_env(), start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                start_new_session=True)
     except OSError as exc:
         raise CompileError(f"cannot run the C compiler {cmd[0]!r}: {exc}") from None
+    proc.supervised = supervisor is not None  # type: ignore[attr-defined]
+    return proc
 
 
 def _finish(proc: subprocess.Popen, deadline: float) -> str:
@@ -322,13 +338,23 @@ class _Pool:
 
 def _kill(proc: subprocess.Popen) -> None:
     """Kill ``proc``'s whole session (the driver and the programs it started) and reap the driver. A driver already
-    reaped is left alone: its number may name another process group by now."""
+    reaped is left alone: its number may name another process group by now. A supervisor is asked first (the
+    compiler leads a group of its own under it), and its session killed only if it has not ended within
+    SUPERVISOR_GRACE; SIGCONT resumes a stopped one."""
     if proc.returncode is not None:
         return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:  # the session is empty: everything in it has exited
-        pass
+    if getattr(proc, "supervised", False):
+        os.kill(proc.pid, signal.SIGTERM)  # not reaped yet: the number is still its own
+        os.kill(proc.pid, signal.SIGCONT)
+        try:
+            proc.wait(SUPERVISOR_GRACE)
+        except subprocess.TimeoutExpired:
+            pass
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the session is empty: everything in it has exited
+            pass
     proc.communicate()
 
 
@@ -355,7 +381,8 @@ def worst_frame(reports: list[Path]) -> int:
     return worst
 
 
-def _frame_object(cmd: list[str], work: Path, frame: int, key: str | None, deadline: float) -> Path:
+def _frame_object(start: Callable[..., subprocess.Popen], cmd: list[str], work: Path, frame: int, key: str | None,
+                  deadline: float) -> Path:
     """An object defining FRAME_SYMBOL as ``frame`` + FRAME_SLACK, and KEY_SYMBOL as ``key`` when given."""
     src, obj = work / "frame.c", work / "frame.o"
     text = (f'__attribute__((visibility("default"))) const unsigned long long {FRAME_SYMBOL} = '
@@ -368,7 +395,7 @@ def _frame_object(cmd: list[str], work: Path, frame: int, key: str | None, deadl
         src.write_text(text)
     except OSError as exc:
         raise CompileError(f"cannot write the translation into {work}: {exc.strerror or exc}") from None
-    proc = _start(cmd, [*BASE_FLAGS, "-c", str(src), "-o", str(obj)])
+    proc = start(cmd, [*BASE_FLAGS, "-c", str(src), "-o", str(obj)])
     output = _finish(proc, deadline)
     if proc.returncode != 0:
         raise CompileError(f"cc failed on {src.name}:\n{output[-4000:]}")

@@ -148,9 +148,8 @@ def test_the_compilers_environment_cannot_change_the_object(tmp_path, monkeypatc
     assert ctypes.CDLL(str(out)).answer6() == 42
 
 
-def test_a_timeout_kills_what_the_compiler_started(tmp_path, monkeypatch):
-    """Killing the driver alone left cc1 and as running, orphaned. The stand-in compiler here starts a child that
-    would run for a minute and waits for it."""
+def _slow_compiler(tmp_path: Path) -> tuple[Path, Path]:
+    """A stand-in compiler that starts a child which would run for a minute, writes its pid and waits for it."""
     pid_file = tmp_path / "child.pid"
     fake = tmp_path / "slowcc"
     fake.write_text(textwrap.dedent(f"""\
@@ -161,15 +160,51 @@ def test_a_timeout_kills_what_the_compiler_started(tmp_path, monkeypatch):
         wait
     """))
     fake.chmod(0o755)
+    return fake, pid_file
+
+
+def _gone_within(pid: int, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("supervised", [False, True])
+def test_a_timeout_kills_what_the_compiler_started(tmp_path, monkeypatch, supervised):
+    """Killing the driver alone left cc1 and as running, orphaned."""
+    from berm_host.capabilities.exec import SUPERVISOR
+
+    fake, pid_file = _slow_compiler(tmp_path)
     monkeypatch.setenv("BERM_CC", str(fake))
     monkeypatch.setattr(cc, "COMPILE_TIMEOUT", 5)  # room for a loaded machine to start the shell and its child
     with pytest.raises(CompileError, match="longer than 5 s"):
-        cc.compile_shared([unit(0)], tmp_path / "lib.so")
-    child = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(child):
-        assert time.monotonic() < deadline, "the compiler's child outlived the timeout"
-        time.sleep(0.05)
+        cc.compile_shared([unit(0)], tmp_path / "lib.so", supervisor=SUPERVISOR if supervised else None)
+    _gone_within(int(pid_file.read_text()), 10, "the compiler's child outlived the timeout")
+
+
+def test_compilers_die_with_a_host_killed_mid_compile(tmp_path):
+    """A host SIGKILLed mid-compile left its compilers running to their end (a review: minutes of cc1 for a large
+    image), bound by a timeout nobody enforced any more. Under the supervisor they die with it."""
+    fake, pid_file = _slow_compiler(tmp_path)
+    host = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""\
+        from pathlib import Path
+        from berm_aot import cc
+        from berm_host.capabilities.exec import SUPERVISOR
+        cc.compile_shared(["int x;"], Path({str(tmp_path / "lib.so")!r}), supervisor=SUPERVISOR)
+    """)], env={**os.environ, "BERM_CC": str(fake)})
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text().strip():
+            assert host.poll() is None and time.monotonic() < deadline, "the stand-in compiler never started"
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        host.kill()
+        host.wait()
+        _gone_within(child, 10, "the compiler's child outlived its host")
+    finally:
+        if host.poll() is None:
+            host.kill()
 
 
 def _alive(pid: int) -> bool:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import berm_aot
 from berm_aot import cc
 from berm_aot.cache import CodeCache, cache_key
+from berm_aot.errors import CompileError
 from berm_aot.emit import ABI_UNIT, TRANSLATOR_VERSION, emit_units
 from berm_aot.windows import Windows
 from berm_aot.image import ElfImage
@@ -56,7 +58,16 @@ def compile_programs(programs: list[tuple[Program, Windows, str]], out: Path, *,
     starts compiling as soon as it is emitted. ``key``: the cache key the object is for (checked at load)."""
     sources = itertools.chain([ABI_UNIT], *(emit_units(program, windows=windows, prefix=prefix)
                                             for program, windows, prefix in programs))
-    cc.compile_shared(sources, out, include_dirs=(RUNTIME_DIR,), jobs=jobs, key=key)
+    cc.compile_shared(sources, out, include_dirs=(RUNTIME_DIR,), jobs=jobs, key=key, supervisor=_supervisor())
+
+
+def _supervisor() -> Path:
+    """berm-supervise, which exec's commands run under too: the compilers die with the host."""
+    from berm_host.capabilities.exec import SUPERVISOR
+
+    if not os.access(SUPERVISOR, os.X_OK):
+        raise CompileError(f"{SUPERVISOR} is missing: Berm's install is incomplete (run ./setup.sh)")
+    return SUPERVISOR
 
 
 def cached_object(image: ElfImage, windows: Windows, cache: CodeCache, program: Callable[[], Program], *,
