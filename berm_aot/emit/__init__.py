@@ -23,7 +23,7 @@ from .slowrun import declarations, runner
 from berm_aot.windows import C_NAMES, Windows
 
 #: Bumped whenever the emitted code changes meaning or shape: part of the cache key.
-TRANSLATOR_VERSION = "1"
+TRANSLATOR_VERSION = "2"
 
 #: Guest instructions per translation unit, and the most units of that size (``unit_shares``): the split depends
 #: only on the program (so it needs no place in the cache key); how many compile at once is the compiler driver's
@@ -177,7 +177,7 @@ def _pieces(analysis: Analysis, info: FunctionInfo, prefix: str, stores_readable
     for k, part in enumerate(plan.parts):
         chunk = FunctionEmitter(analysis, part, prefix, stores_readable=stores_readable, chunks=plan, part=k)
         lines = chunk.emit()
-        group = [_Piece(lines, chunk.callees, len(part.insns))]
+        group = [_Piece([plan.legal_prototype(prefix), *lines], chunk.callees, len(part.insns))]
         yield (group + [_Piece(_enter_chunks(plan, prefix), set(), 0)]) if k == 0 else group
 
 
@@ -200,6 +200,15 @@ def _enter_chunks(plan: Chunks, prefix: str) -> list[str]:
     lines += ["        default: return BERM_TAIL; /* another function's start: the caller's dispatch loop goes on */",
               "        }",
               "        if (t != BERM_TAIL) return t;",
+              "    }",
+              "}",
+              f"/* whether t is a legal target of the indirect jumps of {comment(f.func.name)} (Chunks.legal_name) */",
+              f"BERM_HIDDEN int {plan.legal_name(prefix)}(uint64_t t) {{",
+              "    switch (t) {",
+              *(f"    case {lit(t)}:" for t in f.local_targets),
+              "        return 1;",
+              "    default:",
+              "        return 0;",
               "    }",
               "}"]
     return lines

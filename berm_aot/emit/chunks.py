@@ -10,15 +10,16 @@ others.
 How a chunk runs: it is entered at one of its entries, the address in ``ctx->next`` — every address control reaches
 from outside the chunk: the function's start (chunk 0), the targets of branches and jumps in other chunks, a
 fall-through or a call's link that crosses a cut, and every legal indirect target of the function (any of its
-indirect jumps may branch there). Leaving a chunk for another is a tail transfer to the entry (``ctx->next``,
-``BERM_TAIL``), which the function's own C function (``<p>f_<start>``, what callers and the lookups know, which
-enters chunk 0 at the start) runs in a loop with the same link and depth, choosing the chunk by address: no native
-stack grows, a return from any chunk returns from the function, a trap in any chunk shows the function's frame, and
-a tail transfer to another function leaves the loop for the caller's dispatch loop, as from any function. (Through
-the caller's dispatch loop, which found the chunk among all function starts and then all chunk entries, a call of
-rust-keywords' lookup below took 0.21 ms, not 0.16.) Each chunk is translated as a function of its own whose every
-entry starts knowing nothing (no constants, no stack facts, no register in sync), and whose calls of the function
-itself are ordinary calls; the whole function's facts are not needed, so the translation stays linear too.
+indirect jumps may branch there: a chunk's branches to its own targets in a switch, and leaves for the others after
+one check, ``Chunks.legal_name``, defined once). Leaving a chunk for another is a tail transfer to the entry
+(``ctx->next``, ``BERM_TAIL``), which the function's own C function (``<p>f_<start>``, what callers and the lookups
+know, which enters chunk 0 at the start) runs in a loop with the same link and depth, choosing the chunk by address:
+no native stack grows, a return from any chunk returns from the function, a trap in any chunk shows the function's
+frame, and a tail transfer to another function leaves the loop for the caller's dispatch loop, as from any function.
+(Through the caller's dispatch loop, which found the chunk among all function starts and then all chunk entries, a
+call of rust-keywords' lookup below took 0.21 ms, not 0.16.) Each chunk is translated as a function of its own whose
+every entry starts knowing nothing (no constants, no stack facts, no register in sync), and whose calls of the
+function itself are ordinary calls; the whole function's facts are not needed, so the translation stays linear too.
 
 Where the cuts go: within the second half of each chunk's room, at the instruction boundary that the fewest of the
 function's direct control edges cross (a fall-through is one: the best cuts follow a jump or a return, outside every
@@ -74,6 +75,16 @@ class Chunks:
 
     def name(self, prefix: str, k: int) -> str:
         return f"{prefix}f_{self.whole.start:x}_c{k}"
+
+    def legal_name(self, prefix: str) -> str:
+        """The C function telling whether an address is a legal target of the function's indirect jumps, defined
+        once beside chunk 0: a chunk's indirect jump branches to its own targets and leaves for the others through
+        it. Each chunk listing every target (a case apiece) made the C of a function with a jump table of n entries
+        grow as n times its chunks: 15,000 entries compiled in 75 s, 50,000 not within the compile timeout."""
+        return f"{prefix}f_{self.whole.start:x}_legal"
+
+    def legal_prototype(self, prefix: str) -> str:
+        return f"BERM_HIDDEN int {self.legal_name(prefix)}(uint64_t t);"
 
 
 def chunk_plan(info: FunctionInfo, program: Program) -> Chunks | None:

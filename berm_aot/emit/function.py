@@ -610,6 +610,12 @@ class FunctionEmitter:
         """Where an indirect jump goes: a local target (a goto), a function entry (a tail transfer), else a trap.
         With expectations (berm_aot.emit.sites), each jump first tries the local targets it expects; another
         local target leaves this C frame for the resume copy."""
+        if self.chunks is not None:  # its own targets here; the function's other legal targets through its loop
+            own = [t for t in self.legal if self.f.contains(t) and t in self.program.code]
+            return ["indirect:", "    BERM_POLL(jpc_);", *self._local_switch(own, self._leave_to),
+                    f"    if ({self.chunks.legal_name(self.p)}(jt_)) {{ ctx->next = jt_; goto exit_tail; }}"
+                    " /* another chunk's: the function's loop enters it, or traps there as at a branch */",
+                    *self._not_local()]
         if self.expect is None:
             return ["indirect:", "    BERM_POLL(jpc_);", *self._local_switch(self.legal, self._leave_to),
                     *self._not_local()]
