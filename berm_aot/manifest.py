@@ -62,7 +62,7 @@ def parse_manifest(data: bytes | None) -> Manifest:
     except UnicodeDecodeError as exc:
         raise ManifestEncodingError(f"the manifest is not UTF-8 (byte {exc.start})") from None
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_keys)
+        doc = json.loads(text)
     except ValueError as exc:  # JSONDecodeError is a ValueError, as is an integer of 4300+ digits
         raise ManifestJsonError(f"the manifest is not valid JSON: {exc}") from None
     except RecursionError:
@@ -85,17 +85,6 @@ def parse_manifest(data: bytes | None) -> Manifest:
         raise ManifestJsonError(f"the manifest's usage must be a string, not {_json_type(usage)}")
     return Manifest(abi_version=version, tools=_tools(doc.get("tools")), usage=usage, requests=_requests(doc),
                     raw=doc)
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """An object of the manifest, refused when it names a key twice: JSON parsers differ on which one counts (here
-    the last did), so a reader of the manifest could see another tool list than the host."""
-    doc = dict(pairs)
-    if len(doc) != len(pairs):
-        seen: set[str] = set()
-        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ManifestJsonError(f"the manifest names the key {twice!r} twice in one object")
-    return doc
 
 
 def _nesting_depth(doc) -> int:

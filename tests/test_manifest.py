@@ -251,13 +251,3 @@ def test_errors_are_distinct_classes():
     for a in classes:
         for b in classes:
             assert a is b or not issubclass(a, b)
-
-
-@pytest.mark.parametrize("text, key", [
-    ('{"abi_version": 0, "tools": [], "tools": [{"name": "t", "description": "", "parameters": {}}]}', "tools"),
-    ('{"abi_version": 0, "tools": [{"name": "a", "name": "b", "description": "", "parameters": {}}]}', "name"),
-])
-def test_a_key_named_twice_in_one_object_is_refused(text, key):
-    """The last of a key named twice counted: a reader whose JSON parser keeps the first saw another manifest."""
-    with pytest.raises(ManifestJsonError, match=f"names the key '{key}' twice"):
-        parse_manifest(text.encode())
