@@ -1,8 +1,8 @@
 """Fuzz ``berm.fs.grep``'s patterns: random patterns built from the regex module's syntax (recursion, fuzzy
 matching, flags, classes, escapes…) go through the real capability over a few small files, in child processes, and
 anything but a reply or an error reply (``CapabilityError``) is a finding: another exception, a crash of the child
-(a signal: the host process would die), or a child past its time or memory bound. A crashing batch is bisected to
-the pattern that crashes it.
+(a signal: the host process would die) or of its grep worker (the regex module's crash, which the host survives), or
+a child past its time or memory bound. A crashing batch is bisected to the pattern that crashes it.
 
     python tools/fuzz_grep.py --minutes 10 [--seed S]
 
@@ -51,8 +51,10 @@ for line in sys.stdin:
     for mode in ("files", "content"):
         try:
             grep(encode_frame([pattern, "", "", mode]))
-        except CapabilityError:
-            pass
+        except CapabilityError as exc:
+            if "the process matching the regex ended" in str(exc):  # a crash of the grep worker
+                print(json.dumps([pattern, f"worker crash: {str(exc)[:200]}"]), flush=True)
+                break
         except BaseException as exc:
             print(json.dumps([pattern, f"{type(exc).__name__}: {str(exc)[:200]}"]), flush=True)
             break

@@ -10,21 +10,33 @@ or crash the module: a pattern too large once its counted repeats are written ou
 flags for verbose mode, versions and full case folding, recursion and subroutine calls, and fuzzy matching are
 refused.
 
-A backtracking pattern grows the ``regex`` module's stack to ~80 bytes per character of the text searched (up to
-~600 MiB, where it gives up with a MemoryError), so the searches of large files (``BIG_TEXT`` and up) share one
-process-wide budget of text (``SEARCH_BUDGET``): however many greps run at once, together they take about what one
-such search would. A search waits for its share within its time budget, and a file larger than the whole budget
-is searched alone. The price: a pattern that backtracks for its whole time budget holds its share that long, and
-other greps of large files wait meanwhile (and may time out).
+The pattern is compiled and the texts searched in a worker process (``grep_worker``, which says why), one per grep
+at a time, kept idle for the next grep: the host walks, reads and filters the files and sends the worker their
+bytes, kills it (SIGKILL) when the grep's wall-clock deadline passes, and the worker limits its own address space.
+A pattern that needs more than that gets the memory note below, or an error reply if the worker dies of it; a
+worker that dies of anything is an error reply, and the next grep starts another.
+
+A backtracking pattern grows the ``regex`` module's stack to ~80 bytes per character of the text searched (up to a
+worker's limit, ``grep_worker.MEMORY_LIMIT``, where it gives up with a MemoryError), so the searches of large files
+(``BIG_TEXT`` and up) share one process-wide budget of text (``SEARCH_BUDGET``): however many greps run at once,
+their workers together take about what one such search would. A search waits for its share within its time budget,
+and a file larger than the whole budget is searched alone. The price: a pattern that backtracks for its whole time
+budget holds its share that long, and other greps of large files wait meanwhile (and may time out).
 """
 
 from __future__ import annotations
 
+import atexit
+import collections
 import contextlib
 import heapq
+import json
 import os
+import select
 import stat
 import string
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +45,7 @@ import regex
 
 from berm_host.linker import CapabilityError, CapabilityFn
 
+from . import grep_worker
 from ._request import Deadline, capability, fields, text
 from .fs import READ_CAP, read_upto
 from .gitignore import MAX_IGNORE_FILE, Ignore
@@ -41,8 +54,6 @@ from .paths import MAX_DEPTH, Root
 
 #: At most this many paths (glob, grep files/count) or matching lines (grep content) per reply.
 RESULT_CAP = 1000
-#: A matching line longer than this is cut (and ends with "…") in grep's content mode.
-LINE_CAP = 500
 #: A file whose first this many bytes hold a NUL is binary: grep skips it, having read only those.
 BINARY_PROBE = 8192
 MODES = ("files", "content", "count")
@@ -66,10 +77,23 @@ GROUP_WEIGHT = 32
 ESCAPE_WEIGHT = 4
 #: Texts of at least this many bytes are searched within SEARCH_BUDGET (a smaller one's stack stays under ~20 MiB).
 BIG_TEXT = 256 * 1024
-#: How many bytes of text the searches of large files may hold at once, across every grep of the process: with the
-#: regex module's ~80 bytes of stack per character, ~320 MiB at most (a single larger file takes the whole budget,
-#: and its search stops at the module's own ~600 MiB).
+#: How many bytes of text the searches of large files may hold at once, across every grep (and worker) of the
+#: process: with the regex module's ~80 bytes of stack per character, ~320 MiB at most (a single larger file takes
+#: the whole budget, and its search stops at its worker's grep_worker.MEMORY_LIMIT).
 SEARCH_BUDGET = 4 * 1024 * 1024
+#: How many idle grep workers the process keeps for the greps to come (more run while more greps do: one each).
+IDLE_WORKERS = 2
+#: How a grep worker is started: a new interpreter, never a fork of this multithreaded one; -P: not importing from
+#: the working directory, which may be a root a guest writes to (its regex.py would run in the worker).
+WORKER = [sys.executable, "-P", "-m", grep_worker.__name__]
+#: How many requests a grep writes to its worker at once (or fewer, as many as BIG_TEXT bytes, or when it needs a
+#: result): each write that finds the worker waiting wakes it, which costs a loaded machine more than a small search.
+BATCH = 16
+#: How many searches a grep may have sent its worker whose results it has not read.
+PIPELINE = 2 * BATCH
+#: The largest reply a worker may send: RESULT_CAP + 1 lines of grep_worker.LINE_CAP characters, each a 6-byte
+#: escape in JSON, take ~3 MB.
+REPLY_CAP = 16 << 20
 #: A brace pair that is a counted repeat where it stands (``{,}`` and ``{}`` too: one counts as ``*``, the other is
 #: text, and counting them only ever overestimates).
 _COUNTED = regex.compile(r"\{([0-9]*)(?:,([0-9]*))?\}")
@@ -135,13 +159,233 @@ class _Budget:
 _budget = _Budget(SEARCH_BUDGET)
 
 
-def _new_budget_after_fork() -> None:
-    """A forked child has only the thread that forked: shares other threads held would never come back."""
-    global _budget
+class _Worker:
+    """A grep_worker process, lent to one grep at a time. It answers requests in the order sent, and a grep sends
+    texts in batches, before it has read the results of the last: a round trip per file took longer than most
+    searches (a grep of 1,000 small files took 4.4 times as long as searching them in the host had, 2.2 times now).
+    Every write and read is bounded by the grep's Deadline, past which the worker is killed (SIGKILL): the regex
+    module's own time budget counts CPU time, not the clock's. A worker may be lent again once it owes no reply,
+    unless it ran out of memory."""
+
+    def __init__(self) -> None:
+        # close_fds: the worker holds none of the host's descriptors (a granted root's directories among them), only
+        # its pipes; its stderr is not the host's either.
+        self.proc = subprocess.Popen(WORKER, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, close_fds=True, bufsize=0)
+        self._stdin, self._stdout = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        os.set_blocking(self._stdin, False)
+        os.set_blocking(self._stdout, False)
+        self._writing, self._reading = select.poll(), select.poll()
+        self._writing.register(self._stdin, select.POLLOUT)
+        self._writing.register(self._stdout, select.POLLIN)  # the worker may be waiting to write a reply
+        self._reading.register(self._stdout, select.POLLIN)
+        self._outbox: collections.deque[memoryview] = collections.deque()  # requests not written yet (or in part)
+        self._outbox_requests = self._outbox_bytes = 0
+        self._inbox = bytearray()  # what it has written that is not a whole reply yet
+        self._replies: collections.deque[dict] = collections.deque()
+        self.due = 0  # replies it owes for the requests sent, read or not
+        self._compiling = False  # the reply to compile is not read yet
+        self._spoiled = False  # killed, or out of memory
+
+    @property
+    def reusable(self) -> bool:
+        return not (self._spoiled or self.due)
+
+    def compile(self, pattern: str) -> None:
+        """Have the worker compile ``pattern`` for the searches after, written with the first of them (a round trip
+        less); ``compiled`` tells how it went."""
+        self._queue({"pattern": pattern}, b"")
+        self._compiling = True
+
+    def compiled(self, deadline: Deadline) -> None:
+        """A CapabilityError when the pattern did not compile (once, and before any result)."""
+        if self._compiling:
+            self._compiling = False
+            if "memory" in self._reply(deadline):
+                raise CapabilityError("bad regex: compiling it took too much memory (use smaller counts)")
+
+    def search(self, data: bytes, mode: str, limit: int, deadline: Deadline) -> None:
+        """Send ``data`` to be searched for up to ``limit`` matching lines (written in a BATCH); ``result`` tells
+        how it went."""
+        self._queue({"mode": mode, "limit": limit, "timeout": deadline.check()}, data)
+        if self._outbox_requests >= BATCH or self._outbox_bytes >= BIG_TEXT:
+            self._flush(deadline)
+
+    def has_result(self) -> bool:
+        """Whether the worker has finished a search whose result is not read yet (looked at without waiting)."""
+        if not self._replies and self._reading.poll(0):
+            with self._failing():
+                self._read()
+        return bool(self._replies)
+
+    def result(self, deadline: Deadline) -> tuple[int, list[str]]:
+        """How the oldest search not read yet went: how many lines matched, and in content mode those lines as
+        ``number:line``. A MemoryError when it ran out of the worker's memory."""
+        self.compiled(deadline)
+        reply = self._reply(deadline)
+        if "memory" in reply:
+            raise MemoryError
+        return reply["count"], reply["lines"]
+
+    def _queue(self, request: dict, data: bytes) -> None:
+        self._outbox += [memoryview(grep_worker.frame(request, len(data))), memoryview(data)]
+        self._outbox_requests += 1
+        self._outbox_bytes += len(data)
+        self.due += 1
+
+    def _flush(self, deadline: Deadline) -> None:
+        """Write the requests queued, in one write when the pipe takes them."""
+        if not self._outbox:
+            return
+        with self._failing():
+            while self._outbox:
+                self._wait(self._writing, deadline)
+                with contextlib.suppress(BlockingIOError):
+                    sent = os.writev(self._stdin, self._outbox)
+                    while self._outbox and sent >= len(self._outbox[0]):
+                        sent -= len(self._outbox.popleft())
+                    if sent:
+                        self._outbox[0] = self._outbox[0][sent:]
+        self._outbox_requests = self._outbox_bytes = 0
+
+    def _reply(self, deadline: Deadline) -> dict:
+        self._flush(deadline)
+        with self._failing():
+            while not self._replies:
+                self._wait(self._reading, deadline)
+        reply = self._replies.popleft()
+        self.due -= 1
+        self._spoiled |= "memory" in reply
+        if "error" in reply:
+            raise CapabilityError(reply["error"])
+        if "timeout" in reply:
+            raise TimeoutError
+        return reply
+
+    def _wait(self, poll: select.poll, deadline: Deadline) -> None:
+        while not poll.poll(deadline.check() * 1000):
+            pass
+        self._read()
+
+    def _read(self) -> None:
+        """Read what the worker has written, without waiting, and take the whole replies from it."""
+        with contextlib.suppress(BlockingIOError):
+            if not (chunk := os.read(self._stdout, 1 << 16)):
+                raise EOFError
+            self._inbox += chunk
+        while len(self._inbox) >= grep_worker.HEAD.size:
+            size, data_size = grep_worker.HEAD.unpack_from(self._inbox)
+            if size > REPLY_CAP or data_size:
+                raise ValueError("not a reply")
+            end = grep_worker.HEAD.size + size
+            if len(self._inbox) < end:
+                break
+            self._replies.append(json.loads(self._inbox[grep_worker.HEAD.size:end]))
+            del self._inbox[:end]
+
+    @contextlib.contextmanager
+    def _failing(self) -> Iterator[None]:
+        """Kill the worker when the block fails: past the deadline (a TimeoutError), or when the worker ended or
+        wrote what is not a reply (a CapabilityError)."""
+        try:
+            yield
+        except TimeoutError:
+            self.stop()
+            raise
+        except (OSError, EOFError, ValueError):  # a broken pipe, the end of its output, or not a reply
+            self.stop()
+            code = self.proc.returncode
+            how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+            raise CapabilityError(f"the process matching the regex ended ({how}): the pattern may have needed more "
+                                  f"memory than grep allows ({grep_worker.MEMORY_LIMIT >> 20} MiB)") from None
+
+    def kill(self) -> None:
+        """Kill the worker (SIGKILL) and reap it."""
+        self._spoiled = True
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        """Kill the worker, reap it and close its pipes."""
+        self.kill()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+
+
+class _Workers:
+    """This process's grep workers: each lent to one grep at a time, then kept idle for the next (up to
+    IDLE_WORKERS). When none is idle (the last one was killed, say), another is started."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._live: set[_Worker] = set()  # idle and lent
+
+    @contextlib.contextmanager
+    def lend(self) -> Iterator[_Worker]:
+        """A worker for the ``with`` block, idle or new; kept afterwards if it may be lent again, else stopped."""
+        worker = self._take()
+        try:
+            yield worker
+        finally:
+            with self._lock:
+                keep = worker.reusable and len(self._idle) < IDLE_WORKERS
+                if keep:
+                    self._idle.append(worker)
+            if not keep:
+                self._drop(worker)
+
+    def _take(self) -> _Worker:
+        while True:
+            with self._lock:
+                worker = self._idle.pop() if self._idle else None
+            if worker is None:
+                break
+            if worker.proc.poll() is None:
+                return worker
+            self._drop(worker)  # it ended while idle
+        worker = _Worker()
+        with self._lock:
+            self._live.add(worker)
+        return worker
+
+    def _drop(self, worker: _Worker) -> None:
+        with self._lock:
+            self._live.discard(worker)
+        worker.stop()
+
+    def close(self) -> None:
+        """Stop every worker; kill lent ones too (their greps get an error reply, and close their pipes)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+            lent = self._live.difference(idle)
+            self._live.clear()
+        for worker in idle:
+            worker.stop()
+        for worker in lent:
+            worker.kill()
+
+    def forget(self) -> None:
+        """Close this process's copies of the workers' pipes, in a forked child, leaving the workers to the parent."""
+        for worker in list(self._live):
+            worker.proc.stdin.close()
+            worker.proc.stdout.close()
+
+
+_workers = _Workers()
+atexit.register(lambda: _workers.close())  # whichever pool is this process's then (a forked child has its own)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has only the thread that forked: shares other threads held would never come back, and the
+    workers are the parent's (its children, maybe lent to its greps)."""
+    global _budget, _workers
     _budget = _Budget(SEARCH_BUDGET)
+    _workers.forget()
+    _workers = _Workers()
 
 
-os.register_at_fork(after_in_child=_new_budget_after_fork)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _join(a: str, b: str) -> str:
@@ -263,33 +507,6 @@ def glob(root: Root, pattern: str, base: str, deadline: Deadline, cap: int = RES
     if note is None and total > cap:
         note = f"{total} matches, showing the newest {cap}"
     return _render([rel for _, rel in sorted(newest, key=lambda t: (-t[0], t[1]))], note)
-
-
-def _scan(data: bytes, rel: str, rx: regex.Pattern, mode: str, limit: int, deadline: Deadline) -> tuple[int, list[str]]:
-    """Count the lines of ``data`` matching ``rx``, up to ``limit``; in ``content`` mode also render them as
-    ``path:line:text``."""
-    body = data.decode("utf-8", "replace")
-    count, shown = 0, []
-    pos = last = 0
-    lineno = 1
-    while pos <= len(body) and count < limit:
-        try:
-            m = rx.search(body, pos, timeout=deadline.check())
-        except RuntimeError as exc:  # the regex module's own failure ("invalid RE code"): the pattern's, not the host's
-            raise CapabilityError(f"bad regex: the regex module failed while matching it ({exc})") from None
-        if m is None:
-            break
-        start = body.rfind("\n", 0, m.start()) + 1
-        end = body.find("\n", m.start())
-        end = len(body) if end < 0 else end
-        lineno += body.count("\n", last, start)
-        last = start
-        count += 1
-        if mode == "content":
-            line = body[start:end]
-            shown.append(f"{rel}:{lineno}:{line[:LINE_CAP] + '…' if len(line) > LINE_CAP else line}")
-        pos = end + 1
-    return count, shown
 
 
 def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Deadline) -> Iterator[tuple[Entry, bytes]]:
@@ -426,32 +643,41 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
     if len(pattern) > MAX_PATTERN:
         raise CapabilityError(f"regex is longer than {MAX_PATTERN} characters")
     _check_pattern(pattern)
-    try:
-        rx = regex.compile(pattern, regex.MULTILINE | regex.VERSION0)
-    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
-        raise CapabilityError(f"bad regex: {exc}") from None
-    except MemoryError:  # whatever _check_pattern let through, on a host short of memory: an error reply, not a trap
-        raise CapabilityError("bad regex: compiling it took too much memory (use smaller counts)") from None
     matcher = Glob(include, basename_if_no_slash=True) if include else None
     lines: list[str] = []  # content and count modes: up to cap + 1, the extra one saying there is more
     hits: list[tuple[int, str]] = []  # files mode: every matching file, sorted newest first at the end
     note = None
+
+    def record(entry: Entry, count: int, shown: list[str]) -> None:
+        if count and mode == "files":
+            hits.append((entry.st.st_mtime_ns, entry.rel))
+        elif count:
+            lines.extend([f"{entry.rel}:{line}" for line in shown] if mode == "content" else [f"{entry.rel}:{count}"])
+
     try:
-        for entry, data in _files_to_search(root, base, matcher, deadline):
-            if len(lines) > cap:
-                break
-            if len(data) > READ_CAP:  # grown past the cap since its size was looked at
-                continue
-            limit = cap + 1 - len(lines) if mode == "content" else 1 if mode == "files" else len(data) + 1
-            with _budget.share(len(data), deadline) if len(data) >= BIG_TEXT else contextlib.nullcontext():
-                count, shown = _scan(data, entry.rel, rx, mode, limit, deadline)
-            if count and mode == "files":
-                hits.append((entry.st.st_mtime_ns, entry.rel))
-            elif count:
-                lines += shown if mode == "content" else [f"{entry.rel}:{count}"]
+        deadline.check()
+        with _workers.lend() as worker:
+            worker.compile(pattern)
+            sent: collections.deque[Entry] = collections.deque()  # searched, in order, the results not read yet
+            for entry, data in _files_to_search(root, base, matcher, deadline):
+                if len(lines) > cap:
+                    break
+                if len(data) > READ_CAP:  # grown past the cap since its size was looked at
+                    continue
+                # In content mode, the lines still wanted as far as is known: those of searches sent are not.
+                limit = cap + 1 - len(lines) if mode == "content" else 1 if mode == "files" else len(data) + 1
+                big = len(data) >= BIG_TEXT
+                with _budget.share(len(data), deadline) if big else contextlib.nullcontext():
+                    worker.search(data, mode, limit, deadline)
+                    sent.append(entry)
+                    while sent and (big or len(sent) > PIPELINE or worker.has_result()):  # big: within its share
+                        record(sent.popleft(), *worker.result(deadline))
+            while sent and len(lines) <= cap:
+                record(sent.popleft(), *worker.result(deadline))
+            worker.compiled(deadline)  # with nothing searched, a pattern that does not compile is still an error
     except TimeoutError:
         note = _timed_out(deadline)
-    except MemoryError:  # the regex module's backtracking stack, at ~100 times the text searched
+    except MemoryError:  # the worker's: the regex module's backtracking stack (~100 times the text), or captures
         note = "the pattern needed too much memory (it backtracks too much: simplify it), the results so far"
     if mode == "files":
         hits.sort(key=lambda t: (-t[0], t[1]))
