@@ -73,9 +73,10 @@ gcc's VRP quadratic (176 s for one function; now one dispatch block per function
 slow path at every access (now one shared fault block per function: -35% compile time).
 Override with ``BERM_CC`` (the compiler command) and ``BERM_CFLAGS`` (replaces the optimisation flags); both are
 part of ``identity()`` and therefore of every cache key, and so are the files the compiler, ``as`` and ``ld``
-resolve to on ``PATH`` (another ``cc`` earlier on it, answering ``--version`` alike, shared the key). The environment variables through which gcc and ld take
-include directories, a prefix for their own programs or a run path (``CPATH``, ``GCC_EXEC_PREFIX``,
-``LD_RUN_PATH``, …) are not passed to the compiler: they would change the object without changing its key.
+resolve to on ``PATH`` (another ``cc`` earlier on it, answering ``--version`` alike, shared the key). The
+environment variables through which gcc and ld take include directories, a prefix for their own programs or a run
+path (``CPATH``, ``GCC_EXEC_PREFIX``, ``LD_RUN_PATH``, …) are not passed to the compiler: they would change the
+object without changing its key.
 
 Each compiler runs in a session of its own and the whole session is killed on a timeout or an error (killing the
 driver alone left ``cc1`` and ``as`` running); ``COMPILE_TIMEOUT`` bounds one whole compile, units and link. Given a
@@ -97,7 +98,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from berm_aot.errors import CompileError
@@ -198,7 +199,10 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
     ``supervisor``: a program each compiler runs under (``supervisor PROGRAM ARG0 ARGS…``) that kills everything
     it started when SIGTERMed or when this process dies (berm_host/capabilities/supervise.c)."""
     cmd = compiler()
-    start = functools.partial(_start, supervisor=supervisor)
+    # the supervisor runs PROGRAM by its path: found once, on the compiler's PATH
+    launcher = [] if supervisor is None else [str(supervisor),
+                                               shutil.which(cmd[0], path=compiler_env().get("PATH")) or cmd[0]]
+    start = functools.partial(_start, launcher=launcher)
     flags = [*(opt if opt is not None else opt_flags()), *BASE_FLAGS, *[f"-I{d}" for d in include_dirs]]
     deadline = time.monotonic() + COMPILE_TIMEOUT
     try:
@@ -246,19 +250,15 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
 
 
 def _start(cmd: list[str], args: list[str], cwd: Path | None = None, *,
-           supervisor: Path | None = None) -> subprocess.Popen:
+           launcher: Sequence[str] = ()) -> subprocess.Popen:
     """The compiler running ``args`` in a session of its own (so that ``_kill`` reaches cc1, as and ld too), under
-    ``supervisor`` when given, its output and errors on one pipe."""
-    argv = [*cmd, *args]
-    env = compiler_env()
-    if supervisor is not None:  # it runs PROGRAM by its path
-        argv = [str(supervisor), shutil.which(cmd[0], path=env.get("PATH")) or cmd[0], *argv]
+    ``launcher`` (the supervisor and the compiler's path) when given, its output and errors on one pipe."""
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen([*launcher, *cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd,
+                                env=compiler_env(), start_new_session=True)
     except OSError as exc:
         raise CompileError(f"cannot run the C compiler {cmd[0]!r}: {exc}") from None
-    proc.supervised = supervisor is not None  # type: ignore[attr-defined]
+    proc.supervised = bool(launcher)  # type: ignore[attr-defined]
     return proc
 
 

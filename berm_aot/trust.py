@@ -1,15 +1,15 @@
 """What a cache may trust: directories and files nobody but this user (or root) could have planted or changed.
 
-Two caches hold code the host runs or links: the code cache (translated objects, dlopened into the host) and the
-SDK cache (guest objects linked into harnesses, bundled harness images run with the grants given to them). Either
-may be shared with other users (a cache directory under /tmp). A cache's root must belong to this user or root and
-be writable by no one else, unless it is sticky (/tmp: others cannot move what is ours); so must every directory
-above it (its real path: callers resolve a configured symlink once and use what it named): a user who may write one
-could swap the root for a look-alike between the check of an object and its dlopen, which opens it by path again
-(a review ran its own constructor in the host that way). Every directory and file below the root must belong to
-this user or root and be writable by no one else. This user's own directories are set to
-0755 whatever the umask (077 would hide them from a daemon running as another user); a file of ours others may
-write (written under umask 002) is ``Untrusted``: the caller builds it again rather than use it.
+Two caches hold code the host runs or links: the code cache (translated objects, dlopened into the host) and the SDK
+cache (guest objects linked into harnesses, bundled harness images run with the grants given to them). Either may be
+shared with other users (a cache directory under /tmp). A cache's root must belong to this user or root and be
+writable by no one else, unless it is sticky (/tmp: others cannot move what is ours); so must every directory above
+it (its real path: callers resolve a configured symlink once and use what it named): a user who may write one could
+swap the root for a look-alike between the check of an object and its dlopen, which opens it by path again (a review
+ran its own constructor in the host that way). Every directory and file below the root must belong to this user or
+root and be writable by no one else. This user's own directories are set to 0755 whatever the umask (077 would hide
+them from a daemon running as another user); a file of ours others may write (written under umask 002) is
+``Untrusted``: the caller builds it again rather than use it.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ def trusted(st: os.stat_result, what: Path, *, cache: str, error: type[Exception
 
 
 def own_dir(path: Path, *, create: bool, root: bool = False, cache: str, error: type[Exception]) -> bool:
-    """Check (and with ``create``, make) a directory of the cache named ``cache``: ``root`` for the cache's root,
-    which may be a symlink the configuration chose (nothing below it is followed) and may be sticky, and whose
-    every directory above must be as trustworthy. Our own
-    directories lose group and other write (a root) or become 0755 (any other). False when ``path`` does not exist
-    and ``create`` is false; ``error`` when it cannot be trusted or made."""
+    """Check (and with ``create``, make) a directory of the cache named ``cache``: ``root`` for the cache's root, which
+    may be a symlink the configuration chose (nothing below it is followed) and may be sticky, and whose every
+    directory above must be as trustworthy. Our own directories lose group and other write (a root) or become
+    0755 (any other). False when ``path`` does not exist and ``create`` is false; ``error`` when it cannot be
+    trusted or made."""
     try:
         if create:
             if root:  # nothing made under a directory others could swap

@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from berm_abi.text import escaped
 from berm_aot.demangle import shown_name
 from berm_aot.disasm import disassemble
 from berm_aot.elf import read_elf_file
@@ -19,7 +20,6 @@ from berm_aot.program import Program
 from berm_cli.terminal import shown
 from berm_host.declaration import DeclarationError, load_declarations
 from berm_host.grants import grant_report
-from berm_abi.text import escaped
 
 _EF_RISCV_RVC = 0x1
 

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from berm_abi.errors import BermError
-from berm_host.daemon import DaemonClient, default_socket
 from berm_abi.text import escaped
+from berm_host.daemon import DaemonClient, default_socket
 
 _RELATIVE = re.compile(r"\+(\d+)(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -9,9 +9,9 @@ import sys
 import threading
 from pathlib import Path
 
+from berm_abi.text import escaped
 from berm_host.daemon import IDLE_TIMEOUT, Daemon, DaemonConfig, default_socket
 from berm_host.declaration import MAX_TIMEOUT, is_timeout
-from berm_abi.text import escaped
 
 
 def _at_least(least: int):

@@ -54,13 +54,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from berm_abi.errors import BermError
+from berm_abi.text import escaped
 from berm_host.declaration import load_declarations
 from berm_host.grants import linker_for
 from berm_host.layout import DEFAULT_MAX_RESULT
 from berm_host.queue import Cancel, Context, Queue, QueueClosed, call_capabilities, schedule_capabilities
 from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD
 from berm_host.queue.target import Target
-from berm_abi.text import escaped
 from berm_host.traps import ToolFailure, Trap
 
 log = logging.getLogger("berm.daemon")

@@ -90,11 +90,10 @@ class Engine:
         same bytes wait for the one that is compiling and share its image."""
         if isinstance(source, (bytes, bytearray, memoryview)):
             return self._load(bytes(source))
+        data = read_file(source, file_limit(self.memory_size))  # its errors name the file
         try:
-            return self._load(read_file(source, file_limit(self.memory_size)))
-        except (ElfError, ManifestError, DecodeError) as exc:
-            if os.fspath(source) in str(exc):  # read_file's own errors name the file
-                raise
+            return self._load(data)
+        except (ElfError, ManifestError, DecodeError) as exc:  # which file, for whoever reads the message
             raise type(exc)(f"{os.fspath(source)}: {exc}") from None
 
     def _load(self, data: bytes) -> Image:

@@ -245,19 +245,17 @@ class DueSet:
     @contextlib.contextmanager
     def _writing(self, wait: float | None) -> Iterator[None]:
         """The lock and a write transaction, each waited for at most ``wait`` seconds when it is given."""
-        if wait is None:
-            with self._lock, self._write():
-                yield
-            return
-        if not self._lock.acquire(timeout=max(0.0, wait)):
+        if not self._lock.acquire(timeout=-1 if wait is None else max(0.0, wait)):
             raise QueueError(f"the due-set {self.path} is busy: another write held it for {wait:.3g} s")
         try:
-            self._db.execute(f"PRAGMA busy_timeout = {int(max(0.0, wait) * 1000)}")
+            if wait is not None:
+                self._db.execute(f"PRAGMA busy_timeout = {int(max(0.0, wait) * 1000)}")
             try:
                 with self._write():
                     yield
             finally:
-                self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+                if wait is not None:
+                    self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
         finally:
             self._lock.release()
 

@@ -23,8 +23,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from berm_abi.errors import BermError
-from berm_host.declaration import MAX_TIMEOUT, is_timeout
 from berm_abi.text import escaped
+from berm_host.declaration import MAX_TIMEOUT, is_timeout
 from berm_host.traps import ToolFailure, Trap
 
 from .errors import ChainDepthError, HarnessBusy, LimitError, QueueClosed
