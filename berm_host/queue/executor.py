@@ -265,11 +265,14 @@ class Executor:
             if job.future.set_running_or_notify_cancel():
                 self._run(job)
             self._finish(job.inv.harness)
-            for fn in self._listeners:
-                try:
-                    fn(job.inv)
-                except Exception:
-                    log.exception("a queue listener failed after %s", escaped(job.inv.label, lines=False))
+            self._tell_listeners(job.inv)
+
+    def _tell_listeners(self, inv: Invocation) -> None:
+        for fn in self._listeners:
+            try:
+                fn(inv)
+            except Exception:
+                log.exception("a queue listener failed after %s", escaped(inv.label, lines=False))
 
     def _run(self, job: _Job) -> None:
         """Run one invocation and count it; the counts are updated before the future resolves."""
@@ -288,21 +291,23 @@ class Executor:
         """Run ``inv`` now, on this thread, as part of the invocation that asks (``berm.call``): past the chain
         depth and within its harness's concurrency limit like any invocation (HarnessBusy when the harness is at
         it — waiting for a slot while holding a worker could wait forever), counted in its harness's accounting,
-        but never waiting for a worker, which the caller already holds. Returns the result text or raises what
-        the guest ended in."""
+        but never waiting for a worker, which the caller already holds. Work queued for the harness counts as
+        started (``room``): a freed slot goes to it first, else callers that re-called at once took every slot
+        and a client's call waited as long as they kept calling (found by a review). The listeners hear of its
+        end like any invocation's (the scheduler drains a harness held at its limit when a slot frees). Returns
+        the result text or raises what the guest ended in."""
         harness = inv.harness
         self.check_depth(harness, inv.context.depth)
         with self._cond:
             if self._closed:
                 raise QueueClosed("the executor is shut down and takes no new work")
             running = self._running.get(harness, 0)
-            if running >= self.per_harness:
+            queued = len(self._pending.get(harness, ()))
+            if running + queued >= self.per_harness:
                 self._counters(harness).refused += 1
                 raise HarnessBusy(f"harness {harness!r} is at its concurrency limit ({self.per_harness} "
-                                  "invocations running): try again later")
-            self._running[harness] = running + 1
-            if running + 1 == self.per_harness and harness in self._ready:  # its last slot: not ready any more
-                self._ready.remove(harness)
+                                  "running or queued): try again later")
+            self._running[harness] = running + 1  # nothing queued, so not on the ready list
         started = time.monotonic()
         outcome, result, error = "errors", None, None
         try:
@@ -312,6 +317,7 @@ class Executor:
                 self._running[harness] -= 1
                 self._counters(harness).finished(outcome, time.monotonic() - started, 0.0)
                 self._slot_freed(harness)
+            self._tell_listeners(inv)
         if error is not None:
             raise error
         return result
