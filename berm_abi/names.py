@@ -100,6 +100,7 @@ KNOWN_NAMES: dict[int, str] = {
 }
 
 CORE_BY_NAME: dict[str, HostCall] = {c.name: c for c in CORE_CALLS}
+CORE_NUMBERS: frozenset[int] = frozenset(c.number for c in CORE_CALLS)
 
 
 def core_number(name: str) -> int:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from berm_abi.errors import BermError
-from berm_abi.names import CORE_BY_NAME, KNOWN_NAMES, fnv1a64
+from berm_abi.names import CORE_BY_NAME, CORE_NUMBERS, KNOWN_NAMES, fnv1a64
 
 #: A capability: request frame bytes in, reply bytes out. It raises CapabilityError for its own failures
 #: (file not found, host not allowed, timeout…), which reach the guest as an ERROR-bit reply, never a trap.
@@ -73,8 +73,13 @@ class Linker:
         """``lookup`` as the table's own ``dict.get`` (no Python frame, ~80 ns less per call), for host-call
         paths that bind it once per linker; it sees later ``define``s like ``lookup`` does. A subclass that
         overrides ``lookup`` (to revoke a capability at run time) is asked through it: translated code took the
-        table behind its back and served what the interpreter refused."""
-        return self._by_number.get if type(self).lookup is Linker.lookup else self.lookup
+        table behind its back and served what the interpreter refused. Such a ``lookup`` is never asked for a core
+        call's number (translated code brings berm.log here): the interpreter serves those before any linker,
+        and one that answered every number had berm.log's line taken from the log on translated code only."""
+        if type(self).lookup is Linker.lookup:
+            return self._by_number.get
+        lookup = self.lookup
+        return lambda number: None if number in CORE_NUMBERS else lookup(number)
 
     def names(self) -> list[str]:
         return sorted(c.name for c in self._by_number.values())

@@ -14,10 +14,10 @@ import pytest
 
 from berm_host.declaration import MAX_TIMEOUT
 from berm_host.engine import Engine
-from berm_host.linker import CapabilityError, Linker
+from berm_host.linker import Capability, CapabilityError, Linker
 from berm_host.traps import HostError, Trap, TrapKind
 from tests.bounded import GRACE, ends_within
-from tests.guests import capability_relay_elf
+from tests.guests import capability_relay_elf, raw_harness_elf
 
 KINDS = ("aot", "interp")
 #: A deadline no test waits for (the longest an Engine takes): a run that ends at all under it ended by another's.
@@ -288,6 +288,32 @@ def test_a_linker_that_overrides_lookup_is_obeyed(tmp_path, elf, kind):
     with pytest.raises(Trap) as info:
         h.call("cap")
     assert info.value.kind is TrapKind.UNKNOWN_HOST_CALL
+
+
+class AnswersEverything(Linker):
+    """Answers every number it does not define with an error reply, instead of leaving it to trap."""
+
+    def lookup(self, number):
+        return super().lookup(number) or Capability("denied", self.deny)
+
+    @staticmethod
+    def deny(request):
+        raise CapabilityError("not granted")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_linker_that_answers_every_number_is_never_asked_for_a_core_call(tmp_path, kind):
+    """Found by a review: translated code asked the linker for berm.log's number before serving it as a log line,
+    so a linker that answered every number took the line (an error reply, nothing logged); the interpreter serves
+    core calls before asking any linker."""
+    elf = raw_harness_elf(r"""
+        static char line[] = "from the guest";
+        Pair berm_tool_log(void) { ecall2(LOG, (u64)line, sizeof line - 1); Pair p = {(u64)line, 4}; return p; }
+        """, ("log",))
+    lines = []
+    h = Engine(kind=kind, cache_dir=tmp_path, log=lambda name, line: lines.append(line)).load(elf).harness(
+        AnswersEverything())
+    assert h.call("log") == "from" and lines == [b"from the guest"]
 
 
 class Unprintable(CapabilityError):
