@@ -144,15 +144,10 @@ class Layout:
     def windows(self) -> Windows:
         """The bounds windows translated code checks against (as constants: berm_host/aot/berm_code.h): exactly
         ``readable`` and ``writable`` (an empty window repeats the stack's). One compare per window is exact only
-        for windows of 0 or at least 8 bytes, so an image leaving 1..7 bytes between its (writable) start and the
-        guard is an ElfError."""
+        for windows of 0 or at least 8 bytes, which ``layout_for`` makes sure of."""
         stack = (self.stack_lo, self.size - self.stack_lo - 8)
-        spans = []
-        for what, lo in (("image", self.image_lo), ("writable data", self.writable_lo)):
-            room = self.guard_lo - lo
-            if 0 < room < 8:
-                raise ElfError(f"the {what} at {lo:#x} leaves only {room} bytes before the guard page")
-            spans.append((lo, room - 8) if room >= 8 else stack)
+        spans = [(lo, self.guard_lo - lo - 8) if self.guard_lo - lo >= 8 else stack
+                 for lo in (self.image_lo, self.writable_lo)]
         return Windows(*spans[0], *spans[1], *stack)
 
 
@@ -177,5 +172,10 @@ def layout_for(image: ElfImage, size: int = DEFAULT_MEMORY) -> Layout:
     if heap_start > guard_lo:
         raise ElfError(f"the image ends at {image_end:#x}, too large for {size} bytes of guest memory "
                        f"(the stack and guard start at {guard_lo:#x})")
+    # translated code's bounds windows (Layout.windows) cannot hold 1..7 bytes: refused on both engines alike (the
+    # interpreter ran what translated code refused, found by a review)
+    for what, lo in (("image", image_lo), ("writable data", writable_lo)):
+        if 0 < guard_lo - lo < 8:
+            raise ElfError(f"the {what} at {lo:#x} leaves only {guard_lo - lo} bytes before the guard page")
     return Layout(size=size, image_lo=image_lo, writable_lo=writable_lo, image_end=image_end,
                   heap_start=heap_start, guard_lo=guard_lo, stack_lo=stack_lo)
