@@ -159,10 +159,12 @@ def test_an_address_never_matches_a_wildcard_entry():
             HostList([bad])
 
 
-@pytest.mark.parametrize("host", ["127.1", "0x7f.1", "0177.0.0.1", "2130706433", "127.0.1"])
+@pytest.mark.parametrize("host", ["127.1", "0x7f.1", "0177.0.0.1", "2130706433", "127.0.1",
+                                  "\uff11\uff12\uff17.1", "\uff11\uff12\uff17.0.0.1", "127\u2024\u2460"])
 def test_an_address_in_a_short_or_numeric_form_never_matches_a_wildcard(server, host):
-    """Found by a hostile review: ipaddress calls "127.1" a name, so "*.1" matched it, and glibc connects it to
-    127.0.0.1. Whatever the resolver reads as an address is one."""
+    """Found by hostile reviews: ipaddress calls "127.1" a name, so "*.1" matched it, and glibc connects it to
+    127.0.0.1. Whatever the resolver reads as an address is one, in whatever form the guest writes it: fullwidth
+    digits and other characters the IDNA codec maps to digits and dots are looked up as ASCII ("１２７.1")."""
     assert not HostList(["*.1", "*.0.0.1", "*.0.1", "*.2130706433"]).allows(host)
     seen = len(server.seen)
     with pytest.raises(CapabilityError, match="is not in this harness's hosts"):
@@ -249,10 +251,16 @@ def _raw_server(response: bytes):
     (b"HTTP/1.1 200 OK\r\nX\x00A: 1\r\nContent-Length: 2\r\n\r\nok", "malformed response headers"),
     # a first header line that continues nothing: a defect with no line left over (session 15's mutation gap)
     (b"HTTP/1.1 200 OK\r\n X-Lead: 1\r\nContent-Length: 2\r\n\r\nok", "malformed response headers"),
+    # a length http.client cannot parse, or two: it read to the connection's end, or the first length only
+    (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\nabc", "malformed response framing"),
+    pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 1" + b"0" * 4999 + b"\r\n\r\nabc",
+                 "malformed response framing", id="a Content-Length of 5,000 digits"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 5\r\n\r\nabcde", "malformed response framing"),
 ])
 def test_a_response_cut_short_or_with_broken_headers_is_an_error(response, words):
-    """Found by a review: a body shorter than its Content-Length came back as a success, and a line that is no
-    header silently dropped every header after it (the framing too: the chunked body came back raw)."""
+    """Found by reviews: a body shorter than its Content-Length came back as a success, as did one whose
+    Content-Length was unreadable or given twice, and a line that is no header silently dropped every header
+    after it (the framing too: the chunked body came back raw)."""
     url, stop = _raw_server(response)
     try:
         with pytest.raises(CapabilityError, match=words):

@@ -64,7 +64,11 @@ class HostList:
         self.entries = tuple(sorted(self.exact) + sorted("*" + s for s in self.suffixes))
 
     def allows(self, host: str) -> bool:
-        host = normalize_host(host)
+        """Whether ``host``, in the form the resolver is asked for it (``resolver_form``), is listed."""
+        try:
+            host = normalize_host(resolver_form(host))
+        except UnicodeError:
+            return False
         if host in self.exact:
             return True
         return not _is_address(host) and any(host.endswith(s) and len(host) > len(s) for s in self.suffixes)
@@ -86,6 +90,13 @@ def _is_address(host: str) -> bool:
         return False
 
 
+def resolver_form(host: str) -> str:
+    """``host`` as the resolver is asked for it: the ASCII form the IDNA codec makes of a name, which is what
+    ``socket`` looks up (a UnicodeError when it makes none). Matched in any other form, "１２７.1" (fullwidth
+    digits) was a name under "*.1", and the resolver connected it to 127.0.0.1 (found by a hostile review)."""
+    return host.encode("idna").decode("ascii")
+
+
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -103,9 +114,12 @@ def _target(url: str, hosts: HostList) -> tuple[str, str, int, str]:
         raise CapabilityError(f"only http and https URLs are allowed, not {scheme or 'no scheme'!r}")
     if parts.username is not None or parts.password is not None:
         raise CapabilityError("credentials in the URL are not allowed")
-    host = parts.hostname
-    if not host:
+    if not parts.hostname:
         raise CapabilityError("URL has no host")
+    try:
+        host = resolver_form(parts.hostname)
+    except UnicodeError as exc:
+        raise CapabilityError(f"bad host name: {exc}") from None
     if not hosts.allows(host):
         raise CapabilityError(f"host {host!r} is not in this harness's hosts")
     path = parts.path or "/"
@@ -182,6 +196,7 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
         resp = conn.getresponse()
         if resp.msg.defects or resp.msg.get_payload():  # a line that is no header ended them, and what followed
             raise CapabilityError("malformed response headers")  # (framing included) was dropped without a word
+        _check_length(resp)
         data = bytearray()
         while chunk := resp.read1(65536):
             deadline.check()
@@ -202,6 +217,15 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
         if timer is not None:
             timer.cancel()
         conn.close()
+
+
+def _check_length(resp: http.client.HTTPResponse) -> None:
+    """A CapabilityError for a Content-Length that does not say one length: http.client reads a body it cannot
+    parse ("-1", 5,000 digits) to the connection's end, and the first of two differing ones only, so a body cut
+    short came back as whole (found by a hostile review). RFC 9112 §6.3: both are unrecoverable errors."""
+    lengths = resp.msg.get_all("content-length")
+    if lengths and not resp.chunked and (resp.length is None or len({v.strip() for v in lengths}) > 1):
+        raise CapabilityError(f"malformed response framing: Content-Length {', '.join(lengths)[:60]!r}")
 
 
 def capabilities(hosts: HostList, *, timeout: float = HTTP_TIMEOUT) -> dict[str, CapabilityFn]:
