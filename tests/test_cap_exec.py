@@ -16,6 +16,8 @@ from berm_abi.frames import encode_frame
 from berm_host.capabilities import exec as exec_cap
 from berm_host.capabilities.paths import Root
 from berm_host.linker import CapabilityError
+from berm_host.running import interpreting
+from tests.bounded import GRACE, ends_within
 
 
 @pytest.fixture
@@ -299,11 +301,56 @@ def test_a_supervisor_stopped_by_its_command_is_resumed_at_the_timeout(root, mon
     assert survivors == []
 
 
-def test_a_command_that_keeps_stopping_its_supervisor_still_ends(root, monkeypatch):
-    """Stopped again as soon as it is resumed, the supervisor is SIGKILLed after the grace; the call ends."""
+#: Loops that stop the supervisor again as soon as it is resumed: in the command's group, and detached (setsid).
+STOP_LOOPS = "for i in 1 2 3 4 5 6 7 8; do (while :; do kill -STOP $PPID; done) & done; wait"
+DETACHED_STOP_LOOPS = ("s=$PPID; for i in 1 2 3 4 5 6; do setsid sh -c 'while :; do kill -STOP $0; done' $s & done; "
+                       "sleep 1000")
+
+
+@pytest.mark.parametrize("command", ["while :; do kill -STOP $PPID; done", STOP_LOOPS, DETACHED_STOP_LOOPS],
+                         ids=["command", "group", "detached"])
+def test_a_command_that_keeps_stopping_its_supervisor_still_ends_and_leaves_nothing(root, monkeypatch, command):
+    """Stopped again as soon as it is resumed, the supervisor was SIGKILLed after the grace, and what the command
+    had detached ran on after the call (found by a hostile review). The host now kills the supervisor's descendants
+    itself when the supervisor does not get to."""
     monkeypatch.setattr(exec_cap, "STOP_GRACE", 0.5)
-    reply, _ = _run_marked(root, "while :; do kill -STOP $PPID; done", timeout=0.5)
+    reply, survivors = _run_marked(root, command, timeout=0.5)
     assert reply["exit_code"] == -1 and reply["stderr"].endswith("timeout]")
+    assert survivors == []
+
+
+def _in_invocation(seconds: float, fn):
+    """``fn()`` inside an invocation whose deadline is ``seconds`` away, bounded by the test."""
+    def call():
+        with interpreting(time.monotonic() + seconds):
+            return fn()
+    return ends_within(GRACE, call)
+
+
+@pytest.mark.parametrize("host_kills", [True, False], ids=["host-kills", "host-cannot-kill"])
+@pytest.mark.parametrize("command", [STOP_LOOPS, DETACHED_STOP_LOOPS], ids=["group", "detached"])
+def test_stopping_the_supervisor_does_not_hold_the_call_past_the_invocations_deadline(root, monkeypatch, command,
+                                                                                      host_kills):
+    """Found by a hostile review: a command that keeps its supervisor stopped made the call return up to 5.5 s (the
+    stop and drain graces) past the invocation's deadline, while the guest waited in the host call and could not be
+    interrupted. The graces are now kept back from the command's time, and shrunk to fit the invocation: with graces
+    of an hour the call still ends, even if the host can kill none of the command's processes itself (then it
+    SIGKILLs the supervisor in time)."""
+    monkeypatch.setattr(exec_cap, "STOP_GRACE", 3600.0)
+    monkeypatch.setattr(exec_cap, "DRAIN_GRACE", 3600.0)
+    if not host_kills:
+        monkeypatch.setattr(exec_cap, "_kill_children", lambda parent: 0)
+    reply, survivors = _in_invocation(1.0, lambda: _run_marked(root, command, timeout=60))
+    assert reply["exit_code"] == -1 and reply["stderr"].endswith("timeout]")
+    assert survivors == [] or not host_kills
+
+
+def test_a_command_that_kills_its_supervisor_does_not_hold_the_call_past_the_invocations_deadline(root, monkeypatch):
+    """What the command detached outlives a supervisor it killed, and holds the pipes: the drain of them is bounded
+    by the invocation's deadline as well as by its grace."""
+    monkeypatch.setattr(exec_cap, "DRAIN_GRACE", 3600.0)
+    reply, _ = _in_invocation(1.0, lambda: _run_marked(root, "setsid sleep 1000 & kill -9 $PPID; echo ran"))
+    assert reply == {"exit_code": -1, "stderr": "", "stdout": "ran\n"}
 
 
 def test_a_missing_supervisor_is_a_clear_error(root, monkeypatch):

@@ -6,8 +6,10 @@ The working directory is resolved like any capability path and entered through i
 command exits, it kills everything the command started — its process group, and every descendant that left the
 group (``setsid``, a double fork) — before exiting itself, so nothing a call started outlives the call, and a
 background child cannot hold the pipes open and hang it. On the timeout the host asks the supervisor to do the
-same at once. Each output stream keeps its first ``OUTPUT_CAP`` bytes; the rest is read and counted, and a marker
-line says so. The environment is built, never inherited: PATH, HOME and LANG from the host, then the
+same at once; if the command keeps it from doing so (stops it again and again), the host kills the supervisor's
+descendants itself, then the supervisor. The call ends within the invocation's deadline whatever the command does
+(see ``run_command``). Each output stream keeps its first ``OUTPUT_CAP`` bytes; the rest is read and counted, and
+a marker line says so. The environment is built, never inherited: PATH, HOME and LANG from the host, then the
 declaration's pairs, then the call's.
 """
 
@@ -21,6 +23,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -34,8 +37,16 @@ OUTPUT_CAP = 1024 * 1024
 #: After the supervisor exits, how long to wait for pipes still held open: only a process that escaped it (by
 #: killing it) or was handed a descriptor can hold them.
 DRAIN_GRACE = 0.5
-#: How long the supervisor may take to kill what a timed-out command started before it is itself SIGKILLed.
+#: How long the supervisor may take to kill what a timed-out command started before the host does it itself.
 STOP_GRACE = 5.0
+#: Inside an invocation that leaves less than the timeout plus both graces, the share of the time left that is kept
+#: back from the command for stopping it and draining its pipes (the graces shrink to fit it, in their ratio).
+STOP_SHARE = 0.1
+#: While it waits for a stopping supervisor, the host resumes it (SIGCONT) this often: its command may stop it again.
+CONT_INTERVAL = 0.01
+#: How long the host waits past the call's end for a supervisor it SIGKILLed to be reaped (the kernel takes
+#: milliseconds), before it leaves it to subprocess to reap later.
+REAP_GRACE = 0.05
 _BASE_KEYS = ("PATH", "HOME", "LANG")
 #: What execve takes on Linux: one ``NAME=value`` string of at most 128 KiB (MAX_ARG_STRLEN), and about 2 MiB of
 #: arguments and environment together. Checked before anything reads the environment: a PATH of millions of entries
@@ -96,30 +107,99 @@ def _start(command: str, cwd: str, env: Mapping[str, str]) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def _stop(proc: subprocess.Popen, pidfd: int) -> None:
-    """Ask the supervisor to kill everything and exit; SIGKILL it if it has not within ``STOP_GRACE``. SIGCONT
-    resumes a supervisor its command stopped (``kill -STOP $PPID``): else the SIGTERM waited for the grace, and the
-    SIGKILL then left the command running after the call."""
-    os.kill(proc.pid, signal.SIGTERM)  # it is not reaped yet, so the pid is still its own
-    os.kill(proc.pid, signal.SIGCONT)
-    if not select.select([pidfd], [], [], STOP_GRACE)[0]:
+def _parent_and_state(pid: int) -> tuple[int, str]:
+    """The parent and state letter of process ``pid`` from its stat line; (0, "") if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            line = f.read()
+    except OSError:
+        return 0, ""
+    fields = line[line.rfind(b")") + 2:].split(b" ", 2)  # the name may hold ')' and spaces; state and ppid follow
+    return (int(fields[1]), fields[0].decode()) if len(fields) > 2 else (0, "")
+
+
+def _kill_children(parent: int) -> int:
+    """SIGKILL every live (not yet a zombie) child of ``parent``; how many there were. Each is signalled through a
+    pidfd opened before its parent is checked again, so a pid reused meanwhile is never signalled."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or _parent_and_state(int(name))[0] != parent:
+            continue
+        try:
+            fd = os.pidfd_open(int(name))
+        except OSError:
+            continue
+        try:
+            ppid, state = _parent_and_state(int(name))
+            if ppid == parent and state not in ("Z", "X"):
+                count += 1
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return count
+
+
+def _resume_until(pid: int, pidfd: int, until: float) -> bool:
+    """Wait until the supervisor has exited or ``until`` (a ``time.monotonic()`` instant), resuming it every
+    ``CONT_INTERVAL``; whether it exited."""
+    while True:
+        os.kill(pid, signal.SIGCONT)  # it is not reaped yet, so the pid is still its own
+        wait = min(CONT_INTERVAL, until - time.monotonic())
+        if select.select([pidfd], [], [], max(0.0, wait))[0]:
+            return True
+        if wait <= 0:
+            return False
+
+
+def _stop(proc: subprocess.Popen, pidfd: int, until: float) -> None:
+    """Ask the supervisor to kill everything and exit, resuming it all along (a command can stop it: ``kill -STOP
+    $PPID``, in a loop). If it has not exited half way to ``until`` (a ``time.monotonic()`` instant), the host
+    kills its descendants itself, as the supervisor does: every child it has, until none is left (it is a child
+    subreaper, so every orphan of the command's is its child: detached ones included), and then, once nothing can
+    stop it any more, it exits; the supervisor is SIGKILLed at ``until`` if not."""
+    now = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    if _resume_until(proc.pid, pidfd, now + (until - now) / 2):
+        return
+    while _kill_children(proc.pid) and not select.select([pidfd], [], [], 0.001)[0]:
+        if time.monotonic() >= until:
+            break
+    if not _resume_until(proc.pid, pidfd, until):
         os.kill(proc.pid, signal.SIGKILL)
 
 
 def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, timeout: float = EXEC_TIMEOUT,
                 cap: int = OUTPUT_CAP) -> dict:
     """Run ``command``; returns ``{"exit_code", "stdout", "stderr"}`` (exit_code -1 when killed by a signal,
-    including the timeout, which also adds a line to stderr)."""
+    including the timeout, which also adds a line to stderr).
+
+    The call returns by ``call``: ``timeout`` plus ``STOP_GRACE`` and ``DRAIN_GRACE``, or the invocation's time left
+    less the guest's share (``Deadline.within_invocation``), whichever is sooner. The command's own timeout keeps
+    back from ``call`` the time to stop it and drain its pipes: both graces, or ``STOP_SHARE`` of ``call`` when that
+    is less, the graces shrunk in their ratio to fit. Past ``call`` there may run only one scan of ``/proc`` by the
+    host's own kill and the reaping of a supervisor it SIGKILLed (the kernel's, milliseconds; ``REAP_GRACE`` at
+    most)."""
     if "\0" in command:
         raise CapabilityError("command contains a NUL byte")
     if sum(_check_env(key, value) for key, value in env.items()) > MAX_ENV_TOTAL:
         raise CapabilityError(f"the environment is larger than {MAX_ENV_TOTAL} bytes")
-    deadline = Deadline.within_invocation(timeout)
+    graces = STOP_GRACE + DRAIN_GRACE
+    call = Deadline.within_invocation(timeout + graces)
+    deadline = Deadline(min(timeout, call.seconds - min(graces, call.seconds * STOP_SHARE)))
     with root.open_dir(cwd or ".") as r:
         proc = _start(command, f"/proc/self/fd/{r.dir_fd}", env)
     streams = {proc.stdout: _Stream(cap), proc.stderr: _Stream(cap)}
     timed_out = False
-    ended_at: float | None = None  # deadline.remaining() when the supervisor exited or was stopped
+    drain_end: float | None = None  # the time.monotonic() instant the drain ends, once the supervisor has exited
+
+    def stop() -> float:
+        """Stop the supervisor within the stop grace's share of what the call has left; the drain's end."""
+        left = max(0.0, call.remaining())
+        _stop(proc, pidfd, time.monotonic() + min(STOP_GRACE, left * STOP_GRACE / graces))
+        return time.monotonic() + min(DRAIN_GRACE, call.remaining())
+
     pidfd = os.pidfd_open(proc.pid)  # readable once the supervisor exits; it stays unreaped until proc.wait()
     try:
         with selectors.DefaultSelector() as sel:
@@ -129,36 +209,38 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
                 sel.register(pipe, selectors.EVENT_READ, "pipe")
             # until the command ends, whatever its pipes do (``exec >log 2>&1`` closes both at once), then until
             # they are drained or the grace is over
-            while ended_at is None or sel.get_map():
-                left = deadline.remaining()
-                if ended_at is None and left <= 0:
+            while drain_end is None or sel.get_map():
+                wait = deadline.remaining() if drain_end is None else drain_end - time.monotonic()
+                if drain_end is None and wait <= 0:
                     timed_out = True
-                    _stop(proc, pidfd)
                     sel.unregister(pidfd)
-                    ended_at = left
-                wait = left if ended_at is None else DRAIN_GRACE - (ended_at - left)
+                    drain_end = stop()
+                    wait = drain_end - time.monotonic()
                 if wait <= 0:
                     break
                 for key, _ in sel.select(wait):
                     if key.data == "exit":
                         sel.unregister(pidfd)
-                        ended_at = deadline.remaining()
+                        drain_end = time.monotonic() + min(DRAIN_GRACE, call.remaining())
                     elif chunk := os.read(key.fd, 65536):
                         streams[key.fileobj].feed(chunk)
                     else:
                         sel.unregister(key.fileobj)
     finally:
-        if ended_at is None:
-            _stop(proc, pidfd)
+        if drain_end is None:
+            stop()
         os.close(pidfd)
         for pipe in streams:
             pipe.close()
-        proc.wait()
+        try:
+            proc.wait(max(REAP_GRACE, call.remaining()))
+        except subprocess.TimeoutExpired:  # SIGKILLed and not dead yet: reaped by subprocess later
+            pass
     stderr = streams[proc.stderr].render()
     if timed_out:
         stderr += ("\n" if stderr else "") + f"[killed: the command ran past its {deadline.seconds:.3g} s timeout]"
     code = proc.returncode
-    return {"exit_code": -1 if timed_out or code < 0 else code, "stderr": stderr,
+    return {"exit_code": -1 if timed_out or code is None or code < 0 else code, "stderr": stderr,
             "stdout": streams[proc.stdout].render()}
 
 
