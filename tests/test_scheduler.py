@@ -14,6 +14,7 @@ from berm_host.linker import CapabilityError
 from berm_host.queue import Cancel, DueSet, QueueError, ScheduleError, schedule_capabilities
 from berm_host.queue import scheduler as scheduler_module
 
+from .bounded import GRACE, ends_within
 from .queue_helpers import RecordingTarget, queue_factory, wait_for
 
 
@@ -449,11 +450,11 @@ def test_a_delivered_wake_whose_deletion_fails_is_not_delivered_again(make_queue
     real_remove = q.dueset.remove_fired
     attempts = []
 
-    def full_disk(entries):
+    def full_disk(entries, wait):
         attempts.append(len(entries))
         if len(attempts) < 4:
             raise QueueError("writing the due-set failed: database or disk is full")
-        real_remove(entries)
+        real_remove(entries, wait=wait)
 
     monkeypatch.setattr(q.dueset, "remove_fired", full_disk)
     q.schedule("h", "once", now_ms() - 1, "p")
@@ -464,6 +465,30 @@ def test_a_delivered_wake_whose_deletion_fails_is_not_delivered_again(make_queue
     assert len(attempts) == 4  # three failures, each retried after its backoff, then the deletion
 
 
+def test_another_connection_writing_the_due_set_holds_up_no_tool_call_and_no_stop(tmp_path, make_queue):
+    """Found by a review: while another connection held the due-set's write lock (a sqlite3 shell, a backup), the
+    scheduler's deletion of a delivered wake waited out SQLite's 30 s busy timeout holding the scheduler's
+    condition, which every worker takes to tell of an invocation's end: calls to an unrelated harness stalled, and
+    stopping took a minute. The deletion now waits a moment outside it and is retried."""
+    gate = threading.Event()
+    t, other = RecordingTarget(on_wake=lambda inv: gate.wait(10)), RecordingTarget()
+    q = make_queue({"h": t, "other": other}, workers=2, per_harness=1)
+    q.schedule("h", "w", now_ms() - 1)
+    wait_for(lambda: t.active)
+    writer = sqlite3.connect(tmp_path / "due.db", isolation_level=None, check_same_thread=False)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        gate.set()  # the wake ends, and its deletion finds the due-set locked
+        wait_for(lambda: t.wakes())
+        assert ends_within(GRACE, lambda: [q.call("other", "echo", f"{i}").result(GRACE) for i in range(3)]) == [
+            "0", "1", "2"]
+        ends_within(GRACE, q.stop)
+    finally:
+        writer.rollback()
+        writer.close()
+    assert [e.id for e in DueSet(tmp_path / "due.db").list()] == ["w"]  # delivered again after a restart
+
+
 def test_a_deletion_waiting_for_its_backoff_is_tried_again_at_stop(tmp_path, make_queue, monkeypatch):
     """Stopping tries the deletion once more: left to its backoff, the next start delivered the wake again."""
     monkeypatch.setattr(scheduler_module, "DELETE_RETRY", 600.0)
@@ -471,10 +496,10 @@ def test_a_deletion_waiting_for_its_backoff_is_tried_again_at_stop(tmp_path, mak
     q = make_queue({"h": t}, start=False)
     real_remove, failures = q.dueset.remove_fired, [QueueError("disk full")]
 
-    def fails_once(entries):
+    def fails_once(entries, wait):
         if failures:
             raise failures.pop()
-        real_remove(entries)
+        real_remove(entries, wait=wait)
 
     monkeypatch.setattr(q.dueset, "remove_fired", fails_once)
     q.schedule("h", "once", now_ms() - 1, "p")
@@ -489,7 +514,7 @@ def test_a_rearm_written_while_the_deletion_fails_still_comes_due(make_queue, mo
     monkeypatch.setattr(scheduler_module, "DELETE_RETRY", 0.05)
     t = RecordingTarget()
     q = make_queue({"h": t}, start=False)
-    monkeypatch.setattr(q.dueset, "remove_fired", lambda entries: (_ for _ in ()).throw(QueueError("disk full")))
+    monkeypatch.setattr(q.dueset, "remove_fired", lambda entries, wait: (_ for _ in ()).throw(QueueError("disk full")))
     q.schedule("h", "tick", now_ms() - 1, "first")
     q.start()
     wait_for(lambda: t.wakes())
@@ -512,6 +537,24 @@ def test_a_damaged_row_is_dropped_and_the_other_wakes_run(tmp_path, make_queue):
     wait_for(lambda: q.stats()["pending"] == 0)
     assert [w["id"] for w in t.wakes()] == ["fine"]
     assert q.scheduler.stats().dropped == 1
+
+
+@pytest.mark.parametrize("when", ["'soon'", "x'00'"], ids=["text", "blob"])
+def test_a_row_with_no_instant_is_dropped_and_the_other_wakes_run(tmp_path, make_queue, when):
+    """Found by a review: a row whose instant is text (another program's edit) is never due, but every drain took
+    it for the earliest instant to sleep until, and failed with a TypeError: a logged traceback a second, for ever,
+    and every wake up to a second late. It is dropped once it is the earliest (until then it is never read)."""
+    ds = DueSet(tmp_path / "due.db")
+    ds.put("h", "fine", now_ms() - 2, "p")
+    ds.close()
+    with sqlite3.connect(tmp_path / "due.db") as db:
+        db.execute(f"INSERT INTO due VALUES ('h', 'damaged', {when}, '', 0, 99)")
+    t = RecordingTarget()
+    q = make_queue({"h": t})
+    wait_for(lambda: q.stats()["pending"] == 0)
+    q.schedule("h", "next", now_ms() + 50, "p")
+    wait_for(lambda: len(t.wakes()) == 2)
+    assert [w["id"] for w in t.wakes()] == ["fine", "next"] and q.scheduler.stats().dropped == 1
 
 
 def test_calls_queued_behind_their_harness_limit_hold_no_worker_from_another_harness_wake(make_queue):

@@ -94,7 +94,10 @@ class Entry:
 
 
 class DueSet:
-    """Thread-safe: one connection behind a lock (SQLite serialises writers anyway)."""
+    """Thread-safe: one connection for writes behind a lock (SQLite serialises writers anyway), another for reads
+    behind its own. In WAL mode a read never waits for a writer, so a read must not queue behind a write that
+    waits for another connection's lock: the scheduler reads while every worker waits to tell it of an end, and
+    one sqlite3 shell's open write held up every tool call (found by a review)."""
 
     def __init__(self, path: str | Path, *, per_harness: int = DEFAULT_PER_HARNESS):
         self.path = Path(path)
@@ -109,9 +112,12 @@ class DueSet:
             with _Transaction(self._db, self.path):
                 self._count()
             (self._gen,) = self._db.execute("SELECT coalesce(max(gen), 0) FROM due").fetchone()
+            self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                           timeout=BUSY_TIMEOUT)
         except (sqlite3.Error, OSError) as exc:
             raise QueueError(f"cannot open the due-set {self.path}: {exc}") from None
         self._lock = threading.Lock()
+        self._read_lock = threading.Lock()
 
     def _count(self) -> None:
         """Create the usage table and its triggers, counting every harness's usage, when the due-set has none (one
@@ -124,8 +130,9 @@ class DueSet:
                          "GROUP BY harness")
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
             self._db.close()
+            self._reader.close()
 
     # --- writes ---------------------------------------------------------------------------------------------
 
@@ -168,20 +175,15 @@ class DueSet:
         with self._writing(wait):
             return self._db.execute("DELETE FROM due WHERE harness=? AND id=?", (harness, id)).rowcount > 0
 
-    def remove_fired(self, entries: list[Entry]) -> None:
-        """Delete delivered occurrences, in one transaction; a key re-written since (a re-arm) is kept."""
+    def remove_fired(self, entries: list[Entry], *, wait: float | None = None) -> None:
+        """Delete delivered occurrences, in one transaction; a key re-written since (a re-arm) is kept. ``wait`` as
+        for ``put``. No fsync for these: losing one to a power cut means delivering that wake again
+        (at-least-once), never losing a schedule; the next synchronous commit makes them durable with itself."""
         if not entries:
             return
-        with self._lock:
-            # No fsync for these: losing one to a power cut means delivering that wake again (at-least-once),
-            # never losing a schedule; the next synchronous commit makes them durable along with itself.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            try:
-                with self._write():
-                    self._db.executemany("DELETE FROM due WHERE harness=? AND id=? AND gen=?",
-                                         [(e.harness, e.id, e.gen) for e in entries])
-            finally:
-                self._db.execute("PRAGMA synchronous=FULL")
+        with self._writing(wait, durable=False):
+            self._db.executemany("DELETE FROM due WHERE harness=? AND id=? AND gen=?",
+                                 [(e.harness, e.id, e.gen) for e in entries])
 
     # --- reads ----------------------------------------------------------------------------------------------
 
@@ -210,15 +212,15 @@ class DueSet:
             return self._select("ORDER BY when_ms, harness, id LIMIT ?", (n,))
         rows = [e for harness in only
                 for e in self._select("WHERE harness=? ORDER BY when_ms, id LIMIT ?", (harness, n))]
-        return heapq.nsmallest(n, rows, key=lambda e: (e.when_ms, e.harness, e.id))
+        return heapq.nsmallest(n, rows, key=lambda e: (*_sql_order(e.when_ms), e.harness, *_sql_order(e.id)))
 
     def due(self, now_ms: int, n: int, *, only: Harnesses = None) -> list[Entry]:
         """Up to ``n`` entries due at ``now_ms`` (of the harnesses in ``only``, when given), taken in rounds: every
         harness's earliest, then every harness's second, …, earlier first within a round. In time order alone, one
         harness's flood of due wakes kept every other harness's waiting behind it."""
         if only is None:
-            with self._lock:
-                only = [h for (h,) in self._db.execute("SELECT DISTINCT harness FROM due WHERE when_ms <= ?",
+            with self._read_lock:
+                only = [h for (h,) in self._reader.execute("SELECT DISTINCT harness FROM due WHERE when_ms <= ?",
                                                        (now_ms,))]
         rounds = []
         for harness in sorted(only):
@@ -231,29 +233,34 @@ class DueSet:
         where, params = _only(only)
         if due_at is not None:
             where, params = f"when_ms <= ? AND {where}", (due_at, *params)
-        with self._lock:
-            return self._db.execute(f"SELECT count(*) FROM due WHERE {where}", params).fetchone()[0]
+        with self._read_lock:
+            return self._reader.execute(f"SELECT count(*) FROM due WHERE {where}", params).fetchone()[0]
 
     def _select(self, tail: str, params: tuple) -> list[Entry]:
-        with self._lock:
-            rows = self._db.execute(f"SELECT {_COLUMNS} FROM due {tail}", params).fetchall()
+        with self._read_lock:
+            rows = self._reader.execute(f"SELECT {_COLUMNS} FROM due {tail}", params).fetchall()
         return [Entry(*row) for row in rows]
 
     def _write(self) -> "_Transaction":
         return _Transaction(self._db, self.path)
 
     @contextlib.contextmanager
-    def _writing(self, wait: float | None) -> Iterator[None]:
-        """The lock and a write transaction, each waited for at most ``wait`` seconds when it is given."""
+    def _writing(self, wait: float | None, *, durable: bool = True) -> Iterator[None]:
+        """The lock and a write transaction, each waited for at most ``wait`` seconds when it is given; committed
+        without an fsync unless ``durable``."""
         if not self._lock.acquire(timeout=-1 if wait is None else max(0.0, wait)):
             raise QueueError(f"the due-set {self.path} is busy: another write held it for {wait:.3g} s")
         try:
             if wait is not None:
                 self._db.execute(f"PRAGMA busy_timeout = {int(max(0.0, wait) * 1000)}")
+            if not durable:
+                self._db.execute("PRAGMA synchronous=NORMAL")
             try:
                 with self._write():
                     yield
             finally:
+                if not durable:
+                    self._db.execute("PRAGMA synchronous=FULL")
                 if wait is not None:
                     self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
         finally:
@@ -287,6 +294,12 @@ class _Transaction:
         if isinstance(exc, sqlite3.Error):
             raise QueueError(f"writing the due-set {self._path} failed: {exc}") from None
         return False
+
+
+def _sql_order(value: object) -> tuple[int, object]:
+    """A sort key that orders values of mixed types as SQLite does (numbers, then text, then blobs): a column of
+    the wrong type, written by another program, cannot make a merge of sorted reads raise."""
+    return (0 if isinstance(value, (int, float)) else 1 if isinstance(value, str) else 2), value
 
 
 @functools.lru_cache(maxsize=8)  # the scheduler asks with the same set at every drain

@@ -49,6 +49,9 @@ RETRY_AFTER = 1.0
 #: this many seconds, doubling up to ``MAX_DELETE_RETRY``. Until deleted they are not delivered again.
 DELETE_RETRY = 1.0
 MAX_DELETE_RETRY = 60.0
+#: Seconds a deletion waits for the due-set while another connection writes it, before it is left to the retry.
+#: (It waited SQLite's whole busy timeout, 30 s, and the scheduler with it: found by a review.)
+DELETE_WAIT = 0.25
 
 
 def now_ms() -> int:
@@ -147,6 +150,8 @@ class Scheduler:
                     timeout = RETRY_AFTER
                 if self._stopping:
                     break
+                if self._finished:  # dropped by this drain: deleted at once
+                    continue
                 self._cond.wait(timeout)
                 self._count(wakeups=1)
 
@@ -156,21 +161,39 @@ class Scheduler:
 
     def _flush(self) -> None:
         """Delete the occurrences of the wakes that ended; those whose deletion fails are kept from delivery and
-        retried with a backoff."""
-        self._undeleted.update((e.key, e) for e in self._finished)
-        self._finished = []
+        retried with a backoff. Called holding the condition, which the deletion itself does not hold: every
+        worker takes it to tell of an invocation's end, and waited as long as the deletion did (found by a
+        review). Until deleted, occurrences stay in ``_undeleted``, where no drain delivers them again: those
+        whose wakes ended meanwhile too (the next pass deletes them)."""
+        self._keep_ended()
         at, backoff = self._delete_retry
         if not self._undeleted or time.monotonic() < at:
             return
+        batch = list(self._undeleted.values())
+        self._cond.release()
         try:
-            self._dueset.remove_fired(list(self._undeleted.values()))
+            self._dueset.remove_fired(batch, wait=DELETE_WAIT)
         except QueueError as exc:
+            failed: QueueError | None = exc
+        else:
+            failed = None
+        finally:
+            self._cond.acquire()
+            self._keep_ended()
+        if failed is not None:
             log.error("could not delete %d delivered wakes (retrying in %.0f s; delivered again only after a "
-                      "restart): %s", len(self._undeleted), backoff, exc)
+                      "restart): %s", len(batch), backoff, failed)
             self._delete_retry = (time.monotonic() + backoff, min(backoff * 2, MAX_DELETE_RETRY))
             return
-        self._undeleted.clear()
+        for e in batch:
+            if self._undeleted.get(e.key) is e:
+                del self._undeleted[e.key]
         self._delete_retry = (0.0, DELETE_RETRY)
+
+    def _keep_ended(self) -> None:
+        """Move the occurrences of wakes that ended (and dropped ones) to those awaiting deletion."""
+        self._undeleted.update((e.key, e) for e in self._finished)
+        self._finished = []
 
     def _pending(self, entry: Entry) -> bool:
         """Whether ``entry`` still waits for delivery: not running, and not a delivered occurrence whose deletion
@@ -210,6 +233,10 @@ class Scheduler:
             self._n["backlog"] = 0
         head = next((e for e in self._dueset.earliest(self._settling() + 1, only=only - self._held)
                      if self._pending(e)), None)
+        if head is not None and type(head.when_ms) is not int:  # text sorts after every number: all left are so
+            # never due, so never dropped by _fire; its instant made every drain fail (found by a review)
+            self._drop(head, f"the due-set's entry has no instant ({type(head.when_ms).__name__}): {head!r}")
+            return 0.0
         retry = self._delete_retry[0] - time.monotonic() if self._undeleted else None
         if head is None:
             return None if retry is None else max(0.0, retry)

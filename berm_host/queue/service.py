@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 from concurrent.futures import Future
 from dataclasses import asdict
 from pathlib import Path
@@ -45,6 +46,8 @@ class Queue:
                                  max_depth=max_depth)
         self.scheduler = Scheduler(self.dueset, self.executor)
         self.subscriptions = Subscriptions()
+        self._stop_lock = threading.Lock()
+        self._stopped = False
 
     # --- harnesses ------------------------------------------------------------------------------------------
 
@@ -134,11 +137,16 @@ class Queue:
 
     def stop(self, *, cancel_pending: bool = True) -> None:
         """Stop the scheduler, then the executor: queued work is dropped (``cancel_pending``) or finished;
-        running guests finish or are interrupted at their deadline. The due-set keeps every pending wake."""
-        self.scheduler.stop()
-        self.executor.shutdown(wait=True, cancel_pending=cancel_pending)
-        self.scheduler.flush()
-        self.dueset.close()
+        running guests finish or are interrupted at their deadline. The due-set keeps every pending wake. A queue
+        stopped already (by another thread too, once it is done) is left as it is."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self.scheduler.stop()
+            self.executor.shutdown(wait=True, cancel_pending=cancel_pending)
+            self.scheduler.flush()
+            self.dueset.close()
+            self._stopped = True
 
     def stats(self) -> dict:
         """Counters as plain data: per-harness accounting, executor load and the scheduler's own counters."""
