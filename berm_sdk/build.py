@@ -72,8 +72,63 @@ def sdk_headers(sdk: Path = SDK_DIR) -> list[Path]:
 
 
 def harness_sources(directory: Path) -> list[Path]:
-    """The author's C files: ``*.c`` in the harness directory and under its ``src/``."""
-    return sorted(set(directory.glob("*.c")) | set(directory.glob("src/**/*.c")))
+    """The author's C files: ``*.c`` in the harness directory and under its ``src/``, each a regular file inside the
+    directory. The walk follows no link to a directory but ``src`` itself, and that only to a place inside: a glob
+    followed ``src`` anywhere (to / it walked the whole filesystem; into /proc it ended in an OSError traceback)."""
+    root = directory.resolve()
+    src = directory / "src"
+    found = _c_names(directory, recurse=False)
+    if os.path.lexists(src):
+        _check_inside(root, src, "the directory of sources")
+        if src.is_dir():
+            found += _c_names(src, recurse=True)
+    sources = sorted(set(found))
+    for source in sources:
+        _check_source(root, source)
+    return sources
+
+
+def _c_names(top: Path, *, recurse: bool) -> list[Path]:
+    """Whatever under ``top`` is named ``*.c`` (a directory or a FIFO too: ``_check_source`` refuses those by name),
+    descending into subdirectories when ``recurse``, never through a link. A directory that cannot be listed is a
+    BuildError naming it."""
+    def refuse(exc: OSError) -> None:
+        raise BuildError(f"{exc.filename or top}: cannot list the harness's sources: {exc.strerror or exc}")
+
+    found: list[Path] = []
+    for parent, dirs, files in os.walk(top, onerror=refuse):
+        found += [Path(parent, name) for name in (*dirs, *files) if name.endswith(".c")]
+        if not recurse:
+            dirs.clear()
+    return found
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a loop of links
+        raise BuildError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _check_inside(root: Path, path: Path, what: str) -> Path:
+    """``path`` with its links followed, which must lead inside the harness directory ``root``: the build reads the
+    author's files, never what a link in a checked-out directory points at elsewhere."""
+    resolved = _resolved(path)
+    if not resolved.is_relative_to(root):
+        raise BuildError(f"{path}: {what} leads outside the harness directory {root} (to {resolved})")
+    return resolved
+
+
+def _check_source(root: Path, source: Path) -> None:
+    """A source is a regular file (after its links) inside the harness directory: the compiler reads a FIFO, a device
+    or a link to /dev/zero until its timeout, stalling the build for minutes."""
+    resolved = _check_inside(root, source, "the source")
+    try:
+        mode = resolved.stat().st_mode
+    except OSError as exc:
+        raise BuildError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise BuildError(f"{source}: not a regular file (a source is read from a regular file only)")
 
 
 def _defined_tools(obj: Path) -> set[str]:
@@ -219,23 +274,44 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
 def install_image(built: Path, out: Path) -> None:
     """Put ``built`` at ``out`` whole or not at all (a copy beside it, renamed over it). What ``out`` names now
     must be a regular file, a symbolic link (replaced, never written through) or nothing: renaming over a FIFO or
-    a device replaced it with the image."""
+    a device replaced it with the image. The copy is a new file of a name no one can guess (mkstemp: O_EXCL, mode
+    0600 until it is whole): at a fixed name, another user who could write the directory planted a link there (the
+    copy wrote through it, over a file of the builder's) or a file of their own (they edited the image after its
+    checks)."""
     try:
         st = os.lstat(out)
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise BuildError(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise _cannot_write(out, exc) from None
     else:
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             raise BuildError(f"cannot write {out}: it exists and is not a regular file")
-    staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(built, staged)
+        fd, staged = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _cannot_write(out, exc) from None
+    try:
+        with os.fdopen(fd, "wb") as copy, built.open("rb") as image:
+            shutil.copyfileobj(image, copy)
+            os.fchmod(copy.fileno(), 0o666 & ~_umask())  # the mode a plain copy had
         os.replace(staged, out)
     except OSError as exc:
-        raise BuildError(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise _cannot_write(out, exc) from None
     finally:
-        with contextlib.suppress(OSError):  # gone once renamed; never there when its directory could not be made
-            staged.unlink()
+        with contextlib.suppress(OSError):  # gone once renamed
+            os.unlink(staged)
+
+
+def _cannot_write(out: Path, exc: OSError) -> BuildError:
+    return BuildError(f"cannot write {out}: {exc.strerror or exc}")
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (``os.umask`` changes it, for a moment, in every thread)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022

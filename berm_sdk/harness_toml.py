@@ -13,6 +13,7 @@ Every error names the file, and the line when it can be found, so an author can 
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import tomllib
@@ -34,6 +35,10 @@ DEFAULT_PARAMETERS = {"type": "object", "properties": {}}
 _TOP_KEYS = {"name", "usage", "tools", "requests"}
 _TOOL_KEYS = {"name", "description", "parameters"}
 _REQUEST_KEYS = {"capabilities", "hosts"}
+#: Where an error is placed: patterns matched at a line's first character that is not a space or a tab.
+_TOOLS_HEADER = r"\[\[[ \t]*tools[ \t]*\]\]"
+_REQUESTS_KEY = r"\[?[ \t]*requests\b"
+_NAME_VALUE = re.compile(r"""name[ \t]*=[ \t]*["']([^"']*)["']""")
 
 
 @dataclass(frozen=True)
@@ -75,22 +80,39 @@ class HarnessSpec:
             raise BuildError(f"{self.path}: a tool's parameters cannot be written as JSON: {exc}") from None
 
 
-def _line_of(text: str, pattern: str, start: int = 0) -> int | None:
-    match = re.compile(pattern, re.MULTILINE).search(text, start)
-    return text.count("\n", 0, match.start()) + 1 if match else None
+def _stripped_lines(text: str) -> list[str]:
+    """``text``'s lines, each without its leading spaces and tabs. Patterns are matched a line at a time: ``^\\s*``
+    searched in the whole text let ``\\s*`` run across newlines, which took cubic time in a file of blank lines
+    (8,000 of them: over a minute) and placed a key at the first of the blank lines before it."""
+    return [line.lstrip(" \t") for line in text.split("\n")]
+
+
+def _line_of(lines: list[str], pattern: str) -> int | None:
+    """The number (from 1) of the first of ``lines`` (stripped) that ``pattern`` matches at its start."""
+    regex = re.compile(pattern)
+    return next((i + 1 for i, line in enumerate(lines) if regex.match(line)), None)
 
 
 def _tool_lines(text: str, names: list[str]) -> list[int | None]:
     """The line of each tool's ``name = "…"``, searched in order from the first ``[[tools]]`` header (before it, a
-    harness named like a tool gave its own line)."""
-    header = re.search(r"^\s*\[\[\s*tools\s*\]\]", text, re.MULTILINE)
-    lines, pos = [], header.end() if header else 0
-    for name in names:
-        match = re.compile(r'^\s*name\s*=\s*["\']' + re.escape(name) + r'["\']', re.MULTILINE).search(text, pos)
+    harness named like a tool gave its own line): each the first after the line found for the tool before. One pass
+    over the lines, then a look-up a tool: a search of the rest of the file a tool was quadratic in a file of tools
+    whose name lines it could not find."""
+    lines = _stripped_lines(text)
+    header = _line_of(lines, _TOOLS_HEADER) or 0
+    naming: dict[str, list[int]] = {}
+    for number, line in enumerate(lines[header:], header + 1):
+        match = _NAME_VALUE.match(line)
         if match:
-            pos = match.end()
-        lines.append(text.count("\n", 0, match.start()) + 1 if match else None)
-    return lines
+            naming.setdefault(match.group(1), []).append(number)
+    found, after = [], 0
+    for name in names:
+        numbers = naming.get(name, [])
+        i = bisect.bisect_right(numbers, after)
+        line = numbers[i] if i < len(numbers) else None
+        after = line or after
+        found.append(line)
+    return found
 
 
 def load_harness_toml(path: Path) -> HarnessSpec:
@@ -109,22 +131,26 @@ def load_harness_toml(path: Path) -> HarnessSpec:
     except RecursionError:  # tomllib parses nested arrays and inline tables recursively
         raise BuildError(f"{path}: its arrays or tables are nested too deeply") from None
 
-    def fail(message: str, line: int | None = None) -> BuildError:
+    def fail(message: str, line: int | None = None, *, at: str | None = None) -> BuildError:
+        """The error, at ``line`` or at the first line the pattern ``at`` matches: looked for only now, when there
+        is an error to place."""
+        if at is not None:
+            line = _line_of(_stripped_lines(text), at)
         return BuildError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
 
     for key in doc:
         if key not in _TOP_KEYS:
             raise fail(f"unknown key {key!r} (expected {', '.join(sorted(_TOP_KEYS))})",
-                       _line_of(text, rf"^\s*\[*\s*{re.escape(key)}\b"))
+                       at=rf"\[*[ \t]*{re.escape(key)}\b")
     name = doc.get("name")
     if name is None:
         raise fail("name is missing: the harness's name, e.g. name = \"greeter\"")
     if not isinstance(name, str) or not HARNESS_NAME.fullmatch(name):
         raise fail(f"name must be a string of letters, digits, '_', '-' or '.', not {name!r}",
-                   _line_of(text, r"^\s*name\s*="))
+                   at=r"name[ \t]*=")
     usage = doc.get("usage", "")
     if not isinstance(usage, str):
-        raise fail("usage must be a string", _line_of(text, r"^\s*usage\s*="))
+        raise fail("usage must be a string", at=r"usage[ \t]*=")
     raw_tools = doc.get("tools")
     if not isinstance(raw_tools, list) or not raw_tools:
         raise fail("declare at least one tool with a [[tools]] table")
@@ -132,14 +158,14 @@ def load_harness_toml(path: Path) -> HarnessSpec:
     lines = _tool_lines(text, [n for n in names if isinstance(n, str)])
     tools: list[ToolDecl] = []
     for i, entry in enumerate(raw_tools):
-        header = _line_of(text, r"^\s*\[\[\s*tools\s*\]\]") if i == 0 else None
+        heading = _TOOLS_HEADER if i == 0 else None  # the first tool's errors point at its [[tools]]
         if not isinstance(entry, dict):
-            raise fail(f"tools[{i}] must be a table", header)
+            raise fail(f"tools[{i}] must be a table", at=heading)
         tname = entry.get("name")
         if tname is None:
-            raise fail(f"tools[{i}] has no name (name = \"...\": the C function is berm_tool_<name>)", header)
+            raise fail(f"tools[{i}] has no name (name = \"...\": the C function is berm_tool_<name>)", at=heading)
         if not isinstance(tname, str) or not TOOL_NAME.fullmatch(tname):
-            raise fail(f"tools[{i}].name must be a string of letters, digits and '_', not {tname!r}", header)
+            raise fail(f"tools[{i}].name must be a string of letters, digits and '_', not {tname!r}", at=heading)
         line = lines[len(tools)]
         for key in entry:
             if key not in _TOOL_KEYS:
@@ -154,22 +180,22 @@ def load_harness_toml(path: Path) -> HarnessSpec:
             raise fail(f"tool {tname!r}: parameters must be a table (a JSON Schema)", line)
         tools.append(ToolDecl(tname, description, parameters, line))
     return HarnessSpec(path=path, name=name, usage=usage, tools=tuple(tools),
-                       requests=_requests(doc, fail, _line_of(text, r"^\s*\[?\s*requests\b")))
+                       requests=_requests(doc, fail))
 
 
-def _requests(doc: dict, fail, line: int | None) -> dict | None:
+def _requests(doc: dict, fail) -> dict | None:
     if "requests" not in doc:
         return None
     requests = doc["requests"]
     if not isinstance(requests, dict):
-        raise fail("requests must be a table: requests = { capabilities = [...], hosts = [...] }", line)
+        raise fail("requests must be a table: requests = { capabilities = [...], hosts = [...] }", at=_REQUESTS_KEY)
     for key, value in requests.items():
         if key not in _REQUEST_KEYS:
-            raise fail(f"requests: unknown key {key!r} (expected capabilities, hosts)", line)
+            raise fail(f"requests: unknown key {key!r} (expected capabilities, hosts)", at=_REQUESTS_KEY)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise fail(f"requests.{key} must be a list of strings", line)
+            raise fail(f"requests.{key} must be a list of strings", at=_REQUESTS_KEY)
     unknown = sorted(set(requests.get("capabilities", [])) - CAPABILITY_GROUPS)
     if unknown:
         raise fail(f"requests.capabilities: unknown capability {unknown[0]!r} "
-                   f"(known: {', '.join(sorted(CAPABILITY_GROUPS))})", line)
+                   f"(known: {', '.join(sorted(CAPABILITY_GROUPS))})", at=_REQUESTS_KEY)
     return requests

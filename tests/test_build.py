@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import stat
+
 import pytest
 
 from berm_aot.elf import read_elf
 from berm_aot.manifest import load_manifest, tool_exports
 from berm_cli.main import main
-from berm_sdk.build import build_harness
+from berm_sdk.build import build_harness, install_image
 from berm_sdk.errors import BuildError
 from berm_sdk.harness_toml import load_harness_toml
 from berm_sdk.toolchain import ToolchainError
+from tests.bounded import GRACE, ends_within
 from tests.sdk_engines import harness as engine_harness
 
 TOML = 'name = "tiny"\nusage = "u"\n\n[[tools]]\nname = "hello"\ndescription = "Says hello."\n'
@@ -54,9 +60,6 @@ def test_default_output_is_name_dot_elf_in_the_working_directory(tmp_path, monke
 def test_an_output_that_cannot_be_written_is_an_error_and_leaves_nothing(tmp_path, capsys):
     """Found by a review: -o naming a directory, or a path under a file, was an OSError traceback that left the
     staged copy behind, and -o naming a FIFO (or, as root, /dev/full) replaced it with the image."""
-    import os
-    import stat
-
     d = harness(tmp_path, tiny=HELLO)
     out = tmp_path / "out"
     (out / "adir").mkdir(parents=True)
@@ -180,8 +183,6 @@ def test_a_bundled_harnesss_name_means_the_bundled_one_whatever_the_current_dire
 def test_the_sdk_objects_key_covers_every_sdk_header_and_the_compiler_itself(tmp_path):
     """Found by a review: berm_recurring.h was no part of the key of the SDK's cached objects (they outlived a
     change to it), and the compiler counted by its command only (an upgrade of ziglang or clang-22 kept it)."""
-    import shutil
-
     from berm_sdk.build import SDK_DIR, load_profile, sdk_objects_key
     from berm_sdk.toolchain import Toolchain
 
@@ -225,4 +226,93 @@ def test_a_source_name_the_compiler_cannot_take_is_named(tmp_path, name):
     d = harness(tmp_path, tiny=HELLO)
     (d / "tiny.c").rename(d / name)
     with pytest.raises(BuildError, match="the guest compiler cannot take a file name holding"):
+        build_harness(d, tmp_path / "x.elf")
+
+
+def test_the_staged_copy_is_a_new_file_of_a_name_no_one_can_plant(tmp_path):
+    """Found by a review: the copy was staged at the fixed name .{out}.{pid}.tmp and written with copyfile, so another
+    user who could write the directory planted a link there (the copy wrote through it, over a file of the builder's)
+    or a file of their own (renamed into place, it stayed theirs to edit after the image's checks)."""
+    built = tmp_path / "built.elf"
+    built.write_bytes(b"\x7fELF the image")
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("the builder's own")
+    (out / f".a.elf.{os.getpid()}.tmp").symlink_to(victim)
+    planted = out / f".b.elf.{os.getpid()}.tmp"
+    planted.write_text("")
+    umask = os.umask(0o027)
+    try:
+        install_image(built, out / "a.elf")
+        install_image(built, out / "b.elf")
+    finally:
+        os.umask(umask)
+    assert victim.read_text() == "the builder's own" and planted.read_text() == ""
+    for name in ("a.elf", "b.elf"):
+        st = os.lstat(out / name)
+        assert stat.S_ISREG(st.st_mode) and (out / name).read_bytes() == built.read_bytes()
+        assert stat.S_IMODE(st.st_mode) == 0o640  # a plain copy's mode under the umask, not mkstemp's 0600
+    with pytest.raises(BuildError, match="cannot write"):
+        install_image(tmp_path / "gone.elf", out / "c.elf")
+    assert sorted(p.name for p in out.iterdir()) == sorted([f".a.elf.{os.getpid()}.tmp", planted.name, "a.elf",
+                                                            "b.elf"])  # nothing staged is left
+
+
+_OUTSIDE = "the source leads outside the harness directory"
+_SRC_OUTSIDE = "the directory of sources leads outside the harness directory"
+
+
+@pytest.mark.parametrize("named, make, message", [
+    ("b.c", lambda p, lib: os.mkfifo(p), "not a regular file"),
+    ("src/x.c", lambda p, lib: p.mkdir(), "not a regular file"),
+    ("z.c", lambda p, lib: p.symlink_to("/dev/zero"), _OUTSIDE),
+    ("o.c", lambda p, lib: p.symlink_to(lib / "a.c"), _OUTSIDE),
+    ("src", lambda p, lib: p.symlink_to(lib), _SRC_OUTSIDE),
+    ("src", lambda p, lib: p.symlink_to("/proc"), _SRC_OUTSIDE),
+], ids=["fifo", "directory", "dev-zero", "file-outside", "src-outside", "src-proc"])
+def test_a_source_is_a_regular_file_inside_the_harness_directory(tmp_path, named, make, message):
+    """Found by a review: a source linked to /dev/zero, or a FIFO, kept the compiler reading until its 300 s timeout;
+    a src/ linked into /proc ended in an OSError traceback, and one linked to / walked the whole filesystem. Run under
+    a bound, so the old way fails instead of stalling."""
+    d = harness(tmp_path, tiny=HELLO)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "a.c").write_text("int elsewhere;\n")
+    if named == "src":
+        shutil.rmtree(d / "src")
+    make(d / named, lib)
+    with pytest.raises(BuildError, match=re.escape(f"{d / named}: {message}")):
+        ends_within(GRACE, lambda: build_harness(d, tmp_path / "x.elf"))
+    assert not (tmp_path / "x.elf").exists()
+
+
+def test_src_may_link_inside_the_harness_directory_and_no_link_below_it_is_followed(tmp_path):
+    d = harness(tmp_path, TOML + '\n[[tools]]\nname = "two"\ndescription = "2"\n', tiny=HELLO)
+    (d / "src").rmdir()
+    (d / "lib").mkdir()
+    (d / "lib" / "two.c").write_text('#include "berm.h"\nBERM_TOOL(two) { return berm_ok_str("2"); }\n')
+    (d / "src").symlink_to("lib")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "again.c").write_text(HELLO)  # would define hello twice
+    (d / "lib" / "elsewhere").symlink_to(tmp_path / "elsewhere")
+    tools = engine_harness("interp", build_harness(d, tmp_path / "x.elf").read_bytes())
+    assert [tools.call("hello"), tools.call("two")] == ["hello", "2"]
+
+
+def test_a_directory_of_sources_that_cannot_be_listed_is_named(tmp_path, monkeypatch):
+    """Found by a review: an error listing a directory under src/ was skipped (a directory the builder may not read)
+    or a traceback (one in /proc); a build from part of the sources is not the author's."""
+    d = harness(tmp_path, tiny=HELLO)
+    deep = d / "src" / "deep"
+    deep.mkdir()
+    scandir = os.scandir
+
+    def refuse(path="."):
+        if path == str(deep):  # os.walk's own string; rmtree passes descriptors
+            raise PermissionError(13, "Permission denied", str(deep))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    with pytest.raises(BuildError, match=re.escape(f"{deep}: cannot list the harness's sources: Permission denied")):
         build_harness(d, tmp_path / "x.elf")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +13,7 @@ from berm_aot.manifest import parse_manifest
 from berm_sdk.entry import entry_source
 from berm_sdk.errors import BuildError
 from berm_sdk.harness_toml import load_harness_toml
+from tests.bounded import GRACE
 
 KNOWN = '''\
 name = "demo"
@@ -77,6 +81,10 @@ def test_entry_anchors_the_manifest_and_every_tool(tmp_path):
     ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = "object"\n',
      r"harness.toml:3: tool 't': parameters must be a table"),
     ('name = "x"\ntool = 1\n', r"harness.toml:2: unknown key 'tool'"),
+    # found by a review: a key after blank lines was placed at the first of them (the pattern's \s* ran across them)
+    ('name = "x"\n\n\ntool = 1\n', r"harness.toml:4: unknown key 'tool'"),
+    ('name = "x"\n\n \n\t[requests]\ncapabilities = ["teleport"]\n[[tools]]\nname = "t"\ndescription = ""\n',
+     r"harness.toml:4: requests.capabilities: unknown capability 'teleport'"),
     ('name = "x"\nrequests = { capabilities = ["teleport"] }\n[[tools]]\nname = "t"\ndescription = ""\n',
      r"harness.toml:2: requests.capabilities: unknown capability 'teleport'"),
     ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = { default = 1979-05-27 }\n',
@@ -96,3 +104,41 @@ def test_a_harness_toml_nested_too_deeply_is_a_build_error(tmp_path):
     """tomllib parses nested arrays recursively: a deep one was a RecursionError traceback from berm build."""
     with pytest.raises(BuildError, match="nested too deeply"):
         load_harness_toml(write(tmp_path, "x = " + "[" * 5000 + "]" * 5000 + "\n"))
+
+
+#: Loads a harness.toml in a child process, printing its tools' lines or the error.
+_LOAD = """
+import sys
+from berm_sdk.errors import BuildError
+from berm_sdk.harness_toml import load_harness_toml
+try:
+    print([t.line for t in load_harness_toml(sys.argv[1]).tools])
+except BuildError as exc:
+    print(exc)
+"""
+
+
+def _loaded_in_a_child(path) -> str:
+    """What ``_LOAD`` says of ``path``, from a child process killed after GRACE seconds: a regular expression holds
+    the GIL through its whole search, so no bound kept in this process could end one (``ends_within`` waits on it)."""
+    try:
+        said = subprocess.run([sys.executable, "-c", _LOAD, str(path)], capture_output=True, text=True,
+                              timeout=GRACE, cwd=Path(__file__).resolve().parents[1])
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"loading {path} was still running after {GRACE} s")
+    assert said.returncode == 0, said.stderr
+    return said.stdout.strip()
+
+
+def test_a_harness_toml_of_many_blank_lines_loads_and_places_its_errors(tmp_path):
+    """Found by a review: the patterns that place an error searched the whole text from every line's start with
+    ``^\\s*``, whose ``\\s*`` ran across newlines: cubic in a file of blank lines (8,000 of them kept berm build
+    busy over a minute)."""
+    blank = "\n" * 20_000 + " \t" * 10_000  # KNOWN starts on line 20,001, after a line's worth of blanks
+    assert _loaded_in_a_child(write(tmp_path, blank + KNOWN)) == "[20006, 20011]"
+    for text, message in [
+        (KNOWN.replace('"exec"', '"teleport"'), "harness.toml:20003: requests.capabilities: unknown capability"),
+        (KNOWN.replace("usage =", "bogus = 1\nusage ="), "harness.toml:20002: unknown key 'bogus'"),
+        (KNOWN.replace('"echo"', '"two words"'), "harness.toml:20005: tools[0].name must be"),
+    ]:
+        assert message in _loaded_in_a_child(write(tmp_path, blank + text))
