@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,8 @@ from berm_aot.manifest import TOOL_NAME
 from .errors import BuildError
 
 TOML_NAME = "harness.toml"
+#: The largest harness.toml read (its manifest may hold at most 1 MiB: berm_aot.elf.MAX_MANIFEST_BYTES).
+MAX_TOML_BYTES = 4 << 20
 #: A harness name becomes a file name ({name}.elf) and a declaration key.
 HARNESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 #: Capability groups a manifest may request, as a declaration grants them ("fs" for berm.fs.*).
@@ -115,15 +119,31 @@ def _tool_lines(text: str, names: list[str]) -> list[int | None]:
     return found
 
 
+def _read_text(path: Path) -> str:
+    """The text of ``path``, a regular file of at most ``MAX_TOML_BYTES``: a FIFO (or a link to /dev/zero) kept
+    ``berm build`` waiting for ever (found by a review)."""
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer waits for one; a regular file reads as ever
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise BuildError(f"{path}: not a regular file")
+            data = f.read(MAX_TOML_BYTES + 1)
+    except FileNotFoundError:
+        raise BuildError(f"{path}: no such file (a harness directory needs a {TOML_NAME})") from None
+    except OSError as exc:
+        raise BuildError(f"{path}: cannot read: {exc}") from None
+    if len(data) > MAX_TOML_BYTES:
+        raise BuildError(f"{path}: larger than {MAX_TOML_BYTES >> 20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BuildError(f"{path}: cannot read: {exc}") from None
+
+
 def load_harness_toml(path: Path) -> HarnessSpec:
     """Parse and check ``path``; a BuildError names the file and line of the first problem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BuildError(f"{path}: no such file (a harness directory needs a {TOML_NAME})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BuildError(f"{path}: cannot read: {exc}") from None
+    text = _read_text(path)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

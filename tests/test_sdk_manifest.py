@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,8 @@ import pytest
 from berm_aot.manifest import parse_manifest
 from berm_sdk.entry import entry_source
 from berm_sdk.errors import BuildError
-from berm_sdk.harness_toml import load_harness_toml
-from tests.bounded import GRACE
+from berm_sdk.harness_toml import MAX_TOML_BYTES, load_harness_toml
+from tests.bounded import GRACE, ends_within
 
 KNOWN = '''\
 name = "demo"
@@ -98,6 +99,17 @@ def test_errors_name_file_and_line(tmp_path, text, message):
 def test_missing_harness_toml(tmp_path):
     with pytest.raises(BuildError, match="no such file"):
         load_harness_toml(tmp_path / "harness.toml")
+
+
+@pytest.mark.parametrize("make", [lambda p: os.mkfifo(p), lambda p: p.symlink_to("/dev/zero"),
+                                  lambda p: p.write_bytes(b"#" * (MAX_TOML_BYTES + 1))],
+                         ids=["fifo", "dev-zero", "too-large"])
+def test_a_harness_toml_is_a_regular_file_of_bounded_size(tmp_path, make):
+    """Found by a review: a harness.toml that is a FIFO, or a link to /dev/zero, kept berm build waiting for
+    ever."""
+    make(tmp_path / "harness.toml")
+    with pytest.raises(BuildError, match="harness.toml: (not a regular file|larger than 4 MiB)"):
+        ends_within(GRACE, lambda: load_harness_toml(tmp_path / "harness.toml"))
 
 
 def test_a_harness_toml_nested_too_deeply_is_a_build_error(tmp_path):
