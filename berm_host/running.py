@@ -5,7 +5,7 @@ may take long — a command, a fetch, a search — bounds its own timeout by thi
 within_invocation``). Translated code's core keeps the deadline of its runs per thread (``berm_thread_deadline``);
 the interpreter keeps its own here, and hands it to the core as well once the core is loaded. A run nested in a host
 call (a capability that calls a harness, on either engine) ends by the earliest of its own deadline and its
-caller's.
+caller's. Runs nest at most ``MAX_NESTED_RUNS`` deep on a thread, whatever their engines (the core counts them).
 """
 
 from __future__ import annotations
@@ -19,6 +19,12 @@ from contextlib import contextmanager
 
 _interpreted = threading.local()
 _CORE = "berm_host.aot._core"
+#: Runs nested in host calls on one thread, at most (the core's BERM_MAX_NESTED_RUNS): a run beyond traps, on either
+#: engine, as the host thread's stack exhausted. Python's recursion limit came first at different depths (166 runs
+#: interpreted, 245 translated: found by a review).
+MAX_NESTED_RUNS = 64
+NESTED_DETAIL = (f"runs nested in host calls are too deep for the host thread (more than {MAX_NESTED_RUNS}, or more "
+                 "than its stack holds)")
 
 
 def _core():
@@ -39,19 +45,28 @@ def time_left() -> float | None:
 
 
 @contextmanager
-def interpreting(deadline: float | None) -> Iterator[float | None]:
+def interpreting(deadline: float | None) -> Iterator[tuple[float | None, bool]]:
     """An interpreted run with ``deadline`` (a ``time.monotonic()`` instant, None for none) on this thread; yields
-    the instant it must end by: ``deadline`` or its caller's, whichever is earlier (None: neither has one)."""
+    the instant it must end by, ``deadline`` or its caller's, whichever is earlier (None: neither has one), and
+    whether it is nested too deep to run (``MAX_NESTED_RUNS``)."""
     left = time_left()
     ends = [d for d in (deadline, time.monotonic() + left if left is not None else None) if d is not None]
     end = min(ends) if ends else None
     outer = getattr(_interpreted, "deadline", 0.0)
     _interpreted.deadline = end or 0.0
     core = _core()  # imported now if need be: a host call may create the first translated engine of the process
-    translated = core.lib.berm_thread_deadline_swap(end or 0.0) if core is not None else None
+    if core is not None:
+        translated = core.lib.berm_thread_deadline_swap(end or 0.0)
+        runs = core.lib.berm_thread_runs_add(1)
+    else:  # no translated engine: interpreted runs only
+        translated, runs = None, getattr(_interpreted, "runs", 0) + 1
+        _interpreted.runs = runs
     try:
-        yield end
+        yield end, runs > MAX_NESTED_RUNS
     finally:
         _interpreted.deadline = outer
-        if translated is not None:
+        if core is not None:
             core.lib.berm_thread_deadline_swap(translated)
+            core.lib.berm_thread_runs_add(-1)
+        else:
+            _interpreted.runs = runs - 1

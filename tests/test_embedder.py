@@ -15,6 +15,7 @@ import pytest
 from berm_host.declaration import MAX_TIMEOUT
 from berm_host.engine import Engine
 from berm_host.linker import Capability, CapabilityError, Linker
+from berm_host.running import MAX_NESTED_RUNS, NESTED_DETAIL
 from berm_host.traps import HostError, Trap, TrapKind
 from tests.bounded import GRACE, ends_within
 from tests.guests import capability_relay_elf, raw_harness_elf
@@ -267,6 +268,28 @@ def test_the_first_translated_engine_made_by_an_interpreted_runs_capability_keep
     # the nested run's own deadline is never reached: a run that kept only that one spins until this timeout
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60 + GRACE)
     assert proc.returncode == 0 and proc.stdout.strip() == "ended", proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_runs_nested_in_host_calls_stop_at_the_same_depth_on_either_engine(tmp_path, elf, kind):
+    """Found by a review: a capability that calls its harness again recursed until Python's recursion limit, which
+    came at 166 runs interpreted and 245 translated. Both engines now refuse the run past MAX_NESTED_RUNS alike:
+    it traps before running, as the host thread's stack exhausted."""
+    entered = []
+
+    def again(request):
+        entered.append(len(entered))
+        return h.call("cap").encode()
+
+    linker = Linker()
+    linker.define("x.cap", again)
+    h = harness(elf, kind, tmp_path, linker)
+    with pytest.raises(Trap) as info:
+        h.call("cap")
+    text = str(info.value)  # each capability's run ended in the trap of the run it started
+    assert len(entered) == text.count("x.cap: Trap: ") == MAX_NESTED_RUNS
+    assert info.value.kind is TrapKind.HOST_CALL_FAILED
+    assert f"x.cap: Trap: harness trapped in cap: guest stack exhausted ({NESTED_DETAIL}) in berm_tool_cap" in text
 
 
 class Revocable(Linker):

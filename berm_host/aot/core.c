@@ -707,10 +707,12 @@ static uint64_t enter_on_native_stack(void *p) {
 
 /* The earliest deadline of the runs going on in this thread (0: none), for berm_thread_deadline. */
 static __thread BERM_TLS double thread_deadline;
-/* How many runs are going on in this thread: a run is nested in a host call of another when this is not 0. Only
- * a nested run is held to the host stack's floor: a first run does not grow that stack (a thread of 64 KiB, all
- * of it below the floor's margin, trapped every run as "nested" when nothing was). */
+/* How many runs are going on in this thread, interpreted ones too: a run is nested in a host call of another when
+ * this is not 0. Only a nested run is held to the host stack's floor: a first run does not grow that stack (a
+ * thread of 64 KiB, all of it below the floor's margin, trapped every run as "nested" when nothing was). */
 static __thread BERM_TLS int thread_runs;
+
+int berm_thread_runs_add(int delta) { return thread_runs += delta; }
 
 double berm_thread_deadline(void) { return thread_deadline; }
 
@@ -755,7 +757,9 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     thread_deadline = deadline;
     uint64_t t;
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
-    if (thread_runs && here < host_stack_floor(here)) { /* runs nested in host calls, too deep */
+    if (thread_runs && (thread_runs >= BERM_MAX_NESTED_RUNS || here < host_stack_floor(here))) {
+        /* runs nested in host calls, too deep: as many as the interpreter allows (Python's recursion limit came
+         * first at 166 runs there, 245 here), or as the host stack holds */
         berm_set_trap(c, BERM_TRAP_STACK, entry, 0, BERM_STACK_HOST);
         t = BERM_TRAPPED;
     } else {

@@ -118,6 +118,12 @@ double berm_thread_deadline(void);
 /* Set this thread's deadline (an interpreted run, whose host calls may start translated runs: they end by it too);
  * returns the one it replaces, to restore. */
 double berm_thread_deadline_swap(double deadline);
+/* Runs nested in host calls on one thread, at most: a run beyond traps as the host thread's stack exhausted, on
+ * either engine (berm_host/running.py, MAX_NESTED_RUNS). */
+#define BERM_MAX_NESTED_RUNS 64
+/* Count `delta` runs more (or fewer) going on in this thread (an interpreted run, whose host calls may start
+ * translated runs: they count it too); returns how many go on now. */
+int berm_thread_runs_add(int delta);
 int berm_watchdog_start(double interval);
 /* The six numbers of a translated object's layout export (berm_aot/windows.py, Windows). */
 #define BERM_LAYOUT_WORDS 6

@@ -15,6 +15,7 @@ from berm_aot.windows import Windows
 from berm_host.backend import LogSink
 from berm_host.layout import DEPTH_DETAIL, SP_BELOW_STACK, Layout, budgeted_log, failure_text, log_text
 from berm_host.linker import CapabilityError, Linker, exception_text, failed_detail, unknown_call_detail
+from berm_host.running import NESTED_DETAIL
 from berm_host.traps import HostError, TrapKind
 
 from .objects import ENTRY_SYMBOL, LAYOUT_SYMBOL, LOCATOR_SYMBOL
@@ -42,7 +43,7 @@ KINDS = {
 _CODES = {kind: code for code, kind in KINDS.items()}
 _ACCESS = {0: "load {n} bytes", 1: "store {n} bytes", 2: "misaligned {n}-byte atomic"}
 _STACK = {0: DEPTH_DETAIL, 1: "the native stack translated code runs on is exhausted",
-          2: "the host thread's stack is exhausted (runs nested in host calls)", 3: SP_BELOW_STACK}
+          2: NESTED_DETAIL, 3: SP_BELOW_STACK}
 POOL_LIMIT = 16
 LOG = core_number("berm.log")
 NO_CAPABILITIES = {}.get  # the lookup of an invocation without a linker

@@ -16,7 +16,7 @@ from berm_aot.program import Program
 from berm_host.backend import LogSink, RunRequest, RunResult
 from berm_host.layout import DEFAULT_MEMORY, TRACE_KEEP, Layout, layout_for
 from berm_host.linker import Linker
-from berm_host.running import interpreting
+from berm_host.running import NESTED_DETAIL, interpreting
 from berm_host.traps import HostError, TrapInfo, TrapKind, illegal_detail, trap_info
 
 from . import control, semantics
@@ -104,12 +104,17 @@ class InterpBackend:
             x[2] = self.layout.initial_sp
             for i, v in enumerate(request.int_args):
                 x[10 + i] = v & semantics.M
+            locator = self.program.locator
             if request.entry in self.program.function_starts:
-                with interpreting(request.deadline) as st.deadline:  # a run nested in a host call: its caller's too
-                    pc, trap = self._execute(x, mem.buf, st, request.entry)
+                # a run nested in a host call ends by its caller's deadline too, and nests only so deep
+                with interpreting(request.deadline) as (st.deadline, too_deep):
+                    if too_deep:  # as translated code: nothing runs
+                        pc = request.entry
+                        trap = trap_info(TrapKind.STACK_EXHAUSTED, pc, 0, NESTED_DETAIL, locator, self.layout)
+                    else:
+                        pc, trap = self._execute(x, mem.buf, st, request.entry)
             else:  # as translated code, which enters functions only
                 pc = request.entry
-                locator = self.program.locator
                 trap = trap_info(TrapKind.ILLEGAL_INSTRUCTION, pc, pc, illegal_detail(locator, pc, pc), locator,
                                  self.layout)
             result = None
