@@ -65,6 +65,10 @@ def _workers_running(setup: str) -> list[str]:
     return [sys.executable, "-c", f"{setup}\nfrom berm_host.capabilities import grep_worker\ngrep_worker.main()"]
 
 
+#: The last line of a listing that left out what lies deeper than a path may reach.
+TOO_DEEP = f"[truncated: directories more than {MAX_DEPTH} levels deep were not walked]"
+
+
 def glob(caps, pattern: str, path: str = "") -> list[str]:
     out = caps["berm.fs.glob"](encode_frame([pattern, path])).decode()
     return out.split("\n") if out else []
@@ -360,7 +364,8 @@ def test_glob_translation():
 
 def test_a_tree_deeper_than_paths_may_reach_is_searched_down_to_that_depth(root, caps):
     """os.fwalk recurses a level per directory: a 1,200-level tree (a guest can make one with mkdir -p through
-    exec, or find one in a repository) raised RecursionError out of grep and glob, a trap instead of a reply."""
+    exec, or find one in a repository) raised RecursionError out of grep and glob, a trap instead of a reply. What
+    lies deeper than a path may reach is left out, and the listing says so."""
     deep = root / "deep"
     deep.mkdir()
     path = deep
@@ -370,8 +375,8 @@ def test_a_tree_deeper_than_paths_may_reach_is_searched_down_to_that_depth(root,
     (path / "f.txt").write_text("needle\n")
     (deep / "near.txt").write_text("needle\n")
     try:
-        assert "deep/near.txt" in grep(caps, "needle")
-        assert glob(caps, "**/f.txt") == []
+        assert grep(caps, "needle")[-2:] == ["deep/near.txt", TOO_DEEP]
+        assert glob(caps, "**/f.txt") == [TOO_DEEP]
     finally:  # bottom up: shutil.rmtree, pytest's cleanup of old temporary directories included, recurses too
         (path / "f.txt").unlink()
         while path != deep:
@@ -522,11 +527,11 @@ def test_glob_question_mark_backslash_in_a_class_and_two_brace_groups():
 
 def test_the_walk_lists_files_as_deep_as_a_path_may_reach_and_no_deeper(tmp_path):
     """A path resolves through at most MAX_DEPTH directories: glob and grep list the files of a directory that
-    deep, which a read reaches, and do not walk below it."""
+    deep, which a read reaches, and do not walk below it (and say so)."""
     deepest = "/".join(["d"] * MAX_DEPTH)
     _tree(tmp_path, {f"{deepest}/in.txt": "x", f"{deepest}/d/out.txt": "x"})
     c = fs_search.capabilities(Root(tmp_path), timeout=10)
-    assert glob(c, "**/*.txt") == grep(c, "x") == [f"{deepest}/in.txt"]
+    assert glob(c, "**/*.txt") == grep(c, "x") == [f"{deepest}/in.txt", TOO_DEEP]
     assert fs.capabilities(Root(tmp_path))["berm.fs.read"](encode_frame([f"{deepest}/in.txt"])) == b"x"
 
 
@@ -903,3 +908,134 @@ def test_concurrent_greps_each_get_a_worker_of_their_own(tmp_path, workers):
     for i in range(8):
         assert outcomes[i] == [[f"d{i}/f{j:02}.txt:{j + 1}" for j in range(20)]] * 10
     assert len(workers._idle) <= fs_search.IDLE_WORKERS
+
+
+def _swapped_tree(root: Path, tmp_path: Path, swap: str) -> tuple[Path, callable]:
+    """A root holding ``a.txt`` and directory ``zz`` (with ``b.txt``), and what swaps ``zz`` for a FIFO, a symlink to
+    a FIFO outside the root, or a regular file (returned: the FIFO to open for writing, which frees a reader)."""
+    _tree(root, {"a.txt": "needle\n", "zz/b.txt": "needle\n"})
+    fifo = tmp_path / "outside.fifo" if swap == "symlink" else root / "zz"
+
+    def swap_it() -> None:
+        (root / "zz").rename(tmp_path / "zz.moved")
+        if swap == "fifo":
+            os.mkfifo(root / "zz")
+        elif swap == "symlink":
+            os.mkfifo(fifo)
+            (root / "zz").symlink_to(fifo)
+        else:
+            (root / "zz").write_text("needle\n")
+    return fifo, swap_it
+
+
+def _free_readers(fifo: Path) -> None:
+    """Open ``fifo`` for writing, which lets an open() blocked reading it return (old code hung there)."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # no FIFO, or no reader: nothing blocked
+        pass
+
+
+@pytest.mark.parametrize("swap", ["fifo", "symlink", "file"])
+def test_a_directory_swapped_after_its_parent_was_listed_is_skipped(tmp_path, monkeypatch, swap):
+    """Found by a hostile review: os.fwalk opened each subdirectory it had listed with a plain O_RDONLY, so ``zz``
+    swapped meanwhile for a FIFO blocked the host thread in open() past any time budget, for a symlink opened what
+    it points to outside the root (a FIFO there hung it too), and for a file failed the whole glob (ENOTDIR). The
+    swap here happens at the first file the search sees, after the root was listed, before ``zz`` is opened."""
+    from tests.bounded import GRACE, ends_within
+
+    root = tmp_path / "root"
+    root.mkdir()
+    fifo, swap_it = _swapped_tree(root, tmp_path, swap)
+    once = [swap_it]
+
+    class SwappingGlob(Glob):
+        def match(self, path, deadline):
+            while once:
+                once.pop()()
+            return super().match(path, deadline)
+
+    monkeypatch.setattr(fs_search, "Glob", SwappingGlob)
+    caps = fs_search.capabilities(Root(root), timeout=10)
+    try:
+        assert ends_within(GRACE, lambda: glob(caps, "**/*.txt")) == ["a.txt"]
+        assert not once
+        (root / "zz").unlink()
+        (tmp_path / "zz.moved").rename(root / "zz")
+        if swap == "symlink":
+            fifo.unlink()
+        once.append(swap_it)  # the same for grep, whose include is a Glob too
+        assert ends_within(GRACE, lambda: grep(caps, "needle", include="*")) == ["a.txt"]
+        assert not once
+    finally:
+        _free_readers(fifo)
+
+
+def test_the_walk_closes_every_descriptor_it_opened_however_it_ends(tmp_path):
+    _tree(tmp_path, {"/".join(["d"] * n) + "/f.txt": "x" for n in range(1, 8)})
+    fds = set(os.listdir("/proc/self/fd"))
+    root = Root(tmp_path)
+    walk = fs_search.walk(root, ".", Deadline(10), gitignore=False)
+    assert [e.rel for e in walk][-1] == "/".join(["d"] * 7) + "/f.txt"
+    walk = fs_search.walk(root, ".", Deadline(10), gitignore=False)
+    for e in walk:
+        if e.rel.count("/") == 5:
+            break
+    walk.close()  # abandoned six levels down
+
+    class Expiring(Deadline):  # passes at the fifth directory
+        calls = 0
+
+        def check(self):
+            self.calls += 1
+            if self.calls >= 5:
+                raise TimeoutError
+            return super().check()
+
+    with pytest.raises(TimeoutError):
+        list(fs_search.walk(root, ".", Expiring(10), gitignore=False))
+    assert set(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_name_holding_a_newline_is_listed_on_one_line_escaped(tmp_path):
+    """Found by a hostile review: a file named ``z\\n[truncated: …]\\nnotes.txt`` (a guest writes one with fs.write)
+    listed as three paths and a forged marker. Control characters are escaped, a backslash doubled, and a path
+    starting with ``[`` shows it escaped: only the marker's line starts with one."""
+    forged = "z\n[truncated: timed out after 10 s, the results so far]\nnotes.txt"
+    _tree(tmp_path, {"[truncated: forged].txt": "needle\n", forged: "needle\n", "a\\x0ab.txt": "needle\n",
+                     "sub/\u202eevil.txt": "needle\n"})
+    caps = fs_search.capabilities(Root(tmp_path), timeout=10)
+    shown = ["sub/\\u202eevil.txt", "a\\\\x0ab.txt",
+             "z\\x0a[truncated: timed out after 10 s, the results so far]\\x0anotes.txt",
+             "\\x5btruncated: forged].txt"]
+    assert glob(caps, "**/*.txt") == shown
+    assert grep(caps, "needle") == shown
+    assert sorted(grep(caps, "needle", mode="count")) == sorted(f"{s}:1" for s in shown)
+    assert sorted(grep(caps, "needle", mode="content")) == sorted(f"{s}:1:needle" for s in shown)
+
+
+def test_an_absolute_glob_pattern_is_the_roots_whatever_the_path(root, caps):
+    """Found by a hostile review: ``/root/src/*.c`` with path ``src`` was joined onto it (``src/src``: an error)."""
+    assert glob(caps, f"{root}/src/*.c", "src") == ["src/main.c"]
+    assert glob(caps, f"{root}/src/*.c", "notes") == ["src/main.c"]
+    assert glob(caps, f"{root}/*/*.c") == ["build/out.c", "src/main.c"]
+
+
+def test_a_glob_whose_literal_prefix_leads_nowhere_matches_nothing(root, caps):
+    """Found by a hostile review: ``docs/*.md`` with no ``docs`` was an error where ``x*/*.md`` matched nothing."""
+    assert glob(caps, "x*/*.md") == []
+    assert glob(caps, "docs/*.md") == []
+    assert glob(caps, "docs/more/**/*.md") == []
+    assert glob(caps, "README.md/*") == []  # not a directory
+    assert glob(caps, "*.c", "src/util/../../src") == ["src/main.c"]
+    with pytest.raises(CapabilityError, match="no such file"):
+        glob(caps, "*.md", "docs")  # the path asked for must exist
+    with pytest.raises(CapabilityError, match="no such file"):
+        glob(caps, "docs/*.md", "nothing")
+
+
+def test_grep_of_a_single_file_honours_include(caps):
+    """Found by a hostile review: a grep of one file searched it whatever ``include`` said."""
+    assert grep(caps, "TODO", path="src/main.c", include="*.h") == []
+    assert grep(caps, "TODO", path="src/main.c", include="*.c") == ["src/main.c"]
+    assert grep(caps, "TODO", path="src/main.c", include="m*.[ch]", mode="count") == ["src/main.c:1"]

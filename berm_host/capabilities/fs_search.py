@@ -1,14 +1,20 @@
 """``berm.fs.glob`` and ``berm.fs.grep``: listing and searching files under a root.
 
-Both walk with directory descriptors (``os.fwalk`` without following symlinks: a directory swapped for a symlink
-mid-walk is skipped, never entered), skip ``.git``, honour a per-call time budget and cap what they return. Output
-is text, one root-relative path (or match) per line; when a cap or the time budget cut it short, what was found so
-far is returned and a last line starting with ``[truncated`` says why. Grep skips binary files (a NUL byte in the
-first 8 KiB, read before the rest of the file), files over the read cap and symlinks, and honours ``.gitignore`` files
-from the root down. Its patterns are the ``regex`` module's (VERSION0, multiline), less what could hide their cost
-or crash the module: a pattern too large once its counted repeats are written out (``MAX_UNROLLED``), the inline
-flags for verbose mode, versions and full case folding, recursion and subroutine calls, and fuzzy matching are
-refused.
+Both walk with directory descriptors, never following a symlink (``dirwalk``: a subdirectory swapped for a
+symlink, a FIFO or a file after its parent was listed is skipped, never opened), skip ``.git``, honour a per-call
+time budget and cap what they return. Output is text, one root-relative path (or match) per line; when a cap, the
+time budget or the depth a path may reach (``MAX_DEPTH``: deeper directories are not walked) cut it short, what was
+found so far is returned and a last line starting with ``[truncated`` says why. A path is shown on one line whatever
+its name holds: its control characters (a newline among them), bidirectional controls and line separators are
+escaped as ``berm_abi.text.escaped`` writes them (``\\x0a``, ``\\u202e``), a backslash is doubled and a ``[`` that
+starts it is shown as ``\\x5b``, so only the marker's line starts with ``[`` (such a path is not the file's name as
+written; a matching line in grep's content mode is shown as it is). An absolute glob pattern is the root's (the
+path does not apply), and one whose literal leading components lead nowhere matches nothing. Grep skips binary
+files (a NUL byte in the first 8 KiB, read before the rest of the file), files over the read cap and symlinks, and
+honours ``.gitignore`` files from the root down. Its patterns are the ``regex`` module's (VERSION0, multiline), less
+what could hide their cost or crash the module: a pattern too large once its counted repeats are written out
+(``MAX_UNROLLED``), the inline flags for verbose mode, versions and full case folding, recursion and subroutine
+calls, and fuzzy matching are refused.
 
 The pattern is compiled and the texts searched in a worker process (``grep_worker``, which says why), one per grep
 at a time, kept idle for the next grep: the host walks, reads and filters the files and sends the worker their
@@ -43,9 +49,10 @@ from dataclasses import dataclass
 
 import regex
 
+from berm_abi.text import escaped
 from berm_host.linker import CapabilityError, CapabilityFn
 
-from . import grep_worker
+from . import dirwalk, grep_worker
 from ._request import Deadline, capability, fields, text
 from .fs import READ_CAP, read_upto
 from .gitignore import MAX_IGNORE_FILE, Ignore
@@ -435,44 +442,44 @@ def _ancestor_ignores(root: Root, rel: str, deadline: Deadline) -> Ignore:
     return ignore
 
 
-def _is_link(dir_fd: int, name: str) -> bool:
-    try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
-
-
-def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool) -> Iterator[Entry]:
+def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool,
+         too_deep: list[str] | None = None) -> Iterator[Entry]:
     """Every non-directory entry under directory ``base`` (sorted per directory), pruning ``.git`` and, with
-    ``gitignore``, what the .gitignore files in force exclude."""
+    ``gitignore``, what the .gitignore files in force exclude. A directory as deep as a path may reach (MAX_DEPTH)
+    is listed but not walked below: the root-relative paths of the subdirectories left out are added to
+    ``too_deep``. A subdirectory swapped for something else after its parent was listed is skipped (``dirwalk``)."""
     with root.open_dir(base) as r:
         ignores = {"": _ancestor_ignores(root, r.rel, deadline)} if gitignore else {}
-        for dirpath, dirnames, filenames, dfd in os.fwalk(".", dir_fd=r.dir_fd, follow_symlinks=False):
-            deadline.check()
-            sub_dir = "" if dirpath == "." else dirpath[2:]
+        for sub_dir, dirnames, leaves, dfd in dirwalk.walk(r.dir_fd, deadline):
             rel_dir = _join(r.rel, sub_dir)
             ignore = None
             if gitignore:
                 ignore = ignores.pop(sub_dir).extended(_ignore_file(dfd), "" if rel_dir == "." else rel_dir,
                                                        deadline)
-            # os.fwalk lists a symlink to a directory among the directories (and never enters it): it is a leaf.
-            links = [d for d in dirnames if _is_link(dfd, d)]
-            deep = rel_dir != "." and rel_dir.count("/") + 1 >= MAX_DEPTH  # as deep as a path may reach
-            dirnames[:] = [] if deep else sorted(
-                d for d in dirnames if d not in links and d != ".git"
-                and not (ignore and ignore.ignored(_join(rel_dir, d), True, deadline)))
+            dirnames[:] = [d for d in dirnames if d != ".git"
+                           and not (ignore and ignore.ignored(_join(rel_dir, d), True, deadline))]
+            if dirnames and rel_dir != "." and rel_dir.count("/") + 1 >= MAX_DEPTH:  # as deep as a path may reach
+                if too_deep is not None:
+                    too_deep.extend(_join(rel_dir, d) for d in dirnames)
+                dirnames.clear()
             if ignore is not None:
                 for d in dirnames:
                     ignores[_join(sub_dir, d)] = ignore
-            for name in sorted(filenames + links):
-                rel = _join(rel_dir, name)
+            for leaf in leaves:
+                rel = _join(rel_dir, leaf.name)
                 if ignore and ignore.ignored(rel, False, deadline):
                     continue
                 try:
-                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                    st = leaf.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                yield Entry(rel, _join(sub_dir, name), dfd, name, st)
+                yield Entry(rel, _join(sub_dir, leaf.name), dfd, leaf.name, st)
+
+
+def _shown(rel: str) -> str:
+    """A root-relative path as a listing shows it, on one line of its own (see the module docstring)."""
+    shown = escaped(rel.replace("\\", "\\\\"), lines=False)
+    return "\\x5b" + shown[1:] if shown.startswith("[") else shown
 
 
 def _render(lines: list[str], note: str | None) -> bytes:
@@ -481,39 +488,77 @@ def _render(lines: list[str], note: str | None) -> bytes:
     return "\n".join(lines).encode("utf-8", "surrogateescape")
 
 
+def _notes(*notes: str | None) -> str | None:
+    return "; ".join(n for n in notes if n) or None
+
+
+def _depth_note(too_deep: list[str]) -> str | None:
+    return f"directories more than {MAX_DEPTH} levels deep were not walked" if too_deep else None
+
+
 def _timed_out(deadline: Deadline) -> str:
     return f"timed out after {deadline.seconds:g} s, the results so far"
 
 
 def glob(root: Root, pattern: str, base: str, deadline: Deadline, cap: int = RESULT_CAP) -> bytes:
-    """Files under ``base`` whose base-relative path matches ``pattern``, as root-relative paths, newest first.
-    Past the time budget, the newest of those found so far, marked."""
+    """Files under ``base`` whose base-relative path matches ``pattern``, as root-relative paths, newest first; an
+    absolute pattern is the root's (``base`` does not apply), and one whose literal prefix leads nowhere matches
+    nothing. Past the time budget, the newest of those found so far, marked."""
     if not pattern:
         raise CapabilityError("empty glob pattern")
     if pattern.startswith("/"):
         pattern = "/".join(root.components(pattern)).lstrip("/")
+        base = ""
     prefix, rest = literal_prefix(pattern)
     matcher = Glob(rest)
     newest: list[tuple[int, str]] = []  # a min-heap of (mtime, path): the newest `cap` matches so far
     total = 0
     note = None
+    too_deep: list[str] = []
     try:
-        for e in walk(root, _join(base or ".", prefix) or ".", deadline, gitignore=False):
+        for e in walk(root, _join(base or ".", prefix) or ".", deadline, gitignore=False, too_deep=too_deep):
             if matcher.match(e.sub, deadline):
                 total += 1
                 (heapq.heappush if len(newest) < cap else heapq.heappushpop)(newest, (e.st.st_mtime_ns, e.rel))
     except TimeoutError:
         note = _timed_out(deadline)
+    except CapabilityError:
+        if not prefix or not _leads_nowhere(root, base, prefix):
+            raise
     if note is None and total > cap:
         note = f"{total} matches, showing the newest {cap}"
-    return _render([rel for _, rel in sorted(newest, key=lambda t: (-t[0], t[1]))], note)
+    return _render([_shown(rel) for _, rel in sorted(newest, key=lambda t: (-t[0], t[1]))],
+                   _notes(note, _depth_note(too_deep)))
 
 
-def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Deadline) -> Iterator[tuple[Entry, bytes]]:
+def _leads_nowhere(root: Root, base: str, prefix: str) -> bool:
+    """Whether a component of ``prefix`` (literal glob components below directory ``base``) does not exist or is
+    not a directory, as a wildcard there would match nothing. An error when ``base`` is no directory."""
+    path = base or "."
+    with root.open_dir(path):
+        pass
+    for comp in prefix.split("/"):
+        path = _join(path, comp)
+        with root.resolve(path) as r:
+            if r.leaf is None:
+                continue
+            try:
+                if not stat.S_ISDIR(os.stat(r.leaf, dir_fd=r.dir_fd, follow_symlinks=False).st_mode):
+                    return True
+            except FileNotFoundError:
+                return True
+    return False
+
+
+def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Deadline,
+                     too_deep: list[str]) -> Iterator[tuple[Entry, bytes]]:
     with root.resolve(base) as r:
         leaf = os.stat(r.leaf, dir_fd=r.dir_fd, follow_symlinks=False) if r.leaf is not None else None
         single = leaf is not None and not stat.S_ISDIR(leaf.st_mode)
+        name = r.rel.rsplit("/", 1)[-1]
     if single:
+        if include is not None and not include.match(name, deadline):  # relative to the path searched: its name
+            return
         fd, rel = root.open_file(base)
         try:
             st = os.fstat(fd)
@@ -524,7 +569,7 @@ def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Dead
         if data is not None:
             yield Entry(rel, name, -1, name, st), data
         return
-    for e in walk(root, base or ".", deadline, gitignore=True):
+    for e in walk(root, base or ".", deadline, gitignore=True, too_deep=too_deep):
         # Every entry, searched or skipped: a walk over many skipped files took a 1 s grep past 34 s (a review).
         deadline.check()
         if not stat.S_ISREG(e.st.st_mode) or e.st.st_size > READ_CAP:
@@ -647,19 +692,21 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
     lines: list[str] = []  # content and count modes: up to cap + 1, the extra one saying there is more
     hits: list[tuple[int, str]] = []  # files mode: every matching file, sorted newest first at the end
     note = None
+    too_deep: list[str] = []  # the directories the walk did not enter, past MAX_DEPTH
 
     def record(entry: Entry, count: int, shown: list[str]) -> None:
         if count and mode == "files":
             hits.append((entry.st.st_mtime_ns, entry.rel))
         elif count:
-            lines.extend([f"{entry.rel}:{line}" for line in shown] if mode == "content" else [f"{entry.rel}:{count}"])
+            rel = _shown(entry.rel)
+            lines.extend([f"{rel}:{line}" for line in shown] if mode == "content" else [f"{rel}:{count}"])
 
     try:
         deadline.check()
         with _workers.lend() as worker:
             worker.compile(pattern)
             sent: collections.deque[Entry] = collections.deque()  # searched, in order, the results not read yet
-            for entry, data in _files_to_search(root, base, matcher, deadline):
+            for entry, data in _files_to_search(root, base, matcher, deadline, too_deep):
                 if len(lines) > cap:
                     break
                 if len(data) > READ_CAP:  # grown past the cap since its size was looked at
@@ -681,12 +728,12 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
         note = "the pattern needed too much memory (it backtracks too much: simplify it), the results so far"
     if mode == "files":
         hits.sort(key=lambda t: (-t[0], t[1]))
-        lines = [rel for _, rel in hits[:cap + 1]]
+        lines = [_shown(rel) for _, rel in hits[:cap + 1]]
     if len(lines) > cap:
         note = note or (f"{len(hits)} matching files, showing the newest {cap}" if mode == "files"
                         else f"more than {cap} matching {'lines' if mode == 'content' else 'files'}")
         lines = lines[:cap]
-    return _render(lines, note)
+    return _render(lines, _notes(note, _depth_note(too_deep)))
 
 
 def capabilities(root: Root, *, timeout: float = SEARCH_TIMEOUT) -> dict[str, CapabilityFn]:
