@@ -2,8 +2,8 @@
 
 Syntax: ``*`` (within one component), ``?``, ``[abc]``/``[!abc]``, ``{a,b}`` (within one component), ``\\x``
 (a literal x), and ``**`` as a whole component (any number of components, including none). Patterns come from
-guests and from ``.gitignore`` files a guest may have written, so every match runs under the ``regex`` module's
-timeout: a pathological pattern costs at most the caller's remaining time, never a hung host thread.
+guests, so every match runs under the ``regex`` module's timeout: a pathological pattern costs at most the caller's
+remaining time, never a hung host thread. (``.gitignore`` rules are git's wildmatch: gitignore.py translates them.)
 """
 
 from __future__ import annotations
