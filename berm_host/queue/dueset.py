@@ -221,7 +221,7 @@ class DueSet:
         if only is None:
             with self._read_lock:
                 only = [h for (h,) in self._reader.execute("SELECT DISTINCT harness FROM due WHERE when_ms <= ?",
-                                                       (now_ms,))]
+                                                           (now_ms,))]
         rounds = []
         for harness in sorted(only):
             rows = self._select("WHERE harness=? AND when_ms <= ? ORDER BY when_ms, id LIMIT ?", (harness, now_ms, n))

@@ -233,8 +233,8 @@ class Scheduler:
             self._n["backlog"] = 0
         head = next((e for e in self._dueset.earliest(self._settling() + 1, only=only - self._held)
                      if self._pending(e)), None)
-        if head is not None and type(head.when_ms) is not int:  # text sorts after every number: all left are so
-            # never due, so never dropped by _fire; its instant made every drain fail (found by a review)
+        if head is not None and not isinstance(head.when_ms, (int, float)):  # text or a blob: sorted after every
+            # number (all left are so), never due, so never dropped by _fire; every drain failed on it (a review)
             self._drop(head, f"the due-set's entry has no instant ({type(head.when_ms).__name__}): {head!r}")
             return 0.0
         retry = self._delete_retry[0] - time.monotonic() if self._undeleted else None
