@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .linker import Linker
-from .traps import TrapInfo
+from .traps import HostError, TrapInfo
 
 #: Receives each ``berm.log`` line's raw bytes.
 LogSink = Callable[[bytes], None]
@@ -29,6 +29,13 @@ class RunRequest:
     read_result: bool = False  # copy the bytes at (a0, a1) out of guest memory after a normal return
     max_result: int | None = None  # with read_result: a result longer than this is not copied (result None)
     snapshot: tuple[tuple[int, int], ...] = ()  # (addr, length) ranges of guest memory to copy out at the end
+
+
+def check_int_args(request: RunRequest) -> None:
+    """A HostError for more integer arguments than a0..a7 hold (on either engine: translated code raised a
+    ValueError, found by a review)."""
+    if len(request.int_args) > 8:
+        raise HostError(f"at most 8 integer arguments fit a0..a7, not {len(request.int_args)}")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from berm_host.backend import RunRequest
 from berm_host.declaration import MAX_TIMEOUT
 from berm_host.engine import Engine
 from berm_host.linker import Capability, CapabilityError, Linker
@@ -290,6 +291,14 @@ def test_runs_nested_in_host_calls_stop_at_the_same_depth_on_either_engine(tmp_p
     assert len(entered) == text.count("x.cap: Trap: ") == MAX_NESTED_RUNS
     assert info.value.kind is TrapKind.HOST_CALL_FAILED
     assert f"x.cap: Trap: harness trapped in cap: guest stack exhausted ({NESTED_DETAIL}) in berm_tool_cap" in text
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_more_integer_arguments_than_a0_to_a7_hold_is_a_host_error_on_either_engine(tmp_path, elf, kind):
+    """Found by a review: translated code raised a ValueError, the interpreter a HostError."""
+    backend = Engine(kind=kind, cache_dir=tmp_path).load(elf).backend
+    with pytest.raises(HostError, match="at most 8 integer arguments fit a0..a7, not 9"):
+        backend.run(RunRequest(entry=0, int_args=tuple(range(9))))
 
 
 class Revocable(Linker):

@@ -13,7 +13,7 @@ from itertools import repeat
 
 from berm_aot.isa import checks_sp
 from berm_aot.program import Program
-from berm_host.backend import LogSink, RunRequest, RunResult
+from berm_host.backend import LogSink, RunRequest, RunResult, check_int_args
 from berm_host.layout import DEFAULT_MEMORY, TRACE_KEEP, Layout, layout_for
 from berm_host.linker import Linker
 from berm_host.running import NESTED_DETAIL, interpreting
@@ -95,8 +95,7 @@ class InterpBackend:
         return h
 
     def run(self, request: RunRequest) -> RunResult:
-        if len(request.int_args) > 8:
-            raise HostError(f"at most 8 integer arguments fit a0..a7, not {len(request.int_args)}")
+        check_int_args(request)
         mem = GuestMemory(self.program.image, self.layout)
         try:
             st = RunState(mem, request.args, request.linker, request.log, request.deadline)
