@@ -150,6 +150,20 @@ def test_bundled_harnesses_build_once_and_are_reused(tmp_path, monkeypatch):
         bundled_image("nope")
 
 
+def test_a_bundled_image_is_rebuilt_when_the_sdks_python_changes(tmp_path, monkeypatch):
+    """Found by a review: the key covered the SDK's C but not the Python that writes the entry code, the manifest
+    and the link, so an upgrade of Berm that changed them kept serving the image built before it."""
+    from berm_sdk import bundled
+
+    copy = tmp_path / "berm_sdk"
+    shutil.copytree(bundled.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(bundled, "PACKAGE_DIR", copy)
+    before = bundled._digest(bundled.HARNESSES_DIR / "fixture")
+    with open(copy / "entry.py", "a") as entry:
+        entry.write("# the entry code written otherwise\n")
+    assert bundled._digest(bundled.HARNESSES_DIR / "fixture") != before
+
+
 def test_a_bundled_image_is_rebuilt_when_the_host_call_numbers_change(monkeypatch):
     from berm_sdk import bundled
 
