@@ -26,6 +26,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from berm_abi.errors import BermError
+from berm_abi.text import escaped
 from berm_aot.elf import read_elf
 from berm_aot.image import ElfImage
 from berm_aot.manifest import TOOL_PREFIX, Manifest, load_manifest, tool_exports
@@ -59,7 +60,7 @@ def load_profile(sdk: Path = SDK_DIR) -> Profile:
 
 
 #: Characters of a source file's name the guest compiler cannot write into its dependency file.
-_UNSPEAKABLE = (":", "\\", '"')
+_UNSPEAKABLE = (":", "\\", '"', "\n")
 
 
 def sdk_sources(sdk: Path = SDK_DIR) -> list[Path]:
@@ -247,8 +248,8 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
         raise BuildError(f"{directory}: no C sources (*.c in the directory or its src/)")
     for source in sources:  # zig cc then fails on its own dependency file, naming only that
         if any(c in source.name for c in _UNSPEAKABLE):
-            raise BuildError(f"{source}: the guest compiler cannot take a file name holding any of "
-                             f"{' '.join(_UNSPEAKABLE)}: rename it")
+            raise BuildError(f"{escaped(str(source), lines=False)}: the guest compiler cannot take a file name "
+                             f"holding any of {' '.join(map(repr, _UNSPEAKABLE))}: rename it")
     out = Path(out) if out is not None else Path.cwd() / f"{spec.name}.elf"
     profile = load_profile()
     with tempfile.TemporaryDirectory(prefix="berm-build-") as tmp:

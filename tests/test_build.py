@@ -234,7 +234,7 @@ def test_what_a_build_says_names_the_authors_files(tmp_path, monkeypatch, capsys
     assert capsys.readouterr().err.startswith("berm build: .: the built image fails its own check: csrrs (Zicsr)")
 
 
-@pytest.mark.parametrize("name", ["a:b.c", "a\\b.c", 'a "b.c'])
+@pytest.mark.parametrize("name", ["a:b.c", "a\\b.c", 'a "b.c', "a\nb.c"])
 def test_a_source_name_the_compiler_cannot_take_is_named(tmp_path, name):
     """Found by a review: such a name failed in zig's own dependency file, naming only that."""
     d = harness(tmp_path, tiny=HELLO)
