@@ -5,6 +5,7 @@ engines for the path through the SDK and the engine."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import threading
 import time
@@ -248,6 +249,10 @@ def test_nested_calls_and_queued_work_never_take_a_harness_past_its_limit(queue)
     assert entered.acquire(timeout=10)  # one nested call holds one of b's slots
     free_d.set()  # a worker is free: it starts b's queued work in the other
     assert entered.acquire(timeout=10)
+    # the other nested call has been refused (it must be told before anything of b ends: a CI run under load
+    # asked only once both had ended, and was let in)
+    done, _ = concurrent.futures.wait(held[1:], timeout=10, return_when=concurrent.futures.FIRST_COMPLETED)
+    assert len(done) == 1
     release.set()
     results = [f.result(10) for f in [*held, queued]]
     assert results[0] == "free" and results[3] == "done"
