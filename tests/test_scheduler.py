@@ -185,6 +185,18 @@ def test_notify_reaches_subscribed_harnesses(make_queue):
     assert [json.loads(c["args"]) for c in b.calls] == [{"topic": "agent:x:done", "event": "{}"}]
 
 
+def test_a_harness_subscribed_once_and_for_good_gets_each_event_once(make_queue):
+    """Found by a review: a harness subscribed to a topic both once and for good got two on_notify of the first
+    event."""
+    a = RecordingTarget()
+    q = make_queue({"a": a})
+    q.subscribe("t", "a", once=True)
+    q.subscribe("t", "a")
+    for f in q.publish("t", "first") + q.publish("t", "second"):
+        f.result(5)
+    assert [json.loads(c["args"])["event"] for c in a.calls] == ["first", "second"]
+
+
 def test_wakes_of_a_harness_that_is_not_loaded_stay_pending_and_block_nobody(tmp_path, make_queue):
     ds = DueSet(tmp_path / "due.db")
     ds.put("gone", "old", now_ms() - 5000, "kept")  # its harness was dropped from the declarations

@@ -36,11 +36,15 @@ class Subscriptions:
                 self._subs.append(sub)
 
     def take(self, topic: str) -> list[Subscription]:
-        """The subscriptions an event on ``topic`` is delivered to; ``once`` ones are consumed."""
+        """The subscriptions an event on ``topic`` is delivered to, one a harness (subscribed both once and for
+        good, a harness got each event twice: found by a review); ``once`` ones are consumed."""
         with self._lock:
-            hits = [s for s in self._subs if s.topic == topic]
+            hits: dict[str, Subscription] = {}
+            for s in self._subs:
+                if s.topic == topic:
+                    hits.setdefault(s.harness, s)
             self._subs = [s for s in self._subs if not (s.once and s.topic == topic)]
-            return hits
+            return list(hits.values())
 
     def list(self) -> list[Subscription]:
         with self._lock:
