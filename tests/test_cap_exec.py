@@ -342,7 +342,8 @@ def test_stopping_the_supervisor_does_not_hold_the_call_past_the_invocations_dea
         monkeypatch.setattr(exec_cap, "_kill_children", lambda parent: 0)
     reply, survivors = _in_invocation(1.0, lambda: _run_marked(root, command, timeout=60))
     assert reply["exit_code"] == -1 and reply["stderr"].endswith("timeout]")
-    assert survivors == [] or not host_kills
+    if host_kills:  # else what the command detached may outlive the SIGKILLed supervisor (the README says so)
+        assert survivors == []
 
 
 def test_a_command_that_kills_its_supervisor_does_not_hold_the_call_past_the_invocations_deadline(root, monkeypatch):

@@ -446,8 +446,8 @@ def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool,
          too_deep: list[str] | None = None) -> Iterator[Entry]:
     """Every non-directory entry under directory ``base`` (sorted per directory), pruning ``.git`` and, with
     ``gitignore``, what the .gitignore files in force exclude. A directory as deep as a path may reach (MAX_DEPTH)
-    is listed but not walked below: the root-relative paths of the subdirectories left out are added to
-    ``too_deep``. A subdirectory swapped for something else after its parent was listed is skipped (``dirwalk``)."""
+    is listed but not walked below: its root-relative path is added to ``too_deep``. A subdirectory swapped for
+    something else after its parent was listed is skipped (``dirwalk``)."""
     with root.open_dir(base) as r:
         ignores = {"": _ancestor_ignores(root, r.rel, deadline)} if gitignore else {}
         for sub_dir, dirnames, leaves, dfd in dirwalk.walk(r.dir_fd, deadline):
@@ -460,7 +460,7 @@ def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool,
                            and not (ignore and ignore.ignored(_join(rel_dir, d), True, deadline))]
             if dirnames and rel_dir != "." and rel_dir.count("/") + 1 >= MAX_DEPTH:  # as deep as a path may reach
                 if too_deep is not None:
-                    too_deep.extend(_join(rel_dir, d) for d in dirnames)
+                    too_deep.append(rel_dir)
                 dirnames.clear()
             if ignore is not None:
                 for d in dirnames:
@@ -692,7 +692,7 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
     lines: list[str] = []  # content and count modes: up to cap + 1, the extra one saying there is more
     hits: list[tuple[int, str]] = []  # files mode: every matching file, sorted newest first at the end
     note = None
-    too_deep: list[str] = []  # the directories the walk did not enter, past MAX_DEPTH
+    too_deep: list[str] = []  # the directories the walk did not walk below (MAX_DEPTH)
 
     def record(entry: Entry, count: int, shown: list[str]) -> None:
         if count and mode == "files":

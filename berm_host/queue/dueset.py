@@ -312,7 +312,7 @@ def _only(harnesses: Harnesses) -> tuple[str, tuple]:
     if harnesses is None:
         return "1", ()
     # the unary + keeps the planner on the time index (walk in time order, test membership per row)
-    return "+harness IN (SELECT value FROM json_each(?))", (json.dumps(sorted(harnesses)),)
+    return "+harness IN (SELECT value FROM json_each(?))", (_harness_list(harnesses),)
 
 
 def _check_text(value: str, what: str, limit: int, *, allow_empty: bool = True) -> None:
