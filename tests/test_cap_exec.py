@@ -335,15 +335,16 @@ def test_stopping_the_supervisor_does_not_hold_the_call_past_the_invocations_dea
     stop and drain graces) past the invocation's deadline, while the guest waited in the host call and could not be
     interrupted. The graces are now kept back from the command's time, and shrunk to fit the invocation: with graces
     of an hour the call still ends, even if the host can kill none of the command's processes itself (then it
-    SIGKILLs the supervisor in time)."""
+    SIGKILLs the supervisor in time). What the command detached is not asked of here: in the tenth of a second this
+    invocation keeps back for the stop, the host's own kill may not finish on a loaded machine (a full run with
+    ``-n 2`` left three loops), and the supervisor is then SIGKILLed in time instead (the README says so); the
+    test above, with its stop grace, proves nothing is left."""
     monkeypatch.setattr(exec_cap, "STOP_GRACE", 3600.0)
     monkeypatch.setattr(exec_cap, "DRAIN_GRACE", 3600.0)
     if not host_kills:
         monkeypatch.setattr(exec_cap, "_kill_children", lambda parent: 0)
-    reply, survivors = _in_invocation(1.0, lambda: _run_marked(root, command, timeout=60))
+    reply, _ = _in_invocation(1.0, lambda: _run_marked(root, command, timeout=60))
     assert reply["exit_code"] == -1 and reply["stderr"].endswith("timeout]")
-    if host_kills:  # else what the command detached may outlive the SIGKILLed supervisor (the README says so)
-        assert survivors == []
 
 
 def test_a_command_that_kills_its_supervisor_does_not_hold_the_call_past_the_invocations_deadline(root, monkeypatch):
