@@ -124,7 +124,7 @@ def test_background_child_holding_the_pipes_does_not_hang_and_is_killed(root):
             break
         time.sleep(0.01)
     else:
-        os.kill(pid, 9)
+        _kill(pid)
         pytest.fail("the background child survived its command")
 
 
@@ -237,6 +237,14 @@ def _marked(mark: str) -> list[int]:
     return found
 
 
+def _kill(pid: int) -> None:
+    """Cleanup: SIGKILL ``pid`` if it is still there (it may end between being listed and being killed)."""
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass
+
+
 def _run_marked(root, command: str, timeout: float = 60) -> tuple[dict, list[int]]:
     """``command`` run with a fresh mark in its environment; its reply, and which marked processes outlived it."""
     mark = os.urandom(8).hex()
@@ -244,7 +252,7 @@ def _run_marked(root, command: str, timeout: float = 60) -> tuple[dict, list[int
         return run(root, command, "", "BERM_TEST_MARK", mark, timeout=timeout), _marked(mark)
     finally:
         for pid in _marked(mark):
-            os.kill(pid, 9)
+            _kill(pid)
 
 
 @pytest.mark.parametrize("command", [
@@ -393,6 +401,6 @@ def test_nothing_outlives_the_host_either(root, tmp_path):
             break
         time.sleep(0.01)
     for pid in alive:
-        os.kill(pid, 9)
+        _kill(pid)
     assert alive == []
 
