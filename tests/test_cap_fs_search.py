@@ -278,11 +278,17 @@ def test_a_catastrophic_regex_times_out_instead_of_hanging(root):
     assert out == b"[truncated: timed out after 0.3 s, the results so far]"
 
 
-def test_a_pathological_glob_times_out_instead_of_hanging(root):
-    (root / ("a" * 250)).write_bytes(b"")
-    caps = fs_search.capabilities(Root(root), timeout=0.3)
-    out = caps["berm.fs.glob"](encode_frame(["*a" * 200 + "b", ""]))
-    assert out == b"[truncated: timed out after 0.3 s, the results so far]"
+def test_a_pathological_glob_matches_in_linear_time(root):
+    """Found by a hostile review: the regex module took 1.7 s of CPU to find that ``*a`` ×200 then ``b`` does not
+    match a name of 250 a's, and its timeout counts CPU time, so on a starved machine a glob with a 2 s budget held
+    the host thread 5.4 s. RE2 answers in about a millisecond: forty such names are all looked at, well inside the
+    budget (before: timed out)."""
+    for i in range(40):
+        (root / ("a" * 250 + f"{i:02}")).write_bytes(b"")
+    (root / ("a" * 250 + "b")).write_bytes(b"")
+    caps = fs_search.capabilities(Root(root), timeout=30)
+    assert caps["berm.fs.glob"](encode_frame(["*a" * 200 + "b", ""])) == b"a" * 250 + b"b"
+    assert len(caps["berm.fs.glob"](encode_frame(["*a" * 200 + "*[0-9]", ""])).split(b"\n")) == 40
 
 
 def test_a_search_past_its_time_returns_what_it_found(root):
@@ -352,13 +358,12 @@ def test_malformed_search_requests(caps):
 def test_glob_translation():
     assert literal_prefix("src/a/**/*.c") == ("src/a", "**/*.c")
     assert literal_prefix("*.c") == ("", "*.c")
-    d = Deadline(5)
-    assert Glob("**").match("a/b/c", d)
-    assert Glob("a/**/b").match("a/b", d) and Glob("a/**/b").match("a/x/y/b", d)
-    assert not Glob("a/*/b").match("a/x/y/b", d)
-    assert Glob("[!a]*").match("b", d) and not Glob("[!a]*").match("a", d)
-    assert Glob(r"\*").match("*", d) and not Glob(r"\*").match("x", d)
-    assert Glob("*.c", basename_if_no_slash=True).match("deep/down/x.c", d)
+    assert Glob("**").match("a/b/c")
+    assert Glob("a/**/b").match("a/b") and Glob("a/**/b").match("a/x/y/b")
+    assert not Glob("a/*/b").match("a/x/y/b")
+    assert Glob("[!a]*").match("b") and not Glob("[!a]*").match("a")
+    assert Glob(r"\*").match("*") and not Glob(r"\*").match("x")
+    assert Glob("*.c", basename_if_no_slash=True).match("deep/down/x.c")
     assert glob_source("[unclosed") == r"\[unclosed"
 
 
@@ -507,11 +512,10 @@ def test_a_gitignore_rule_ending_in_a_slash_spares_files_of_that_name(root, caps
 
 
 def test_glob_classes_escapes_and_comment_lines(root, caps):
-    d = Deadline(5)
-    assert Glob("[^a]*").match("b", d) and not Glob("[^a]*").match("a", d)  # ^ negates like !
-    assert not Glob("x[!a]y").match("x/y", d) and not Glob("x[^a]y").match("x/y", d)  # nor a separator
-    assert Glob("[]a]").match("]", d) and Glob("[]a]").match("a", d)  # ] first in a class is a member
-    assert Glob("a\\").match("a\\", d)  # a trailing backslash is itself
+    assert Glob("[^a]*").match("b") and not Glob("[^a]*").match("a")  # ^ negates like !
+    assert not Glob("x[!a]y").match("x/y") and not Glob("x[^a]y").match("x/y")  # nor a separator
+    assert Glob("[]a]").match("]") and Glob("[]a]").match("a")  # ] first in a class is a member
+    assert Glob("a\\").match("a\\")  # a trailing backslash is itself
     assert glob(caps, r"\src/*.c") == ["src/main.c"]  # an escaped component is not a literal prefix
     (root / ".gitignore").write_text("#todo\n")
     (root / "#todo").write_text("TODO hash\n")
@@ -519,10 +523,9 @@ def test_glob_classes_escapes_and_comment_lines(root, caps):
 
 
 def test_glob_question_mark_backslash_in_a_class_and_two_brace_groups():
-    d = Deadline(5)
-    assert Glob("a?b").match("axb", d) and not Glob("a?b").match("a/b", d)
-    assert Glob("[\\]").match("\\", d) and not Glob("[\\]").match("]", d)
-    assert Glob("{a,b}.{c,h}").match("a.h", d) and Glob("{a,b}.{c,h}").match("b.c", d)
+    assert Glob("a?b").match("axb") and not Glob("a?b").match("a/b")
+    assert Glob("[\\]").match("\\") and not Glob("[\\]").match("]")
+    assert Glob("{a,b}.{c,h}").match("a.h") and Glob("{a,b}.{c,h}").match("b.c")
 
 
 def test_the_walk_lists_files_as_deep_as_a_path_may_reach_and_no_deeper(tmp_path):
@@ -950,10 +953,10 @@ def test_a_directory_swapped_after_its_parent_was_listed_is_skipped(tmp_path, mo
     once = [swap_it]
 
     class SwappingGlob(Glob):
-        def match(self, path, deadline):
+        def match(self, path):
             while once:
                 once.pop()()
-            return super().match(path, deadline)
+            return super().match(path)
 
     monkeypatch.setattr(fs_search, "Glob", SwappingGlob)
     caps = fs_search.capabilities(Root(root), timeout=10)

@@ -517,7 +517,7 @@ def glob(root: Root, pattern: str, base: str, deadline: Deadline, cap: int = RES
     too_deep: list[str] = []
     try:
         for e in walk(root, _join(base or ".", prefix) or ".", deadline, gitignore=False, too_deep=too_deep):
-            if matcher.match(e.sub, deadline):
+            if matcher.match(e.sub):
                 total += 1
                 (heapq.heappush if len(newest) < cap else heapq.heappushpop)(newest, (e.st.st_mtime_ns, e.rel))
     except TimeoutError:
@@ -557,7 +557,7 @@ def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Dead
         single = leaf is not None and not stat.S_ISDIR(leaf.st_mode)
         name = r.rel.rsplit("/", 1)[-1]
     if single:
-        if include is not None and not include.match(name, deadline):  # relative to the path searched: its name
+        if include is not None and not include.match(name):  # relative to the path searched: its name
             return
         fd, rel = root.open_file(base)
         try:
@@ -574,7 +574,7 @@ def _files_to_search(root: Root, base: str, include: Glob | None, deadline: Dead
         deadline.check()
         if not stat.S_ISREG(e.st.st_mode) or e.st.st_size > READ_CAP:
             continue
-        if include is not None and not include.match(e.sub, deadline):
+        if include is not None and not include.match(e.sub):
             continue
         data = _read_small(e.dir_fd, e.name, READ_CAP + 1, text_only=True)
         if data is not None:
