@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from berm_abi.errors import BermError
 from berm_abi.names import CORE_BY_NAME, CORE_NUMBERS, KNOWN_NAMES, fnv1a64
 
+from .traps import Trap
+
 #: A capability: request frame bytes in, reply bytes out. It raises CapabilityError for its own failures
 #: (file not found, host not allowed, timeout…), which reach the guest as an ERROR-bit reply, never a trap.
 CapabilityFn = Callable[[bytes], bytes]
@@ -33,8 +35,11 @@ def exception_text(exc: BaseException) -> str:
 
 
 def failed_detail(what: str, exc: BaseException) -> str:
-    """The detail of the host-call-failed trap for ``exc`` raised by host code serving ``what``."""
-    return f"{what}: {type(exc).__name__}: {exception_text(exc)}"
+    """The detail of the host-call-failed trap for ``exc`` raised by host code serving ``what``. A trap of a run the
+    host code started is told without where an interrupt struck (``Trap.engine_neutral``): that pc is an engine's,
+    and the failed call is a trap the engines agree on (found by a review)."""
+    text = exc.engine_neutral() if isinstance(exc, Trap) else exception_text(exc)
+    return f"{what}: {type(exc).__name__}: {text}"
 
 
 @dataclass(frozen=True, slots=True)

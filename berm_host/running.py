@@ -3,7 +3,7 @@
 A guest blocked in a host call cannot be interrupted (guest code reads the watchdog's flag), so a capability that
 may take long — a command, a fetch, a search — bounds its own timeout by this (``capabilities._request.Deadline.
 within_invocation``). Translated code's core keeps the deadline of its runs per thread (``berm_thread_deadline``);
-the interpreter keeps its own here, and hands it to the core as well once the core is loaded. A run nested in a host
+interpreted runs keep theirs there too once the core is loaded, here before. A run nested in a host
 call (a capability that calls a harness, on either engine) ends by the earliest of its own deadline and its
 caller's. Runs nest at most ``MAX_NESTED_RUNS`` deep on a thread, whatever their engines (the core counts them).
 """
@@ -48,25 +48,26 @@ def time_left() -> float | None:
 def interpreting(deadline: float | None) -> Iterator[tuple[float | None, bool]]:
     """An interpreted run with ``deadline`` (a ``time.monotonic()`` instant, None for none) on this thread; yields
     the instant it must end by, ``deadline`` or its caller's, whichever is earlier (None: neither has one), and
-    whether it is nested too deep to run (``MAX_NESTED_RUNS``)."""
+    whether it is nested too deep to run (``MAX_NESTED_RUNS``, or the host stack's floor as translated runs have it).
+
+    The thread's state is read before the run and set back to it whole, in one call made first in ``finally``: a
+    KeyboardInterrupt raised between the steps of a run's start or end (as a call into the core returns) left a
+    deadline on the thread that interrupted every later run on it, or a count that grew to "nested too deep" (found
+    by a review). The interrupt can only come before the ``try`` while nothing has changed yet."""
     left = time_left()
     ends = [d for d in (deadline, time.monotonic() + left if left is not None else None) if d is not None]
     end = min(ends) if ends else None
-    outer = getattr(_interpreted, "deadline", 0.0)
-    _interpreted.deadline = end or 0.0
     core = _core()  # imported now if need be: a host call may create the first translated engine of the process
-    if core is not None:
-        translated = core.lib.berm_thread_deadline_swap(end or 0.0)
-        runs = core.lib.berm_thread_runs_add(1)
-    else:  # no translated engine: interpreted runs only
-        translated, runs = None, getattr(_interpreted, "runs", 0) + 1
-        _interpreted.runs = runs
+    if core is None:  # no translated engine: interpreted runs only, counted here
+        outer_deadline, outer_runs = getattr(_interpreted, "deadline", 0.0), getattr(_interpreted, "runs", 0)
+        try:
+            _interpreted.deadline, _interpreted.runs = end or 0.0, outer_runs + 1
+            yield end, outer_runs >= MAX_NESTED_RUNS
+        finally:
+            _interpreted.deadline, _interpreted.runs = outer_deadline, outer_runs
+        return
+    outer_deadline, outer_runs = core.lib.berm_thread_deadline(), core.lib.berm_thread_runs()
     try:
-        yield end, runs > MAX_NESTED_RUNS
+        yield end, bool(core.lib.berm_thread_enter(end or 0.0))
     finally:
-        _interpreted.deadline = outer
-        if core is not None:
-            core.lib.berm_thread_deadline_swap(translated)
-            core.lib.berm_thread_runs_add(-1)
-        else:
-            _interpreted.runs = runs - 1
+        core.lib.berm_thread_restore(outer_deadline, outer_runs)

@@ -293,6 +293,56 @@ def test_runs_nested_in_host_calls_stop_at_the_same_depth_on_either_engine(tmp_p
     assert f"x.cap: Trap: harness trapped in cap: guest stack exhausted ({NESTED_DETAIL}) in berm_tool_cap" in text
 
 
+def test_a_nested_run_interrupted_fails_its_callers_host_call_with_the_same_text_on_either_engine(tmp_path, elf):
+    """Found by a review: a capability whose nested run was interrupted, letting its Trap through, failed the
+    caller's host call with a text that held where the interrupt struck, which differs by engine (``spin+0xa``
+    translated, ``+0x8`` interpreted), though a failed host call is a trap the engines agree on."""
+    texts = {}
+    for kind in KINDS:
+        inner = Engine(kind=kind, cache_dir=tmp_path, deadline=30.0).load(elf).harness(Linker())
+        linker = Linker()
+        linker.define("x.cap", lambda request, inner=inner: inner.call("spin").encode())
+        with pytest.raises(Trap) as info:
+            harness(elf, kind, tmp_path, linker, deadline=0.2).call("cap")
+        assert info.value.kind is TrapKind.HOST_CALL_FAILED
+        texts[kind] = str(info.value)
+    assert texts["aot"] == texts["interp"]
+    assert "x.cap: Trap: harness trapped in spin: guest was interrupted (deadline passed)" in texts["aot"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_on_a_small_thread_stack_a_nested_run_is_refused_on_either_engine(tmp_path, elf, kind):
+    """Found by a review: only translated runs were held to the host stack's floor, so on a thread of 64 KiB a
+    capability calling its harness again ran 64 levels deep interpreted and none translated. Both engines now
+    apply the core's one rule: on such a thread, all of it below the floor's margin, the first run runs and a run
+    nested in its host call traps. (How deep larger stacks allow still depends on the engine's own use of them.)"""
+    entered, outcome = [], []
+
+    def again(request):
+        entered.append(len(entered))
+        return h.call("cap").encode()
+
+    linker = Linker()
+    linker.define("x.cap", again)
+    h = harness(elf, kind, tmp_path, linker)
+
+    def run():
+        try:
+            h.call("cap")
+        except Trap as trap:
+            outcome.append(trap)
+
+    old = threading.stack_size(64 << 10)
+    try:
+        thread = threading.Thread(target=run)
+        thread.start()
+    finally:
+        threading.stack_size(old)
+    thread.join()
+    assert len(entered) == 1 and len(outcome) == 1
+    assert f"guest stack exhausted ({NESTED_DETAIL})" in str(outcome[0])
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_more_integer_arguments_than_a0_to_a7_hold_is_a_host_error_on_either_engine(tmp_path, elf, kind):
     """Found by a review: translated code raised a ValueError, the interpreter a HostError."""

@@ -5,9 +5,11 @@ nothing of its deadline stays on the thread. Also the bounds of the result cap a
 from __future__ import annotations
 
 import time
+import types
 
 import pytest
 
+from berm_host import running
 from berm_host.engine import Engine
 from berm_host.linker import Linker
 from berm_host.running import time_left
@@ -87,3 +89,35 @@ def test_a_result_cap_must_be_an_unsigned_64_bit_byte_count(tmp_path):
     for bad in (1 << 64, -1, True, 1000.0, "1000", None):
         with pytest.raises(ValueError, match="the result cap must be a number of bytes"):
             Engine(cache_dir=tmp_path, max_result=bad)
+
+
+@pytest.mark.parametrize("call", ["berm_thread_deadline", "berm_thread_runs", "berm_thread_enter",
+                                  "berm_thread_restore"])
+def test_a_keyboard_interrupt_as_an_interpreted_run_starts_or_ends_leaves_nothing_on_the_thread(
+        tmp_path, elf, monkeypatch, call):
+    """Found by a review: CPython raises a pending KeyboardInterrupt as a call into the core returns, and an
+    interpreted run set the thread's deadline and its run count in separate calls, and set them back the same way.
+    An interrupt between them left a deadline behind, which interrupted every later run on the thread, of either
+    engine (a Ctrl-C caught in a REPL), or a count that grew until every run was "nested too deep". Here each of
+    the core calls a run makes raises KeyboardInterrupt once, as it returns."""
+    core = running._core()
+    assert core is not None  # the translated engine is built: its core keeps the thread's state
+
+    class Interrupting:
+        def __getattr__(self, name):
+            fn = getattr(core.lib, name)
+            if name != call:
+                return fn
+
+            def interrupted(*args):
+                fn(*args)
+                raise KeyboardInterrupt(f"as {name} returned")
+            return interrupted
+
+    monkeypatch.setattr(running, "_core", lambda: types.SimpleNamespace(lib=Interrupting()))
+    h = Engine(kind="interp", cache_dir=tmp_path, deadline=0.5).load(elf).harness(_linker(_left))
+    with pytest.raises(KeyboardInterrupt, match=f"as {call} returned"):
+        h.call("cap")
+    assert time_left() is None and core.lib.berm_thread_runs() == 0
+    monkeypatch.undo()
+    assert float(h.call("cap")) > 0  # and the next run runs

@@ -712,14 +712,27 @@ static __thread BERM_TLS double thread_deadline;
  * thread of 64 KiB, all of it below the floor's margin, trapped every run as "nested" when nothing was). */
 static __thread BERM_TLS int thread_runs;
 
-int berm_thread_runs_add(int delta) { return thread_runs += delta; }
+/* Whether a run starting here, on the host thread's stack at `here`, is nested in host calls too deeply: as many as
+ * the interpreter allows (Python's recursion limit came first at 166 runs there, 245 here), or as the host stack
+ * holds. The rule of both engines' runs. */
+static int nested_too_deep(uintptr_t here) {
+    return thread_runs && (thread_runs >= BERM_MAX_NESTED_RUNS || here < host_stack_floor(here));
+}
+
+int berm_thread_runs(void) { return thread_runs; }
 
 double berm_thread_deadline(void) { return thread_deadline; }
 
-double berm_thread_deadline_swap(double deadline) {
-    double previous = thread_deadline;
+int berm_thread_enter(double deadline) {
+    if (nested_too_deep((uintptr_t)__builtin_frame_address(0))) return 1;
     thread_deadline = deadline;
-    return previous;
+    thread_runs++;
+    return 0;
+}
+
+void berm_thread_restore(double deadline, int runs) {
+    thread_deadline = deadline;
+    thread_runs = runs;
 }
 
 int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len, int n_int, double timeout) {
@@ -757,9 +770,7 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
     thread_deadline = deadline;
     uint64_t t;
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
-    if (thread_runs && (thread_runs >= BERM_MAX_NESTED_RUNS || here < host_stack_floor(here))) {
-        /* runs nested in host calls, too deep: as many as the interpreter allows (Python's recursion limit came
-         * first at 166 runs there, 245 here), or as the host stack holds */
+    if (nested_too_deep(here)) {
         berm_set_trap(c, BERM_TRAP_STACK, entry, 0, BERM_STACK_HOST);
         t = BERM_TRAPPED;
     } else {

@@ -115,15 +115,20 @@ int berm_run(berm_region *r, uint64_t entry, const char *args, uint64_t args_len
 /* The CLOCK_MONOTONIC instant (seconds) by which the runs going on in this thread must end (the earliest deadline of
  * a run and the runs it is nested in), 0 when none has one: a host call served now may take until then at most. */
 double berm_thread_deadline(void);
-/* Set this thread's deadline (an interpreted run, whose host calls may start translated runs: they end by it too);
- * returns the one it replaces, to restore. */
-double berm_thread_deadline_swap(double deadline);
 /* Runs nested in host calls on one thread, at most: a run beyond traps as the host thread's stack exhausted, on
  * either engine (berm_host/running.py, MAX_NESTED_RUNS). */
 #define BERM_MAX_NESTED_RUNS 64
-/* Count `delta` runs more (or fewer) going on in this thread (an interpreted run, whose host calls may start
- * translated runs: they count it too); returns how many go on now. */
-int berm_thread_runs_add(int delta);
+/* How many runs are going on in this thread, of either engine. */
+int berm_thread_runs(void);
+/* An interpreted run starts on this thread (its host calls may start translated runs: they end by its deadline and
+ * count it): 1, changing nothing, when it is nested too deep by the rule of translated runs (more than
+ * BERM_MAX_NESTED_RUNS, or below the host stack's floor); else 0, with `deadline` (the earlier of its own and its
+ * caller's; 0: none) this thread's deadline and the run counted. However the run ends, or its start is cut short,
+ * berm_thread_restore puts back what berm_thread_deadline and berm_thread_runs read before it. */
+int berm_thread_enter(double deadline);
+/* Set this thread's deadline and run count: absolute values, so a restore is whole whatever part of a run's start
+ * happened (a KeyboardInterrupt raised between two calls left a deadline or a count behind: found by a review). */
+void berm_thread_restore(double deadline, int runs);
 int berm_watchdog_start(double interval);
 /* The six numbers of a translated object's layout export (berm_aot/windows.py, Windows). */
 #define BERM_LAYOUT_WORDS 6
