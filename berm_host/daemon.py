@@ -510,7 +510,7 @@ def _encode(reply: dict) -> bytes:
 def _lock_state(state_dir: Path) -> int:
     """The descriptor holding ``STATE_LOCK`` in ``state_dir``, or a DaemonError when another daemon holds it."""
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the harnesses' data lives there
         fd = os.open(state_dir / STATE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
         raise DaemonError(f"cannot lock the state directory {state_dir}: {exc.strerror}") from None

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from berm_host.private_files import private_database
+
 from .errors import QueueError, ScheduleError
 
 MAX_ID = 256  # bytes of UTF-8
@@ -102,7 +104,7 @@ class DueSet:
         self.path = Path(path)
         self.per_harness = per_harness
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_database(self.path)  # the harnesses' payloads: the user's only
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                        timeout=BUSY_TIMEOUT)
             self._db.execute("PRAGMA journal_mode=WAL")
