@@ -24,6 +24,7 @@ from berm_abi.errors import BermError
 from berm_abi.frames import encode_frame
 from berm_abi.names import KV_LIST_PAGE
 from berm_host.linker import CapabilityError, CapabilityFn
+from berm_host.private_files import private_database
 
 from ._request import Deadline, capability, fields
 
@@ -55,22 +56,36 @@ def data_dir(override: str | os.PathLike[str] | None = None) -> Path:
 #: Every store of this process, for the fork handler; and the connections a forked child inherited (kept, unused).
 _STORES: "weakref.WeakSet[KvStore]" = weakref.WeakSet()
 _INHERITED: list[sqlite3.Connection] = []
+#: Held by a fork from before it takes the stores' locks until after: a store registers under it, so the stores a
+#: fork waits for are exactly those it releases after (``_HELD``).
+_REGISTRY = threading.Lock()
+_HELD: list["KvStore"] = []
 
 
 def _before_fork() -> None:
-    """Wait for every store's call in progress: a fork in the middle of another thread's write left the child's
-    SQLite believing its own (inherited, never used) connection held the write lock, and every call in the child
-    failed with "database is locked" for good."""
-    for store in list(_STORES):
+    """Wait for every store's call in progress, and for a store being opened: a fork in the middle of another
+    thread's write left the child's SQLite believing its own (inherited, never used) connection held the write
+    lock, and every call in the child failed with "database is locked" for good."""
+    _REGISTRY.acquire()
+    _HELD[:] = list(_STORES)
+    for store in _HELD:
         store._lock.acquire()
 
 
 def _after_fork_in_parent() -> None:
-    for store in list(_STORES):
+    """Release what ``_before_fork`` took, exactly: a store opened meanwhile was not among them (releasing its lock
+    raised, leaving the stores after it in the set locked for good, and let a second call run beside one in
+    progress: found by a review)."""
+    for store in _HELD:
         store._lock.release()
+    _HELD.clear()
+    _REGISTRY.release()
 
 
 def _after_fork_in_child() -> None:
+    global _REGISTRY
+    _REGISTRY = threading.Lock()
+    _HELD.clear()
     KvStore._open_lock = threading.Lock()  # another thread may have held it, opening a store
     for store in list(_STORES):
         store._after_fork_in_child()
@@ -90,15 +105,18 @@ class KvStore:
     def __init__(self, path: Path):
         self.path = path
         self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = self._connect(KV_TIMEOUT)
-        self._count()
-        _STORES.add(self)
+        self._db: sqlite3.Connection | None = None
+        with self._lock:  # registered first: a fork waits for the open and the recount to end (_before_fork)
+            with _REGISTRY:
+                _STORES.add(self)
+            self._db = self._connect(KV_TIMEOUT)
+            self._count()
 
     def _connect(self, timeout: float) -> sqlite3.Connection:
         """A connection to the store, waiting up to ``timeout`` seconds for another's lock."""
         path = self.path
         try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # every harness's data: the user's only
+            private_database(path)  # every harness's data: the user's only
             db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
@@ -221,10 +239,14 @@ class KvStore:
         if len(prefix) > KEY_CAP:
             return []
         after = after[:KEY_CAP]
+        # One lower bound, the tighter: with two, SQLite seeks to the prefix and filters out what is not after
+        # ``after``, so a page past 100,000 keys read them all (23 ms under the lock every harness's kv calls
+        # share, for an empty page: found by a review).
+        lower, above = (after, ">") if after >= prefix else (prefix, ">=")
         end = _after_prefix(prefix)
         with self._locked() as db:
-            rows = db.execute("SELECT key FROM kv WHERE ns = ? AND key >= ? AND key > ? AND (? IS NULL OR key < ?) "
-                              "ORDER BY key LIMIT ?", (ns, prefix, after, end, end, limit)).fetchall()
+            rows = db.execute(f"SELECT key FROM kv WHERE ns = ? AND key {above} ? AND (? IS NULL OR key < ?) "
+                              "ORDER BY key LIMIT ?", (ns, lower, end, end, limit)).fetchall()
         return [bytes(r[0]) for r in rows]
 
 
