@@ -18,6 +18,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_abi.names import UPSTREAM_ALIASES
@@ -96,15 +97,18 @@ class _Inputs:
     root: Root | None
     hosts: http.HostList | None
     namespace: str | None
+    kv_dir: Path | None  # where the kv store is (when kv is linked)
 
 
-def _inputs(declaration: Declaration, harness_name: str | None, extra: Mapping[str, GrantBuilder] | None) -> _Inputs:
+def _inputs(declaration: Declaration, harness_name: str | None, data_dir: str | os.PathLike[str] | None,
+            extra: Mapping[str, GrantBuilder] | None) -> _Inputs:
     grants = _linked(declaration, extra)
     return _Inputs(
         grants=grants,
         root=_root(declaration) if {"fs", "exec"} & set(grants) else None,
         hosts=http.HostList(declaration.hosts) if "http" in grants else None,
         namespace=(harness_name or declaration.name) if "kv" in grants else None,
+        kv_dir=kv.data_dir(data_dir) if "kv" in grants else None,
     )
 
 
@@ -116,7 +120,7 @@ def linker_for(declaration: Declaration, *, harness_name: str | None = None,
     database (default ``berm_host.capabilities.kv.data_dir()``); ``extra`` maps further grant names an embedder
     serves to builders of their capabilities.
     """
-    inputs = _inputs(declaration, harness_name, extra)
+    inputs = _inputs(declaration, harness_name, data_dir, extra)
     fns: dict[str, CapabilityFn] = {}
     for grant in inputs.grants:
         if grant == "fs":
@@ -129,7 +133,7 @@ def linker_for(declaration: Declaration, *, harness_name: str | None = None,
         elif grant == "clock":
             fns |= clock.capabilities()
         elif grant == "kv":
-            fns |= kv.capabilities(kv.KvStore.shared(kv.data_dir(data_dir)), inputs.namespace)
+            fns |= kv.capabilities(kv.KvStore.shared(inputs.kv_dir), inputs.namespace)
         else:
             fns |= extra[grant](declaration)
     linker = Linker()
@@ -142,19 +146,20 @@ def linker_for(declaration: Declaration, *, harness_name: str | None = None,
 
 
 def image_key(elf_sha256: str, declaration: Declaration, *, harness_name: str | None = None, scope: str = "",
-              extra: Mapping[str, GrantBuilder] | None = None) -> str:
+              data_dir: str | os.PathLike[str] | None = None, extra: Mapping[str, GrantBuilder] | None = None) -> str:
     """SHA-256 (hex) over the ELF's digest and everything its linker and instance are built from: the linked
     grants, the resolved root (when fs or exec is linked), the hosts (when http is), exec's environment, the kv
-    namespace (when kv is linked: storage is part of what the guest reaches), timeout, memory and the caller's
-    ``scope``. Never the agent's name, nor the harness's name unless it is the kv namespace in use."""
-    inputs = _inputs(declaration, harness_name, extra)
+    namespace and the store's directory (when kv is linked: storage is part of what the guest reaches; ``data_dir``
+    as ``linker_for`` takes it), timeout, memory and the caller's ``scope``. Never the agent's name, nor the
+    harness's name unless it is the kv namespace in use."""
+    inputs = _inputs(declaration, harness_name, data_dir, extra)
     material = {
         "elf": elf_sha256.lower(),
         "grants": inputs.grants,
         "root": str(inputs.root.path) if inputs.root else None,
         "hosts": list(inputs.hosts.entries) if inputs.hosts else [],
         "env": [list(p) for p in declaration.env] if "exec" in inputs.grants else [],
-        "kv": inputs.namespace,
+        "kv": [inputs.namespace, str(inputs.kv_dir)] if inputs.kv_dir else None,
         "timeout": declaration.timeout,
         "memory": declaration.memory,
         "scope": scope,

@@ -180,6 +180,16 @@ def test_with_kv_the_namespace_is_part_of_the_key(root):
     assert image_key(ELF, decl, harness_name="a") == _key(root, name="a", capabilities=("kv",))
 
 
+def test_with_kv_the_stores_directory_is_part_of_the_key(tmp_path):
+    """Found by a review: two linkers of one declaration with different data directories reach different stores,
+    yet had the same key."""
+    decl = Declaration(name="a", capabilities=("kv",))
+    assert image_key(ELF, decl, data_dir=tmp_path / "x") != image_key(ELF, decl, data_dir=tmp_path / "y")
+    assert image_key(ELF, decl, data_dir=tmp_path / "x") == image_key(ELF, decl, data_dir=tmp_path / "x" / ".")
+    clock_only = Declaration(name="a", capabilities=("clock",))  # no store reached: no directory in the key
+    assert image_key(ELF, clock_only, data_dir=tmp_path / "x") == image_key(ELF, clock_only, data_dir=tmp_path / "y")
+
+
 def test_exec_alone_runs_in_the_declared_root_with_the_declared_environment(root, tmp_path):
     """exec without fs still gets its root (a linker that resolved the root only for fs handed exec none), and
     the declaration's env reaches the command (a linker that dropped it ran the command without it)."""
