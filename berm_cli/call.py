@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from berm_abi.errors import BermError
+from berm_abi.text import escaped
 from berm_cli.interrupt import interruptible
 from berm_cli.terminal import compile_notice, print_result, shown
 from berm_host.declaration import declaration_from_table
@@ -36,7 +37,8 @@ def add_arguments(p) -> None:
     p.add_argument("--root", help="the directory bounding fs and exec")
     p.add_argument("--host", action="append", default=[], metavar="HOST",
                    help="a host http may reach; *.example.org for its subdomains (repeatable)")
-    p.add_argument("--engine", choices=("aot", "interp"), default="aot", help="execution engine (default aot)")
+    p.add_argument("--engine", choices=("aot", "interp"), help="execution engine (default aot; with --daemon, the "
+                                                                   "daemon's)")
     p.add_argument("--memory", metavar="SIZE", help="guest memory, e.g. 64M (default 64M)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="invocation deadline (default 60)")
     p.add_argument("--name", help="the harness name: its kv namespace (default: the image's file name stem)")
@@ -47,7 +49,7 @@ def add_arguments(p) -> None:
                         "berm serve); its declaration grants, so the options above do not apply")
 
 #: Options that describe a one-entry declaration: meaningless when a daemon's own declarations decide.
-_LOCAL_ONLY = ("grant", "root", "host", "memory", "timeout", "name", "data_dir")
+_LOCAL_ONLY = ("grant", "root", "host", "memory", "timeout", "name", "data_dir", "engine")
 
 
 #: The option that gives each bounded grant its bound (berm_host.grants.BOUNDS).
@@ -94,8 +96,8 @@ def _through_daemon(args) -> int:
 
     given = [f"--{o.replace('_', '-')}" for o in _LOCAL_ONLY if getattr(args, o) not in (None, [])]
     if given:
-        print(f"berm call: {', '.join(given)} cannot be combined with --daemon: the daemon's declarations grant",
-              file=sys.stderr)
+        print(f"berm call: {', '.join(given)} cannot be combined with --daemon: the daemon's declarations grant, "
+              "and it runs them with its own engine", file=sys.stderr)
         return 2
     client = DaemonClient(Path(args.daemon) if args.daemon else default_socket())
     try:
@@ -111,8 +113,9 @@ def _through_daemon(args) -> int:
 
 
 def _trap_text(message: str, chain) -> str:
-    """A trap as berm call prints it, direct or through the daemon: the message, its call chain indented under it."""
-    return shown("\n".join([f"berm call: {message}", *(f"  {line}" for line in chain)]))
+    """A trap as berm call prints it, direct or through the daemon: the message on one line (a newline in the guest's
+    berm.fail text it carries forged "called from" lines: found by a review), its call chain indented under it."""
+    return "\n".join([f"berm call: {escaped(message, lines=False)}", *(f"  {shown(line)}" for line in chain)])
 
 
 def run(args) -> int:
@@ -133,7 +136,7 @@ def run(args) -> int:
 
     decl = _declaration(args)
     linker = linker_for(decl, data_dir=args.data_dir)
-    options = {"kind": args.engine, "log": _log, "on_compile": compile_notice("berm call")}
+    options = {"kind": args.engine or "aot", "log": _log, "on_compile": compile_notice("berm call")}
     if decl.memory is not None:
         options["memory_size"] = decl.memory
     if decl.timeout is not None:

@@ -9,6 +9,7 @@ import importlib
 import sys
 
 from berm_abi.errors import BermError
+from berm_cli.interrupt import INTERRUPTED
 from berm_cli.terminal import reader_may_leave, shown
 
 #: subcommand -> (module under berm_cli, one-line help)
@@ -53,6 +54,10 @@ def _run(args: argparse.Namespace) -> int:
     except BermError as exc:
         print(f"berm {args.command}: {shown(str(exc))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # waiting for the daemon's reply (a guest run here ends at interruptible's Ctrl-C)
+        maybe = " (the daemon may have made the change: berm schedule list shows)" if args.command == "schedule" else ""
+        print(f"berm {args.command}: interrupted{maybe}", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -138,3 +138,34 @@ def test_a_result_is_escaped_for_a_terminal_and_left_as_it_is_for_a_pipe(tty, ca
     print_result("ok\x1b]52;c;cm0gLXJmIH4K\x07\n\tdone")
     out = capsys.readouterr().out
     assert out == ("ok\\x1b]52;c;cm0gLXJmIH4K\\x07\n\tdone\n" if tty else "ok\x1b]52;c;cm0gLXJmIH4K\x07\n\tdone\n")
+
+
+def test_a_traps_message_is_one_line_whatever_the_guests_failure_text_holds():
+    """Found by a review: a trap carries the guest's earlier berm.fail text, and its newlines printed forged lines
+    under the message ("  called from admin_grant+0x0", "berm call: ...")."""
+    from berm_cli.call import _trap_text
+
+    text = _trap_text("harness trapped in echo: guest executed ebreak (after berm.fail: oops\n  called from "
+                      "admin_grant+0x0\nberm call: \x1b[31mforged)", ["called from main+0x4"])
+    assert text.split("\n") == ["berm call: harness trapped in echo: guest executed ebreak (after berm.fail: "
+                                "oops\\x0a  called from admin_grant+0x0\\x0aberm call: \\x1b[31mforged)",
+                                "  called from main+0x4"]
+
+
+@pytest.mark.parametrize("command, said", [("call", "berm call: interrupted\n"),
+                                           ("schedule", "berm schedule: interrupted (the daemon may have made the "
+                                                        "change: berm schedule list shows)\n")])
+def test_ctrl_c_while_waiting_for_the_daemon_is_one_line_and_status_130(capsys, command, said):
+    """Found by a review: Ctrl-C while ``berm call --daemon`` or ``berm schedule`` waited for the daemon's reply
+    printed a KeyboardInterrupt traceback, status -2 (a call run here ends at its own Ctrl-C, interrupt.py)."""
+    import argparse
+    import types
+
+    from berm_cli.main import _run
+
+    def run(args):
+        raise KeyboardInterrupt
+
+    args = argparse.Namespace(command=command, _module=types.SimpleNamespace(run=run))
+    assert _run(args) == 130
+    assert capsys.readouterr().err == said

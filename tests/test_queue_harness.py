@@ -395,6 +395,8 @@ def test_berm_call_through_a_running_daemon(images, tmp_path, capsys):
         assert "nobody" in capsys.readouterr().err
         assert main([*via, "fixture", "echo", "--grant", "fs"]) == 2
         assert "--grant cannot be combined with --daemon" in capsys.readouterr().err
+        assert main([*via, "fixture", "echo", "--engine", "interp"]) == 2  # found by a review: silently ignored
+        assert "--engine cannot be combined with --daemon" in capsys.readouterr().err
         assert daemon.queue.stats()["harnesses"]["fixture"]["invocations"] >= 2
     finally:
         daemon.stop()
