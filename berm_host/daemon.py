@@ -79,6 +79,8 @@ LINE_BUDGET = 4 * MAX_LINE
 #: The longest reply a client reads: a call's result (at most DEFAULT_MAX_RESULT bytes) with every character JSON's
 #: six-byte escape. Read to MAX_LINE, a result of 3 MiB of control characters was "no valid reply".
 MAX_REPLY = 6 * DEFAULT_MAX_RESULT + (1 << 20)
+#: Characters of a long text in a reply escaped and written at once (``_reply_chunks``).
+REPLY_SLICE = 1 << 20
 #: Bytes asked of a connection at once.
 RECV_CHUNK = 64 << 10
 #: Connections served at once (a thread each); a local client holding many open cost a thread and a buffer each.
@@ -358,8 +360,17 @@ class _Handler(socketserver.StreamRequestHandler):
         return self._reply(reply)
 
     def _reply(self, reply: dict) -> bool:
+        chunks = _reply_chunks(reply)
         try:
-            self.wfile.write(_encode(reply))
+            first = next(chunks)  # every value but the long texts (valid Unicode, whole or in slices) encoded
+        except (TypeError, ValueError) as exc:  # a value JSON cannot hold (a damaged row's blob): a host bug
+            log.error("a reply could not be encoded: %s", escaped(f"{type(exc).__name__}: {exc}", lines=False))
+            first = _encode({"ok": False, "error": "host", "message": f"the reply could not be encoded: {exc}"})
+            chunks = iter(())
+        try:
+            self.wfile.write(first)
+            for chunk in chunks:
+                self.wfile.write(chunk)
             return True
         except OSError:  # the client went away before its reply: nothing to tell it
             return False
@@ -479,6 +490,10 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.long_parse = threading.Lock()
         super().__init__(str(path), _Handler)
 
+    def handle_error(self, request, client_address) -> None:
+        """A handler's unexpected exception, logged as the daemon's (socketserver printed it to stderr)."""
+        log.exception("a control connection failed")
+
     def process_request(self, request, client_address) -> None:
         """A thread per connection, up to MAX_CLIENTS at once (each may buffer a line of up to MAX_LINE bytes);
         one more is told so and closed."""
@@ -507,6 +522,24 @@ def _encode(reply: dict) -> bytes:
     return json.dumps(reply, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
+def _reply_chunks(reply: dict) -> Iterator[bytes]:
+    """``reply``'s line in pieces: its long texts (a call's result) escaped REPLY_SLICE characters at a time. A
+    result of 16 MiB of control characters is a 96 MiB line, and encoding it whole made three copies of that for
+    each client (eight unread replies held 931 MiB: found by a review)."""
+    long = {k: v for k, v in reply.items() if isinstance(v, str) and len(v) > REPLY_SLICE}
+    if not long:
+        yield _encode(reply)
+        return
+    rest = json.dumps({k: v for k, v in reply.items() if k not in long}, ensure_ascii=False)
+    yield rest[:-1].encode("utf-8")  # "{...", the closing brace comes last
+    for i, (key, text) in enumerate(long.items()):
+        yield f'{"," if i or len(rest) > 2 else ""}{json.dumps(key)}:"'.encode()
+        for start in range(0, len(text), REPLY_SLICE):
+            yield json.dumps(text[start:start + REPLY_SLICE], ensure_ascii=False)[1:-1].encode("utf-8")
+        yield b'"'
+    yield b"}\n"
+
+
 def _lock_state(state_dir: Path) -> int:
     """The descriptor holding ``STATE_LOCK`` in ``state_dir``, or a DaemonError when another daemon holds it."""
     try:
@@ -523,22 +556,25 @@ def _lock_state(state_dir: Path) -> int:
 
 
 def _listen(path: Path, daemon: Daemon) -> _Server:
-    """Bind the control socket with mode 0600 (umask held at 0177 across the bind, so it is never wider)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists() or path.is_symlink():
-        if not stat.S_ISSOCK(path.lstat().st_mode):
-            raise DaemonError(f"{path} exists and is not a socket; refusing to replace it")
-        if _alive(path):
-            raise DaemonError(f"a daemon is already listening on {path}")
-        path.unlink()  # left behind by a daemon that was killed
-    old = os.umask(0o177)
+    """Bind the control socket with mode 0600 (umask held at 0177 across the bind, so it is never wider). A path it
+    cannot use is a DaemonError with the reason (its parent a file was a traceback, and a path too long for a Unix
+    socket said "None": found by a review)."""
     try:
-        server = _Server(path, daemon)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() or path.is_symlink():
+            if not stat.S_ISSOCK(path.lstat().st_mode):
+                raise DaemonError(f"{path} exists and is not a socket; refusing to replace it")
+            if _alive(path):
+                raise DaemonError(f"a daemon is already listening on {path}")
+            path.unlink()  # left behind by a daemon that was killed
+        old = os.umask(0o177)
+        try:
+            server = _Server(path, daemon)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
     except OSError as exc:
-        raise DaemonError(f"cannot listen on {path}: {exc.strerror}") from None
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
+        raise DaemonError(f"cannot listen on {path}: {exc.strerror or exc}") from None
     return server
 
 

@@ -2,6 +2,9 @@
 error, never a refusal or a host bug), what a null optional field means, and what each kind of outcome of a call
 comes back as."""
 
+import json
+import sqlite3
+
 import pytest
 
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
@@ -180,3 +183,57 @@ def test_a_field_the_op_does_not_take_is_a_protocol_error(daemon, request_, name
     kind, message = _error(DaemonClient(daemon.config.socket), request_)
     assert kind == "protocol" and named in message
     assert daemon.target.calls == []  # refused before anything ran
+
+
+def test_a_damaged_row_is_left_out_of_listings(daemon):
+    """Found by a review: a due-set row of types the due-set never writes (another program's blob payload) made
+    every schedule.list that reached it end with no reply, and socketserver printed a traceback."""
+    far = 4102444800000
+    daemon.queue.dueset.put_many([("h", "a", far, "", 0), ("h", "c", far + 2, "", 0)])
+    with sqlite3.connect(daemon.queue.dueset.path) as db:
+        db.execute("INSERT INTO due VALUES ('h', 'b', ?, x'00ff', 0, 99)", (far + 1,))
+        db.execute("INSERT INTO due VALUES ('h', 'd', 'soon', '', 0, 98)")
+    page = DaemonClient(daemon.config.socket).request({"op": "schedule.list"})
+    assert [e["id"] for e in page["entries"]] == ["a", "c"] and page["next"] is None
+
+
+@pytest.mark.parametrize("fields", [{"ok": True}, {}], ids=["with-others", "alone"])
+def test_a_long_result_is_written_in_slices_that_make_the_same_line(fields):
+    """Found by a review: a result of 16 MiB of control characters is a 96 MiB reply line, and encoding it whole
+    made three copies of it for each client that had not read its reply yet (eight held 931 MiB). Long texts are
+    now escaped and written a slice at a time."""
+    from berm_host.daemon import REPLY_SLICE, _encode, _reply_chunks
+
+    reply = {**fields, "result": "\x00é\n" * REPLY_SLICE + "tail", "note": "short"}
+    chunks = list(_reply_chunks(reply))
+    assert len(chunks) > 3 and max(map(len, chunks)) <= 6 * REPLY_SLICE
+    line = b"".join(chunks)
+    assert line.endswith(b"}\n") and line.count(b"\n") == 1
+    assert json.loads(line) == reply
+    assert list(_reply_chunks({"ok": True, "result": "small"})) == [_encode({"ok": True, "result": "small"})]
+
+
+def test_a_socket_path_the_daemon_cannot_use_is_a_clear_error(tmp_path):
+    """Found by a review: a socket path under a file was a FileExistsError traceback, and a path too long for a
+    Unix socket was refused with the reason "None"."""
+    decl = tmp_path / "agent.toml"
+    decl.write_text("")
+    for path, reason in [(decl / "berm.sock", "File exists"), (tmp_path / ("x" * 200) / "b.sock", "too long")]:
+        d = Daemon(DaemonConfig(declarations=decl, socket=path, state_dir=tmp_path / "state"))
+        with pytest.raises(DaemonError, match=f"cannot listen on .*{reason}"):
+            d.start()
+
+
+def test_a_reply_json_cannot_hold_is_a_host_error_reply(caplog):
+    """Whatever a reply holds, the client gets a line: a value JSON cannot hold (a blob) ended the connection with
+    no reply and a traceback on stderr."""
+    import io
+    import types
+
+    from berm_host.daemon import _Handler
+
+    handler = types.SimpleNamespace(wfile=io.BytesIO())
+    assert _Handler._reply(handler, {"ok": True, "entries": [{"payload": b"\x00"}]})
+    reply = json.loads(handler.wfile.getvalue())
+    assert reply["error"] == "host" and "could not be encoded" in reply["message"]
+    assert "a reply could not be encoded" in caplog.text

@@ -71,6 +71,9 @@ _USAGE_SCHEMA = (
     "WHERE harness = old.harness; DELETE FROM usage WHERE harness = old.harness AND count = 0; END",
 )
 _COLUMNS = "harness, id, when_ms, payload, depth, gen"
+#: A row of the types this module writes.
+_WELL_TYPED = ("typeof(harness) = 'text' AND typeof(id) = 'text' AND typeof(when_ms) = 'integer' "
+               "AND typeof(payload) = 'text' AND typeof(depth) = 'integer'")
 
 
 @dataclass(frozen=True)
@@ -195,8 +198,11 @@ class DueSet:
     def list(self, harness: str | None = None, *, after: Key | None = None, limit: int = -1) -> list[Entry]:
         """The pending entries (of one harness, when named) in ``(when_ms, harness, id)`` order, earliest first:
         those past ``after`` in that order, at most ``limit`` (-1: all). A page and the key of its last entry
-        read the next page: an entry never moved between the reads is never missed nor repeated."""
-        terms, params = ["1"], []
+        read the next page: an entry never moved between the reads is never missed nor repeated. A row of types the
+        due-set never writes (another program's: a blob payload, a text instant) is not listed: its entry could not
+        be sent, nor its instant be a cursor (one made every listing fail, found by a review); its wake ends in an
+        error when it comes (the scheduler)."""
+        terms, params = [_WELL_TYPED], []
         if harness is not None:
             terms.append("harness=?")
             params.append(harness)
