@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import stat
 import struct
 
 from elftools.common.exceptions import ELFError
@@ -26,6 +25,7 @@ from elftools.elf.elffile import ELFFile
 from berm_aot import attributes
 from berm_aot.errors import ElfError
 from berm_aot.image import ElfImage, Relocation, Section, Segment, Symbol
+from berm_aot.regular_file import FileRefused, read_regular
 
 #: Guest memory is at most 4 GiB (ABI.md §5), so no segment may end above it.
 MAX_IMAGE_END = 4 << 30
@@ -105,19 +105,11 @@ def read_file(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> bytes:
     """The bytes of the image file at ``path``: a regular file of at most ``limit`` bytes, else an ElfError (as for
     a file that cannot be read)."""
     try:
-        # O_NONBLOCK: opening a FIFO with no writer waits for one; a regular file reads as ever
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise ElfError(f"{os.fspath(path)} is not a regular file")
-            if st.st_size > limit:
-                raise ElfError(f"{os.fspath(path)} is {st.st_size} bytes, {too_large(limit)}")
-            data = f.read(limit + 1)
+        return read_regular(path, limit)
+    except FileRefused as exc:
+        raise ElfError(f"{os.fspath(path)} {exc}{f', {too_large(limit)}' if exc.oversized else ''}") from None
     except OSError as exc:
         raise ElfError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
-    if len(data) > limit:  # it grew since fstat
-        raise ElfError(f"{os.fspath(path)} grew past {limit} bytes while it was read: {too_large(limit)}")
-    return data
 
 
 def file_limit(memory_size: int) -> int:

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import bisect
 import json
-import os
 import re
-import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from berm_abi.names import ABI_VERSION, CAPABILITY_CALLS
 from berm_aot.manifest import TOOL_NAME
+from berm_aot.regular_file import FileRefused, read_regular
 
 from .errors import BuildError
 
@@ -123,17 +122,13 @@ def _read_text(path: Path) -> str:
     """The text of ``path``, a regular file of at most ``MAX_TOML_BYTES``: a FIFO (or a link to /dev/zero) kept
     ``berm build`` waiting for ever (found by a review)."""
     try:
-        # O_NONBLOCK: opening a FIFO with no writer waits for one; a regular file reads as ever
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise BuildError(f"{path}: not a regular file")
-            data = f.read(MAX_TOML_BYTES + 1)
+        data = read_regular(path, MAX_TOML_BYTES)
     except FileNotFoundError:
         raise BuildError(f"{path}: no such file (a harness directory needs a {TOML_NAME})") from None
     except OSError as exc:
         raise BuildError(f"{path}: cannot read: {exc}") from None
-    if len(data) > MAX_TOML_BYTES:
-        raise BuildError(f"{path}: larger than {MAX_TOML_BYTES >> 20} MiB")
+    except FileRefused as exc:
+        raise BuildError(f"{path} {exc}{f', over {MAX_TOML_BYTES >> 20} MiB' if exc.oversized else ''}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -146,7 +141,7 @@ def load_harness_toml(path: Path) -> HarnessSpec:
     text = _read_text(path)
     try:
         doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer past int()'s 4,300 digits (found by a review)
         raise BuildError(f"{path}: {exc}") from None  # tomllib says "(at line L, column C)"
     except RecursionError:  # tomllib parses nested arrays and inline tables recursively
         raise BuildError(f"{path}: its arrays or tables are nested too deeply") from None
