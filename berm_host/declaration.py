@@ -21,8 +21,11 @@ import platformdirs
 from berm_abi.errors import BermError
 from berm_aot.elf import file_limit, read_file
 from berm_aot.errors import ElfError
+from berm_aot.regular_file import FileRefused, read_regular
 
+from .capabilities.exec import check_environment
 from .capabilities.http import HostList, HostListError
+from .linker import CapabilityError
 from .layout import DEFAULT_MEMORY, check_memory_size
 
 
@@ -39,10 +42,13 @@ class ImageDigestMismatch(DeclarationError):
 
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_NAME_RULE = "1-64 of [A-Za-z0-9_.-], not starting with . or -"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MEMORY = re.compile(r"([0-9]{1,12})\s*([KMG]?)(?:i?B)?", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_TIMEOUT = 24 * 3600.0
+MAX_DECLARATIONS_BYTES = 4 << 20
 
 
 def harnesses_dir(override: str | os.PathLike[str] | None = None) -> Path:
@@ -94,6 +100,10 @@ class Declaration:
         return self.memory or DEFAULT_MEMORY
 
     def image_path(self, directory: str | os.PathLike[str] | None = None) -> Path:
+        """``{name}.elf`` in the harnesses directory. A name a declarations file could not give (a Declaration made
+        in code) is refused: ``../x`` read an image outside the directory (found by a review)."""
+        if not _NAME.fullmatch(self.name):
+            raise DeclarationError(f"harness name {self.name!r} must be {_NAME_RULE}")
         return harnesses_dir(directory) / f"{self.name}.elf"
 
     def load_image(self, directory: str | os.PathLike[str] | None = None) -> bytes:
@@ -144,12 +154,19 @@ def _timeout(entry: dict, where: str) -> float | None:
 
 
 def _env(entry: dict, where: str) -> tuple[tuple[str, str], ...]:
+    """The environment exec adds to every command: variable names, and sizes checked here as exec checks them (a
+    value over exec's limit passed here, and stopped the daemon's start with an error naming no harness: found by a
+    review)."""
     value = entry.get("env", {})
     if not isinstance(value, dict):
         raise DeclarationError(f"{where}: env must be a table of strings")
     for k, v in value.items():
-        if not isinstance(v, str) or not k or "=" in k or "\0" in k or "\0" in v:
-            raise DeclarationError(f"{where}: env.{k} must be a string (and its name a plain variable name)")
+        if not isinstance(v, str) or not _ENV_NAME.fullmatch(k) or "\0" in v:
+            raise DeclarationError(f"{where}: env {k!r} must be a string (and its name a plain variable name)")
+    try:
+        check_environment(value)
+    except CapabilityError as exc:
+        raise DeclarationError(f"{where}: env: {exc}") from None
     return tuple(sorted(value.items()))
 
 
@@ -164,7 +181,7 @@ def declaration_from_table(entry: Any, where: str = "harness") -> Declaration:
     if name is None:
         raise DeclarationError(f"{where}: name is required")
     if not _NAME.fullmatch(name):
-        raise DeclarationError(f"{where}: name {name!r} must be 1-64 of [A-Za-z0-9_.-], not starting with . or -")
+        raise DeclarationError(f"{where}: name {name!r} must be {_NAME_RULE}")
     where = f"{where} {name!r}"
     unknown = sorted(set(entry) - _KEYS)
     if unknown:
@@ -200,7 +217,7 @@ def parse_declarations(text: str, origin: str = "declaration") -> list[Declarati
     alone). Harness names must be unique within the document."""
     try:
         doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer past int()'s 4,300 digits (found by a review)
         raise DeclarationError(f"{origin}: not valid TOML: {exc}") from None
     except RecursionError:
         raise DeclarationError(f"{origin}: not valid TOML: nested too deeply") from None
@@ -217,9 +234,14 @@ def parse_declarations(text: str, origin: str = "declaration") -> list[Declarati
 
 
 def load_declarations(path: str | os.PathLike[str]) -> list[Declaration]:
+    """The declarations of the file ``path``: a regular file of at most ``MAX_DECLARATIONS_BYTES`` (a FIFO kept
+    ``berm serve`` and ``berm-compile`` waiting for ever: found by a review)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, MAX_DECLARATIONS_BYTES).decode("utf-8")
+    except FileRefused as exc:
+        most = f" (at most {MAX_DECLARATIONS_BYTES >> 20} MiB)" if exc.oversized else ""
+        raise DeclarationError(f"cannot read {path}: it {exc}{most}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DeclarationError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     return parse_declarations(text, str(path))

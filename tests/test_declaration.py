@@ -79,9 +79,9 @@ def test_unknown_key_names_the_entry_and_the_key():
     ("memory = 1024", "power of two"),
     ("source = []", "source must be a string"),
     ('env = "A=1"', "env must be a table"),
-    ("env = { A = 1 }", "env.A must be a string"),
-    ('env = { "A=B" = "1" }', "env.A=B must be a string (and its name a plain variable name)"),
-    ('env = { A = "x\\u0000y" }', "env.A must be a string"),
+    ("env = { A = 1 }", "env 'A' must be a string"),
+    ('env = { "A=B" = "1" }', "env 'A=B' must be a string (and its name a plain variable name)"),
+    ('env = { A = "x\\u0000y" }', "env 'A' must be a string"),
 ])
 def test_wrong_types_and_values_name_the_entry_and_key(line, words):
     msg = _error(f'[[harnesses]]\nname = "h"\n{line}\n')
@@ -193,3 +193,52 @@ def test_an_image_larger_than_its_memory_can_hold_is_refused_without_reading_it(
     with pytest.raises(ImageNotFound, match=f"is {limit + 1} bytes, larger than any image read here \\({limit} bytes"):
         Declaration(name="os", memory=64 << 10).load_image(tmp_path)
     assert len(Declaration(name="os", memory=128 << 10).load_image(tmp_path)) == limit + 1
+
+
+def test_a_declarations_file_is_a_regular_file_of_bounded_size(tmp_path):
+    """Found by a review: a FIFO given as the declarations file kept berm serve and berm-compile waiting for ever."""
+    os.mkfifo(tmp_path / "fifo.toml")
+    with pytest.raises(DeclarationError, match="fifo.toml: it is not a regular file"):
+        ends_within(GRACE, lambda: load_declarations(tmp_path / "fifo.toml"))
+    with open(tmp_path / "big.toml", "wb") as f:
+        f.truncate(decl_mod.MAX_DECLARATIONS_BYTES + 1)
+    with pytest.raises(DeclarationError, match="big.toml: it is [0-9]+ bytes \\(at most 4 MiB\\)"):
+        load_declarations(tmp_path / "big.toml")
+
+
+def test_an_integer_too_long_to_read_is_a_declaration_error(tmp_path):
+    """Found by a review: an integer of more than 4,300 digits, anywhere in the file, was a ValueError traceback
+    from berm serve and berm-compile (Python's limit on reading integers), naming neither file nor line."""
+    with pytest.raises(DeclarationError, match="agent.toml: not valid TOML: Exceeds the limit"):
+        parse_declarations("agent_setting = " + "9" * 5000 + "\n", "agent.toml")
+
+
+@pytest.mark.parametrize("env, reason", [
+    ('BIG = "' + "x" * 200_000 + '"', "env: environment variable 'BIG' is longer than 131072 bytes"),
+    ("".join(f'V{i} = "{"x" * 100_000}"\n' for i in range(11)), "env: the environment is larger than 1048576 bytes"),
+    ('"NOT A NAME" = "x"', "env 'NOT A NAME' must be a string"),
+    ('"A\\nB" = "x"', "env 'A\\\\nB' must be a string"),
+])
+def test_a_declared_environment_is_checked_as_exec_checks_it(env, reason):
+    """Found by a review: a value over exec's limit passed here, and stopped the daemon's start with an error naming
+    no harness; a name that is no variable name passed though the error text promises one."""
+    with pytest.raises(DeclarationError, match=f"harnesses\\[0\\] 'h': {reason}"):
+        parse_declarations(f'[[harnesses]]\nname = "h"\n[harnesses.env]\n{env}\n', "agent.toml")
+
+
+@pytest.mark.parametrize("host", ["api.example.com:8443", "1:2:3", "[1:2:3]", "*.example.com:80"])
+def test_a_host_entry_with_a_port_is_refused(host):
+    """Found by a review: ``api.example.com:8443`` was accepted and matched nothing, so the harness's http grant
+    reached nothing, silently. IPv6 addresses keep their colons."""
+    with pytest.raises(DeclarationError, match="no port may be listed"):
+        parse_declarations(f'[[harnesses]]\nname = "h"\nhosts = ["{host}"]\n', "agent.toml")
+    assert parse_declarations('[[harnesses]]\nname = "h"\nhosts = ["::1", "[fe80::1]"]\n', "a")[0].hosts
+
+
+def test_a_declaration_made_in_code_cannot_name_an_image_outside_the_directory(tmp_path):
+    """Found by a review: a Declaration built directly (as the README's embedding example does) with the name
+    ``../outside`` read ``outside.elf`` beside the harnesses directory."""
+    (tmp_path / "outside.elf").write_bytes(b"not an image")
+    (tmp_path / "harnesses").mkdir()
+    with pytest.raises(DeclarationError, match="harness name '../outside' must be 1-64 of"):
+        Declaration(name="../outside").load_image(tmp_path / "harnesses")

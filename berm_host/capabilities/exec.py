@@ -75,6 +75,12 @@ def _check_env(key: str, value: str) -> int:
     return size
 
 
+def check_environment(env: Mapping[str, str]) -> None:
+    """A CapabilityError unless ``env`` fits every command's environment: each variable, and all together."""
+    if sum(_check_env(key, value) for key, value in env.items()) > MAX_ENV_TOTAL:
+        raise CapabilityError(f"the environment is larger than {MAX_ENV_TOTAL} bytes")
+
+
 class _Stream:
     def __init__(self, cap: int):
         self.cap = cap
@@ -183,8 +189,7 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
     most)."""
     if "\0" in command:
         raise CapabilityError("command contains a NUL byte")
-    if sum(_check_env(key, value) for key, value in env.items()) > MAX_ENV_TOTAL:
-        raise CapabilityError(f"the environment is larger than {MAX_ENV_TOTAL} bytes")
+    check_environment(env)
     graces = STOP_GRACE + DRAIN_GRACE
     call = Deadline.within_invocation(timeout + graces)
     deadline = Deadline(min(timeout, call.seconds - min(graces, call.seconds * STOP_SHARE)))
@@ -248,8 +253,7 @@ def capabilities(root: Root, *, env: Mapping[str, str] | None = None,
                  timeout: float = EXEC_TIMEOUT) -> dict[str, CapabilityFn]:
     """``berm.exec.run`` over ``root``; ``env`` is the declaration's environment, on top of the base."""
     declared = dict(env or {})
-    for key, value in declared.items():
-        _check_env(key, value)
+    check_environment(declared)
 
     @capability("berm.exec.run")
     def exec_run(request: bytes) -> bytes:

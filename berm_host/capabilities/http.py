@@ -45,6 +45,14 @@ def normalize_host(host: str) -> str:
     return host[:-1] if host.endswith(".") else host
 
 
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
 class HostList:
     """The hosts a declaration allows: exact names, and ``*.suffix`` for any subdomain of ``suffix``."""
 
@@ -57,6 +65,9 @@ class HostList:
             if not host or not _HOST_CHARS.fullmatch(host) or "*" in name or (
                     not name.startswith("[") and "" in name.split(".")):  # an empty label: "*..", "a..b"
                 raise HostListError(f"bad host entry {entry!r}")
+            if ":" in name and not _is_ipv6(name.strip("[]")):  # "host:port", never matched (found by a review)
+                raise HostListError(f"bad host entry {entry!r}: not a host name or address (no port may be listed: "
+                                    "a listed host is reached on any port)")
             if host.startswith("*."):
                 self.suffixes.add(host[1:])  # ".example.org"
             else:
