@@ -19,7 +19,7 @@ from berm_aot.manifest import Manifest, load_manifest, tool_exports
 from berm_aot.program import Program
 from berm_cli.terminal import shown
 from berm_host.declaration import DeclarationError, load_declarations
-from berm_host.grants import grant_report
+from berm_host.grants import DAEMON_GRANTS, LINKED, grant_report
 
 _EF_RISCV_RVC = 0x1
 
@@ -66,7 +66,11 @@ def declared_grants(args: argparse.Namespace, image: ElfImage, manifest: Manifes
     if entry.sha256 is not None and entry.sha256 != image.sha256:
         raise DeclarationError(f"{args.declaration}: the entry for {name!r} pins sha256 {entry.sha256}, and this "
                                f"image's is {image.sha256}: the host would refuse it, granting nothing")
-    return grant_report(entry, manifest.requests.get("capabilities", []))
+    report = grant_report(entry, manifest.requests.get("capabilities", []), extra=DAEMON_GRANTS)
+    # linked by the daemon only (berm call runs a harness alone): reported as absent, what berm serve grants was
+    # understated, berm.call reaching every declared harness's tools among it (found by a review)
+    return {name: status.replace(LINKED, f"{LINKED} by berm serve", 1) if name in DAEMON_GRANTS else status
+            for name, status in report.items()}
 
 
 def _perms(readable: bool, writable: bool, executable: bool) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,8 @@ from .declaration import Declaration
 from .linker import CapabilityFn, Linker
 
 KNOWN_GRANTS = ("clock", "exec", "fs", "http", "kv")
+#: The grants ``berm serve`` serves beside these (``berm_host.daemon``): ``berm.call`` and ``berm.schedule.*``.
+DAEMON_GRANTS = ("call", "schedule")
 #: Grants that need an argument, and which.
 BOUNDS = {"fs": "root", "exec": "root", "http": "hosts"}
 
@@ -43,13 +45,14 @@ class GrantError(BermError):
     """A declaration cannot be linked: an unknown grant name, or a root that is not a directory."""
 
 
-def grant_status(declaration: Declaration, extra: Mapping[str, GrantBuilder] | None = None) -> dict[str, str]:
+def grant_status(declaration: Declaration, extra: Collection[str] = ()) -> dict[str, str]:
     """For each capability the declaration names: ``LINKED``, or why it is absent (``UNKNOWN``, or the missing
-    bounding argument). What ``berm inspect`` can show beside a manifest's requests."""
+    bounding argument); ``extra`` names the grants served beside the host's own. What ``berm inspect`` can show
+    beside a manifest's requests."""
     status = {}
     for name in declaration.capabilities:
         bound = BOUNDS.get(name)
-        if name not in KNOWN_GRANTS and name not in (extra or {}):
+        if name not in KNOWN_GRANTS and name not in extra:
             status[name] = UNKNOWN
         elif bound and not getattr(declaration, bound):
             status[name] = f"absent: no {bound} declared"
@@ -58,8 +61,7 @@ def grant_status(declaration: Declaration, extra: Mapping[str, GrantBuilder] | N
     return status
 
 
-def grant_report(declaration: Declaration, requested: Iterable[str],
-                 extra: Mapping[str, GrantBuilder] | None = None) -> dict[str, str]:
+def grant_report(declaration: Declaration, requested: Iterable[str], extra: Collection[str] = ()) -> dict[str, str]:
     """Each capability a manifest requests or a declaration grants, with what the declaration makes of it: the
     manifest's requests shown beside the grants, never turned into them."""
     requested = list(requested)
@@ -74,7 +76,7 @@ def grant_report(declaration: Declaration, requested: Iterable[str],
 
 
 def _linked(declaration: Declaration, extra: Mapping[str, GrantBuilder] | None) -> list[str]:
-    status = grant_status(declaration, extra)
+    status = grant_status(declaration, extra or ())
     unknown = [n for n, s in status.items() if s == UNKNOWN]
     if unknown:
         raise GrantError(f"harness {declaration.name!r} is granted {unknown[0]!r}, which this host does not know "
@@ -150,8 +152,10 @@ def image_key(elf_sha256: str, declaration: Declaration, *, harness_name: str | 
     """SHA-256 (hex) over the ELF's digest and everything its linker and instance are built from: the linked
     grants, the resolved root (when fs or exec is linked), the hosts (when http is), exec's environment, the kv
     namespace and the store's directory (when kv is linked: storage is part of what the guest reaches; ``data_dir``
-    as ``linker_for`` takes it), timeout, memory and the caller's ``scope``. Never the agent's name, nor the
-    harness's name unless it is the kv namespace in use."""
+    as ``linker_for`` takes it), the declaration's name when a grant of ``extra`` is linked (its builder takes the
+    whole declaration: the daemon's ``schedule`` writes the wakes of the harness it names, found by a review),
+    timeout, memory and the caller's ``scope``. Never the agent's name, nor the harness's name unless kv or an
+    ``extra`` grant uses it."""
     inputs = _inputs(declaration, harness_name, data_dir, extra)
     material = {
         "elf": elf_sha256.lower(),
@@ -163,5 +167,6 @@ def image_key(elf_sha256: str, declaration: Declaration, *, harness_name: str | 
         "timeout": declaration.timeout,
         "memory": declaration.memory,
         "scope": scope,
+        "extra": declaration.name if set(inputs.grants) - set(KNOWN_GRANTS) else None,
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -190,6 +190,16 @@ def test_with_kv_the_stores_directory_is_part_of_the_key(tmp_path):
     assert image_key(ELF, clock_only, data_dir=tmp_path / "x") == image_key(ELF, clock_only, data_dir=tmp_path / "y")
 
 
+def test_with_a_grant_served_beside_the_hosts_the_name_is_part_of_the_key():
+    """Found by a review: an extra grant's builder takes the whole declaration (the daemon's ``schedule`` writes the
+    wakes of the harness it names), yet two declarations differing only in name had one key."""
+    extra = {"schedule": lambda decl: {}}
+    alpha, beta = (Declaration(name=n, capabilities=("schedule",)) for n in ("alpha", "beta"))
+    assert image_key(ELF, alpha, extra=extra) != image_key(ELF, beta, extra=extra)
+    plain_alpha, plain_beta = (Declaration(name=n, capabilities=("clock",)) for n in ("alpha", "beta"))
+    assert image_key(ELF, plain_alpha, extra=extra) == image_key(ELF, plain_beta, extra=extra)  # a rename shares
+
+
 def test_exec_alone_runs_in_the_declared_root_with_the_declared_environment(root, tmp_path):
     """exec without fs still gets its root (a linker that resolved the root only for fs handed exec none), and
     the declaration's env reaches the command (a linker that dropped it ran the command without it)."""

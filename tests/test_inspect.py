@@ -105,6 +105,22 @@ def test_grants_are_shown_as_text_the_manifest_cannot_forge(tmp_path, capsys):
                       "  \\x1b[2Jkv: not granted (requested)"]
 
 
+def test_the_daemons_grants_are_shown_as_berm_serve_links_them(tmp_path, capsys):
+    """Found by a review: ``schedule`` and ``call`` were reported "absent: this host does not know it", though berm
+    serve links them (berm.call reaches the tools of every declared harness)."""
+    from berm_host.daemon import _queue_grants
+    from berm_host.grants import DAEMON_GRANTS
+
+    assert sorted(_queue_grants(None)) == sorted(DAEMON_GRANTS)  # what inspect reports is what the daemon serves
+    data = harness_elf(manifest_json(["read"], capabilities=["schedule"]), ["read"])
+    (tmp_path / "h.elf").write_bytes(data)
+    toml = _declared(tmp_path, 'capabilities = ["schedule", "call", "nope"]')
+    assert main(["inspect", str(tmp_path / "h.elf"), "--declaration", toml]) == 0
+    grants = capsys.readouterr().out.split("grants (from")[1].splitlines()[1:]
+    assert grants == ["  schedule: linked by berm serve", "  call: linked by berm serve (not requested)",
+                      "  nope: absent: this host does not know it (not requested)"]
+
+
 def test_json_grants_are_the_hosts_not_the_manifests(tmp_path, capsys):
     """Found by a review: a manifest key named "grants" showed in inspect --json as the host's grant report."""
     data = harness_elf(manifest_json(["read"], grants={"fs": "linked"}), ["read"])
