@@ -82,7 +82,8 @@ def parse_memory(value: int | str, what: str = "memory") -> int:
 class Declaration:
     """One harness as an agent declares it. ``capabilities`` are the grant names; ``root`` bounds fs and exec,
     ``hosts`` bounds http; ``env`` is added to every command exec runs; ``timeout`` (seconds) and ``memory``
-    (bytes) override the engine's defaults for this harness."""
+    (bytes) override the engine's defaults for this harness (under ``berm serve`` the timeout cannot pass the
+    queue's own deadline, ``--timeout``: whichever is sooner ends a run)."""
 
     name: str
     source: str = "builtin"
