@@ -99,6 +99,13 @@ def _segments_fit(fd: int, size: int) -> bool:
     return True
 
 
+def _lstat(path: Path) -> os.stat_result:
+    try:
+        return os.stat(path, follow_symlinks=False)
+    except OSError as exc:
+        raise CompileError(f"cannot use the code cache at {path}: {exc.strerror or exc}") from None
+
+
 def _open_regular(name: str | Path, dir_fd: int | None = None) -> tuple[int, os.stat_result] | None:
     """A descriptor of the regular file ``name`` and its status, None for anything else (a FIFO would block a plain
     open, a device or a symlink's target is not what the cache wrote). OSError when it cannot be opened at all."""
@@ -120,6 +127,42 @@ class CodeCache:
         # resolved once: a symlink its owner retargeted between the check of an object and its dlopen would load
         # another (berm_aot/trust.py)
         self.root = Path(os.path.realpath(root if root is not None else default_cache_dir()))
+        self._root_fd: int | None = None
+        self._root_fd_lock = threading.Lock()
+
+    def __del__(self) -> None:
+        if getattr(self, "_root_fd", None) is not None:
+            os.close(self._root_fd)
+
+    def loadable(self, path: Path) -> str:
+        """``path``, an object of this cache, as dlopen is to be given it: through a descriptor of the root, checked
+        when opened. By name, a root removed after the object's checks (a /tmp cleaner) and replaced by another
+        user's symlink led dlopen to their object, whose constructor ran in the host (found by a review); a
+        descriptor keeps naming the directory that was checked, and what is below it is ours, which nobody else can
+        swap. The descriptor is opened again when the root is no longer the directory it names."""
+        rel = path.relative_to(self.root)
+        with self._root_fd_lock:
+            fd = self._root_fd
+            if fd is None or not os.path.samestat(os.fstat(fd), _lstat(self.root)):
+                self._root_fd = None
+                if fd is not None:
+                    os.close(fd)
+                self._root_fd = self._open_root()
+            return f"/proc/self/fd/{self._root_fd}/{rel}"
+
+    def _open_root(self) -> int:
+        try:
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise CompileError(f"cannot use the code cache at {self.root}: {exc.strerror or exc}") from None
+        try:
+            _own_dir(self.root, create=False, root=True)  # the path's directory: is it the one opened?
+            if not os.path.samestat(os.fstat(fd), _lstat(self.root)):
+                raise CompileError(f"the code cache {self.root} was replaced while it was opened")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def entry(self, key: str) -> Path:
         return self.root / key[:2] / key

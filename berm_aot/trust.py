@@ -33,17 +33,22 @@ def trusted(st: os.stat_result, what: Path, *, cache: str, error: type[Exception
 
 
 def own_dir(path: Path, *, create: bool, root: bool = False, cache: str, error: type[Exception]) -> bool:
-    """Check (and with ``create``, make) a directory of the cache named ``cache``: ``root`` for the cache's root, which
-    may be a symlink the configuration chose (nothing below it is followed) and may be sticky, and whose every
-    directory above must be as trustworthy. Our own directories lose group and other write (a root) or become
-    0755 (any other). False when ``path`` does not exist and ``create`` is false; ``error`` when it cannot be
-    trusted or made."""
+    """Check (and with ``create``, make) a directory of the cache named ``cache``: ``root`` for the cache's root,
+    which may be sticky, and whose every directory above must be as trustworthy. The root is named by its real path
+    (callers resolve a configured symlink once): a symlink found there since is refused. In a shared /tmp, a root
+    that did not exist yet when its path was resolved, or that a cleaner removed, could be replaced by another
+    user's symlink to a directory that passes every check, and the host then dlopened what they put there (found by
+    a review). Our own directories lose group and other write (a root) or become 0755 (any other). False when
+    ``path`` does not exist and ``create`` is false; ``error`` when it cannot be trusted or made."""
     try:
         if create:
             if root:  # nothing made under a directory others could swap
                 _check_above(path, cache=cache, error=error, missing_ok=True)
-            path.mkdir(mode=0o755, parents=True, exist_ok=True)
-        st = os.stat(path, follow_symlinks=root)
+            _make_dirs(path)
+        st = os.stat(path, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode):
+            raise error(f"refusing {cache} {path}: it is a symlink now (its path was resolved when the cache was "
+                        "opened), which anyone who could put it there could point elsewhere")
         if not stat.S_ISDIR(st.st_mode):
             raise error(f"{cache} {path} is not a directory")
         mode = stat.S_IMODE(st.st_mode)
@@ -51,7 +56,7 @@ def own_dir(path: Path, *, create: bool, root: bool = False, cache: str, error: 
             wanted = mode & ~0o022 if root else 0o755
             if mode != wanted:
                 os.chmod(path, wanted)
-                st = os.stat(path, follow_symlinks=root)
+                st = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         if create:
             raise error(f"cannot create {cache} at {path}") from None
@@ -65,6 +70,22 @@ def own_dir(path: Path, *, create: bool, root: bool = False, cache: str, error: 
     if root:
         _check_above(path, cache=cache, error=error)
     return True
+
+
+def _make_dirs(path: Path) -> None:
+    """Make ``path`` and the directories above it that do not exist, each 0755 whatever the umask: ``mkdir -p``
+    gives the parents it makes the umask's mode, which under umask 002 others could write, and the checks then
+    refused the cache on every run (found by a review)."""
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = path.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:  # made meanwhile by another process: checked like any other
+            continue
+        os.chmod(d, 0o755)
 
 
 #: Paths whose directories above have passed _check_above: only this user or root can change such a directory, so

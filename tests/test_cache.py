@@ -395,3 +395,61 @@ def test_a_symlinked_root_is_resolved_once(tmp_path):
     (tmp_path / "link").unlink()
     (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
     assert cache.entry("ab" * 32).parent.parent == tmp_path / "real"
+
+
+def test_a_symlink_put_where_the_root_was_missing_is_refused(tmp_path, elf):
+    """Found by a review: a root that did not exist when the cache was made (or that a /tmp cleaner removed) stays a
+    plain path; another user put a symlink there to a root-owned sticky directory, which passed every check, and
+    the host dlopened the object they put in its place: its constructor ran in the host."""
+    from berm_aot.errors import CompileError
+
+    image = read_elf(elf)
+    cache = CodeCache(tmp_path / "cache")  # no such directory yet
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "cache").symlink_to(tmp_path / "theirs")
+    with pytest.raises(CompileError, match="cache: it is a symlink now"):
+        cached_object(image, windows(image), cache, lambda: Program.from_image(image))
+    assert not any((tmp_path / "theirs").iterdir())
+
+
+def test_an_object_is_loaded_through_the_root_it_was_checked_in(tmp_path, elf):
+    """Found by a review: the object was dlopened by path after its checks, so a root removed meanwhile and replaced
+    by another user's symlink loaded their object. dlopen's name goes through a descriptor of the checked root:
+    whatever is put at the root's path afterwards, it names the object checked (here the root is renamed away,
+    so that it still exists to compare with); and a root replaced before is opened again, or refused."""
+    import os as os_module
+
+    from berm_aot.errors import CompileError
+
+    cache, key, so = _built(tmp_path, elf)
+    checked = so.read_bytes()
+    name = cache.loadable(so)
+    assert name.startswith("/proc/self/fd/") and Path(name).read_bytes() == checked
+    os_module.rename(tmp_path / "cache", tmp_path / "moved")
+    (tmp_path / "theirs" / so.relative_to(tmp_path / "cache")).parent.mkdir(parents=True)
+    (tmp_path / "theirs" / so.relative_to(tmp_path / "cache")).write_bytes(b"their object")
+    (tmp_path / "cache").symlink_to(tmp_path / "theirs")
+    assert Path(name).read_bytes() == checked  # what dlopen opens now: the object checked
+    with pytest.raises(CompileError, match="cannot use the code cache at .*cache: Not a directory"):
+        cache.loadable(so)  # the next load: the root is no longer the directory its descriptor names
+    (tmp_path / "cache").unlink()
+    os_module.rename(tmp_path / "moved", tmp_path / "cache")
+    assert Path(cache.loadable(so)).read_bytes() == checked
+
+
+def test_directories_made_above_the_root_are_not_writable_by_others_under_umask_002(tmp_path, elf):
+    """Found by a review: ``mkdir -p`` gave the parents it made the umask's mode, 0775 under umask 002, and the
+    checks then refused the cache they had just made, on every run ("may be written by others")."""
+    import os as os_module
+    import stat as stat_module
+
+    image = read_elf(elf)
+    old = os_module.umask(0o002)
+    try:
+        so, built = cached_object(image, windows(image), CodeCache(tmp_path / "home" / ".cache" / "berm" / "code"),
+                                  lambda: Program.from_image(image))
+    finally:
+        os_module.umask(old)
+    assert built
+    for d in (tmp_path / "home", tmp_path / "home" / ".cache", tmp_path / "home" / ".cache" / "berm"):
+        assert stat_module.S_IMODE(d.stat().st_mode) == 0o755, d

@@ -69,14 +69,16 @@ class AotBackend:
         key = None
         if code is None:
             key = object_key(self.image, windows)
-            path, self.compiled = cached_object(self.image, windows, cache or CodeCache(),
-                                                lambda: self._to_compile(on_compile), jobs=jobs, key=key)
-            code = (path, "")
+            cache = cache or CodeCache()
+            path, self.compiled = cached_object(self.image, windows, cache, lambda: self._to_compile(on_compile),
+                                                jobs=jobs, key=key)
+            code, loaded = (path, ""), cache.loadable(path)
         else:
             self.compiled = False
+            loaded = str(code[0])
         self.object_path = Path(code[0])
         self.memory = MemoryImage(self.layout, image_hull(self.image, self.layout),
-                                  load_code(str(code[0]), code[1], windows, key), max_result)
+                                  load_code(loaded, code[1], windows, key), max_result)
         watchdog.ensure_started()
 
     def _to_compile(self, on_compile: Callable[[str], None] | None) -> Program:
