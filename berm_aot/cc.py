@@ -202,7 +202,6 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
     # the supervisor runs PROGRAM by its path: found once, on the compiler's PATH
     launcher = [] if supervisor is None else [str(supervisor),
                                                shutil.which(cmd[0], path=compiler_env().get("PATH")) or cmd[0]]
-    start = functools.partial(_start, launcher=launcher)
     flags = [*(opt if opt is not None else opt_flags()), *BASE_FLAGS, *[f"-I{d}" for d in include_dirs]]
     deadline = time.monotonic() + COMPILE_TIMEOUT
     try:
@@ -211,6 +210,7 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
         raise CompileError(f"cannot write the translation into {out.parent}: {exc.strerror or exc}") from None
     with tmp:
         work = Path(tmp.name)
+        start = functools.partial(_start, launcher=launcher, tmpdir=work)
         pending: list[tuple[Path, Path]] = []
         objects = []
         pool = _Pool(deadline)
@@ -249,13 +249,16 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
             raise CompileError(f"linking {out.name} failed:\n{output[-4000:]}")
 
 
-def _start(cmd: list[str], args: list[str], cwd: Path | None = None, *,
-           launcher: Sequence[str] = ()) -> subprocess.Popen:
+def _start(cmd: list[str], args: list[str], cwd: Path | None = None, *, launcher: Sequence[str] = (),
+           tmpdir: Path | None = None) -> subprocess.Popen:
     """The compiler running ``args`` in a session of its own (so that ``_kill`` reaches cc1, as and ld too), under
-    ``launcher`` (the supervisor and the compiler's path) when given, its output and errors on one pipe."""
+    ``launcher`` (the supervisor and the compiler's path) when given, its output and errors on one pipe. ``tmpdir``
+    takes the temporary files it makes: a compiler killed at the timeout never removes its ``cc*.s``, which
+    piled up in /tmp (found by a review); in the compile's own directory they go with it."""
+    env = compiler_env() if tmpdir is None else {**compiler_env(), "TMPDIR": str(tmpdir)}
     try:
         proc = subprocess.Popen([*launcher, *cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd,
-                                env=compiler_env(), start_new_session=True)
+                                env=env, start_new_session=True)
     except OSError as exc:
         raise CompileError(f"cannot run the C compiler {cmd[0]!r}: {exc}") from None
     proc.supervised = bool(launcher)  # type: ignore[attr-defined]

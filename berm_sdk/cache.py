@@ -93,6 +93,9 @@ def _intact(cached: Path) -> bool:
             os.replace(cached, trash)  # first: another process may be reading it
         except FileNotFoundError:  # another process moved it first
             return False
+        except OSError as exc:  # a shared cache's entry this user may not move (root's, from an old umask 002)
+            raise BuildError(f"the SDK cache entry {cached} may be written by others and cannot be rebuilt by this "
+                             f"user: {exc.strerror or exc} (its owner can remove it)") from None
         if stat.S_ISDIR(st.st_mode):
             shutil.rmtree(trash, ignore_errors=True)
         else:

@@ -258,3 +258,25 @@ def test_bad_compiler_settings_are_compile_errors(tmp_path, monkeypatch, variabl
     monkeypatch.setenv(variable, value)
     with pytest.raises(CompileError, match=message):
         cc.compile_shared(["int x;"], tmp_path / "x.so")
+
+
+def test_a_compiler_killed_at_the_timeout_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """Found by a review: gcc writes its assembly to ``$TMPDIR/cc*.s`` and a driver killed at the timeout never
+    removes it; hundreds of KB a unit piled up in /tmp. The compilers' TMPDIR is the compile's own directory, which
+    goes with it. The stand-in writes a file there as gcc does, then hangs."""
+    fake = tmp_path / "tempcc"
+    fake.write_text(textwrap.dedent("""\
+        #!/bin/sh
+        if [ "$1" = --version ]; then echo "tempcc 1"; exit 0; fi
+        mktemp "${TMPDIR:-/tmp}/ccXXXXXX.s" > /dev/null
+        exec sleep 60
+    """))
+    fake.chmod(0o755)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setenv("BERM_CC", str(fake))
+    monkeypatch.setattr(cc, "COMPILE_TIMEOUT", 3)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(CompileError, match="longer than 3 s"):
+        cc.compile_shared([unit(0)], tmp_path / "out" / "lib.so")
+    assert list((tmp_path / "tmp").iterdir()) == [] and list((tmp_path / "out").iterdir()) == []

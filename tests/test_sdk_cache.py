@@ -130,3 +130,17 @@ def test_a_fill_that_leaves_a_symlink_is_refused_without_touching_its_target(ent
     with pytest.raises(BuildError, match="did not verify"):
         cached_dir(entry, lambda staging: (staging / "link.o").symlink_to(target))
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_an_entry_this_user_cannot_move_aside_is_a_build_error(entry, monkeypatch):
+    """Found by a review: an entry others may write that this user may not move (root's, in a shared cache written
+    under umask 002) was a PermissionError traceback out of berm build, not an error naming it."""
+    cached_dir(entry, Builds())
+    os.chmod(entry, 0o775)  # others may write it: to be rebuilt
+
+    def refused(src, dst):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(BuildError, match="may be written by others and cannot be rebuilt by this user: Permission"):
+        cached_dir(entry, Builds())
