@@ -37,7 +37,7 @@ from pathlib import Path
 import platformdirs
 
 from berm_aot.errors import CompileError
-from berm_aot.trust import Untrusted, own_dir, trusted
+from berm_aot.trust import Untrusted, own_dir, trusted, trusted_dir
 
 SO_NAME = "image.so"
 #: Objects up to this size are hashed from one read; larger ones stream (hashlib.file_digest).
@@ -120,6 +120,7 @@ def _open_regular(name: str | Path, dir_fd: int | None = None) -> tuple[int, os.
 #: The checks of berm_aot/trust.py, for this cache.
 _trusted = partial(trusted, cache="the code cache", error=CompileError)
 _own_dir = partial(own_dir, cache="the code cache", error=CompileError)
+_trusted_dir = partial(trusted_dir, cache="the code cache", error=CompileError)
 
 
 class CodeCache:
@@ -140,25 +141,26 @@ class CodeCache:
         user's symlink led dlopen to their object, whose constructor ran in the host (found by a review); a
         descriptor keeps naming the directory that was checked, and what is below it is ours, which nobody else can
         swap. The descriptor is opened again when the root is no longer the directory it names."""
-        rel = path.relative_to(self.root)
+        root, name = str(self.root), str(path)
+        if not name.startswith(root + "/"):
+            raise ValueError(f"{path} is not in the code cache {root}")
         with self._root_fd_lock:
-            fd = self._root_fd
-            if fd is None or not os.path.samestat(os.fstat(fd), _lstat(self.root)):
+            if self._root_fd is not None and not os.path.samestat(os.fstat(self._root_fd), _lstat(self.root)):
+                os.close(self._root_fd)
                 self._root_fd = None
-                if fd is not None:
-                    os.close(fd)
+            if self._root_fd is None:
                 self._root_fd = self._open_root()
-            return f"/proc/self/fd/{self._root_fd}/{rel}"
+            return f"/proc/self/fd/{self._root_fd}{name[len(root):]}"
 
     def _open_root(self) -> int:
+        """A descriptor of the root, a directory that passes the root's checks (those of the directories above it
+        were made when the object was looked up, and hold: only this user or root can change them)."""
         try:
             fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
             raise CompileError(f"cannot use the code cache at {self.root}: {exc.strerror or exc}") from None
         try:
-            _own_dir(self.root, create=False, root=True)  # the path's directory: is it the one opened?
-            if not os.path.samestat(os.fstat(fd), _lstat(self.root)):
-                raise CompileError(f"the code cache {self.root} was replaced while it was opened")
+            _trusted_dir(os.fstat(fd), self.root, root=True)
         except BaseException:
             os.close(fd)
             raise

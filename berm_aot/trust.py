@@ -63,13 +63,19 @@ def own_dir(path: Path, *, create: bool, root: bool = False, cache: str, error: 
         return False
     except OSError as exc:
         raise error(f"cannot use {cache} at {path}: {exc.strerror or exc}") from None
+    trusted_dir(st, path, root=root, cache=cache, error=error)
+    if root:
+        _check_above(path, cache=cache, error=error)
+    return True
+
+
+def trusted_dir(st: os.stat_result, path: Path, *, root: bool, cache: str, error: type[Exception]) -> None:
+    """``error`` unless the directory ``st`` (of ``path``) belongs to this user or root and no one else may write it
+    (a root may be sticky instead)."""
     if st.st_uid not in (os.geteuid(), 0):
         raise error(f"refusing {cache} {path}: it belongs to user {st.st_uid}")
     if st.st_mode & 0o022 and not (root and st.st_mode & stat.S_ISVTX):
         raise error(f"refusing {cache} {path}: others may write it (mode {stat.S_IMODE(st.st_mode):o})")
-    if root:
-        _check_above(path, cache=cache, error=error)
-    return True
 
 
 def _make_dirs(path: Path) -> None:
