@@ -52,13 +52,20 @@ def _vendored_sources() -> Path:
 
 
 def cargo_command(vendor: Path, binary: str) -> tuple[list[str], dict[str, str]]:
-    """The cargo command line and environment that build one of a crate's binaries."""
+    """The cargo command line and environment that build one of a crate's binaries.
+
+    The flags go in ``CARGO_ENCODED_RUSTFLAGS`` (one flag per field): ``RUSTFLAGS`` is split at spaces, so an SDK
+    under a path with a space broke every build, and cargo prefers an encoded value it finds in the environment (it
+    sets one for build scripts, so ``berm build`` run from a host crate's build.rs lost the linker script). The
+    release profile is made to keep the relocations (``strip`` would take them; lld refuses it beside
+    ``--emit-relocs``) and to abort on a panic, whatever the crate's Cargo.toml says (found by a review)."""
     flags = ["-C", f"linker={LINKER}", "-C", "relocation-model=static", "-C", "code-model=medium",
              "-C", "link-arg=--emit-relocs", "-C", f"link-arg=-T{SDK_DIR / 'berm.ld'}"]
-    env = {**os.environ, "RUSTC_BOOTSTRAP": "1", "RUSTC": str(RUSTC), "RUSTFLAGS": " ".join(flags)}
+    env = {**os.environ, "RUSTC_BOOTSTRAP": "1", "RUSTC": str(RUSTC), "CARGO_ENCODED_RUSTFLAGS": "\x1f".join(flags)}
     command = [str(CARGO), "build", "--offline", "--release", "-Zbuild-std=core,alloc", "--target", TARGET,
                "--message-format=json", "--config", 'source.crates-io.replace-with="std-vendor"',
-               "--config", f'source.std-vendor.directory="{vendor}"', "--bin", binary]
+               "--config", f'source.std-vendor.directory="{vendor}"', "--config", 'profile.release.strip="none"',
+               "--config", 'profile.release.panic="abort"', "--bin", binary]
     return command, env
 
 
@@ -99,6 +106,9 @@ def build_rust_harness(directory: Path, out: Path | None = None, *, binary: str 
         raise BuildError(f"{directory}: no Cargo.toml")
     vendor = _vendored_sources()
     binaries = _binaries(directory)
+    if not binaries:
+        raise BuildError(f"{directory}: the crate has no binary target (src/main.rs or a [[bin]]): a harness is a "
+                         "binary crate (in a workspace, name a member's directory)")
     if binary is None and len(binaries) != 1:
         raise BuildError(f"{directory}: the crate has {len(binaries)} binaries ({', '.join(binaries) or 'none'}): "
                          f"name one with --bin")
@@ -116,6 +126,9 @@ def build_rust_harness(directory: Path, out: Path | None = None, *, binary: str 
         for level, text in said:
             if level == "warning":
                 warn(text.rstrip())
+        for line in done.stderr.splitlines():  # cargo's own, build scripts' among them (cargo::warning=…)
+            if line.startswith("warning:"):
+                warn(line)
     built = images.get(name)
     if built is None:  # cargo names up-to-date artifacts too
         raise BuildError(f"{directory}: cargo said it built {name}, and named no executable for it")

@@ -102,7 +102,8 @@ def test_the_readme_rust_example_builds_and_runs(tmp_path, rust, cargo_target, m
 @pytest.mark.parametrize(("argv", "message"), [
     (["harnesses/fixture", "--bin", "x"], "--bin names a Rust binary, and this is a C harness (harness.toml)"),
     (["harnesses/sdk"], "neither harness.toml (a C harness) nor Cargo.toml (a Rust crate)"),
-    (["harnesses"], "the crate has 0 binaries (none): name one with --bin"),  # the workspace: no package
+    (["harnesses"], "the crate has no binary target (src/main.rs or a [[bin]]): a harness is a binary crate (in a "
+                    "workspace, name a member's directory)"),  # the workspace: no package
     (["harnesses/rust-probe"], "the crate has 3 binaries (rust-keywords, rust-probe, rust-sdk): name one with --bin"),
     (["harnesses/rust-probe", "--bin", "nope"], "the crate has no binary nope (rust-keywords, rust-probe, rust-sdk)"),
 ])
@@ -129,6 +130,32 @@ def test_an_image_that_fails_the_hosts_check_is_a_build_error(tmp_path, rust, ca
     assert berm_main(["build", str(crate), "-o", str(tmp_path / "greeter.elf")]) == 2
     assert "the built image fails its own check: the manifest declares tool 'wave'" in capsys.readouterr().err
     assert not (tmp_path / "greeter.elf").exists()
+
+
+def test_a_strip_profile_an_inherited_encoded_rustflags_and_a_build_scripts_warning(tmp_path, rust, cargo_target,
+                                                                                      monkeypatch, capsys):
+    """Found by a review: ``strip = true`` (a common release setting) made lld refuse ``--emit-relocs``; an empty
+    ``CARGO_ENCODED_RUSTFLAGS`` inherited (cargo sets one for build scripts, so any berm build run from a host
+    crate's build.rs) took precedence over berm build's RUSTFLAGS, linking with no linker script; and a build
+    script's ``cargo::warning`` was never shown."""
+    crate = _crate(tmp_path, cargo_target, monkeypatch, _readme_example())
+    (crate / "Cargo.toml").write_text((crate / "Cargo.toml").read_text() + 'strip = true\n')
+    (crate / "build.rs").write_text('fn main() { println!("cargo::warning=hello from build.rs"); }\n')
+    monkeypatch.setenv("CARGO_ENCODED_RUSTFLAGS", "")
+    assert berm_main(["build", str(crate), "-o", str(tmp_path / "greeter.elf")]) == 0
+    assert "hello from build.rs" in capsys.readouterr().err
+    harness = Engine().load((tmp_path / "greeter.elf").read_bytes()).harness(name="greeter")
+    assert harness.tools == ("greet",)
+
+
+def test_the_flags_are_one_field_each_whatever_the_sdks_path():
+    """Found by a review: RUSTFLAGS is split at spaces, so an SDK under a path with a space broke every build
+    ("multiple input filenames provided")."""
+    from berm_sdk import rust_build
+
+    _, env = rust_build.cargo_command(Path("/v"), "greeter")
+    flags = env["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
+    assert f"link-arg=-T{rust_build.SDK_DIR / 'berm.ld'}" in flags and "link-arg=--emit-relocs" in flags
 
 
 def test_the_rust_sdk_serves_host_calls_natively_for_cargo_test(tmp_path, rust):
