@@ -155,6 +155,16 @@ def test_edit_failures(os_tools, old, new, message):
     assert (os_tools.root / "e.txt").read_text() == "aaaa same\n"
 
 
+@pytest.mark.parametrize("text, old", [("x}\n}\n}\n", "}\n}\n"), ("aaa", "aa")])
+def test_an_old_string_that_occurs_again_overlapping_itself_is_not_unique(os_tools, text, old):
+    """Found by a review: occurrences are counted without overlaps, so "}\n}\n" in "x}\n}\n}\n" counted once, and the
+    first of its two places was edited silently."""
+    (os_tools.root / "e.txt").write_text(text)
+    assert os_tools.fails("edit", path="e.txt", old_string=old, new_string="y") == \
+        "old_string is not unique: it occurs again overlapping its first occurrence"
+    assert (os_tools.root / "e.txt").read_text() == text
+
+
 def test_edit_checks_arguments_before_the_file(os_tools):
     assert os_tools.fails("edit", path="missing", old_string="", new_string="x") == "old_string must not be empty"
     assert "missing" in os_tools.fails("edit", path="missing", old_string="a", new_string="x")

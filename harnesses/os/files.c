@@ -125,6 +125,10 @@ BERM_TOOL(edit) {
     }
     if (count == 0) return berm_fail("old_string not found");
     if (count > 1) return berm_failf("old_string is not unique, found %zu occurrences", count);
+    /* counted without overlaps (in "aaaa", "aa" twice): one that overlaps the first is a second place it matches,
+     * and edit would have picked the first silently (found by a review: "}\n}\n" in "x}\n}\n}\n") */
+    if (berm_memmem(hit + 1, file.len - (size_t)(hit - file.data) - 1, old.ptr, old.len))
+        return berm_fail("old_string is not unique: it occurs again overlapping its first occurrence");
 
     size_t before = (size_t)(hit - file.data), after = file.len - before - old.len;
     char *edited = malloc(before + new.len + after + 1);

@@ -3,7 +3,8 @@
  *
  * Every block has a 16-byte header (capacity, state) so free/realloc know its size and can catch a double or
  * wild free. Small blocks (<= 4 KiB) come in power-of-two classes and go back to their class's list; larger
- * ones are rounded to 4 KiB and reused best-fit. Freed memory is never returned to the bump pointer: guest
+ * ones are rounded to 4 KiB and reused best-fit, a larger free block split (its rest freed; small allocations
+ * take from one too once the heap's end is reached). Freed memory is never returned to the bump pointer: guest
  * memory is fresh for every invocation, so the simplest robust scheme wins. Out of memory returns NULL. */
 #include "berm.h"
 
@@ -65,16 +66,34 @@ static void *carve(size_t cap) {
     return (char *)h + HEADER;
 }
 
+/* The best-fitting free large block for `cap` bytes, or NULL. What it holds beyond `cap` is split off and freed
+ * when it can hold a block of its own (up to 4 KiB: of the largest class it holds): handed out whole, a block
+ * kept its whole size, and a small allocation could not use it at all. Found by a review: with the heap's end
+ * reached and 33 MB free in one large block, malloc(1) failed, and the OS harness's edit trapped after its
+ * write had changed the file. */
 static void *take_large(size_t cap) {
     block **best = NULL;
     for (block **link = &large_free; *link; link = &(*link)->next) {
         size_t have = header_of(*link)->cap;
         if (have >= cap && (!best || have < header_of(*best)->cap)) best = link;
     }
-    if (!best) return carve(cap);
+    if (!best) return NULL;
     block *b = *best;
     *best = b->next;
-    header_of(b)->state = LIVE;
+    header *h = header_of(b);
+    h->state = LIVE;
+    if (h->cap >= cap + HEADER + (1u << MIN_CLASS_SHIFT)) {
+        size_t rest = h->cap - cap - HEADER;
+        if (rest <= ((size_t)1 << MAX_CLASS_SHIFT)) { /* a class's block: the largest class it holds */
+            size_t whole = (size_t)1 << MAX_CLASS_SHIFT;
+            while (whole > rest) whole >>= 1;
+            rest = whole;
+        }
+        h->cap = cap;
+        header *tail = (header *)((char *)b + cap);
+        *tail = (header){.cap = rest, .state = LIVE};
+        free((char *)tail + HEADER);
+    }
     return b;
 }
 
@@ -82,13 +101,19 @@ void *malloc(size_t size) {
     if (!init() || size > ((size_t)1 << 40)) return NULL;
     if (size <= ((size_t)1 << MAX_CLASS_SHIFT)) {
         unsigned c = class_of(size ? size : 1);
+        size_t cap = (size_t)1 << (c + MIN_CLASS_SHIFT);
         block *b = small_free[c];
-        if (!b) return carve((size_t)1 << (c + MIN_CLASS_SHIFT));
+        if (!b) {
+            void *fresh = carve(cap);
+            return fresh ? fresh : take_large(cap); /* the heap's end reached: from a free large block */
+        }
         small_free[c] = b->next;
         header_of(b)->state = LIVE;
         return b;
     }
-    return take_large((size + LARGE_ALIGN - 1) & ~(size_t)(LARGE_ALIGN - 1));
+    size_t cap = (size + LARGE_ALIGN - 1) & ~(size_t)(LARGE_ALIGN - 1);
+    void *reused = take_large(cap);
+    return reused ? reused : carve(cap);
 }
 
 void free(void *ptr) {

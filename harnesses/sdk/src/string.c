@@ -99,13 +99,70 @@ char *strrchr(const char *s, int c) {
     }
 }
 
+/* Where the maximal suffix of x[0..m) starts, less one, under the byte order (`reversed`: the opposite one), and
+ * its period: the critical factorization of the Two-Way search below (Crochemore and Perrin, 1991). */
+static ptrdiff_t max_suffix(const unsigned char *x, ptrdiff_t m, ptrdiff_t *period, bool reversed) {
+    ptrdiff_t ms = -1, j = 0, k = 1, p = 1;
+    while (j + k < m) {
+        unsigned char a = x[j + k], b = x[ms + k];
+        if (reversed ? a > b : a < b) {
+            j += k;
+            k = 1;
+            p = j - ms;
+        } else if (a == b) {
+            if (k != p) {
+                k++;
+            } else {
+                j += p;
+                k = 1;
+            }
+        } else {
+            ms = j;
+            j = ms + 1;
+            k = p = 1;
+        }
+    }
+    *period = p;
+    return ms;
+}
+
+/* The first occurrence of needle in haystack, in time linear in their lengths and no memory: the Two-Way search.
+ * Found by a review: the search compared the whole needle at every place its first byte occurred, so the OS
+ * harness's edit of a 1 MiB file took 24.6 s for an old_string of 16,000 bytes (a 4 MB file passed the deadline). */
 const char *berm_memmem(const char *haystack, size_t hlen, const char *needle, size_t nlen) {
     if (nlen == 0 || nlen > hlen) return NULL;
-    const char *last = haystack + (hlen - nlen);
-    for (const char *p = haystack; p <= last; p++) {
-        p = memchr(p, needle[0], (size_t)(last - p) + 1);
-        if (!p) return NULL;
-        if (memcmp(p, needle, nlen) == 0) return p;
+    const unsigned char *x = (const unsigned char *)needle, *y = (const unsigned char *)haystack;
+    ptrdiff_t m = (ptrdiff_t)nlen, n = (ptrdiff_t)hlen, p, q;
+    ptrdiff_t less = max_suffix(x, m, &p, false), more = max_suffix(x, m, &q, true);
+    ptrdiff_t ell = less > more ? less : more, per = less > more ? p : q;
+    if (memcmp(x, x + per, (size_t)(ell + 1)) == 0) { /* periodic: remember what of the period matched */
+        ptrdiff_t memory = -1;
+        for (ptrdiff_t j = 0; j <= n - m;) {
+            ptrdiff_t i = (ell > memory ? ell : memory) + 1;
+            while (i < m && x[i] == y[i + j]) i++;
+            if (i < m) {
+                j += i - ell;
+                memory = -1;
+                continue;
+            }
+            for (i = ell; i > memory && x[i] == y[i + j];) i--;
+            if (i <= memory) return haystack + j;
+            j += per;
+            memory = m - per - 1;
+        }
+        return NULL;
+    }
+    per = (ell + 1 > m - ell - 1 ? ell + 1 : m - ell - 1) + 1;
+    for (ptrdiff_t j = 0; j <= n - m;) {
+        ptrdiff_t i = ell + 1;
+        while (i < m && x[i] == y[i + j]) i++;
+        if (i < m) {
+            j += i - ell;
+            continue;
+        }
+        for (i = ell; i >= 0 && x[i] == y[i + j];) i--;
+        if (i < 0) return haystack + j;
+        j += per;
     }
     return NULL;
 }
