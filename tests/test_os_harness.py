@@ -269,6 +269,11 @@ def test_grep_modes(os_tools):
     ("bash", b'{"command":"ls","env":{"A":1}}', "invalid arguments: 'env.A' must be a string, not integer"),
     ("bash", b'{"command":"ls","env":["A"]}', "invalid arguments: 'env' must be an object of strings, not array"),
     ("glob", b'{"pattern":true}', "invalid arguments: 'pattern' must be a string, not boolean"),
+    # found by a review: a long name or value was cut mid-character, which the host showed as U+FFFD
+    ("read", ('{"path":"a","' + "\u20ac" * 22 + '":1}').encode(),
+     "invalid arguments: unknown field '" + "\u20ac" * 21 + "' (expected: path, offset, limit)"),
+    ("grep", ('{"pattern":"a","mode":"' + "\u20ac" * 14 + '"}').encode(),
+     "invalid arguments: 'mode' must be one of files, content, count, not '" + "\u20ac" * 13 + "'"),
 ])
 def test_invalid_arguments_are_tool_failures(os_tools, tool, args, message):
     with pytest.raises(ToolFailure) as info:

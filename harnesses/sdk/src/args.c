@@ -22,6 +22,15 @@ static const char *joined(berm_buf *b, const char *const *names) {
     return b->data ? b->data : "";
 }
 
+/* How many of the `len` bytes at `s` a message shows, at most `cap`, never cutting a UTF-8 character (the host
+ * showed a cut one as U+FFFD: found by a review). */
+static int shown(const char *s, size_t len, size_t cap) {
+    if (len <= cap) return (int)len;
+    size_t n = cap;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--; /* s[n], the first byte left out, continues one */
+    return (int)n;
+}
+
 berm_arg_set berm_args_object(const char *const *known) {
     berm_arg_set a = {0};
     berm_str raw = berm_args();
@@ -33,7 +42,10 @@ berm_arg_set berm_args_object(const char *const *known) {
     berm_json_parsed p = raw.len ? berm_json_parse(raw.ptr, raw.len) : berm_json_parse(empty, 2);
     free((void *)raw.ptr);
     if (p.error) {
-        berm_args_problem(&a, "not JSON: %s", p.error);
+        if (strncmp(p.error, "out of memory", 13) == 0) /* the parser's: no fault of the arguments */
+            berm_args_problem(&a, "out of memory reading %zu bytes of arguments", raw.len);
+        else
+            berm_args_problem(&a, "not JSON: %s", p.error);
         free(p.error);
         return a;
     }
@@ -49,7 +61,7 @@ berm_arg_set berm_args_object(const char *const *known) {
         for (const char *const *k = known; *k && !ok; k++) ok = m->key_len == strlen(*k) && memcmp(m->key, *k, m->key_len) == 0;
         if (ok) continue;
         berm_buf names;
-        berm_args_problem(&a, "unknown field '%.*s' (expected: %s)", (int)(m->key_len > 64 ? 64 : m->key_len), m->key,
+        berm_args_problem(&a, "unknown field '%.*s' (expected: %s)", shown(m->key, m->key_len, 64), m->key,
                 joined(&names, known));
         berm_buf_free(&names);
     }
@@ -151,7 +163,7 @@ void berm_arg_string_map(berm_arg_set *a, const char *key, bool required, berm_p
     for (size_t i = 0; i < v->count; i++) {
         const berm_json_member *m = &v->members[i];
         if (m->value.type != BERM_JSON_STRING) {
-            berm_args_problem(a, "'%s.%.*s' must be a string, not %s", key, (int)(m->key_len > 64 ? 64 : m->key_len), m->key,
+            berm_args_problem(a, "'%s.%.*s' must be a string, not %s", key, shown(m->key, m->key_len, 64), m->key,
                     berm_json_type_name(m->value.type));
             free(out);
             return;
@@ -175,6 +187,6 @@ void berm_arg_choice(berm_arg_set *a, const char *key, bool required, const char
     }
     berm_buf names;
     berm_args_problem(a, "'%s' must be one of %s, not '%.*s'", key, joined(&names, choices),
-            (int)(value.len > 40 ? 40 : value.len), value.ptr);
+            shown(value.ptr, value.len, 40), value.ptr);
     berm_buf_free(&names);
 }
