@@ -146,7 +146,8 @@ char *strrchr(const char *s, int c);
 char *strstr(const char *haystack, const char *needle);
 char *strdup(const char *s);
 char *strndup(const char *s, size_t n);
-/** The first occurrence of needle in haystack, both with lengths; NULL when absent or needle is empty. */
+/** The first occurrence of needle in haystack, both with lengths; NULL when absent or needle is empty. Linear
+ *  time (the Two-Way search), whatever the two hold. */
 const char *berm_memmem(const char *haystack, size_t hlen, const char *needle, size_t nlen);
 
 /** Bounded formatting: %d %i %u %o %x %X %c %s %p %%, %f %e %g (F E G; %a as %e) rounded in double precision, length
