@@ -146,8 +146,9 @@ def _guest_log(harness: str, line: bytes) -> None:
 
 
 def _queue_grants(queue: Queue) -> dict:
-    """The grants the daemon serves beside the host's own (``grants.DAEMON_GRANTS``): ``schedule`` (``berm.schedule.*`` bound to the declared
-    harness, landing in this queue) and ``call`` (``berm.call``: the other harnesses loaded in this queue)."""
+    """The grants the daemon serves beside the host's own (``grants.DAEMON_GRANTS``): ``schedule``
+    (``berm.schedule.*`` bound to the declared harness, landing in this queue) and ``call`` (``berm.call``: the other
+    harnesses loaded in this queue)."""
     return {"schedule": lambda decl: {c.name: c.fn for c in schedule_capabilities(queue, decl.name)},
             "call": lambda decl: {c.name: c.fn for c in call_capabilities(queue)}}
 

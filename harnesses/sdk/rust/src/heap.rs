@@ -2,12 +2,12 @@
 //! pulled from `berm.heap.start`/`berm.heap.size` the first time anything allocates.
 //!
 //! Blocks of at most 4 KiB come in power-of-two classes from 16 bytes and go back to their class's list; larger
-//! ones are rounded up to 4 KiB and reused best-fit, a larger free block split (its rest freed). Rust hands `dealloc` and `realloc` the layout, so blocks carry
-//! no header: the class follows from the size. The block at the top of the bump pointer grows in place, so a
-//! growing `Vec` or `String` does not leave its old buffers behind. Memory is never given back to the bump pointer
-//! otherwise: guest memory is fresh for every invocation, so the simple scheme is enough. Out of memory is a null
-//! pointer (Rust then panics: "memory allocation of N bytes failed"). A guest runs on one hart, so there are no
-//! locks.
+//! ones are rounded up to 4 KiB and reused best-fit, a larger free block split (its rest freed). Rust hands
+//! `dealloc` and `realloc` the layout, so blocks carry no header: the class follows from the size. The block at the
+//! top of the bump pointer grows in place, so a growing `Vec` or `String` does not leave its old buffers behind.
+//! Memory is never given back to the bump pointer otherwise: guest memory is fresh for every invocation, so the
+//! simple scheme is enough. Out of memory is a null pointer (Rust then panics: "memory allocation of N bytes
+//! failed"). A guest runs on one hart, so there are no locks.
 
 use crate::calls::{host_call, HEAP_SIZE, HEAP_START};
 use core::alloc::{GlobalAlloc, Layout};
