@@ -43,13 +43,14 @@ import fcntl
 import json
 import logging
 import os
+import select
 import socket
 import socketserver
 import stat
 import threading
 import time
-from collections.abc import Iterator
-from concurrent.futures import CancelledError
+from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,8 @@ MAX_CLIENTS = 64
 #: it is closed: idle clients that were never closed held every slot, locking out every other client for good; and
 #: while the timeout was per read, a client sending a byte a second held its slot for good.
 IDLE_TIMEOUT = 60.0
+#: Seconds between a waiting call's looks at whether its client has hung up (``_result``).
+HANGUP_POLL = 0.5
 #: How long stop() waits for handler threads to write the replies of requests that were in flight.
 REPLY_GRACE = 5.0
 #: Entries in one schedule.list reply: as many as fit a line whatever they hold (JSON escapes a control character
@@ -211,8 +214,9 @@ class Daemon:
 
     # --- requests -------------------------------------------------------------------------------------------
 
-    def handle(self, request: object) -> dict:
-        """One control request → one reply (never raises)."""
+    def handle(self, request: object, client_gone: Callable[[], bool] = lambda: False) -> dict:
+        """One control request → one reply (never raises). ``client_gone`` says whether the client has hung up: a
+        call still queued then is withdrawn."""
         try:
             if not isinstance(request, dict) or not isinstance(request.get("op"), str):
                 raise _Protocol("a request is a JSON object with a string \"op\"")
@@ -220,7 +224,7 @@ class Daemon:
             if op not in _FIELDS:
                 raise _Protocol(f"unknown op {op!r}")
             _only(request, _FIELDS[op] | {"op"}, f"a {op} request")
-            reply = self._dispatch(op, request)
+            reply = self._dispatch(op, request, client_gone)
             return {"ok": True, **reply}
         except _Protocol as exc:
             return {"ok": False, "error": "protocol", "message": str(exc)}
@@ -236,16 +240,13 @@ class Daemon:
             log.exception("control request %r failed", request)
             return {"ok": False, "error": "host", "message": f"{type(exc).__name__}: {exc}"}
 
-    def _dispatch(self, op: str, r: dict) -> dict:
+    def _dispatch(self, op: str, r: dict, client_gone: Callable[[], bool]) -> dict:
         q = self.queue
         if op == "call":
             ctx = _only(_field(r, "context", dict, {}), _CONTEXT, "a call's context")
             context = Context(**{k: _field(ctx, k, str, "") for k in _CONTEXT})
             future = q.call(_field(r, "harness", str), _field(r, "tool", str), _field(r, "args", str, ""), context)
-            try:
-                return {"result": future.result()}
-            except CancelledError:  # still queued when stop() dropped the queued work
-                raise QueueClosed("the daemon is stopping") from None
+            return {"result": _result(future, client_gone)}
         if op == "schedule.add":
             entry = q.schedule(_field(r, "harness", str), _field(r, "id", str), _field(r, "when_ms", int),
                                _field(r, "payload", str, ""))
@@ -269,6 +270,21 @@ class Daemon:
         rows = self.queue.list(harness, after=None if after is None else _cursor(after), limit=LIST_PAGE + 1)
         page = [e.as_dict() for e in rows[:LIST_PAGE]]
         return {"entries": page, "next": {k: page[-1][k] for k in _CURSOR} if len(rows) > LIST_PAGE else None}
+
+
+def _result(future: Future, client_gone: Callable[[], bool]) -> str:
+    """A call's result. Every HANGUP_POLL seconds it waits, whether its client is still there: a call still queued
+    when its client has hung up is withdrawn, as nobody would read its result (it ran all the same: found by a
+    review); one that has started runs to its end."""
+    while True:
+        try:
+            return future.result(timeout=HANGUP_POLL)
+        except TimeoutError:
+            if client_gone() and future.cancel():
+                log.info("withdrew a queued call: its client hung up")
+                raise QueueClosed("the client hung up before the call started") from None
+        except CancelledError:  # still queued when stop() dropped the queued work
+            raise QueueClosed("the daemon is stopping") from None
 
 
 class _Protocol(Exception):
@@ -357,8 +373,15 @@ class _Handler(socketserver.StreamRequestHandler):
         except RecursionError:
             reply = {"ok": False, "error": "protocol", "message": "the JSON is nested too deeply"}
         else:
-            reply = daemon.handle(request)
+            reply = daemon.handle(request, self._hung_up)
         return self._reply(reply)
+
+    def _hung_up(self) -> bool:
+        """Whether the client has closed its end of the connection (POLLHUP: closed whole, not a half-close after
+        sending its request, which still reads the reply)."""
+        poll = select.poll()
+        poll.register(self.connection, select.POLLHUP)
+        return any(events & (select.POLLHUP | select.POLLERR) for _, events in poll.poll(0))
 
     def _reply(self, reply: dict) -> bool:
         chunks = _reply_chunks(reply)

@@ -550,3 +550,35 @@ def test_guest_text_cannot_forge_daemon_log_lines(caplog):
     assert lines[1] == "ERROR h.tool raised a host error"
     assert lines[2:] and all(line.startswith("  | ") for line in lines[2:])
     assert "\x1b" not in out.getvalue()
+
+
+def test_a_queued_call_whose_client_hung_up_is_withdrawn(make_daemon, monkeypatch, caplog):
+    """Found by a review: a client that sent a call and closed its connection while the call was queued left it to
+    run for nobody. It is withdrawn when the client has closed its end; a client that only half-closes (shut its
+    writing side after the request, as ``nc -N`` does) still gets its reply."""
+    import logging
+
+    monkeypatch.setattr(daemon_mod, "HANGUP_POLL", 0.05)
+    daemon = make_daemon(workers=1)
+    gate = threading.Event()
+    target = RecordingTarget(on_call=lambda inv: gate.wait(10) if inv.args == b"first" else None)
+    daemon.queue.add("h", target)
+
+    def send(args: str) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(str(daemon.config.socket))
+        s.sendall(json.dumps({"op": "call", "harness": "h", "tool": "echo", "args": args}).encode() + b"\n")
+        return s
+
+    with caplog.at_level(logging.INFO, logger="berm.daemon"):
+        first = send("first")
+        wait_for(lambda: daemon.queue.executor.load()["busy"] == 1)
+        send("gone").close()
+        half = send("half")
+        half.shutdown(socket.SHUT_WR)
+        wait_for(lambda: "withdrew a queued call: its client hung up" in caplog.text)
+        gate.set()
+        with first, half:
+            assert json.loads(first.makefile("rb").readline())["result"] == "first"
+            assert json.loads(half.makefile("rb").readline())["result"] == "half"
+    assert sorted(c["args"] for c in target.calls) == [b"first", b"half"]
