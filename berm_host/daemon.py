@@ -24,6 +24,8 @@ also has ``"chain"``: its call chain, a list of lines ("called from parse+0x1c",
 ``schedule.cancel`` reply says ``"cancelled"`` (the id was pending) and ``"started"`` (but its wake had already
 started, and runs to its end).
 
+A call still queued when its client closes the connection is withdrawn (one that has started runs to its end).
+
 A ``schedule.list`` reply is one page, ``{"entries": [...], "next": CURSOR}``, of at most LIST_PAGE entries
 (what a harness may hold would not fit one line), earliest first: while ``next`` is not null, ask again with it
 as ``after`` (``DaemonClient.schedules`` does).
