@@ -197,3 +197,39 @@ def test_a_file_whose_size_the_filesystem_does_not_report_is_held_to_the_cap(tmp
 def test_a_file_of_exactly_the_cap_is_read(root):
     (root / "f").write_bytes(b"x" * 100)
     assert fs.read_file(Root(root), "f", cap=100) == b"x" * 100
+
+
+def test_a_rewrite_never_shows_its_new_content_under_a_wider_mode(root, caps, monkeypatch):
+    """Found by a review: the temp file holding a rewrite's content was created with the umask's mode (0644) and
+    given the old file's mode (0600) only after the content was written, so another local user could open it
+    meanwhile and read the new content. The mode is now set before any byte is written."""
+    (root / "private.key").write_bytes(b"old")
+    os.chmod(root / "private.key", 0o600)
+    modes = []
+    real_fdopen = os.fdopen
+
+    class Watched:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self.f.__exit__(*exc)
+
+        def write(self, data):
+            modes.append(stat.S_IMODE(os.fstat(self.f.fileno()).st_mode))
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: Watched(real_fdopen(fd, *a, **k)))
+    old = os.umask(0o022)
+    try:
+        caps["berm.fs.write"](encode_frame(["private.key", b"-----BEGIN PRIVATE KEY-----"]))
+    finally:
+        os.umask(old)
+    assert modes == [0o600]
+    assert stat.S_IMODE((root / "private.key").stat().st_mode) == 0o600

@@ -3,8 +3,10 @@
 Reads are capped (a request for a bigger file is refused, not truncated). Writes go to a temporary file in the
 target's directory, are flushed to disk and renamed over the target, so a failure at any point leaves the old
 content whole; an existing file keeps its permission bits (read, write, execute: never setuid, setgid or sticky,
-which the new file would carry with the host user's ownership and the guest's content). Missing parent
-directories are an error unless the request asks for them with the pair ``parents = 1``.
+which the new file would carry with the host user's ownership and the guest's content), set before any of the new
+content is written. The new file is the host user's: a file another user owned becomes the host's (a daemon running
+as root makes it root's). Missing parent directories are an error unless the request asks for them with the pair
+``parents = 1``.
 """
 
 from __future__ import annotations
@@ -69,14 +71,16 @@ def write_file(root: Root, path: str, content: bytes, *, parents: bool = False) 
                 raise CapabilityError(f"{path}: exists and is not a regular file")
             mode = stat.S_IMODE(st.st_mode) & 0o777
         tmp = f".berm-write-{secrets.token_hex(8)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
-                     dir_fd=r.dir_fd)
+        # a file rewritten keeps its mode, set before any content is written: the new content of a 0600 file sat in
+        # a temp file of the umask's mode (0644) while it was written, for another user to open (found by a review)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600 if mode is not None else 0o666, dir_fd=r.dir_fd)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(content)
-                f.flush()
                 if mode is not None:
                     os.fchmod(f.fileno(), mode)
+                f.write(content)
+                f.flush()
                 os.fsync(f.fileno())
             os.rename(tmp, r.leaf, src_dir_fd=r.dir_fd, dst_dir_fd=r.dir_fd)
             os.fsync(r.dir_fd)  # the rename itself, durable once the call returns
