@@ -20,12 +20,18 @@ _BASIC = {"a": "i8", "b": "bool", "c": "char", "d": "f64", "e": "str", "f": "f32
           "v": "...", "x": "i64", "y": "u64", "z": "!", "p": "_"}
 _INTEGERS = set("ahijlmnostxy")
 #: How deep back-references and nesting may go, how many nodes a name may expand to, and how many characters of
-#: identifiers it may show: a hostile name must not cost the host a recursion error, nor, through back-references
-#: to back-references, exponential time, nor, through back-references to a long identifier, a name thousands of
-#: times its size (4,033 characters demangled to 10.8 million, kept in the cache below).
+#: identifiers and constants it may show: a hostile name must not cost the host a recursion error, nor, through
+#: back-references to back-references, exponential time, nor, through back-references to a long identifier or
+#: constant, a name thousands of times its size (4,033 characters demangled to 10.8 million, kept in the cache
+#: below; a constant of 3,300 hex digits, uncounted, 3.9 KB to 13.1 MB: found by a review).
 _MAX_DEPTH = 64
 _MAX_NODES = 10_000
 _MAX_SHOWN = 4096
+#: Base-62 numbers (positions, disambiguators, lifetimes) fit 64 bits, 11 digits; constants 128 bits, 32 hex
+#: digits. Longer ones are not names rustc writes, and reading one again at every back-reference to it cost
+#: seconds (2,300 digits: 4.1 s for a 2.9 KB name, found by a review).
+_MAX_BASE62_DIGITS = 11
+_MAX_CONST_DIGITS = 32
 
 
 #: Characters of a function's name that a message or a listing shows.
@@ -84,8 +90,11 @@ class _Parser:
         if self.peek() == "_":
             self.pos += 1
             return 0
-        value = 0
+        value = digits = 0
         while (c := self.take()) != "_":
+            digits += 1
+            if digits > _MAX_BASE62_DIGITS:
+                raise _Unsupported
             if c.isdigit():
                 digit = ord(c) - ord("0")
             elif "a" <= c <= "z":
@@ -119,10 +128,14 @@ class _Parser:
             raise _Unsupported
         word = self.text[self.pos:self.pos + n]
         self.pos += n
+        self._show(n)
+        return which, word
+
+    def _show(self, n: int) -> None:
+        """Count ``n`` characters of identifiers or constants shown: past _MAX_SHOWN, the name is not demangled."""
         self.shown += n
         if self.shown > _MAX_SHOWN:
             raise _Unsupported
-        return which, word
 
     def _nested(self, parse):
         self.depth += 1
@@ -210,11 +223,13 @@ class _Parser:
         if negative:
             self.pos += 1
         end = self.text.index("_", self.pos)
+        if end - self.pos > _MAX_CONST_DIGITS:
+            raise _Unsupported
         value = int(self.text[self.pos:end] or "0", 16)
         self.pos = end + 1
-        if tag == "b":
-            return "true" if value else "false"
-        return f"{'-' if negative else ''}{value}"
+        shown = ("true" if value else "false") if tag == "b" else f"{'-' if negative else ''}{value}"
+        self._show(len(shown))
+        return shown
 
     def type(self) -> str:
         return self._nested(self._type)
