@@ -329,7 +329,7 @@ class _Reader:
         loaded.sort(key=lambda s: s.addr)
         for a, b in zip(loaded, loaded[1:]):
             if b.addr < a.end:
-                raise ElfError(f"sections {a.name} [{a.addr:#x}, {a.end:#x}) and {b.name} [{b.addr:#x}, {b.end:#x}) "
+                raise ElfError(f"sections {a.name!r} [{a.addr:#x}, {a.end:#x}) and {b.name!r} [{b.addr:#x}, {b.end:#x}) "
                                "overlap")
         return tuple(out)
 
@@ -340,9 +340,9 @@ class _Reader:
         for seg in segments:
             if seg.vaddr <= sec.addr and sec.end <= seg.end:
                 if sec.executable and not seg.executable:
-                    raise ElfError(f"executable section {sec.name} lies in a non-executable segment")
+                    raise ElfError(f"executable section {sec.name!r} lies in a non-executable segment")
                 return
-        raise ElfError(f"section {sec.name} [{sec.addr:#x}, {sec.end:#x}) is not inside any loadable segment")
+        raise ElfError(f"section {sec.name!r} [{sec.addr:#x}, {sec.end:#x}) is not inside any loadable segment")
 
     # -- symbols -------------------------------------------------------------------------------------------
 
@@ -382,10 +382,10 @@ class _Reader:
     def _table(self, index: int, entsize: int, what: str) -> bytes:
         sh = self.shdrs[index]
         if sh["sh_entsize"] != entsize:
-            raise ElfError(f"{what} (section {self.names[index]}) has {sh['sh_entsize']}-byte entries, "
+            raise ElfError(f"{what} (section {self.names[index]!r}) has {sh['sh_entsize']}-byte entries, "
                            f"not {entsize}")
         if sh["sh_size"] % entsize:
-            raise ElfError(f"{what} (section {self.names[index]}) is not a whole number of entries")
+            raise ElfError(f"{what} (section {self.names[index]!r}) is not a whole number of entries")
         return self._contents(index)
 
     # -- relocations ---------------------------------------------------------------------------------------
@@ -400,16 +400,16 @@ class _Reader:
                 continue
             target = sh["sh_info"]
             if not 0 < target < len(self.shdrs):
-                raise ElfError(f"relocation section {self.names[i]} applies to section {target}, "
+                raise ElfError(f"relocation section {self.names[i]!r} applies to section {target}, "
                                "which does not exist")
             tsh = self.shdrs[target]
             if not tsh["sh_flags"] & _SHF_ALLOC:
                 continue
             if target in patched:
-                raise ElfError(f"section {self.names[target]} has more than one relocation section")
+                raise ElfError(f"section {self.names[target]!r} has more than one relocation section")
             patched.add(target)
             if sh["sh_link"] != self.symtab:
-                raise ElfError(f"relocation section {self.names[i]} does not use the symbol table")
+                raise ElfError(f"relocation section {self.names[i]!r} does not use the symbol table")
             if len(out) + sh["sh_size"] // _RELA_SIZE > MAX_RELOCATIONS:
                 raise ElfError(f"the image has more than {MAX_RELOCATIONS} relocations of its allocated sections")
             out.extend(self._rela_table(i, self.names[target], tsh["sh_addr"], tsh["sh_size"], symbols))

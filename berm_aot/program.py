@@ -54,7 +54,7 @@ class _CodeMap(CodeSections):
             try:
                 sections.append(CodeSection(sec.addr, image.read(sec.addr, sec.size)))
             except ValueError:
-                raise DecodeError(f"executable section {sec.name} at {sec.addr:#x} is not inside one loadable "
+                raise DecodeError(f"executable section {sec.name!r} at {sec.addr:#x} is not inside one loadable "
                                   "segment") from None
         super().__init__(sections)
         self.names = frozenset(s.name for s in image.executable_sections())

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from berm_abi.text import escaped
-from berm_aot.demangle import shown_name
+from berm_aot.demangle import MAX_NAME, shown_name
 from berm_aot.disasm import disassemble
 from berm_aot.elf import read_elf_file
 from berm_aot.image import ElfImage
@@ -22,6 +22,8 @@ from berm_host.declaration import DeclarationError, load_declarations
 from berm_host.grants import DAEMON_GRANTS, LINKED, grant_report
 
 _EF_RISCV_RVC = 0x1
+#: Columns the section names are padded to, at most (a longer name pushes its own line only).
+SECTION_WIDTH = 24
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     facts = image_facts(image)
     grants = declared_grants(args, image, manifest)
     if args.json:
-        print(json.dumps({**manifest.raw, "image": facts, "grants": grants}, indent=2, sort_keys=True))
+        print(_json_document({**manifest.raw, "image": facts, "grants": grants}))
     else:
         print(shown(render_text(args.elf, manifest, facts)))
         if grants is not None:
@@ -53,6 +55,13 @@ def run(args: argparse.Namespace) -> int:
     if args.disassemble:
         print(shown(render_disassembly(image)))
     return 0
+
+
+def _json_document(doc: dict) -> str:
+    """``doc`` as JSON, a line per top-level key, each value compact: indented throughout, a 1 MB manifest nested 99
+    deep printed 105 MB of indentation (found by a review)."""
+    lines = [f"  {json.dumps(key)}: {json.dumps(value, sort_keys=True)}" for key, value in sorted(doc.items())]
+    return "{\n" + ",\n".join(lines) + "\n}"
 
 
 def declared_grants(args: argparse.Namespace, image: ElfImage, manifest: Manifest) -> dict[str, str] | None:
@@ -113,13 +122,19 @@ def render_text(path: str, manifest: Manifest, facts: dict) -> str:
     out += [f"  {s['vaddr']:#010x}  memsz {s['memsz']:#x}  filesz {s['filesz']:#x}  {s['perms']}"
             for s in facts["segments"]]
     out += ["", "sections:"]
-    names = [_line(s["name"]) for s in facts["sections"]]
-    width = max(map(len, names), default=0)
+    # cut, and padded no wider than SECTION_WIDTH: every line padded to the longest escaped name made 2,000 sections
+    # and one name of 10,000 control bytes an 80 MB listing of a 141 KB file (found by a review)
+    names = [_cut(_line(s["name"])) for s in facts["sections"]]
+    width = min(max(map(len, names), default=0), SECTION_WIDTH)
     out += [f"  {name:<{width}}  {s['addr']:#010x}  {s['size']:>8}  {s['perms'] if s['alloc'] else ''}"
             for name, s in zip(names, facts["sections"])]
     out += ["", "relocations:"]
     out += [f"  {name:<22} {count}" for name, count in facts["relocations"].items()]
     return "\n".join(out)
+
+
+def _cut(text: str) -> str:
+    return text[:MAX_NAME] + "…" if len(text) > MAX_NAME else text
 
 
 def _line(text: str) -> str:

@@ -199,7 +199,7 @@ def _many_loads(data):
     (lambda d: _patch_section(d, ".symtab", "sh_link", 1), "not a string table"),
     (lambda d: _patch_section(d, ".symtab", "sh_type", 1), "no symbol table"),
     (lambda d: _patch_section(d, ".text", "sh_addr", 0x10), "not inside any loadable segment"),
-    (lambda d: _patch_section(d, ".bss", "sh_size", 0x20000), "section .bss .* is not inside any loadable segment"),
+    (lambda d: _patch_section(d, ".bss", "sh_size", 0x20000), "section '.bss' .* is not inside any loadable segment"),
     (lambda d: _patch_section(_patch_section(d, ".rela.text", "sh_type", 1), ".rela.rodata", "sh_type", 1),
      "link it with --emit-relocs"),
     (lambda d: _patch_section(d, ".text", "sh_flags", 2), "has no code .*reachable"),  # nothing executable left
@@ -218,7 +218,7 @@ def test_table_refusals(dispatch, mutate, message):
 def test_overlapping_sections():
     data = harness_elf(manifest_json(["a"]), ["a"])
     manifest_at = field(data, shdr_offsets(data)[".berm.abi"], SHDR_FIELDS, "sh_addr")
-    with pytest.raises(ElfError, match=r"sections .berm.abi .* and .rodata .* overlap"):
+    with pytest.raises(ElfError, match=r"sections '.berm.abi' .* and '.rodata' .* overlap"):
         read_elf(_patch_section(data, ".rodata", "sh_addr", manifest_at + 8))
 
 
@@ -240,3 +240,18 @@ def test_relocation_outside_its_section(dispatch):
 def test_not_bytes():
     with pytest.raises(ElfError, match="bytes, not str"):
         read_elf("hello")
+
+
+def test_a_section_name_in_an_error_is_quoted_on_one_line(tmp_path, capsys):
+    """Found by a review: section names went into errors as they were, so a section named "X\\nberm OK" printed a
+    line of its own under the CLI's "berm inspect:". They are quoted (repr), as symbol names are."""
+    from berm_cli.main import main
+
+    data = harness_elf(manifest_json(["go"]), ["go"])
+    data = _patch_section(data, ".berm.abi", "sh_addr", 0x10)  # outside every segment
+    i = data.index(b".berm.abi\0")
+    data = data[:i] + b"X\nberm OK" + data[i + 9:]
+    (tmp_path / "h.elf").write_bytes(data)
+    assert main(["inspect", str(tmp_path / "h.elf")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("berm inspect: section 'X\\nberm OK' [0x10, ")

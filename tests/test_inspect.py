@@ -193,3 +193,32 @@ def test_a_guests_text_cannot_print_lines_of_its_own_nor_reorder_what_is_shown(t
     assert out.count("requests (documentation, not grants):") == 1 + 2  # the heading, and twice escaped in a line
     assert "\u202e" not in out and "x\\u202eevil" in out
     assert [line for line in out.splitlines() if line.startswith("requests")] == ["requests (documentation, not grants):"]
+
+
+def test_section_lines_are_cut_and_padded_no_wider_than_a_bound(harness):
+    """Found by a review: every section line was padded to the longest escaped section name, so 2,000 sections and
+    one name of 10,000 control bytes listed 80 MB from a 141 KB file. Names are cut as function names are, and the
+    padding stops at SECTION_WIDTH."""
+    from berm_aot.demangle import MAX_NAME
+    from berm_aot.manifest import load_manifest
+    from berm_cli.inspect_cmd import image_facts, render_text
+
+    path, data = harness
+    image = read_elf(data)
+    facts = image_facts(image)
+    blank = {"name": "", "addr": 0, "size": 0, "perms": "", "alloc": False}
+    facts["sections"] += [dict(blank, name="\x01" * 10_000)] + [blank] * 2_000
+    text = render_text(str(path), load_manifest(image), facts)
+    assert len(text) < 200_000
+    assert "  " + "\\x01" * (MAX_NAME // 4) + "…  0x00000000" in text
+
+
+def test_json_output_is_not_indented_below_its_top_level():
+    """Found by a review: indented throughout, a 1 MB manifest nested 99 deep printed 105 MB of indentation."""
+    from berm_cli.inspect_cmd import _json_document
+
+    nested = 0
+    for _ in range(99):
+        nested = [nested]
+    text = _json_document({"deep": nested, "abi_version": 0})
+    assert json.loads(text) == {"deep": nested, "abi_version": 0} and len(text) < 300
