@@ -38,6 +38,14 @@ def test_next_local_time_on_a_negative_midnight(library, after, offset, hm, expe
     assert int(got) == ms(expected)
 
 
+@pytest.mark.parametrize("hm", [(-25, 0), (0, -1500), (24, 0), (0, 60), (48, 0)])
+def test_next_local_time_of_no_time_of_day_is_minus_one(library, hm):
+    """Found by a review: hour and minute were not checked, so -25:00 came out in the past (a re-arm there is a
+    chain that ends in refusal) and 48:00 two days on. -1 stops a recurring wake."""
+    got = NativeHarness(library).call("next_local", f"{ms('2026-12-01T08:00:00+00:00')} 0 {hm[0]} {hm[1]}")
+    assert int(got) == -1
+
+
 @pytest.mark.parametrize("wake", [
     {"id": "r1", "payload": "", "scheduled_at": 1},
     {"id": "r1", "payload": "", "scheduled_at": 1, "now": "2"},

@@ -13,6 +13,7 @@ import pytest
 from berm_abi.frames import encode_frame
 from berm_host.capabilities import clock, kv
 from berm_host.queue import Invocation, Queue, Trigger, schedule_capabilities
+from berm_host.linker import CapabilityError
 from berm_host.traps import ToolFailure
 from berm_sdk.native import NativeHarness, build_native_library
 
@@ -180,6 +181,47 @@ def test_daily_rearms_before_delivering_with_the_offset_of_the_moment(setup):
     assert armed.id == "r1" and armed.when_ms == march_29 + 24 * 3600_000  # 08:00 at UTC+2 = 06:00Z next day
     (out,) = call(q, "outbox")
     assert out["scheduled_at"] == r["when"]
+
+
+def test_the_day_local_time_goes_back_delivers_its_occurrence_once(setup):
+    """Found by a review: on the day clocks go back an hour, the occurrence armed at the summer offset wakes at 07:00
+    local, and the next 08:00 after the clock was that same day's: the reminder went out twice. The re-arm looks
+    at least half a day past the occurrence it runs."""
+    october_24 = int(dt.datetime(2026, 10, 24, 6, 0, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    clock_fn = FixedClock(october_24 - 3600_000, 7200)  # 07:00 at UTC+2
+    q, harness = setup(clock_fn)
+    r = call(q, "add", {"text": "pills", "daily": "08:00"})
+    assert r["when"] == october_24  # 08:00 at UTC+2
+    clock_fn.utc_ms = october_24
+    harness.call("wake", json.dumps({"id": "r1", "payload": "", "scheduled_at": october_24, "now": october_24}))
+    (armed,) = q.list()
+    assert armed.when_ms == october_24 + 86400_000  # 08:00 at UTC+2 the next day: 07:00 at UTC+1, as it turns out
+    clock_fn.utc_ms, clock_fn.offset = armed.when_ms, 3600  # it wakes; the host is at UTC+1 now
+    harness.call("wake", json.dumps({"id": "r1", "payload": "", "scheduled_at": armed.when_ms,
+                                     "now": armed.when_ms}))
+    (armed,) = q.list()
+    assert armed.when_ms == october_24 + 2 * 86400_000 + 3600_000  # 08:00 at UTC+1 the day after, not 08:00 that day
+    clock_fn.utc_ms -= 120_000  # a clock stepped back two minutes during a wake re-arms ahead too
+    harness.call("wake", json.dumps({"id": "r1", "payload": "", "scheduled_at": armed.when_ms,
+                                     "now": clock_fn.utc_ms}))
+    assert q.list()[0].when_ms > armed.when_ms
+
+
+def test_a_store_that_fails_at_a_wake_retries_and_keeps_the_reminder(setup, monkeypatch):
+    """Found by a review: any error reading the reminder was taken for a cancelled one, so a busy store at the wake
+    stopped a daily reminder for good (still listed, never woken). Only a key the store does not hold is gone."""
+    q, harness = setup()
+    call(q, "add", {"text": "pills", "daily": "08:00"})
+
+    def busy(self, ns, key):
+        raise CapabilityError("storage is busy: waited 5 s")
+
+    monkeypatch.setattr(kv.KvStore, "get", busy)
+    now = now_ms()
+    with pytest.raises(ToolFailure, match="on_wake: reading reminder r1 failed: .*storage is busy.*again in a minute"):
+        harness.call("wake", json.dumps({"id": "r1", "payload": "", "scheduled_at": now, "now": now}))
+    (armed,) = q.list()
+    assert armed.id == "r1" and armed.when_ms == now + 60_000
 
 
 def test_a_missed_daily_occurrence_is_delivered_late_once_and_rearmed_ahead(setup):

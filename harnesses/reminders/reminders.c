@@ -103,14 +103,24 @@ static bool parse_iso(const char *s, size_t n, int64_t offset_seconds, int64_t *
 
 /* ---------------------------------------------------------------- stored reminders */
 
-static char *load_reminder(berm_str id, reminder *r) {
+/* What berm.kv.get says of a key it does not hold (berm_host/capabilities/kv.py). */
+#define NO_VALUE "berm.kv.get: no value for key"
+
+/* The stored reminder `id`, or an error; *stored_failed when the store could not be read (busy, failing), which
+ * says nothing of whether the reminder exists: on_wake took any error for a cancelled reminder and a daily one
+ * stopped for good, still listed (found by a review). */
+static char *load_reminder(berm_str id, reminder *r, bool *store_failed) {
     *r = (reminder){0};
+    *store_failed = false;
     if (id.len == 0 || id.len >= sizeof r->id) return strdup("no such reminder");
     char keybuf[64];
     berm_reply got = berm_kv_get(key_of(REMINDER_PREFIX, id, keybuf, sizeof keybuf));
     if (got.error) {
+        *store_failed = strncmp(got.error, NO_VALUE, strlen(NO_VALUE)) != 0;
+        char *error = *store_failed ? berm_aprintf("reading reminder %.*s failed: %s", (int)id.len, id.ptr, got.error)
+                                    : berm_aprintf("no reminder with id %.*s", (int)id.len, id.ptr);
         berm_reply_free(&got);
-        return berm_aprintf("no reminder with id %.*s", (int)id.len, id.ptr);
+        return error;
     }
     berm_json_parsed parsed = berm_json_parse(got.data, got.len);
     berm_reply_free(&got);
@@ -228,7 +238,8 @@ BERM_TOOL(list) {
     for (size_t i = 0; i < keys.count; i++) {
         berm_str id = {keys.keys[i].ptr + strlen(REMINDER_PREFIX), keys.keys[i].len - strlen(REMINDER_PREFIX)};
         reminder r;
-        char *error = load_reminder(id, &r);
+        bool store_failed;
+        char *error = load_reminder(id, &r, &store_failed);
         if (error) {
             berm_logf("list: skipping %.*s: %s", (int)id.len, id.ptr, error);
             continue;
@@ -264,7 +275,8 @@ BERM_TOOL(cancel) {
     if (!id) return berm_fail("cancel: `id` must be a string");
     reminder r;
     berm_str ids = {id->str, id->len};
-    char *error = load_reminder(ids, &r);
+    bool store_failed;
+    char *error = load_reminder(ids, &r, &store_failed);
     if (error) return berm_failf("cancel: %s", error);
     berm_reply unarmed = berm_schedule_cancel(ids);
     if (unarmed.error) return berm_failf("cancel: %s", unarmed.error);
@@ -322,7 +334,16 @@ BERM_ON_WAKE {
     berm_wake wake = berm_wake_args();
     if (wake.error) return berm_failf("on_wake: %s", wake.error);
     reminder r;
-    char *error = load_reminder(wake.id, &r);
+    bool store_failed;
+    char *error = load_reminder(wake.id, &r, &store_failed);
+    if (error && store_failed) { /* try again in a minute: the reminder, stored or not, is not lost */
+        berm_reply again = berm_schedule_at(wake.now + BERM_MINUTE_MS, wake.id, wake.payload);
+        berm_result_t failed = berm_failf("on_wake: %s (%s)", error,
+                                          again.error ? again.error : "woken again in a minute");
+        berm_reply_free(&again);
+        free(error);
+        return failed;
+    }
     if (error) {  /* cancelled between arming and waking: nothing to deliver */
         berm_logf("on_wake: %s", error);
         return berm_ok_str("gone");

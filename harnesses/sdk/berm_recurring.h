@@ -20,7 +20,8 @@
  *
  * Local time: each re-arm asks berm.clock.now for UTC and the host's current UTC offset and resolves the next
  * local wall-clock instant from them. DST is handled by construction: the offset is re-read at every re-arm, so
- * after a change at most the one occurrence armed across it lands an hour off local time, never the schedule.
+ * after a change at most the one occurrence armed across it lands an hour off local time, never the schedule, and
+ * it is delivered once.
  * Needs the clock and schedule capabilities granted.
  */
 #ifndef BERM_RECURRING_H
@@ -64,7 +65,8 @@ typedef struct {
 berm_notify berm_notify_args(void);
 void berm_notify_free(berm_notify *notify);
 
-/** The first UTC instant strictly after `after_utc_ms` at which local time (UTC + offset) reads hour:minute. */
+/** The first UTC instant strictly after `after_utc_ms` at which local time (UTC + offset) reads hour:minute; -1
+ *  when hour:minute is no time of day (hour 0-23, minute 0-59). */
 int64_t berm_next_local_time(int64_t after_utc_ms, int64_t offset_seconds, int hour, int minute);
 
 /** When to wake next, from the clock at the re-arm; return < 0 to stop recurring. */
@@ -77,7 +79,8 @@ typedef berm_result_t (*berm_body_fn)(const berm_wake *wake, void *ctx);
 berm_result_t berm_recurring(const berm_wake *wake, berm_next_fn next, void *next_ctx, berm_body_fn body,
                              void *body_ctx);
 
-/** berm_recurring with next = the next local hour:minute. */
+/** berm_recurring with next = the next local hour:minute, at least half a day after the occurrence being run (so
+ *  a day local time goes back an hour on, or a clock stepped back, never delivers one day's occurrence twice). */
 berm_result_t berm_recurring_daily(const berm_wake *wake, int hour, int minute, berm_body_fn body, void *ctx);
 
 #ifdef __cplusplus

@@ -72,6 +72,7 @@ void berm_wake_free(berm_wake *wake) {
 static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 
 int64_t berm_next_local_time(int64_t after_utc_ms, int64_t offset_seconds, int hour, int minute) {
+    if (hour < 0 || hour > 23 || minute < 0 || minute > 59) return -1; /* no such time: -25:00 came out in the past */
     int64_t offset_ms = offset_seconds * 1000;
     int64_t local = after_utc_ms + offset_ms;
     int64_t next = floor_div(local, BERM_DAY_MS) * BERM_DAY_MS + ((int64_t)hour * 60 + minute) * BERM_MINUTE_MS;
@@ -100,14 +101,21 @@ berm_result_t berm_recurring(const berm_wake *wake, berm_next_fn next, void *nex
 
 typedef struct {
     int hour, minute;
+    int64_t scheduled_at; /* the occurrence being run */
 } daily_time;
 
+/* The next local hour:minute after the clock, and at least half a day after the occurrence being run: on the day
+ * local time goes back an hour (or when the clock is stepped back), that occurrence, armed at the old offset,
+ * wakes before its local time, and the next after the clock alone was the same time of the same day: delivered
+ * twice (found by a review). */
 static int64_t next_daily(const berm_clock *clock, void *ctx) {
     const daily_time *t = ctx;
-    return berm_next_local_time(clock->utc_millis, clock->local_offset_seconds, t->hour, t->minute);
+    int64_t after = clock->utc_millis, half_day_on = t->scheduled_at + BERM_DAY_MS / 2;
+    return berm_next_local_time(after > half_day_on ? after : half_day_on, clock->local_offset_seconds, t->hour,
+                                t->minute);
 }
 
 berm_result_t berm_recurring_daily(const berm_wake *wake, int hour, int minute, berm_body_fn body, void *ctx) {
-    daily_time t = {hour, minute};
+    daily_time t = {hour, minute, wake->scheduled_at};
     return berm_recurring(wake, next_daily, &t, body, ctx);
 }
