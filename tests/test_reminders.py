@@ -224,6 +224,19 @@ def test_a_store_that_fails_at_a_wake_retries_and_keeps_the_reminder(setup, monk
     assert armed.id == "r1" and armed.when_ms == now + 60_000
 
 
+def test_the_outbox_lists_past_a_page_of_keys(setup, tmp_path):
+    """Found by a review: the outbox grows by one a delivery and was listed in one piece, which the store refuses
+    past 10,000 keys, so the tool failed for good after 10,000 deliveries. It reads a page at a time."""
+    import sqlite3
+
+    q, harness = setup()
+    call(q, "outbox")  # the store exists
+    with sqlite3.connect(tmp_path / "kv.sqlite3") as db:
+        db.executemany("INSERT INTO kv VALUES ('reminders', ?, ?)",
+                       ((b"outbox/%020d/r1" % i, b'{"n":%d}' % i) for i in range(10_001)))
+    assert [entry["n"] for entry in call(q, "outbox")] == list(range(10_001))
+
+
 def test_a_missed_daily_occurrence_is_delivered_late_once_and_rearmed_ahead(setup):
     q, harness = setup()
     call(q, "add", {"text": "vitamins", "daily": "07:00"})

@@ -8,7 +8,11 @@ Chain depth. A wake armed by a running invocation is work caused by a harness, s
 *is* a harness re-arming itself, and a daily reminder must not die on its ninth day. The line between the two
 is time: a wake armed at least ``horizon_ms`` (default 1 s) in the future starts a fresh chain (depth 0);
 anything sooner continues the chain. A recurring schedule therefore runs at most once per horizon forever,
-and a tight loop is cut after ``max_depth`` links.
+and a tight loop is cut after ``max_depth`` links. So is a harness that catches up after downtime by re-arming
+each missed occurrence in the past, one wake each (a review's hourly schedule stopped after 12 hours down): a
+wake knows its ``scheduled_at`` and ``now``, so it catches up by handling what it missed in that one wake, then
+re-arms in the future. Resetting the chain for instants past the occurrence's own would let a wake armed at
+-2^62 ms re-arm itself a second later for ever.
 """
 
 from __future__ import annotations

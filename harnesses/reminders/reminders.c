@@ -291,18 +291,37 @@ BERM_TOOL(cancel) {
     return berm_buf_finish(&out);
 }
 
+/* Every delivery, oldest first, read a page of keys at a time: the outbox grows by one a delivery, and past
+ * BERM_KV_LIST_PAGE keys a listing in one piece is refused (the tool failed for good after 10,000 deliveries:
+ * found by a review). */
 BERM_TOOL(outbox) {
-    berm_kv_keys keys = berm_kv_list(BERM_STR(OUTBOX_PREFIX));
-    if (keys.raw.error) return berm_failf("outbox: %s", keys.raw.error);
     berm_buf out;
     berm_buf_init(&out, 0);
     berm_buf_putc(&out, '[');
-    for (size_t i = 0; i < keys.count; i++) {
-        berm_reply got = berm_kv_get(keys.keys[i]);
-        if (got.error) continue;
-        if (out.len > 1) berm_buf_putc(&out, ',');
-        berm_buf_put(&out, got.data, got.len);
-        berm_reply_free(&got);
+    char after[64] = "";
+    size_t after_len = 0;
+    for (;;) {
+        berm_kv_keys keys = berm_kv_list_page(BERM_STR(OUTBOX_PREFIX), (berm_str){after, after_len});
+        if (keys.raw.error) {
+            berm_result_t failed = berm_failf("outbox: %s", keys.raw.error);
+            berm_kv_keys_free(&keys);
+            berm_buf_free(&out);
+            return failed;
+        }
+        for (size_t i = 0; i < keys.count; i++) {
+            berm_reply got = berm_kv_get(keys.keys[i]);
+            if (got.error) continue;
+            if (out.len > 1) berm_buf_putc(&out, ',');
+            berm_buf_put(&out, got.data, got.len);
+            berm_reply_free(&got);
+        }
+        bool more = keys.count == BERM_KV_LIST_PAGE && keys.keys[keys.count - 1].len < sizeof after;
+        if (more) {
+            after_len = keys.keys[keys.count - 1].len;
+            memcpy(after, keys.keys[keys.count - 1].ptr, after_len);
+        }
+        berm_kv_keys_free(&keys);
+        if (!more) break;
     }
     berm_buf_putc(&out, ']');
     return berm_buf_finish(&out);

@@ -16,7 +16,9 @@
  *     }
  *
  * The wake's arguments are the JSON {"id", "payload", "scheduled_at", "now"} (UTC milliseconds): a wake that
- * arrives late (the daemon was down) says so, and the harness decides what a missed occurrence means.
+ * arrives late (the daemon was down) says so, and the harness decides what a missed occurrence means. To deliver
+ * every missed occurrence, do so in that one wake and re-arm in the future: re-arming each in the past is a chain
+ * of wakes, which the host cuts after a few links (berm_host/queue/capability.py).
  *
  * Local time: each re-arm asks berm.clock.now for UTC and the host's current UTC offset and resolves the next
  * local wall-clock instant from them. DST is handled by construction: the offset is re-read at every re-arm, so
