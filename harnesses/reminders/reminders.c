@@ -106,7 +106,7 @@ static bool parse_iso(const char *s, size_t n, int64_t offset_seconds, int64_t *
 /* What berm.kv.get says of a key it does not hold (berm_host/capabilities/kv.py). */
 #define NO_VALUE "berm.kv.get: no value for key"
 
-/* The stored reminder `id`, or an error; *stored_failed when the store could not be read (busy, failing), which
+/* The stored reminder `id`, or an error; *store_failed when the store could not be read (busy, failing), which
  * says nothing of whether the reminder exists: on_wake took any error for a cancelled reminder and a daily one
  * stopped for good, still listed (found by a review). */
 static char *load_reminder(berm_str id, reminder *r, bool *store_failed) {
