@@ -15,15 +15,23 @@ as such: RE2 reads each as one character, as ``?`` should.
 
 from __future__ import annotations
 
-import re2
+import functools
 
 from berm_host.linker import CapabilityError
 
 MAX_PATTERN = 1024
 
-_OPTIONS = re2.Options()
-_OPTIONS.dot_nl = True  # "**" spans any characters, a newline in a name included
-_OPTIONS.log_errors = False  # RE2 would log a pattern's errors (and its DFA running out of memory) to stderr
+
+@functools.cache
+def _re2():
+    """The re2 module and the options globs compile with, imported at the first glob (5 ms a process start need
+    not pay: ``berm call`` links fs without globbing)."""
+    import re2
+
+    options = re2.Options()
+    options.dot_nl = True  # "**" spans any characters, a newline in a name included
+    options.log_errors = False  # RE2 would log a pattern's errors (and its DFA running out of memory) to stderr
+    return re2, options
 
 
 def _class(seg: str, i: int) -> tuple[str, int] | None:
@@ -65,7 +73,7 @@ def _segment(seg: str) -> str:
             out.append("[^/]")
         elif c == "\\" and i + 1 < len(seg):
             i += 1
-            out.append(re2.escape(seg[i]))
+            out.append(_re2()[0].escape(seg[i]))
         elif c == "[" and (cls := _class(seg, i)):
             out.append(cls[0])
             i = cls[1]
@@ -75,7 +83,7 @@ def _segment(seg: str) -> str:
             i = alts[1]
             continue
         else:
-            out.append(re2.escape(c))
+            out.append(_re2()[0].escape(c))
         i += 1
     return "".join(out)
 
@@ -114,8 +122,9 @@ class Glob:
             raise CapabilityError("glob pattern contains a NUL byte")
         self.pattern = pattern
         self.basename = basename_if_no_slash and "/" not in pattern
+        re2, options = _re2()
         try:
-            self._rx = re2.compile(_utf8(glob_source(pattern)), _OPTIONS)
+            self._rx = re2.compile(_utf8(glob_source(pattern)), options)
         except re2.error as exc:  # e.g. a range like [z-a]
             reason = exc.args[0].decode("utf-8", "replace")  # RE2's message, as bytes
             raise CapabilityError(f"bad glob pattern {pattern[:80]!r}: {reason}") from None
