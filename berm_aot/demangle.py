@@ -39,9 +39,13 @@ MAX_NAME = 256
 
 
 def shown_name(name: str) -> str:
-    """A function's name as messages and listings show it: demangled, on one line (escaped: the image chose it)
-    and cut to MAX_NAME characters, a "…" saying so."""
-    whole = demangle(name)
+    """A function's name as messages and listings show it: demangled, then ``shown_text``."""
+    return shown_text(demangle(name))
+
+
+def shown_text(whole: str) -> str:
+    """A name the image chose as messages and listings show it: on one line (escaped) and cut to MAX_NAME
+    characters, a "…" saying so."""
     text = escaped(whole[:MAX_NAME], lines=False)
     return text[:MAX_NAME] + "…" if len(whole) > MAX_NAME or len(text) > MAX_NAME else text
 

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from berm_abi.text import escaped
-from berm_aot.demangle import MAX_NAME, shown_name
+from berm_aot.demangle import shown_name, shown_text
 from berm_aot.disasm import disassemble
 from berm_aot.elf import read_elf_file
 from berm_aot.image import ElfImage
@@ -124,17 +124,13 @@ def render_text(path: str, manifest: Manifest, facts: dict) -> str:
     out += ["", "sections:"]
     # cut, and padded no wider than SECTION_WIDTH: every line padded to the longest escaped name made 2,000 sections
     # and one name of 10,000 control bytes an 80 MB listing of a 141 KB file (found by a review)
-    names = [_cut(_line(s["name"])) for s in facts["sections"]]
+    names = [shown_text(s["name"]) for s in facts["sections"]]
     width = min(max(map(len, names), default=0), SECTION_WIDTH)
     out += [f"  {name:<{width}}  {s['addr']:#010x}  {s['size']:>8}  {s['perms'] if s['alloc'] else ''}"
             for name, s in zip(names, facts["sections"])]
     out += ["", "relocations:"]
     out += [f"  {name:<22} {count}" for name, count in facts["relocations"].items()]
     return "\n".join(out)
-
-
-def _cut(text: str) -> str:
-    return text[:MAX_NAME] + "…" if len(text) > MAX_NAME else text
 
 
 def _line(text: str) -> str:

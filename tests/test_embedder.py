@@ -271,12 +271,9 @@ def test_the_first_translated_engine_made_by_an_interpreted_runs_capability_keep
     assert proc.returncode == 0 and proc.stdout.strip() == "ended", proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_runs_nested_in_host_calls_stop_at_the_same_depth_on_either_engine(tmp_path, elf, kind):
-    """Found by a review: a capability that calls its harness again recursed until Python's recursion limit, which
-    came at 166 runs interpreted and 245 translated. Both engines now refuse the run past MAX_NESTED_RUNS alike:
-    it traps before running, as the host thread's stack exhausted."""
-    entered = []
+def _calling_itself(elf: bytes, kind: str, tmp_path):
+    """A harness whose capability x.cap calls its tool cap again, and the list each capability call appends to."""
+    entered: list[int] = []
 
     def again(request):
         entered.append(len(entered))
@@ -285,6 +282,15 @@ def test_runs_nested_in_host_calls_stop_at_the_same_depth_on_either_engine(tmp_p
     linker = Linker()
     linker.define("x.cap", again)
     h = harness(elf, kind, tmp_path, linker)
+    return h, entered
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_runs_nested_in_host_calls_stop_at_the_same_depth_on_either_engine(tmp_path, elf, kind):
+    """Found by a review: a capability that calls its harness again recursed until Python's recursion limit, which
+    came at 166 runs interpreted and 245 translated. Both engines now refuse the run past MAX_NESTED_RUNS alike:
+    it traps before running, as the host thread's stack exhausted."""
+    h, entered = _calling_itself(elf, kind, tmp_path)
     with pytest.raises(Trap) as info:
         h.call("cap")
     text = str(info.value)  # each capability's run ended in the trap of the run it started
@@ -316,15 +322,8 @@ def test_on_a_small_thread_stack_a_nested_run_is_refused_on_either_engine(tmp_pa
     capability calling its harness again ran 64 levels deep interpreted and none translated. Both engines now
     apply the core's one rule: on such a thread, all of it below the floor's margin, the first run runs and a run
     nested in its host call traps. (How deep larger stacks allow still depends on the engine's own use of them.)"""
-    entered, outcome = [], []
-
-    def again(request):
-        entered.append(len(entered))
-        return h.call("cap").encode()
-
-    linker = Linker()
-    linker.define("x.cap", again)
-    h = harness(elf, kind, tmp_path, linker)
+    h, entered = _calling_itself(elf, kind, tmp_path)
+    outcome = []
 
     def run():
         try:
