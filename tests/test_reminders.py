@@ -237,6 +237,24 @@ def test_the_outbox_lists_past_a_page_of_keys(setup, tmp_path):
     assert [entry["n"] for entry in call(q, "outbox")] == list(range(10_001))
 
 
+def test_list_reads_past_a_page_of_keys_soonest_first(setup, tmp_path):
+    """Found by a review: `list` read every reminder in one listing, refused past 10,000 keys, and ordered them by
+    insertion sort (quadratic). It reads a page at a time and sorts by next instant, ties in key order."""
+    import sqlite3
+
+    q, harness = setup()
+    call(q, "list")  # the store exists
+    ids = [f"r{i}" for i in range(10_003)]
+    when = {rid: 4_000_000_000_000 + (i * 7919) % 5003 * 1000 for i, rid in enumerate(ids)}  # with ties
+    with sqlite3.connect(tmp_path / "kv.sqlite3") as db:
+        db.executemany("INSERT INTO kv VALUES ('reminders', ?, ?)",
+                       ((f"reminder/{rid}".encode(), json.dumps({"id": rid, "text": "t", "when": when[rid]}).encode())
+                        for rid in ids))
+    in_key_order = sorted(ids, key=lambda rid: rid.encode())
+    expected = sorted(in_key_order, key=when.__getitem__)  # stable: ties stay in key order
+    assert [(r["id"], r["when"]) for r in call(q, "list")] == [(rid, when[rid]) for rid in expected]
+
+
 def test_a_missed_daily_occurrence_is_delivered_late_once_and_rearmed_ahead(setup):
     q, harness = setup()
     call(q, "add", {"text": "vitamins", "daily": "07:00"})

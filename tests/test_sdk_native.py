@@ -499,6 +499,18 @@ def test_mem_and_str_functions(lib, a, b, off_a, off_b):
     assert (None if pos < 0 else ctypes.addressof(hay) + pos) == hit
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(min_size=3, max_size=3), max_size=80))
+def test_qsort_orders_by_the_comparator(lib, records):
+    """The SDK's qsort (a heapsort), on 3-byte records compared by their first byte only: many ties, an odd size."""
+    compare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(
+        lambda a, b: ctypes.string_at(a, 1)[0] - ctypes.string_at(b, 1)[0])
+    buf = ctypes.create_string_buffer(b"".join(records), 3 * len(records) or 1)
+    lib.qsort(buf, ctypes.c_size_t(len(records)), ctypes.c_size_t(3), compare)
+    got = [buf.raw[i:i + 3] for i in range(0, 3 * len(records), 3)]
+    assert sorted(got) == sorted(records) and [r[0] for r in got] == sorted(r[0] for r in records)
+
+
 # ---------------------------------------------------------------- allocator
 
 

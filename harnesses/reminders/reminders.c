@@ -226,42 +226,63 @@ BERM_TOOL(add) {
     return berm_buf_finish(&out);
 }
 
-BERM_TOOL(list) {
-    berm_clock clock = berm_clock_now();
-    if (clock.error) return berm_failf("list: the clock failed: %s", clock.error);
-    berm_kv_keys keys = berm_kv_list(BERM_STR(REMINDER_PREFIX));
-    if (keys.raw.error) return berm_failf("list: %s", keys.raw.error);
-    reminder *all = calloc(keys.count ? keys.count : 1, sizeof *all);
-    int64_t *next = calloc(keys.count ? keys.count : 1, sizeof *next);
-    if (!all || !next) return berm_fail("list: out of memory");
-    size_t n = 0;
-    for (size_t i = 0; i < keys.count; i++) {
-        berm_str id = {keys.keys[i].ptr + strlen(REMINDER_PREFIX), keys.keys[i].len - strlen(REMINDER_PREFIX)};
-        reminder r;
-        bool store_failed;
-        char *error = load_reminder(id, &r, &store_failed);
-        if (error) {
-            berm_logf("list: skipping %.*s: %s", (int)id.len, id.ptr, error);
-            continue;
-        }
-        int64_t when = r.daily ? berm_next_local_time(clock.utc_millis - 1, clock.local_offset_seconds, r.hour,
-                                                      r.minute)
-                               : r.when;
-        size_t j = n++;  /* insertion sort: soonest first */
-        while (j > 0 && next[j - 1] > when) {
-            all[j] = all[j - 1];
-            next[j] = next[j - 1];
-            j--;
-        }
-        all[j] = r;
-        next[j] = when;
+/* What `list` gathers: every reminder readable, with its next instant. */
+typedef struct {
+    reminder r;
+    int64_t next;
+    size_t order; /* its place among the keys: ties in `next` keep it */
+} listed;
+
+typedef struct {
+    listed *items;
+    size_t count, cap;
+    berm_clock clock;
+} listing;
+
+static char *list_one(berm_str key, void *ctx) {
+    listing *all = ctx;
+    berm_str id = {key.ptr + strlen(REMINDER_PREFIX), key.len - strlen(REMINDER_PREFIX)};
+    reminder r;
+    bool store_failed;
+    char *error = load_reminder(id, &r, &store_failed);
+    if (error) {
+        berm_logf("list: skipping %.*s: %s", (int)id.len, id.ptr, error);
+        free(error);
+        return NULL;
     }
+    if (all->count == all->cap) {
+        size_t cap = all->cap ? 2 * all->cap : 16;
+        listed *bigger = realloc(all->items, cap * sizeof *bigger);
+        if (!bigger) return strdup("out of memory");
+        all->items = bigger;
+        all->cap = cap;
+    }
+    int64_t next = r.daily ? berm_next_local_time(all->clock.utc_millis - 1, all->clock.local_offset_seconds, r.hour,
+                                                  r.minute)
+                           : r.when;
+    all->items[all->count] = (listed){r, next, all->count};
+    all->count++;
+    return NULL;
+}
+
+static int soonest_first(const void *a, const void *b) {
+    const listed *x = a, *y = b;
+    if (x->next != y->next) return x->next < y->next ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+BERM_TOOL(list) {
+    listing all = {.clock = berm_clock_now()};
+    if (all.clock.error) return berm_failf("list: the clock failed: %s", all.clock.error);
+    char *error = berm_kv_each(BERM_STR(REMINDER_PREFIX), list_one, &all);
+    if (error) return berm_failf("list: %s", error);
+    qsort(all.items, all.count, sizeof *all.items, soonest_first);
     berm_buf out;
     berm_buf_init(&out, 0);
     berm_buf_putc(&out, '[');
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < all.count; i++) {
         if (i) berm_buf_putc(&out, ',');
-        write_reminder(&out, &all[i], next[i], true);
+        write_reminder(&out, &all.items[i].r, all.items[i].next, true);
     }
     berm_buf_putc(&out, ']');
     return berm_buf_finish(&out);
@@ -291,37 +312,29 @@ BERM_TOOL(cancel) {
     return berm_buf_finish(&out);
 }
 
-/* Every delivery, oldest first, read a page of keys at a time: the outbox grows by one a delivery, and past
- * BERM_KV_LIST_PAGE keys a listing in one piece is refused (the tool failed for good after 10,000 deliveries:
- * found by a review). */
+static char *deliveries_one(berm_str key, void *ctx) {
+    berm_buf *out = ctx;
+    berm_reply got = berm_kv_get(key);
+    if (got.error) {
+        berm_reply_free(&got);
+        return NULL;
+    }
+    if (out->len > 1) berm_buf_putc(out, ',');
+    berm_buf_put(out, got.data, got.len);
+    berm_reply_free(&got);
+    return NULL;
+}
+
+/* Every delivery, oldest first. The outbox grows by one a delivery: listed in one piece it was refused past
+ * BERM_KV_LIST_PAGE keys (the tool failed for good after 10,000 deliveries: found by a review). */
 BERM_TOOL(outbox) {
     berm_buf out;
     berm_buf_init(&out, 0);
     berm_buf_putc(&out, '[');
-    char after[64] = "";
-    size_t after_len = 0;
-    for (;;) {
-        berm_kv_keys keys = berm_kv_list_page(BERM_STR(OUTBOX_PREFIX), (berm_str){after, after_len});
-        if (keys.raw.error) {
-            berm_result_t failed = berm_failf("outbox: %s", keys.raw.error);
-            berm_kv_keys_free(&keys);
-            berm_buf_free(&out);
-            return failed;
-        }
-        for (size_t i = 0; i < keys.count; i++) {
-            berm_reply got = berm_kv_get(keys.keys[i]);
-            if (got.error) continue;
-            if (out.len > 1) berm_buf_putc(&out, ',');
-            berm_buf_put(&out, got.data, got.len);
-            berm_reply_free(&got);
-        }
-        bool more = keys.count == BERM_KV_LIST_PAGE && keys.keys[keys.count - 1].len < sizeof after;
-        if (more) {
-            after_len = keys.keys[keys.count - 1].len;
-            memcpy(after, keys.keys[keys.count - 1].ptr, after_len);
-        }
-        berm_kv_keys_free(&keys);
-        if (!more) break;
+    char *error = berm_kv_each(BERM_STR(OUTBOX_PREFIX), deliveries_one, &out);
+    if (error) {
+        berm_buf_free(&out);
+        return berm_failf("outbox: %s", error);
     }
     berm_buf_putc(&out, ']');
     return berm_buf_finish(&out);

@@ -146,6 +146,9 @@ char *strrchr(const char *s, int c);
 char *strstr(const char *haystack, const char *needle);
 char *strdup(const char *s);
 char *strndup(const char *s, size_t n);
+/** Sort n elements of `size` bytes in place, cmp-ascending, in O(n log n) time and no extra memory (a heapsort:
+ *  not stable; break ties in cmp when their order matters). */
+void qsort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));
 /** The first occurrence of needle in haystack, both with lengths; NULL when absent or needle is empty. Linear
  *  time (the Two-Way search), whatever the two hold. */
 const char *berm_memmem(const char *haystack, size_t hlen, const char *needle, size_t nlen);
@@ -314,6 +317,10 @@ berm_kv_keys berm_kv_list(berm_str prefix);
  *  empty string: from the first). A full page may have more after its last key: ask again after that key. */
 berm_kv_keys berm_kv_list_page(berm_str prefix, berm_str after);
 void berm_kv_keys_free(berm_kv_keys *keys);
+/** Call visit(key, ctx) on every key starting with `prefix`, in order, listing a page at a time (so any number of
+ *  keys). Stops at the first non-NULL visit result and returns it; returns a listing failure as fresh text; NULL
+ *  when every key was visited. The key's memory lasts only for its visit. */
+char *berm_kv_each(berm_str prefix, char *(*visit)(berm_str key, void *ctx), void *ctx);
 
 #ifdef __cplusplus
 }

@@ -217,6 +217,28 @@ berm_kv_keys berm_kv_list_page(berm_str prefix, berm_str after) {
     return kv_keys(berm_capability(BERM_CALL_KV_LIST, FIELDS(prefix, after)));
 }
 
+char *berm_kv_each(berm_str prefix, char *(*visit)(berm_str key, void *ctx), void *ctx) {
+    char *after = NULL; /* the last key of the previous full page, copied: the page's memory goes with it */
+    size_t after_len = 0;
+    for (;;) {
+        berm_kv_keys page = berm_kv_list_page(prefix, (berm_str){after ? after : "", after_len});
+        char *error = page.raw.error ? ERROR_TEXT("%s", page.raw.error) : NULL;
+        for (size_t i = 0; !error && i < page.count; i++) error = visit(page.keys[i], ctx);
+        bool more = !error && page.count == BERM_KV_LIST_PAGE;
+        free(after);
+        after = NULL;
+        if (more) {
+            berm_str last = page.keys[page.count - 1];
+            after = malloc(last.len ? last.len : 1);
+            if (after) memcpy(after, last.ptr, last.len);
+            else error = ERROR_TEXT("out of memory for a key of %zu bytes from berm.kv.list", last.len);
+            after_len = last.len;
+        }
+        berm_kv_keys_free(&page);
+        if (error || !more) return error;
+    }
+}
+
 void berm_kv_keys_free(berm_kv_keys *keys) {
     free(keys->keys);
     berm_reply_free(&keys->raw);
