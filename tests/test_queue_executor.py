@@ -191,6 +191,30 @@ def test_chain_depth_refused_past_limit():
         ex.shutdown()
 
 
+def test_chain_depth_refusals_are_warned_of_once_an_interval(caplog, monkeypatch):
+    """Found by a review: a guest at the depth limit is refused once per host call, and each refusal was a
+    warning line (50 MB of log a minute). One warning an interval per harness; the rest are counted in the next."""
+    from berm_host.queue import executor as executor_module
+
+    ex = _executor({"a": RecordingTarget(), "b": RecordingTarget()}, workers=1, max_depth=8)
+    try:
+        with caplog.at_level("WARNING", logger="berm.queue"):
+            for _ in range(1000):
+                for harness in ("a", "b"):
+                    with pytest.raises(ChainDepthError):
+                        ex.submit(_call(harness, depth=9))
+            monkeypatch.setattr(executor_module, "DEPTH_WARNING_INTERVAL", 0.0)
+            with pytest.raises(ChainDepthError):
+                ex.submit(_call("a", depth=9))
+        lines = [r.getMessage() for r in caplog.records if "chain depth" in r.getMessage()]
+        refused = "refused work for {} at chain depth 9 (limit 8)"
+        assert lines == [refused.format("a"), refused.format("b"),
+                         refused.format("a") + "; 999 more refused since the last such warning"]
+        assert ex.stats()["a"].refused == 1001 and ex.stats()["b"].refused == 1000
+    finally:
+        ex.shutdown()
+
+
 def test_current_invocation_is_published_on_the_worker():
     seen = []
     ex = Executor(lambda inv, deadline: seen.append(current_invocation()) or "", workers=1)

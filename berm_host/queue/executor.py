@@ -32,6 +32,9 @@ from .invocation import Invocation, Trigger, set_current
 
 log = logging.getLogger("berm.queue")
 
+#: Seconds between two warnings of one harness's chain-depth refusals (the rest are counted, and said in the next).
+DEPTH_WARNING_INTERVAL = 60.0
+
 #: invoke(invocation, deadline as a time.monotonic() instant) -> result text; raises on trap/failure/error.
 Invoke = Callable[[Invocation, float], str]
 
@@ -150,6 +153,7 @@ class Executor:
         self._busy = 0
         self._closed = False
         self._stats: dict[str, _Counters] = {}
+        self._depth_warnings: dict[str, tuple[float, int]] = {}  # harness -> (last warned, refused since)
         self._listeners: list[Callable[[Invocation], None]] = []
         self._threads = [threading.Thread(target=self._work, name=f"berm-worker-{i}", daemon=True)
                          for i in range(workers)]
@@ -159,12 +163,21 @@ class Executor:
     # --- submitting ---------------------------------------------------------------------------------------
 
     def check_depth(self, harness: str, depth: int) -> None:
-        """Raise ChainDepthError (and count the refusal) when ``depth`` is past the limit."""
-        if depth > self.max_depth:
-            with self._cond:
-                self._counters(harness).refused += 1
-            log.warning("refused work for %s at chain depth %d (limit %d)", harness, depth, self.max_depth)
-            raise ChainDepthError(harness, depth, self.max_depth)
+        """Raise ChainDepthError (and count the refusal) when ``depth`` is past the limit. Warned of at most once a
+        DEPTH_WARNING_INTERVAL per harness: a guest at the limit can be refused once per host call, tens of
+        thousands of times a second (a log line each filled 50 MB a minute: found by a review)."""
+        if depth <= self.max_depth:
+            return
+        now = time.monotonic()
+        with self._cond:
+            self._counters(harness).refused += 1
+            warned_at, quiet = self._depth_warnings.get(harness, (None, 0))
+            warn = warned_at is None or now - warned_at >= DEPTH_WARNING_INTERVAL
+            self._depth_warnings[harness] = (now, 0) if warn else (warned_at, quiet + 1)
+        if warn:
+            log.warning("refused work for %s at chain depth %d (limit %d)%s", harness, depth, self.max_depth,
+                        f"; {quiet} more refused since the last such warning" if quiet else "")
+        raise ChainDepthError(harness, depth, self.max_depth)
 
     def submit(self, inv: Invocation) -> Future:
         """Queue ``inv``; the future resolves to the result text or raises what the guest ended in."""
