@@ -165,6 +165,7 @@ class Daemon:
                            per_harness=config.per_harness, max_depth=config.max_depth)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()  # set as stop() begins: connections still open are refused from then
         self._stopped = threading.Event()
         self._state_lock: int | None = None
 
@@ -192,6 +193,7 @@ class Daemon:
     def stop(self) -> None:
         if self._stopped.is_set():
             return
+        self._stopping.set()
         self.queue.scheduler.stop()  # first: no wake starts while the socket winds down
         if self._server is not None:
             self._server.shutdown()  # no new connection; open ones may still be answering
@@ -226,6 +228,10 @@ class Daemon:
             if op not in _FIELDS:
                 raise _Protocol(f"unknown op {op!r}")
             _only(request, _FIELDS[op] | {"op"}, f"a {op} request")
+            if self._stopping.is_set():
+                # a connection opened before stop() still reads requests: they met a closed due-set and were
+                # answered as host errors, each logged with a traceback (found by a review)
+                raise QueueClosed("the daemon is stopping")
             reply = self._dispatch(op, request, client_gone)
             return {"ok": True, **reply}
         except _Protocol as exc:

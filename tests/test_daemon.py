@@ -353,6 +353,22 @@ def test_a_call_still_queued_at_stop_is_told_the_daemon_is_stopping(make_daemon)
     assert replies["running"] == {"ok": True, "result": "running"}
 
 
+def test_a_connection_open_at_stop_is_refused_not_answered_as_a_host_bug(make_daemon, caplog):
+    """Found by a review: requests on a connection opened before stop() met the closed due-set, and came back as
+    host errors ('ProgrammingError: Cannot operate on a closed database') logged with a traceback."""
+    daemon = make_daemon()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(daemon.config.socket))
+        f = s.makefile("rb")
+        s.sendall(b'{"op": "harnesses"}\n')
+        assert json.loads(f.readline()) == {"ok": True, "harnesses": []}
+        daemon.stop()
+        for op in ("schedule.list", "stats", "harnesses"):
+            s.sendall(json.dumps({"op": op}).encode() + b"\n")
+            assert json.loads(f.readline()) == {"ok": False, "error": "refused", "message": "the daemon is stopping"}
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
 def test_connections_past_the_limit_are_told_so_and_closed(empty_daemon):
     path = str(empty_daemon.config.socket)
     held = []

@@ -11,7 +11,7 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from berm_host.queue import DueSet, QueueError, ScheduleError
+from berm_host.queue import DueSet, QueueClosed, QueueError, ScheduleError
 from berm_host.queue.dueset import MAX_PAYLOAD, MAX_PAYLOAD_BYTES
 
 
@@ -27,6 +27,18 @@ def test_put_list_due_cancel(tmp_path):
     assert ds.count() == 3 and ds.count(due_at=1000) == 1
     assert ds.cancel("h", "a") and not ds.cancel("h", "a")
     assert ds.get("h", "a") is None and ds.get("h", "b").payload == "two"
+
+
+def test_a_closed_due_set_says_its_queue_stopped(tmp_path):
+    """Found by a review: use after close raised sqlite's ProgrammingError, which callers took for a host bug."""
+    ds = DueSet(tmp_path / "due.db")
+    ds.put("h", "a", 1000)
+    ds.close()
+    for use in (lambda: ds.list(), lambda: ds.count(), lambda: ds.get("h", "a"), lambda: ds.due(2000, 1),
+                lambda: ds.earliest(1, only=frozenset({"h"})), lambda: ds.put("h", "b", 1),
+                lambda: ds.cancel("h", "a")):
+        with pytest.raises(QueueClosed, match="due.db is closed: its queue has stopped"):
+            use()
 
 
 def test_list_pages_by_key(tmp_path):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from berm_host.private_files import private_database
 
-from .errors import QueueError, ScheduleError
+from .errors import QueueClosed, QueueError, ScheduleError
 
 MAX_ID = 256  # bytes of UTF-8
 MAX_PAYLOAD = 64 << 10  # bytes of UTF-8
@@ -122,6 +122,7 @@ class DueSet:
             raise QueueError(f"cannot open the due-set {self.path}: {exc}") from None
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()
+        self._closed = False
 
     def _count(self) -> None:
         """Create the usage table and its triggers, counting every harness's usage, when the due-set has none (one
@@ -134,9 +135,22 @@ class DueSet:
                          "GROUP BY harness")
 
     def close(self) -> None:
+        """Close both connections; any later use raises QueueClosed (not sqlite's ProgrammingError, which the
+        daemon answered as a host bug to a client still connected while it stopped: found by a review)."""
         with self._lock, self._read_lock:
+            self._closed = True
             self._db.close()
             self._reader.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosed(f"the due-set {self.path} is closed: its queue has stopped")
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        with self._read_lock:
+            self._check_open()
+            yield self._reader
 
     # --- writes ---------------------------------------------------------------------------------------------
 
@@ -225,8 +239,8 @@ class DueSet:
         harness's earliest, then every harness's second, …, earlier first within a round. In time order alone, one
         harness's flood of due wakes kept every other harness's waiting behind it."""
         if only is None:
-            with self._read_lock:
-                only = frozenset(h for (h,) in self._reader.execute(
+            with self._reading() as reader:
+                only = frozenset(h for (h,) in reader.execute(
                     "SELECT DISTINCT harness FROM due WHERE when_ms <= ?", (now_ms,)))
         return self._select(
             f"WHERE rowid IN ({_each_harness(due=True)}) ORDER BY row_number() OVER (PARTITION BY harness ORDER BY "
@@ -236,12 +250,12 @@ class DueSet:
         where, params = _only(only)
         if due_at is not None:
             where, params = f"when_ms <= ? AND {where}", (due_at, *params)
-        with self._read_lock:
-            return self._reader.execute(f"SELECT count(*) FROM due WHERE {where}", params).fetchone()[0]
+        with self._reading() as reader:
+            return reader.execute(f"SELECT count(*) FROM due WHERE {where}", params).fetchone()[0]
 
     def _select(self, tail: str, params: tuple) -> list[Entry]:
-        with self._read_lock:
-            rows = self._reader.execute(f"SELECT {_COLUMNS} FROM due {tail}", params).fetchall()
+        with self._reading() as reader:
+            rows = reader.execute(f"SELECT {_COLUMNS} FROM due {tail}", params).fetchall()
         return [Entry(*row) for row in rows]
 
     def _write(self) -> "_Transaction":
@@ -254,6 +268,7 @@ class DueSet:
         if not self._lock.acquire(timeout=-1 if wait is None else max(0.0, wait)):
             raise QueueError(f"the due-set {self.path} is busy: another write held it for {wait:.3g} s")
         try:
+            self._check_open()
             if wait is not None:
                 self._db.execute(f"PRAGMA busy_timeout = {int(max(0.0, wait) * 1000)}")
             if not durable:

@@ -23,7 +23,7 @@ class LimitError(QueueError):
 
 
 class QueueClosed(QueueError):
-    """The executor is shutting down and takes no new work."""
+    """The queue is stopping or has stopped: its executor takes no new work, its due-set is closed."""
 
 
 class HarnessBusy(QueueError):
