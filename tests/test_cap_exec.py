@@ -404,3 +404,51 @@ def test_nothing_outlives_the_host_either(root, tmp_path):
         _kill(pid)
     assert alive == []
 
+
+
+def _open_descriptors() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
+def test_a_timeout_with_descriptors_numbered_past_1023_stops_the_command_and_closes_everything(root):
+    """Found by a review: the stop watched the supervisor's pidfd with select(), which refuses a descriptor numbered
+    past 1023: on a host holding that many, a timed-out call raised ValueError (a trap for the guest), left the
+    command to its supervisor's parent-death signal and leaked the pidfd and both pipes."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    filler = []
+    try:
+        while not filler or filler[-1] < 1100:
+            filler.append(os.open("/dev/null", os.O_RDONLY))
+        before = _open_descriptors()
+        reply, survivors = _run_marked(root, "sleep 1000", timeout=0.5)
+        assert reply["exit_code"] == -1 and reply["stderr"].endswith("timeout]")
+        assert survivors == [] and _open_descriptors() == before
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_supervisor_whose_pidfd_cannot_be_opened_is_stopped_not_left_running(root, monkeypatch):
+    """Found by a review: when pidfd_open failed (EMFILE), the call failed but the command ran on, unwatched."""
+    real = os.pidfd_open
+    calls = []
+
+    def failing_once(pid, *args):
+        calls.append(pid)
+        if len(calls) == 1:
+            raise OSError(24, "Too many open files")
+        return real(pid, *args)
+
+    monkeypatch.setattr(exec_cap.os, "pidfd_open", failing_once)
+    mark = os.urandom(8).hex()
+    try:
+        with pytest.raises(CapabilityError, match="berm.exec.run: Too many open files"):
+            run(root, "sleep 1000", "", "BERM_TEST_MARK", mark, timeout=30)
+        assert _marked(mark) == []
+    finally:
+        for pid in _marked(mark):
+            _kill(pid)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import select
 import selectors
@@ -24,7 +25,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from berm_host.linker import CapabilityError, CapabilityFn
@@ -147,19 +148,43 @@ def _kill_children(parent: int) -> int:
     return count
 
 
-def _resume_until(pid: int, pidfd: int, until: float) -> bool:
+#: exited(seconds) -> whether the supervisor has exited, waiting at most that long (0: a look).
+Exited = Callable[[float], bool]
+
+
+def _pidfd_exited(pidfd: int) -> Exited:
+    """Exited, watched through the supervisor's pidfd (it stays unreaped). poll, not select: select refuses a
+    descriptor numbered past 1023, which a busy host hands out, and a timed-out command's stop then failed
+    half way, leaking its pipes and pidfd (found by a review)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return lambda seconds: bool(poller.poll(math.ceil(max(0.0, seconds) * 1000)))
+
+
+def _reaped(proc: subprocess.Popen) -> Exited:
+    """Exited, watched by waiting for (and so reaping) the supervisor: for when its pidfd could not be opened."""
+    def exited(seconds: float) -> bool:
+        try:
+            proc.wait(max(0.0, seconds))
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    return exited
+
+
+def _resume_until(pid: int, exited: Exited, until: float) -> bool:
     """Wait until the supervisor has exited or ``until`` (a ``time.monotonic()`` instant), resuming it every
     ``CONT_INTERVAL``; whether it exited."""
     while True:
         os.kill(pid, signal.SIGCONT)  # it is not reaped yet, so the pid is still its own
         wait = min(CONT_INTERVAL, until - time.monotonic())
-        if select.select([pidfd], [], [], max(0.0, wait))[0]:
+        if exited(wait):
             return True
         if wait <= 0:
             return False
 
 
-def _stop(proc: subprocess.Popen, pidfd: int, until: float) -> None:
+def _stop(proc: subprocess.Popen, exited: Exited, until: float) -> None:
     """Ask the supervisor to kill everything and exit, resuming it all along (a command can stop it: ``kill -STOP
     $PPID``, in a loop). If it has not exited half way to ``until`` (a ``time.monotonic()`` instant), the host
     kills its descendants itself, as the supervisor does: every child it has, until none is left (it is a child
@@ -167,12 +192,12 @@ def _stop(proc: subprocess.Popen, pidfd: int, until: float) -> None:
     stop it any more, it exits; the supervisor is SIGKILLed at ``until`` if not."""
     now = time.monotonic()
     os.kill(proc.pid, signal.SIGTERM)
-    if _resume_until(proc.pid, pidfd, now + (until - now) / 2):
+    if _resume_until(proc.pid, exited, now + (until - now) / 2):
         return
-    while _kill_children(proc.pid) and not select.select([pidfd], [], [], 0.001)[0]:
+    while _kill_children(proc.pid) and not exited(0.001):
         if time.monotonic() >= until:
             break
-    if not _resume_until(proc.pid, pidfd, until):
+    if not _resume_until(proc.pid, exited, until):
         os.kill(proc.pid, signal.SIGKILL)
 
 
@@ -198,15 +223,20 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
     streams = {proc.stdout: _Stream(cap), proc.stderr: _Stream(cap)}
     timed_out = False
     drain_end: float | None = None  # the time.monotonic() instant the drain ends, once the supervisor has exited
+    pidfd: int | None = None
+    exited = _reaped(proc)
 
     def stop() -> float:
         """Stop the supervisor within the stop grace's share of what the call has left; the drain's end."""
         left = max(0.0, call.remaining())
-        _stop(proc, pidfd, time.monotonic() + min(STOP_GRACE, left * STOP_GRACE / graces))
+        _stop(proc, exited, time.monotonic() + min(STOP_GRACE, left * STOP_GRACE / graces))
         return time.monotonic() + min(DRAIN_GRACE, call.remaining())
 
-    pidfd = os.pidfd_open(proc.pid)  # readable once the supervisor exits; it stays unreaped until proc.wait()
     try:
+        # readable once the supervisor exits; it stays unreaped until proc.wait(). Opened inside the try: when it
+        # failed (EMFILE), the command ran on unwatched while the guest was told the call failed (found by a review)
+        pidfd = os.pidfd_open(proc.pid)
+        exited = _pidfd_exited(pidfd)
         with selectors.DefaultSelector() as sel:
             sel.register(pidfd, selectors.EVENT_READ, "exit")
             for pipe in streams:
@@ -232,15 +262,18 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
                     else:
                         sel.unregister(key.fileobj)
     finally:
-        if drain_end is None:
-            stop()
-        os.close(pidfd)
-        for pipe in streams:
-            pipe.close()
         try:
-            proc.wait(max(REAP_GRACE, call.remaining()))
-        except subprocess.TimeoutExpired:  # SIGKILLed and not dead yet: reaped by subprocess later
-            pass
+            if drain_end is None:
+                stop()
+        finally:  # whatever the stop met, nothing of the call's is left open
+            if pidfd is not None:
+                os.close(pidfd)
+            for pipe in streams:
+                pipe.close()
+            try:
+                proc.wait(max(REAP_GRACE, call.remaining()))
+            except subprocess.TimeoutExpired:  # SIGKILLed and not dead yet: reaped by subprocess later
+                pass
     stderr = streams[proc.stderr].render()
     if timed_out:
         stderr += ("\n" if stderr else "") + f"[killed: the command ran past its {deadline.seconds:.3g} s timeout]"
