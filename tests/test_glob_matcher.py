@@ -52,6 +52,13 @@ def test_undecodable_bytes_and_newlines_are_characters_of_a_name():
     assert Glob("?").match("é")
 
 
+def test_a_closing_bracket_first_in_a_class_is_one_of_its_characters():
+    """Found by a review: negated, it closed the class ("[!]a]" matched "xa]", not "b")."""
+    assert Glob("[!]a]").match("b") and not Glob("[!]a]").match("]") and not Glob("[!]a]").match("xa]")
+    assert Glob("[]a]").match("]") and Glob("[]a]").match("a") and not Glob("[]a]").match("b")
+    assert Glob("[^]]x").match("ax") and not Glob("[^]]x").match("]x")
+
+
 def test_a_pattern_neither_reads_is_a_clear_error():
     with pytest.raises(CapabilityError) as refused:
         Glob("[z-a]")

@@ -47,7 +47,9 @@ def _class(seg: str, i: int) -> tuple[str, int] | None:
         j += 1
     if j >= len(seg):
         return None
-    body = seg[start:j].replace("\\", "\\\\").replace("[", "\\[")
+    # a "]" first in the class is one of its characters (found by a review: "[!]a]" became "[^/]a]", whose "]"
+    # closed the class)
+    body = seg[start:j].replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
     return ("[^/" if negate else "[") + body + "]", j + 1
 
 
