@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from berm_abi.frames import encode_frame
-from berm_host.capabilities import fs, fs_search, gitignore, grep_worker
+from berm_host.capabilities import dirwalk, fs, fs_search, gitignore, grep_worker
 from berm_host.capabilities._request import Deadline
 from berm_host.capabilities.patterns import Glob, glob_source, literal_prefix
 from berm_host.capabilities.paths import MAX_DEPTH, Root
@@ -1042,3 +1042,60 @@ def test_grep_of_a_single_file_honours_include(caps):
     assert grep(caps, "TODO", path="src/main.c", include="*.h") == []
     assert grep(caps, "TODO", path="src/main.c", include="*.c") == ["src/main.c"]
     assert grep(caps, "TODO", path="src/main.c", include="m*.[ch]", mode="count") == ["src/main.c:1"]
+
+
+class _LooksLeft(Deadline):
+    """A deadline that passes at its ``n``-th look (``check``), whatever the clock says: what a slow machine does
+    to a walk, without timing one."""
+
+    def __init__(self, n: int):
+        super().__init__(60)
+        self.looks = 0
+        self.n = n
+
+    def check(self) -> float:
+        self.looks += 1
+        if self.looks >= self.n:
+            raise TimeoutError(f"took longer than {self.seconds:g} s")
+        return super().check()
+
+
+def test_glob_looks_at_its_deadline_per_entry_and_while_listing_a_directory(root):
+    """Found by a review: the deadline was looked at only before each directory was listed, so one directory of
+    300,000 files took a 0.2 s glob past 3 s (22 s on a busy machine)."""
+    small, big = root / "small", root / "big"
+    small.mkdir()
+    big.mkdir()
+    for i in range(100):
+        (small / f"f{i:03}").write_bytes(b"")
+    for i in range(dirwalk.CHECK_EVERY + 10):
+        (big / f"f{i:05}").write_bytes(b"")
+    note = b"[truncated: timed out after 60 s, the results so far]"
+    # before listing, then the first entry: found; the second entry's look is the deadline's last
+    out = fs_search.glob(Root(root), "small/*", "", _LooksLeft(3))
+    assert out.split(b"\n") == [b"small/f000", note]
+    deadline = _LooksLeft(2)  # before listing; the next look comes within the listing, before any entry
+    assert fs_search.glob(Root(root), "big/*", "", deadline) == note
+    assert deadline.looks == 2
+
+
+def test_a_glob_prefix_that_leads_nowhere_is_found_so_within_the_deadline(root):
+    """Found by a review: a literal prefix that failed was resolved again from the root for each of its components,
+    with no look at the deadline: 900 "a/.." took a 0.5 s glob 3 s."""
+    (root / "a").mkdir()
+    deadline = _LooksLeft(5)
+    with pytest.raises(TimeoutError):
+        fs_search.glob(Root(root), "a/../" * 900 + "*", "", deadline)
+    assert deadline.looks == 5
+
+
+def test_names_that_are_not_utf8_are_shown_escaped(root, caps):
+    """Found by a review: such names went out as their raw bytes, a reply that is not UTF-8 (ABI.md has every
+    string UTF-8), which the guest could neither read as text nor hand back as a path."""
+    (root / "odd").mkdir()
+    for name in (b"\xff\n[x", b"\xed\xa0\x80", "é.txt".encode()):
+        with open(os.path.join(os.fsencode(root), b"odd", name), "wb") as f:
+            f.write(b"needle\n")
+    shown = sorted(glob(caps, "odd/*"))
+    assert shown == ["odd/\\xed\\xa0\\x80", "odd/\\xff\\x0a[x", "odd/é.txt"]
+    assert sorted(grep(caps, "needle", "odd")) == shown

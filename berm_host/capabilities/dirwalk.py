@@ -32,12 +32,19 @@ def _open_subdir(parent_fd: int, name: str) -> int | None:
         raise
 
 
-def _listing(fd: int) -> tuple[list[str], list[os.DirEntry[str]]]:
-    """The directory ``fd``'s subdirectories (names) and its other entries (symlinks among them), each sorted."""
+#: Entries read from one directory between two looks at the deadline.
+CHECK_EVERY = 4096
+
+
+def _listing(fd: int, deadline: Deadline) -> tuple[list[str], list[os.DirEntry[str]]]:
+    """The directory ``fd``'s subdirectories (names) and its other entries (symlinks among them), each sorted. The
+    deadline is checked as it reads: a directory may hold millions of entries."""
     dirs: list[str] = []
     leaves: list[os.DirEntry[str]] = []
     with os.scandir(fd) as it:
-        for entry in it:
+        for n, entry in enumerate(it):
+            if n % CHECK_EVERY == CHECK_EVERY - 1:
+                deadline.check()
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:  # gone since it was listed (only looked at when the listing does not say its kind)
@@ -66,14 +73,15 @@ def walk(top_fd: int, deadline: Deadline) -> Iterator[tuple[str, list[str], list
     subdirectories' names, its other entries, and its descriptor, valid until the next item. Both lists are sorted
     and read in full before the directory is yielded; the caller may prune ``dirs`` in place (it bounds the depth:
     a descriptor stays open per level being walked). Depth first, each directory before its subdirectories, the
-    deadline checked before listing each. The walk closes every descriptor it opened, however it ends."""
+    deadline checked before listing each and as it is read. The walk closes every descriptor it opened, however it
+    ends."""
     stack = [_Level(top_fd, "")]
     try:
         while stack:
             level = stack[-1]
             if level.pending is None:
                 deadline.check()
-                dirs, leaves = _listing(level.fd)
+                dirs, leaves = _listing(level.fd, deadline)
                 yield level.sub, dirs, leaves, level.fd
                 level.pending = iter(dirs)  # as the caller left it
                 continue
