@@ -18,7 +18,7 @@ MEMORY = 1 << 20
 
 #: A function whose name has everything a C string or comment must not take raw, and one that traps each way.
 NAMED = r"""
-__attribute__((noinline)) long odd(long a) __asm__("o\"d\\d */ \n\t é ✓ \x7f \"name");
+__attribute__((noinline)) long odd(long a) __asm__("o\"d\\d */ \n\t é ✓ \x7f \"name??/");
 __attribute__((noinline)) long odd(long a) { return *(volatile long *)a + 1; }
 __attribute__((noinline)) long jump_to(long a) { return ((long (*)(long))a)(1); }
 __attribute__((noinline)) long stop(long a) { __builtin_trap(); }
@@ -43,11 +43,19 @@ def _traps(backend, program):
     return [backend.run(RunRequest(entry=program.image.entry, int_args=args)).trap for args in runs]
 
 
-def test_a_cached_load_names_its_traps_without_the_program_model(elf, tmp_path, monkeypatch):
+#: A compiler that reads trigraphs (-trigraphs last: the host's own -std=gnu11 would turn them off again).
+TRIGRAPHS_CC = """sh -c 'exec cc "$@" -trigraphs' cc"""
+
+
+@pytest.mark.parametrize("cc", [None, TRIGRAPHS_CC], ids=["default", "trigraphs"])
+def test_a_cached_load_names_its_traps_without_the_program_model(elf, tmp_path, monkeypatch, cc):
+    """Found by a review: with trigraphs on, a name ending in ``??/`` ended the locator's C string literal early."""
+    if cc:
+        monkeypatch.setenv("BERM_CC", cc)
     program = Program.from_image(read_elf(elf))
     expected = _traps(Engine(kind="interp", memory_size=MEMORY).load(elf).backend, program)
     # (shown on one line: escaped, berm_aot.demangle.shown_name)
-    assert all(t is not None for t in expected) and 'o"d\\d */ \\x0a\\x09 é ✓ \\x7f "name' in expected[0].where
+    assert all(t is not None for t in expected) and 'o"d\\d */ \\x0a\\x09 é ✓ \\x7f "name??/' in expected[0].where
     Engine(kind="aot", memory_size=MEMORY, cache_dir=tmp_path).load(elf)  # fills the code cache
 
     def no_program(image):

@@ -120,8 +120,9 @@ def unit_shares(total: int) -> list[float]:
 
 
 def _c_text(ascii_line: str) -> str:
-    """``ascii_line`` inside a C string literal."""
-    return ascii_line.replace("\\", "\\\\").replace('"', '\\"')
+    """``ascii_line`` inside a C string literal; ``?`` as ``\\?``, so that no trigraph forms whatever the compiler's
+    dialect (with ``-trigraphs`` in BERM_CFLAGS a function named ``??/`` ended the literal: found by a review)."""
+    return ascii_line.replace("\\", "\\\\").replace('"', '\\"').replace("?", "\\?")
 
 
 def emit_units(program: Program, *, windows: Windows, prefix: str = "") -> Iterator[str]:
