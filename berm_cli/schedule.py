@@ -39,8 +39,22 @@ def _instant(text: str, now_ms: int) -> int:
         return int(text)
     instant = dt.datetime.fromisoformat(text)
     if instant.tzinfo is None:
-        instant = instant.astimezone()  # local wall-clock time
+        instant = _local(instant)
     return int(instant.timestamp() * 1000)
+
+
+def _local(wall: dt.datetime) -> dt.datetime:
+    """The instant a local wall-clock time names; refused when the local zone skips that time or shows it twice (a
+    daylight-saving change). Found by a review: a skipped 02:30 was taken as 01:30, before the time asked for,
+    without a word; a repeated one silently as its first showing."""
+    first, second = (wall.replace(fold=fold).astimezone() for fold in (0, 1))
+    if first.replace(tzinfo=None) != wall:
+        raise WhenError(f"{wall.isoformat()} does not exist in local time (the clocks skip it): give it a UTC "
+                        f"offset, as {first.isoformat()} or {second.isoformat()}")
+    if first.timestamp() != second.timestamp():
+        raise WhenError(f"{wall.isoformat()} happens twice in local time (the clocks go back): give it a UTC "
+                        f"offset, as {first.isoformat()} or {second.isoformat()}")
+    return first
 
 
 def _iso(ms: int) -> str:

@@ -241,6 +241,29 @@ def test_schedule_instant_errors_are_clear(text):
         parse_when(text)
 
 
+@pytest.mark.parametrize("text, error", [
+    ("2026-03-29T02:30", "2026-03-29T02:30:00 does not exist in local time (the clocks skip it): give it a UTC "
+                         "offset, as 2026-03-29T01:30:00+01:00 or 2026-03-29T03:30:00+02:00"),
+    ("2026-10-25T02:30", "2026-10-25T02:30:00 happens twice in local time (the clocks go back): give it a UTC "
+                         "offset, as 2026-10-25T02:30:00+02:00 or 2026-10-25T02:30:00+01:00"),
+    ("2026-06-01T02:30", None),
+], ids=["skipped", "twice", "summer"])
+def test_a_local_time_a_clock_change_skips_or_repeats_is_refused(monkeypatch, text, error):
+    """Found by a review: a skipped local time was taken as an hour before it, a repeated one as its first."""
+    monkeypatch.setenv("TZ", "CET-1CEST,M3.5.0,M10.5.0/3")  # Central Europe's rules, without the zone database
+    time.tzset()
+    try:
+        if error is None:
+            assert parse_when(text) == parse_when(text + "+02:00")
+        else:
+            with pytest.raises(WhenError) as refused:
+                parse_when(text)
+            assert str(refused.value) == error
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def test_berm_schedule_shows_instants_no_date_can_hold(empty_daemon, capsys):
     """A harness may schedule any instant within 2**62 ms of the epoch: 'year 146140482 is out of range' broke
     `berm schedule add`'s output, and every `berm schedule list` after it."""
