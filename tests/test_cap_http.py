@@ -224,9 +224,11 @@ def test_host_and_framing_headers_cannot_be_forged(server):
     with pytest.raises(CapabilityError, match="bad header"):
         fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET", b"", "X-A", "v\r\nHost: evil")
     before = len(server.seen)
-    with pytest.raises(CapabilityError, match="bad header"):
-        fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET", b"", "X-A", "v\0w")
+    for control in "\0\x0b\x0c\x1b\x7f":  # a vertical tab or form feed splits a header for some servers
+        with pytest.raises(CapabilityError, match="bad header"):
+            fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET", b"", "X-A", f"v{control}w")
     assert len(server.seen) == before
+    fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET", b"", "X-A", "a\tb é")  # tabs and text are fine
     with pytest.raises(CapabilityError, match="bad method"):
         fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/", "GET /x HTTP/1.1\r\n")
 

@@ -33,6 +33,9 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 _FORBIDDEN_HEADERS = {"host", "content-length", "transfer-encoding"}
 #: A folded line of a header value (obsolete, RFC 9112 §5.2): http.client keeps its CR LF and spaces in the value.
 _FOLD = re.compile(r"\r?\n[ \t]+")
+#: What a header value may not hold (RFC 9110 §5.5: visible characters, spaces and tabs): CR, LF and NUL split
+#: the request, and a vertical tab or form feed is a separator to some lenient servers and proxies (a review).
+_CONTROL_IN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _HOST_CHARS = re.compile(r"[a-z0-9.*:_-]+|\[[0-9a-f:.]+\]")
 
 
@@ -186,7 +189,7 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
     if not _TOKEN.fullmatch(method):
         raise CapabilityError(f"bad method {method[:20]!r}")
     for name, value in headers:
-        if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\0"):
+        if not _TOKEN.fullmatch(name) or _CONTROL_IN_VALUE.search(value):
             raise CapabilityError(f"bad header {name[:40]!r}")
         if name.lower() in _FORBIDDEN_HEADERS:
             raise CapabilityError(f"the {name} header is set by the host")
