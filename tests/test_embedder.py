@@ -413,9 +413,15 @@ def _raise(exc_type):
     return cap
 
 
+class UndecodableBug(Exception):
+    def __str__(self):
+        return "no file b\udcff"  # a name read with surrogateescape
+
+
 @pytest.mark.parametrize("raised, outcome", [
     (Unprintable, "E:(its message could not be read)"),
     (UnprintableBug, "host call failed: x.cap: UnprintableBug: (its message could not be read)"),
+    (UndecodableBug, "host call failed: x.cap: UndecodableBug: no file b\\udcff"),  # the message encodes as UTF-8
 ])
 def test_an_exception_that_cannot_be_printed_is_described_alike(tmp_path, elf, raised, outcome):
     """Its __str__'s own RuntimeError escaped the interpreter, and translated code made a trap of another text
