@@ -14,7 +14,9 @@ Rules (RFC 0205, "Scheduling"):
   rest *spill* to the next drain, logged once per episode and counted per drain;
 - a delivered occurrence is deleted when its invocation ends, whatever the outcome (a trap costs that occurrence
   only); deleting by generation keeps a re-arm the wake itself wrote under the same id. After a crash mid-wake
-  the occurrence is delivered again: at-least-once across crashes, exactly once otherwise;
+  the occurrence is delivered again: at-least-once across crashes, exactly once otherwise — unless the wake had
+  re-armed its id before the crash, which replaced the occurrence (a recurring schedule re-arms first, so a crash
+  costs it that occurrence, as a trap does, never the schedule: berm_recurring.h);
 - a wake handed to the executor but not started yet is withdrawn when its entry is cancelled or replaced: it
   never runs (the replacement comes due on its own). One that has started runs on. A wake still queued when the
   daemon stops stays in the due-set and is delivered after the next start.

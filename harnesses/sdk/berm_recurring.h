@@ -3,7 +3,8 @@
  *
  * The host schedules one-shots only: "wake harness H at instant T with payload P" (RFC 0205, Scheduling).
  * Recurrence is a harness re-arming itself when it wakes, and this wrapper does it in the one safe order:
- * re-arm FIRST, run the body SECOND, so a body that traps costs one occurrence rather than the schedule.
+ * re-arm FIRST, run the body SECOND, so a body that traps costs one occurrence rather than the schedule (and so
+ * does a host crash in mid-body: the re-arm replaced the occurrence the host would otherwise deliver again).
  *
  *     #include "berm_recurring.h"
  *
