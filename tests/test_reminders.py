@@ -224,6 +224,29 @@ def test_a_store_that_fails_at_a_wake_retries_and_keeps_the_reminder(setup, monk
     assert armed.id == "r1" and armed.when_ms == now + 60_000
 
 
+def test_an_id_the_store_cannot_be_asked_about_is_not_given_away(setup, tmp_path, monkeypatch):
+    """Found by a review: choosing an id took any error reading a reminder's key for a free id, so with the counter
+    lost and the store failing, `add` wrote over a reminder. Only a key the store does not hold is free."""
+    import sqlite3
+
+    q, harness = setup()
+    call(q, "add", {"text": "keep me", "at": "2099-01-01T00:00:00Z"})
+    with sqlite3.connect(tmp_path / "kv.sqlite3") as db:
+        db.execute("DELETE FROM kv WHERE key = ?", (b"next_id",))
+    real = kv.KvStore.get
+
+    def failing_on_r1(self, ns, key):
+        if key == b"reminder/r1":
+            raise CapabilityError("storage is busy: waited 5 s")
+        return real(self, ns, key)
+
+    monkeypatch.setattr(kv.KvStore, "get", failing_on_r1)
+    with pytest.raises(ToolFailure, match="add: choosing an id failed: reading reminder r1 failed: .*busy"):
+        q.call("reminders", "add", json.dumps({"text": "new", "at": "2099-01-01T00:00:00Z"})).result(10)
+    monkeypatch.undo()
+    assert [r["text"] for r in call(q, "list")] == ["keep me"]
+
+
 def test_the_outbox_lists_past_a_page_of_keys(setup, tmp_path):
     """Found by a review: the outbox grows by one a delivery and was listed in one piece, which the store refuses
     past 10,000 keys, so the tool failed for good after 10,000 deliveries. It reads a page at a time."""

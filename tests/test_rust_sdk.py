@@ -137,6 +137,8 @@ def test_kv(kind):
         call(sdk(kind, kv_list=StandIn(b"\x05\0\0\0ab")), "kv", {"op": "list"})
     with pytest.raises(ToolFailure, match="^no value for key 'k'$"):
         call(sdk(kind, kv_get=StandIn(error="no value for key 'k'")), "kv", {"op": "get", "key": "k"})
+    with pytest.raises(ToolFailure, match="^storage is busy$"):  # a store that failed is not a key it does not hold
+        call(sdk(kind, kv_get=StandIn(error="storage is busy")), "kv", {"op": "lookup", "key": "k"})
 
 
 def test_schedule_and_call(kind):
@@ -382,9 +384,11 @@ def test_real_grants(kind, tmp_path):
     assert call(h, "kv", {"op": "set", "key": "note:1", "value": "v"}) == "done"
     assert json.loads(call(h, "kv", {"op": "list", "key": "note:"})) == ["note:1"]
     assert call(h, "kv", {"op": "get", "key": "note:1"}) == "v"
+    assert call(h, "kv", {"op": "lookup", "key": "note:1"}) == "value:v"
     assert call(h, "kv", {"op": "delete", "key": "note:1"}) == "done"
     with pytest.raises(ToolFailure, match="no value for key"):
         call(h, "kv", {"op": "get", "key": "note:1"})
+    assert call(h, "kv", {"op": "lookup", "key": "note:1"}) == "missing"  # the host's own text, as the SDK reads it
     before = time.time() * 1000
     now = json.loads(call(h, "now", {}))
     assert before - 1000 <= now["utc_millis"] <= time.time() * 1000 + 1000

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from berm_abi.frames import decode_frame, encode_frame
 from berm_abi.names import CAPABILITY_CALLS
+from berm_host.capabilities import kv
 from berm_host.layout import MAX_FAIL_TEXT, failure_text
 from berm_host.linker import CapabilityError
 from berm_host.traps import ToolFailure
@@ -131,6 +132,13 @@ BERM_TOOL(kv_list) { /* with arguments: the page after them */
 }
 
 BERM_TOOL(schedule_at) { return reply_result(berm_schedule_at(-42, BERM_STR("id"), BERM_STR("payload"))); }
+
+BERM_TOOL(kv_get) { /* "missing", "value:<value>" or "failed:<error>" */
+    berm_reply got = berm_kv_get(berm_args());
+    if (berm_kv_missing(&got)) return berm_ok_str("missing");
+    if (got.error) return berm_ok_str(berm_aprintf("failed:%s", got.error));
+    return berm_ok_str(berm_aprintf("value:%.*s", (int)got.len, got.data));
+}
 
 /* The tools of the edge tests below. */
 static const char *const ARGS_KNOWN[] = {"path", "count", NULL};
@@ -674,6 +682,17 @@ def test_clock_and_kv_list_and_schedule(lib_path):
     h = stand_in(lib_path, "berm.schedule.at", reply=b"", seen=seen)
     assert h.call("schedule_at") == b""
     assert seen == [[b"-42", b"id", b"payload"]]
+
+
+def test_kv_missing_tells_a_key_not_held_from_a_store_that_failed(lib_path, tmp_path):
+    """Against the host's own berm.kv.get: what it says of a key it does not hold is what the SDK looks for."""
+    store = kv.KvStore(tmp_path / "kv.sqlite3")
+    h = NativeHarness(lib_path, kv.capabilities(store, "t"))
+    assert h.call("kv_get", "k") == b"missing"
+    store.set("t", b"k", b"v")
+    assert h.call("kv_get", "k") == b"value:v"
+    h = stand_in(lib_path, "berm.kv.get", error="storage is busy: waited 5 s")
+    assert h.call("kv_get", "k") == b"failed:storage is busy: waited 5 s"
 
 
 def test_a_capability_without_a_stand_in_panics_naming_its_number(lib_path):

@@ -103,9 +103,6 @@ static bool parse_iso(const char *s, size_t n, int64_t offset_seconds, int64_t *
 
 /* ---------------------------------------------------------------- stored reminders */
 
-/* What berm.kv.get says of a key it does not hold (berm_host/capabilities/kv.py). */
-#define NO_VALUE "berm.kv.get: no value for key"
-
 /* The stored reminder `id`, or an error; *store_failed when the store could not be read (busy, failing), which
  * says nothing of whether the reminder exists: on_wake took any error for a cancelled reminder and a daily one
  * stopped for good, still listed (found by a review). */
@@ -116,7 +113,7 @@ static char *load_reminder(berm_str id, reminder *r, bool *store_failed) {
     char keybuf[64];
     berm_reply got = berm_kv_get(key_of(REMINDER_PREFIX, id, keybuf, sizeof keybuf));
     if (got.error) {
-        *store_failed = strncmp(got.error, NO_VALUE, strlen(NO_VALUE)) != 0;
+        *store_failed = !berm_kv_missing(&got);
         char *error = *store_failed ? berm_aprintf("reading reminder %.*s failed: %s", (int)id.len, id.ptr, got.error)
                                     : berm_aprintf("no reminder with id %.*s", (int)id.len, id.ptr);
         berm_reply_free(&got);
@@ -161,13 +158,19 @@ static char *next_id(char *out, size_t cap) {
     if (!got.error && !berm_parse_int((berm_str){got.data, got.len}, &n)) n = 0;
     berm_reply_free(&got);
     char num[24], keybuf[64];
-    do {  /* skip ids in use (a counter lost to a failed write must not overwrite a reminder) */
+    /* skip ids in use (a counter lost to a failed write must not overwrite a reminder); an id the store could not
+     * be asked about is not taken to be free (found by a review: a failing read gave that id away) */
+    for (bool taken = true; taken;) {
         snprintf(out, cap, "r%lld", (long long)++n);
         got = berm_kv_get(key_of(REMINDER_PREFIX, berm_cstr(out), keybuf, sizeof keybuf));
-        bool taken = !got.error;
+        if (got.error && !berm_kv_missing(&got)) {
+            char *error = berm_aprintf("reading reminder %s failed: %s", out, got.error);
+            berm_reply_free(&got);
+            return error;
+        }
+        taken = !got.error;
         berm_reply_free(&got);
-        if (!taken) break;
-    } while (1);
+    }
     int len = snprintf(num, sizeof num, "%lld", (long long)n);
     berm_reply set = berm_kv_set(BERM_STR("next_id"), (berm_str){num, (size_t)len});
     char *error = set.error;
@@ -205,7 +208,7 @@ BERM_TOOL(add) {
     }
     r.when = when;
     char *error = next_id(r.id, sizeof r.id);
-    if (error) return berm_failf("add: storing the id counter failed: %s", error);
+    if (error) return berm_failf("add: choosing an id failed: %s", error);
 
     berm_buf stored;
     berm_buf_init(&stored, 0);

@@ -279,7 +279,11 @@ berm_reply berm_fs_glob(berm_str pattern, berm_str path);
 berm_reply berm_fs_grep(berm_str pattern, berm_str path, berm_str include, berm_str mode);
 /** The JSON text {"exit_code":N,"stderr":"…","stdout":"…"}. */
 berm_reply berm_exec_run(berm_str command, berm_str cwd, const berm_pair *env, size_t env_count);
+/** The stored value for `key`; a key the store does not hold is an error reply that berm_kv_missing tells apart. */
 berm_reply berm_kv_get(berm_str key);
+/** Whether `reply` (from berm_kv_get) is the error for a key the store does not hold, rather than a store that
+ *  failed (busy, unreadable), which says nothing of whether the key exists. */
+bool berm_kv_missing(const berm_reply *reply);
 berm_reply berm_kv_set(berm_str key, berm_str value);
 berm_reply berm_kv_delete(berm_str key);
 berm_reply berm_schedule_cancel(berm_str id);

@@ -121,6 +121,13 @@ berm_reply berm_exec_run(berm_str command, berm_str cwd, const berm_pair *env, s
 
 berm_reply berm_kv_get(berm_str key) { return berm_capability(BERM_CALL_KV_GET, FIELDS(key)); }
 
+/* What berm.kv.get says of a key it does not hold (berm_abi/names.py), after the capability's name. */
+#define KV_MISSING "berm.kv.get: no value for key"
+
+bool berm_kv_missing(const berm_reply *reply) {
+    return reply->error && strncmp(reply->error, KV_MISSING, sizeof KV_MISSING - 1) == 0;
+}
+
 berm_reply berm_kv_set(berm_str key, berm_str value) { return berm_capability(BERM_CALL_KV_SET, FIELDS(key, value)); }
 
 berm_reply berm_kv_delete(berm_str key) { return berm_capability(BERM_CALL_KV_DELETE, FIELDS(key)); }

@@ -75,13 +75,18 @@ fn now() -> Result<String, String> {
     Ok(format!("{{\"utc_millis\":{},\"local_offset_seconds\":{}}}", clock.utc_millis, clock.local_offset_seconds))
 }
 
-/// get (the value), set, delete ("done") and list (the keys as a JSON array) on the harness's own storage.
+/// get (the value), lookup ("value:" and the value, or "missing"), set, delete ("done") and list (the keys as a
+/// JSON array) on the harness's own storage.
 fn kv() -> Result<String, String> {
     let a = args::object(&["op", "key", "value", "after"])?;
-    let op = a.choice("op", true, &["get", "set", "delete", "list"])?.unwrap_or_default();
+    let op = a.choice("op", true, &["get", "lookup", "set", "delete", "list"])?.unwrap_or_default();
     let key = a.string("key", op != "list")?.unwrap_or_default();
     match op {
         "get" => text(key, caps::kv_get(key)?),
+        "lookup" => match caps::kv_lookup(key)? {
+            Some(value) => text(key, value).map(|value| format!("value:{value}")),
+            None => Ok("missing".into()),
+        },
         "set" => caps::kv_set(key, a.string("value", true)?.unwrap_or_default().as_bytes()).map(|()| "done".into()),
         "delete" => caps::kv_delete(key).map(|()| "done".into()),
         _ => {

@@ -134,9 +134,23 @@ pub fn clock_now() -> Result<Clock, String> {
     }
 }
 
-/// The harness's own stored value for `key`; a missing key is an error ("no value for key …").
+/// The harness's own stored value for `key`; a missing key is an error ("no value for key …": `kv_lookup` tells it
+/// apart).
 pub fn kv_get(key: &str) -> Result<Vec<u8>, String> {
     capability(KV_GET, &[key.as_bytes()])
+}
+
+/// What berm.kv.get says of a key it does not hold (berm_abi/names.py), after the capability's name.
+const KV_MISSING: &str = "berm.kv.get: no value for key";
+
+/// The harness's own stored value for `key`, `None` when the store does not hold it; an error when the store failed
+/// (busy, unreadable), which says nothing of whether the key exists.
+pub fn kv_lookup(key: &str) -> Result<Option<Vec<u8>>, String> {
+    match kv_get(key) {
+        Ok(value) => Ok(Some(value)),
+        Err(error) if error.starts_with(KV_MISSING) => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 pub fn kv_set(key: &str, value: &[u8]) -> Result<(), String> {
