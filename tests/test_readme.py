@@ -81,3 +81,14 @@ def test_the_embedding_example_reads_a_file(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # where the example's os.elf is
     exec(compile(code.replace('"/home/me/project"', repr(str(project))), "README.md (Embedding)", "exec"), {})
     assert capsys.readouterr().out == "1\t# a project\n\n--- 1 total lines ---\n"
+
+
+def test_the_declarations_example_grants_what_it_says():
+    from berm_host.declaration import parse_declarations
+    from berm_host.grants import LINKED, grant_status
+
+    os_entry, reminders = parse_declarations(fenced(section("Declaring harnesses"), "toml"), "README.md")
+    assert (os_entry.name, os_entry.capabilities, os_entry.root, os_entry.timeout, os_entry.memory) == (
+        "os", ("fs", "exec"), "/home/me/project", 30, 64 << 20)
+    assert grant_status(os_entry) == {"fs": LINKED, "exec": LINKED}
+    assert (reminders.name, reminders.capabilities) == ("reminders", ("clock", "kv", "schedule"))
