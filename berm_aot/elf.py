@@ -108,6 +108,9 @@ def read_file(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> bytes:
         return read_regular(path, limit)
     except FileRefused as exc:
         raise ElfError(f"{os.fspath(path)} {exc}{f', {too_large(limit)}' if exc.oversized else ''}") from None
+    except IsADirectoryError:  # most often a harness's sources, named where its image was meant
+        raise ElfError(f"{os.fspath(path)} is a directory, not a harness image (if it holds a harness's sources, "
+                       f"`berm build {os.fspath(path)}` makes its image)") from None
     except OSError as exc:
         raise ElfError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
 

@@ -32,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
         out = build_harness(args.directory, args.output, warn=warn)
     elif (args.directory / "Cargo.toml").is_file():
         out = build_rust_harness(args.directory, args.output, binary=args.bin, warn=warn)
+    elif not args.directory.is_dir():
+        what = "not a directory" if args.directory.exists() else "no such directory"
+        raise BuildError(f"{args.directory}: {what} (berm build takes a harness's source directory)")
     else:
         raise BuildError(f"{args.directory}: neither {TOML_NAME} (a C harness) nor Cargo.toml (a Rust crate)")
     print(out)

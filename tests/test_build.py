@@ -330,3 +330,11 @@ def test_a_directory_of_sources_that_cannot_be_listed_is_named(tmp_path, monkeyp
     monkeypatch.setattr(os, "scandir", refuse)
     with pytest.raises(BuildError, match=re.escape(f"{deep}: cannot list the harness's sources: Permission denied")):
         build_harness(d, tmp_path / "x.elf")
+
+
+def test_berm_build_of_what_is_no_directory_says_so(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert main(["build", str(tmp_path / "missing")]) == 2
+    assert "missing: no such directory (berm build takes a harness's source directory)" in capsys.readouterr().err
+    assert main(["build", str(tmp_path / "file")]) == 2
+    assert "file: not a directory (berm build takes a harness's source directory)" in capsys.readouterr().err
