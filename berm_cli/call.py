@@ -17,12 +17,13 @@ import sys
 from pathlib import Path
 
 from berm_abi.errors import BermError
+from berm_abi.names import KNOWN_NAMES
 from berm_abi.text import escaped
 from berm_cli.interrupt import interruptible
 from berm_cli.terminal import compile_notice, print_result, shown
 from berm_host.declaration import declaration_from_table
-from berm_host.grants import BOUNDS, linker_for
-from berm_host.traps import ToolFailure, Trap
+from berm_host.grants import BOUNDS, DAEMON_GRANTS, grant_for, linker_for
+from berm_host.traps import ToolFailure, Trap, TrapKind
 
 
 def add_arguments(p) -> None:
@@ -147,8 +148,23 @@ def run(args) -> int:
     except ToolFailure as failure:
         print(shown(failure.message), file=sys.stderr)
         return 1
-    except Trap as trap:  # with the call chain under the message
+    except Trap as trap:  # with the call chain under the message, and how to grant what it lacked
         print(_trap_text(str(trap), trap.info.chain_lines()), file=sys.stderr)
+        if hint := _grant_hint(trap):
+            print(f"berm call: {hint}", file=sys.stderr)
         return 2
     print_result(result)
     return 0
+
+
+def _grant_hint(trap: Trap) -> str | None:
+    """How to grant the capability a trap says the harness was not granted (a newcomer's walkthrough: the trap named
+    it, not the option that grants it)."""
+    name = KNOWN_NAMES.get(trap.info.addr) if trap.kind is TrapKind.UNKNOWN_HOST_CALL else None
+    grant = grant_for(name) if name else None
+    if grant in DAEMON_GRANTS:
+        return f"only a declaration under berm serve grants {grant}: call the harness through the daemon (--daemon)"
+    if grant:
+        bound = {"root": " --root DIR", "hosts": " --host HOST"}.get(BOUNDS.get(grant, ""), "")
+        return f"to grant {name}, add --grant {grant}{bound}"
+    return None

@@ -34,6 +34,16 @@ DAEMON_GRANTS = ("call", "schedule")
 #: Grants that need an argument, and which.
 BOUNDS = {"fs": "root", "exec": "root", "http": "hosts"}
 
+
+
+def grant_for(capability: str) -> str | None:
+    """The grant that links the capability named ``capability`` (``berm.kv.get``: ``kv``), when one does: its name's
+    second part, as the ABI names them."""
+    parts = capability.split(".")
+    grant = parts[1] if len(parts) > 1 and parts[0] == "berm" else None
+    return grant if grant in KNOWN_GRANTS or grant in DAEMON_GRANTS else None
+
+
 LINKED = "linked"
 UNKNOWN = "absent: this host does not know it"
 

@@ -54,6 +54,8 @@ def test_an_ungranted_capability_is_a_trap_exit_2(berm_call, root):
     code, out, err = berm_call("read", '"hello.txt"', "--root", str(root))
     assert (code, out) == (2, "")
     assert "no host function for call" in err and "berm.fs.read, not granted to this harness" in err
+    # how to grant it, the last line (a newcomer's walkthrough: the trap named the call, not the option)
+    assert err.endswith("\nberm call: to grant berm.fs.read, add --grant fs --root DIR\n")
 
 
 @pytest.mark.parametrize("grant, needs", [("fs", "--root DIR"), ("exec", "--root DIR"), ("http", "--host HOST")])

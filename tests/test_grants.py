@@ -218,3 +218,13 @@ def test_exec_alone_keys_by_its_root_and_env_only_with_exec(root, tmp_path):
     # env reaches nothing but exec: without exec it does not change the key.
     assert _key(root, capabilities=("fs",), env=(("A", "1"),)) == _key(root, capabilities=("fs",))
     assert _key(root, capabilities=("exec",), env=(("A", "1"),)) != _key(root, capabilities=("exec",))
+
+
+def test_grant_for_names_the_grant_that_links_each_capability():
+    from berm_abi.names import CAPABILITY_CALLS
+    from berm_host.grants import grant_for
+
+    granted = {call.name: grant_for(call.name) for call in CAPABILITY_CALLS}
+    assert None not in granted.values(), granted  # every capability of the ABI is some grant's
+    assert (granted["berm.fs.glob"], granted["berm.kv.list"], granted["berm.call"]) == ("fs", "kv", "call")
+    assert grant_for("berm.args.read") is None and grant_for("other.fs.read") is None
