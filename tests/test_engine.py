@@ -56,6 +56,16 @@ Pair berm_tool_token(void) {
     return text(buf, n);
 }
 
+/* Keep the token of the arguments in .bss across a capability call (which waits for the other invocations). */
+Pair berm_tool_held(void) {
+    u64 n = ecall2(ARGS_READ, (u64)buf, sizeof buf);
+    u64 t = 0;
+    for (u64 i = 0; i < n; i++) t = t * 10 + (buf[i] - '0');
+    token = t;
+    ecall2(FS_READ, (u64)buf, n);
+    return text(out, put_u64(out, token));
+}
+
 Pair berm_tool_spin(void) { volatile u64 x = 0; ecall2(LOG, (u64)"spinning", 8); for (;;) x++; }
 
 Pair berm_tool_fail(void) { ecall2(FAIL, (u64)"first", 5); ecall2(FAIL, (u64)"second", 6); return text("ok", 2); }
@@ -79,7 +89,7 @@ Pair berm_tool_heap(void) {
 
 """
 
-TOOLS = ("scribble", "token", "spin", "fail", "log", "cap", "heap")
+TOOLS = ("scribble", "token", "held", "spin", "fail", "log", "cap", "heap")
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +184,29 @@ def test_concurrent_invocations_do_not_share_memory(engine, elf):
     for t in threads:
         t.join()
     assert results == {key: str(key) for key in results} and len(results) == 24
+
+
+def test_invocations_inside_guest_code_at_once_each_keep_their_own_memory(tmp_path, elf):
+    """The test above proves separate memories only if invocations overlap (a review): here each waits inside its
+    guest, in a capability, until all four are there (a barrier that breaks, failing the test, if they ran one
+    after the other), then returns the token its .bss kept meanwhile."""
+    arrived = threading.Barrier(4, timeout=30)
+
+    def wait_for_the_others(request: bytes) -> bytes:
+        arrived.wait()
+        return b""
+
+    linker = Linker()
+    linker.define("berm.fs.read", wait_for_the_others)
+    h = Engine(cache_dir=tmp_path, deadline=60.0).load(elf).harness(linker)
+    results: dict[str, str] = {}
+    threads = [threading.Thread(target=lambda k=k: results.setdefault(str(k), h.call("held", str(k))))
+               for k in range(1000, 1004)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {str(k): str(k) for k in range(1000, 1004)} and not arrived.broken
 
 
 def test_guest_code_runs_without_the_gil(tmp_path, elf):

@@ -299,3 +299,51 @@ def test_a_symbol_name_cannot_write_c_into_the_translation(tmp_path):
     assert image.backend.run(RunRequest(entry=program.image.entry, int_args=(5,))).regs[10] == 18
 
 
+
+
+#: A child process that runs guests that fault and recurse without bound, and prints which of SIGSEGV and SIGBUS
+#: it catches (/proc's SigCgt: the handlers installed in C too, which signal.getsignal would not see), before and
+#: after, with the trap each run ended in.
+_SIGNALS_CAUGHT = r"""
+import sys
+from berm_host.engine import Engine
+from berm_host.traps import Trap
+
+def caught():
+    mask = next(int(line.split()[1], 16) for line in open("/proc/self/status") if line.startswith("SigCgt:"))
+    return [name for name, number in (("SIGSEGV", 11), ("SIGBUS", 7)) if mask >> (number - 1) & 1]
+
+print(caught())
+harness = Engine(cache_dir=sys.argv[2], memory_size=1 << 20).load(open(sys.argv[1], "rb").read()).harness()
+for tool in ("fault", "deep"):
+    try:
+        harness.call(tool)
+    except Trap as trap:
+        print(trap.kind.name)
+print(caught())
+"""
+
+
+def test_no_signal_handler_is_installed(tmp_path):
+    """DESIGN.md: translated code checks every access and its own depth, and no signal handler is installed. A
+    process that never caught SIGSEGV or SIGBUS catches neither after guests that fault and that recurse until
+    their stack is gone: the traps come from the checks (found missing by a review of the tests)."""
+    import os
+    import subprocess
+    import sys
+
+    elf = tmp_path / "signals.elf"
+    elf.write_bytes(raw_harness_elf(r"""
+        static Pair none(void) { Pair p = {0, 0}; return p; }
+        Pair berm_tool_fault(void) { *(volatile u64 *)8 = 1; return none(); }
+        __attribute__((noinline)) u64 down(u64 n) {
+            volatile char frame[512];
+            frame[0] = (char)n;
+            return down(n + 1) + frame[0];
+        }
+        Pair berm_tool_deep(void) { down(0); return none(); }
+        """, ("fault", "deep")))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}  # faulthandler catches SIGSEGV
+    out = subprocess.run([sys.executable, "-c", _SIGNALS_CAUGHT, str(elf), str(tmp_path / "cache")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.split("\n") == ["[]", "MEMORY_FAULT", "STACK_EXHAUSTED", "[]", ""], out.stderr
