@@ -1,6 +1,4 @@
-"""``berm-compile [ELF...] [--declarations FILE] [--memory SIZE] [--jobs N] [--cache-dir D]``: translate and compile
-images into the code cache ahead of time (what a package manager runs at install), so a daemon only loads them.
-Prints, per image, its digest, the ELF size, the object size and the time taken ("cached" when it was already there).
+"""``berm-compile [ELF...] [--declarations FILE] [--memory SIZE] [--jobs N] [--cache-dir D]``: DESCRIPTION.
 
 Translated code is specialised to the guest memory size it runs with (its bounds checks compare against constants):
 compile with the ``memory`` a harness's declaration gives it, 64M when it gives none. ``--declarations`` does that
@@ -28,9 +26,14 @@ from berm_host.aot.objects import cached_object
 from berm_host.declaration import DeclarationError, load_declarations, parse_memory
 from berm_host.layout import DEFAULT_MEMORY, layout_for
 
+#: What ``berm-compile --help`` says it does (plain text: argparse shows it as it is).
+DESCRIPTION = ("Translate and compile images into the code cache ahead of time (what a package manager runs at "
+               "install), so a daemon only loads them. Prints, per image, its digest, the ELF size, the object size "
+               "and the time taken (\"cached\" when it was already there).")
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="berm-compile", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="berm-compile", description=DESCRIPTION)
     p.add_argument("elf", nargs="*", type=Path, help="harness images to compile")
     p.add_argument("--declarations", metavar="FILE", type=Path, default=None,
                    help="also compile every harness this TOML declares ([[harnesses]]), each for its memory")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from berm_cli.compile import main
 from berm_host.engine import Engine
 from tests.guests import guest_elf
@@ -119,3 +121,11 @@ def test_a_file_larger_than_its_memory_can_hold_is_refused_unread(tmp_path, caps
         f.truncate((64 << 10) + 4097)
     assert main([str(big), "--cache-dir", str(tmp_path), "--memory", "64K"]) == 2
     assert f"larger than any image read here ({(64 << 10) + 4096} bytes at most" in capsys.readouterr().err
+
+
+def test_the_help_is_plain_text(capsys):
+    """It showed the module docstring's reST markup (``berm-compile [ELF...]``): a newcomer's walkthrough."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "Translate and compile images into the code cache" in out and "``" not in out
