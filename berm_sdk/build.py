@@ -37,6 +37,7 @@ from .entry import ENTRY_NAME, entry_source
 from .errors import BuildError
 from .harness_toml import TOML_NAME, HarnessSpec, load_harness_toml
 from .header import calls_header, write_calls_header
+from .schemas import schema_problem
 from .toolchain import GUEST_CFLAGS, Toolchain, compile_object, guest_toolchain, link
 
 #: Parallel compiler processes; the machines are small and shared.
@@ -217,6 +218,9 @@ def check_image(path: Path, harness: Path) -> tuple[ElfImage, Manifest]:
     try:
         image = read_elf(path.read_bytes())
         manifest = load_manifest(image)
+        for tool in manifest.tools:  # a C harness's were checked in harness.toml; a Rust crate writes its own
+            if problem := schema_problem(tool.parameters):
+                raise BuildError(f"tool {tool.name!r}: parameters are not a JSON Schema: {problem}")
         if not image.relocations:
             raise BuildError("it carries no relocations (was it linked without --emit-relocs?)")
         Program.from_image(image)  # its functions and code, found as the host will

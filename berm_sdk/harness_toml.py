@@ -25,6 +25,7 @@ from berm_aot.manifest import TOOL_NAME
 from berm_aot.regular_file import FileRefused, read_regular
 
 from .errors import BuildError
+from .schemas import schema_problem
 
 TOML_NAME = "harness.toml"
 #: The largest harness.toml read (its manifest may hold at most 1 MiB: berm_aot.elf.MAX_MANIFEST_BYTES).
@@ -118,6 +119,23 @@ def _tool_lines(text: str, names: list[str]) -> list[int | None]:
     return found
 
 
+def _key_line(text: str, name_line: int | None, key: str) -> int | None:
+    """The line of ``key = …`` (or ``key.sub = …``) in the tool table whose name is on ``name_line``: searched from
+    the table's ``[[tools]]`` header to the next header; ``name_line`` when it is not found there (a newcomer's
+    walkthrough: a typo in a tool's key was placed at its name's line)."""
+    if name_line is None:
+        return None
+    lines = _stripped_lines(text)
+    start = next((i for i in range(name_line - 1, -1, -1) if lines[i].startswith("[[")), name_line - 1)
+    regex = re.compile(rf"{re.escape(key)}[ \t]*[=.]")
+    for number in range(start + 1, len(lines)):
+        if lines[number].startswith("["):
+            break
+        if regex.match(lines[number]):
+            return number + 1
+    return name_line
+
+
 def _read_text(path: Path) -> str:
     """The text of ``path``, a regular file of at most ``MAX_TOML_BYTES``: a FIFO (or a link to /dev/zero) kept
     ``berm build`` waiting for ever (found by a review)."""
@@ -184,15 +202,20 @@ def load_harness_toml(path: Path) -> HarnessSpec:
         line = lines[len(tools)]
         for key in entry:
             if key not in _TOOL_KEYS:
-                raise fail(f"tool {tname!r}: unknown key {key!r} (expected {', '.join(sorted(_TOOL_KEYS))})", line)
+                raise fail(f"tool {tname!r}: unknown key {key!r} (expected {', '.join(sorted(_TOOL_KEYS))})",
+                           _key_line(text, line, key))
         if any(t.name == tname for t in tools):
             raise fail(f"tool {tname!r} is declared twice", line)
         description = entry.get("description")
         if not isinstance(description, str):
-            raise fail(f"tool {tname!r}: description must be a string", line)
+            raise fail(f"tool {tname!r}: description must be a string", _key_line(text, line, "description"))
         parameters = entry.get("parameters", DEFAULT_PARAMETERS)
         if not isinstance(parameters, dict):
-            raise fail(f"tool {tname!r}: parameters must be a table (a JSON Schema)", line)
+            raise fail(f"tool {tname!r}: parameters must be a table (a JSON Schema)",
+                       _key_line(text, line, "parameters"))
+        if problem := schema_problem(parameters):
+            raise fail(f"tool {tname!r}: parameters are not a JSON Schema: {problem}",
+                       _key_line(text, line, "parameters"))
         tools.append(ToolDecl(tname, description, parameters, line))
     return HarnessSpec(path=path, name=name, usage=usage, tools=tuple(tools),
                        requests=_requests(doc, fail))

@@ -58,14 +58,16 @@ static inline u64 ecall2(u64 n, u64 a0, u64 a1) {
 
 
 def raw_harness_elf(body: str, tools: tuple[str, ...], defines: dict[str, int] | None = None, *,
-                    opt: str = "-O2", keep: tuple[str, ...] = ()) -> bytes:
+                    opt: str = "-O2", keep: tuple[str, ...] = (), parameters: object = None) -> bytes:
     """A harness image from C ``body`` (which defines ``berm_tool_<t>`` for each of ``tools``): the raw-ecall
-    prelude, the call numbers and ``defines`` as ``#define``s, a ``.berm.abi`` manifest declaring ``tools`` and an
-    empty ``_start``. ``keep`` names further functions to keep alive (e.g. for ``berm run``-style entry)."""
+    prelude, the call numbers and ``defines`` as ``#define``s, a ``.berm.abi`` manifest declaring ``tools`` (each
+    with ``parameters``, default ``{}``) and an empty ``_start``. ``keep`` names further functions to keep alive
+    (e.g. for ``berm run``-style entry)."""
     from berm_abi.names import CAPABILITY_CALLS, CORE_CALLS
 
     numbers = {c.c_name: c.number for c in CORE_CALLS + CAPABILITY_CALLS} | (defines or {})
-    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": "", "parameters": {}}
+    parameters = {} if parameters is None else parameters
+    manifest = json.dumps({"abi_version": 0, "tools": [{"name": t, "description": "", "parameters": parameters}
                                                         for t in tools]})
     source = "\n".join([_RAW_PRELUDE, *(f"#define {k} {v:#x}ul" for k, v in numbers.items()), body,
                         '__attribute__((section(".berm.abi"), used, retain)) static const char manifest[] = '

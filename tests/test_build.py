@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -338,3 +339,19 @@ def test_berm_build_of_what_is_no_directory_says_so(tmp_path, capsys):
     assert "missing: no such directory (berm build takes a harness's source directory)" in capsys.readouterr().err
     assert main(["build", str(tmp_path / "file")]) == 2
     assert "file: not a directory (berm build takes a harness's source directory)" in capsys.readouterr().err
+
+
+def test_an_image_whose_tool_parameters_are_no_json_schema_fails_its_check(tmp_path):
+    """What berm build checks of a Rust crate's image, whose manifest.json is written by hand: a typo in a schema
+    reached the manifest without a word (a newcomer's walkthrough)."""
+    from berm_sdk.build import check_image
+    from berm_sdk.errors import BuildError
+    from tests.guests import raw_harness_elf
+
+    elf = tmp_path / "x.elf"
+    elf.write_bytes(raw_harness_elf("Pair berm_tool_x(void) { Pair p = {(u64)\"x\", 1}; return p; }", ("x",),
+                                    parameters={"type": "object", "properties": {"n": {"type": "strin"}}}))
+    with pytest.raises(BuildError, match=r"^crate: the built image fails its own check: tool 'x': parameters are "
+                                         r"not a JSON Schema: 'strin' is not valid under any of the given schemas "
+                                         r"\(at properties/n/type\)$"):
+        check_image(elf, Path("crate"))

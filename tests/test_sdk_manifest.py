@@ -78,9 +78,9 @@ def test_entry_anchors_the_manifest_and_every_tool(tmp_path):
     ('name = "t"\n[[tools]]\nname = "t"\ndescription = ""\n[[tools]]\nname = "t"\ndescription = ""\n',
      r"harness.toml:6: tool 't' is declared twice"),
     ('name = "t"\n\n[[tools]]\nname = "t"\n', r"harness.toml:4: tool 't': description must be a string"),
-    ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparams = {}\n', r"harness.toml:3: tool 't': unknown key 'params'"),
+    ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparams = {}\n', r"harness.toml:5: tool 't': unknown key 'params'"),
     ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = "object"\n',
-     r"harness.toml:3: tool 't': parameters must be a table"),
+     r"harness.toml:5: tool 't': parameters must be a table"),
     ('name = "x"\ntool = 1\n', r"harness.toml:2: unknown key 'tool'"),
     # found by a review: a key after blank lines was placed at the first of them (the pattern's \s* ran across them)
     ('name = "x"\n\n\ntool = 1\n', r"harness.toml:4: unknown key 'tool'"),
@@ -90,6 +90,12 @@ def test_entry_anchors_the_manifest_and_every_tool(tmp_path):
      r"harness.toml:2: requests.capabilities: unknown capability 'teleport'"),
     ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = { default = 1979-05-27 }\n',
      r"harness.toml: a tool's parameters cannot be written as JSON"),
+    # a newcomer's walkthrough: a typo in the schema reached the manifest without a word
+    ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = { type = "object", properties = '
+     '{ name = { type = "strin" } } }\n', r"harness.toml:5: tool 't': parameters are not a JSON Schema: 'strin' is "
+     r"not valid under any of the given schemas \(at properties/name/type\)"),
+    ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = { type = "object", required = "name" }\n',
+     r"harness.toml:5: tool 't': parameters are not a JSON Schema: 'name' is not of type 'array' \(at required\)"),
 ])
 def test_errors_name_file_and_line(tmp_path, text, message):
     with pytest.raises(BuildError, match=message):
