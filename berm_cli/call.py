@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+import platformdirs
+
 from berm_abi.errors import BermError
 from berm_abi.names import KNOWN_NAMES
 from berm_abi.text import escaped
@@ -43,7 +45,8 @@ def add_arguments(p) -> None:
     p.add_argument("--memory", metavar="SIZE", help="guest memory, e.g. 64M (default 64M)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="invocation deadline (default 60)")
     p.add_argument("--name", help="the harness name: its kv namespace (default: the image's file name stem)")
-    p.add_argument("--data-dir", type=Path, help="where kv data lives (default: $BERM_DATA_DIR or the user data dir)")
+    p.add_argument("--data-dir", type=Path, help="where kv data lives (default: $BERM_DATA_DIR, else "
+                                                 f"{platformdirs.user_data_dir('berm')})")
     p.add_argument("--daemon", nargs="?", const="", metavar="SOCKET",
                    help="call the harness of that name in a running daemon (berm serve) over its control socket "
                         "(default socket: $BERM_SOCKET, $XDG_RUNTIME_DIR/berm.sock or the user state dir, as for "
