@@ -42,7 +42,7 @@ FRAME = 256
 GP_BIAS = 2048  # gp = DATA + 2048, so 12-bit offsets reach the whole data page
 MEMORY_SIZE = 1 << 20  # the generated programs' guest memory size (small: cheap for every engine)
 
-RA, SP, GP, TP = 1, 2, 3, 4
+RA, SP, GP, TP, A7 = 1, 2, 3, 4, 17
 MAX_FUNCTIONS = 4
 COUNTERS = tuple(31 - i for i in range(MAX_FUNCTIONS))  # loop counter of each function
 FREE = tuple(range(5, 32 - MAX_FUNCTIONS))  # random destinations/sources
@@ -115,10 +115,12 @@ class GenProgram:
     def __repr__(self) -> str:
         return f"GenProgram(\n{self.listing}\n)"
 
-    #: guest memory ranges worth comparing after a run: the data page and the top of the stack
+    #: guest memory compared after a run: all of it that a store may change, from the data page to the end (the top
+    #: of the stack alone missed a store to the wrong place near the heap's end or the stack's base: a review)
     @property
     def snapshot(self) -> tuple[tuple[int, int], ...]:
-        return ((DATA, DATA_SIZE), (MEMORY_SIZE - 8 * FRAME, 8 * FRAME))
+        stack = guard_lo() + 4096  # the guard page between the heap and the stack is never written (nor mapped by
+        return ((DATA, guard_lo() - DATA), (stack, MEMORY_SIZE - stack))  # tests/test_unicorn_diff.py)
 
 
 # --- random instructions ----------------------------------------------------------------------------------------
@@ -471,6 +473,30 @@ def edge_probe(draw) -> list[Op]:
     return [*li(ptr, addr), Op(draw(st.sampled_from(rvenc.STORE_OPS)), rs1=ptr, rs2=draw(_src))]
 
 
+#: The ways a probe ends a program other than a load or store at a layout edge, each a trap of its own kind.
+OTHER_ENDINGS = ("ebreak", "unknown host call", "illegal instruction", "indirect jump")
+
+
+@st.composite
+def ending_probe(draw) -> tuple[list[Op], str]:
+    """A probe that may end the run: mostly a load or store at a layout edge (``edge_probe``), else an ``ebreak``,
+    an ``ecall`` of a number nobody serves, ``c.unimp`` or a ``jalr`` to an arbitrary address (a legal target
+    now and then: then the run goes on from there). Its ops, and the feature it adds."""
+    kind = draw(st.sampled_from(("edge",) * 4 + OTHER_ENDINGS))
+    if kind == "edge":
+        return draw(edge_probe()), "edge probe"
+    if kind == "ebreak":
+        return [Op(draw(st.sampled_from(("ebreak", "c.ebreak"))))], kind
+    if kind == "unknown host call":
+        return [*li(A7, draw(VALUES)), Op("ecall")], kind
+    if kind == "illegal instruction":
+        return [Op(".half", imm=0)], kind  # c.unimp: the all-zero halfword is defined illegal
+    ptr = draw(st.sampled_from(FREE))
+    target = draw(st.one_of(st.sampled_from([0, TEXT, TEXT + 1, TEXT + 2, RODATA, DATA, MEMORY_SIZE - 8]),
+                            st.integers(TEXT, TEXT + 0x400), VALUES))
+    return [*li(ptr, target), Op("jalr", rd=draw(st.sampled_from((0, RA))), rs1=ptr)], kind
+
+
 def _prologue() -> list[Op]:
     return [Op("addi", rd=SP, rs1=SP, imm=-FRAME), Op("sd", rs1=SP, rs2=RA)]
 
@@ -488,9 +514,11 @@ def _epilogue(index: int, flip: bool) -> list[Op]:
 
 
 @st.composite
-def programs(draw, *, faults: bool = True, max_blocks: int = 12, switches: int = 1,
+def programs(draw, *, faults: bool = True, endings: bool = True, max_blocks: int = 12, switches: int = 1,
              self_calls: bool = False) -> GenProgram:
     """A random program: ``f0`` (the entry) and helpers ``f1…fN``; ``fi`` calls only ``fj`` with ``j > i``.
+    ``faults``: ``f0`` may end in a probe; ``endings``: in any kind of trap (``ending_probe``), not only a memory
+    fault (``edge_probe``: what an emulator without Berm's host calls and CFI can be compared on).
     ``switches``: the weight of a ``switch`` construct among a block's other kinds (about 10; 0: none, and then the
     programs are those drawn before switches existed). ``self_calls``: each function may also call itself
     (``self_call``, between its top-level blocks, where no loop counts in its counter register)."""
@@ -515,7 +543,9 @@ def programs(draw, *, faults: bool = True, max_blocks: int = 12, switches: int =
                 sites -= 1
                 features.add("self call")
         if i == 0 and faults and draw(st.integers(0, 3)) == 0:
-            body += draw(edge_probe())
+            probe, feature = draw(ending_probe()) if endings else (draw(edge_probe()), "edge probe")
+            body += probe
+            features.add(feature)
         functions.append(Function(f"f{i}", _prologue() + body + _epilogue(i, draw(st.booleans()))))
         jump_tables += own.tables
         features |= own.features
