@@ -35,7 +35,6 @@ DAEMON_GRANTS = ("call", "schedule")
 BOUNDS = {"fs": "root", "exec": "root", "http": "hosts"}
 
 
-
 def grant_for(capability: str) -> str | None:
     """The grant that links the capability named ``capability`` (``berm.kv.get``: ``kv``), when one does: its name's
     second part, as the ABI names them."""
