@@ -164,7 +164,7 @@ def test_an_image_that_is_no_regular_file_is_refused_without_reading_it(tmp_path
     """A FIFO at the image's path once hung the daemon's start and berm-compile --declarations for ever."""
     os.mkfifo(tmp_path / "fifo.elf")
     (tmp_path / "dir.elf").mkdir()
-    for name, reason in (("fifo", "is not a regular file"), ("dir", "Is a directory")):
+    for name, reason in (("fifo", "is not a regular file"), ("dir", "is a directory, not a harness image")):
         with pytest.raises(ImageNotFound, match=f"harness '{name}': .*{name}.elf.*{reason}"):
             ends_within(GRACE, lambda: Declaration(name=name).load_image(tmp_path))
 
