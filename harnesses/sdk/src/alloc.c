@@ -137,6 +137,16 @@ void *realloc(void *ptr, size_t size) {
     header *h = header_of(ptr);
     if (h->state != LIVE) berm_panic("realloc(): pointer not allocated or already freed");
     if (size <= h->cap) return ptr;
+    /* The last block carved grows where it is: a buffer grown by a fixed step each time (not doubling) moved on
+     * every step and ran the heap out with little live (found by a review: NULL at the 91st 8 KiB step of 32 MiB,
+     * 745 KB live; Rust's heap grows its top block in place). */
+    size_t grown = (size + LARGE_ALIGN - 1) & ~(size_t)(LARGE_ALIGN - 1);
+    if ((uintptr_t)ptr + h->cap == bump && size > ((size_t)1 << MAX_CLASS_SHIFT) && size <= ((size_t)1 << 40) &&
+        grown - h->cap <= end - bump) {
+        bump += grown - h->cap;
+        h->cap = grown;
+        return ptr;
+    }
     void *fresh = malloc(size);
     if (!fresh) return NULL;
     memcpy(fresh, ptr, h->cap);
