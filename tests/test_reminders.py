@@ -247,6 +247,16 @@ def test_an_id_the_store_cannot_be_asked_about_is_not_given_away(setup, tmp_path
     assert [r["text"] for r in call(q, "list")] == ["keep me"]
 
 
+def test_an_id_holding_a_nul_names_no_reminder(setup):
+    """Found by a review: the key was written as C text, so "r1\\u0000junk" named r1 there: cancel deleted r1's
+    record and then cancelled a wake under the whole id, which left r1's own wake armed."""
+    q, _ = setup()
+    call(q, "add", {"text": "keep me", "at": "2099-01-01T00:00:00Z"})
+    with pytest.raises(ToolFailure, match="cancel: no such reminder"):
+        q.call("reminders", "cancel", json.dumps({"id": "r1\u0000junk"})).result(10)
+    assert [r["id"] for r in call(q, "list")] == ["r1"] and [e.id for e in q.list()] == ["r1"]
+
+
 def test_the_outbox_lists_past_a_page_of_keys(setup, tmp_path):
     """Found by a review: the outbox grows by one a delivery and was listed in one piece, which the store refuses
     past 10,000 keys, so the tool failed for good after 10,000 deliveries. It reads a page at a time."""

@@ -109,7 +109,9 @@ static bool parse_iso(const char *s, size_t n, int64_t offset_seconds, int64_t *
 static char *load_reminder(berm_str id, reminder *r, bool *store_failed) {
     *r = (reminder){0};
     *store_failed = false;
-    if (id.len == 0 || id.len >= sizeof r->id) return strdup("no such reminder");
+    /* an id holding a NUL is none: its key, written as C text, would stop there and name another reminder (found by
+     * a review: "r1\u0000junk" deleted r1's record and left r1's wake, cancelled under the whole id) */
+    if (id.len == 0 || id.len >= sizeof r->id || memchr(id.ptr, 0, id.len)) return strdup("no such reminder");
     char keybuf[64];
     berm_reply got = berm_kv_get(key_of(REMINDER_PREFIX, id, keybuf, sizeof keybuf));
     if (got.error) {

@@ -234,12 +234,13 @@ typedef struct {
 /** Record a problem of the tool's own ("invalid arguments: " is prepended) unless one is already kept. */
 void berm_args_problem(berm_arg_set *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /** Parse berm_args() as a JSON object (empty arguments count as {}) whose keys are all in `known`,
- *  a NULL-terminated list. */
+ *  a NULL-terminated list, each given once. */
 berm_arg_set berm_args_object(const char *const *known);
-/** Each getter leaves *out untouched when the field is absent and not required. */
+/** Each getter leaves *out untouched when the field is absent and not required. A string holding a NUL (\u0000) is
+ *  refused: C text stops there, so the tool would act on less than it was given. */
 void berm_arg_string(berm_arg_set *a, const char *key, bool required, berm_str *out);
 void berm_arg_int(berm_arg_set *a, const char *key, bool required, int64_t min, int64_t max, int64_t *out);
-/** An object whose values are all strings (e.g. an environment), as pairs in heap memory. */
+/** An object whose values are all strings (e.g. an environment), as pairs in heap memory; no key twice, no NUL. */
 void berm_arg_string_map(berm_arg_set *a, const char *key, bool required, berm_pair **pairs, size_t *count);
 /** A string that must be one of `choices` (NULL-terminated). */
 void berm_arg_choice(berm_arg_set *a, const char *key, bool required, const char *const *choices,

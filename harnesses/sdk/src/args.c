@@ -22,13 +22,60 @@ static const char *joined(berm_buf *b, const char *const *names) {
     return b->data ? b->data : "";
 }
 
-/* How many of the `len` bytes at `s` a message shows, at most `cap`, never cutting a UTF-8 character (the host
- * showed a cut one as U+FFFD: found by a review). */
-static int shown(const char *s, size_t len, size_t cap) {
-    if (len <= cap) return (int)len;
-    size_t n = cap;
-    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--; /* s[n], the first byte left out, continues one */
-    return (int)n;
+/* The most bytes of a caller's text a message shows, and room for them written out (a byte at most 6: \u00XX). */
+#define SHOWN_CAP 64
+#define SHOWN_ROOM (SHOWN_CAP * 6 + 1)
+
+/* The `len` bytes at `s` as a message shows them, written into `out` (SHOWN_ROOM bytes): at most `cap` (up to
+ * SHOWN_CAP) of them, never cutting a UTF-8 character (the host showed a cut one as U+FFFD: found by a review), and
+ * each control character, NUL among them, as JSON writes it (\u0000): printed as C text, a NUL cut the message
+ * there, and "'c' must be one of a, bb, not 'a'" refused an "a\u0000" (a review). */
+static const char *shown(char *out, const char *s, size_t len, size_t cap) {
+    size_t n = len <= cap ? len : cap;
+    if (n < len)
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--; /* s[n], the first byte left out, continues one */
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) w += (size_t)snprintf(out + w, SHOWN_ROOM - w, "\\u%04x", c);
+        else out[w++] = (char)c;
+    }
+    out[w] = '\0';
+    return out;
+}
+
+/* What a value is, as a message names it: a number with neither fraction nor exponent is an integer, however
+ * large (the Rust SDK says so; this one said "number" of 12345678901234567890: a review). */
+static const char *kind_of(const berm_json *v) {
+    if (v->type == BERM_JSON_NUMBER && !memchr(v->str, '.', v->len) && !memchr(v->str, 'e', v->len) &&
+        !memchr(v->str, 'E', v->len))
+        return "integer";
+    return berm_json_type_name(v->type);
+}
+
+/* Whether the `len` bytes at `s` hold a NUL: refused in a string argument, which C code reads only up to it (a
+ * review: reminders cancelled "r1\u0000junk" as r1 in one step and as the whole id in the next). */
+static bool holds_nul(const char *s, size_t len) { return memchr(s, 0, len) != NULL; }
+
+static int by_key(const void *a, const void *b) {
+    const berm_json_member *x = *(const berm_json_member *const *)a, *y = *(const berm_json_member *const *)b;
+    int c = memcmp(x->key, y->key, x->key_len < y->key_len ? x->key_len : y->key_len);
+    return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
+}
+
+/* The first key `object` holds twice, or NULL (sorted, so that 100,000 keys cost no more than their sort; NULL too
+ * when there is no memory to sort them, which the caller's own allocation will say). */
+static const berm_json_member *repeated_key(const berm_json *object) {
+    if (object->count < 2) return NULL;
+    const berm_json_member **sorted = malloc(object->count * sizeof *sorted);
+    if (!sorted) return NULL;
+    for (size_t i = 0; i < object->count; i++) sorted[i] = &object->members[i];
+    qsort(sorted, object->count, sizeof *sorted, by_key);
+    const berm_json_member *twice = NULL;
+    for (size_t i = 1; i < object->count && !twice; i++)
+        if (by_key(&sorted[i - 1], &sorted[i]) == 0) twice = sorted[i];
+    free(sorted);
+    return twice;
 }
 
 berm_arg_set berm_args_object(const char *const *known) {
@@ -55,16 +102,20 @@ berm_arg_set berm_args_object(const char *const *known) {
         return a;
     }
     a.object = p.value;
+    char text[SHOWN_ROOM];
     for (size_t i = 0; i < a.object->count && !a.error; i++) {
         const berm_json_member *m = &a.object->members[i];
         bool ok = false;
         for (const char *const *k = known; *k && !ok; k++) ok = m->key_len == strlen(*k) && memcmp(m->key, *k, m->key_len) == 0;
         if (ok) continue;
         berm_buf names;
-        berm_args_problem(&a, "unknown field '%.*s' (expected: %s)", shown(m->key, m->key_len, 64), m->key,
+        berm_args_problem(&a, "unknown field '%s' (expected: %s)", shown(text, m->key, m->key_len, SHOWN_CAP),
                 joined(&names, known));
         berm_buf_free(&names);
     }
+    /* every key is a known one by now: given twice, which would the tool take? (the Rust SDK refuses it too) */
+    const berm_json_member *twice = a.error ? NULL : repeated_key(a.object);
+    if (twice) berm_args_problem(&a, "'%s' is given twice", shown(text, twice->key, twice->key_len, SHOWN_CAP));
     return a;
 }
 
@@ -78,13 +129,18 @@ static const berm_json *field(berm_arg_set *a, const char *key, bool required) {
 
 static bool expect(berm_arg_set *a, const berm_json *v, const char *key, berm_json_type type, const char *what) {
     if (v->type == type) return true;
-    berm_args_problem(a, "'%s' must be %s, not %s", key, what, berm_json_type_name(v->type));
+    berm_args_problem(a, "'%s' must be %s, not %s", key, what, kind_of(v));
     return false;
 }
 
 void berm_arg_string(berm_arg_set *a, const char *key, bool required, berm_str *out) {
     const berm_json *v = field(a, key, required);
-    if (v && expect(a, v, key, BERM_JSON_STRING, "a string")) *out = (berm_str){v->str, v->len};
+    if (!v || !expect(a, v, key, BERM_JSON_STRING, "a string")) return;
+    if (holds_nul(v->str, v->len)) {
+        berm_args_problem(a, "'%s' must not hold a NUL (\\u0000)", key);
+        return;
+    }
+    *out = (berm_str){v->str, v->len};
 }
 
 /* The value of a JSON number's text when it is a whole number that fits an int64 (1.0, 1e2, -2.50e1: JSON Schema's
@@ -160,15 +216,28 @@ void berm_arg_string_map(berm_arg_set *a, const char *key, bool required, berm_p
         berm_args_problem(a, "out of memory for %zu entries of '%s'", v->count, key);
         return;
     }
+    char text[SHOWN_ROOM];
     for (size_t i = 0; i < v->count; i++) {
         const berm_json_member *m = &v->members[i];
         if (m->value.type != BERM_JSON_STRING) {
-            berm_args_problem(a, "'%s.%.*s' must be a string, not %s", key, shown(m->key, m->key_len, 64), m->key,
-                    berm_json_type_name(m->value.type));
+            berm_args_problem(a, "'%s.%s' must be a string, not %s", key, shown(text, m->key, m->key_len, SHOWN_CAP),
+                    kind_of(&m->value));
+            free(out);
+            return;
+        }
+        if (holds_nul(m->key, m->key_len) || holds_nul(m->value.str, m->value.len)) {
+            berm_args_problem(a, "'%s.%s' must not hold a NUL (\\u0000) in its key or value", key,
+                    shown(text, m->key, m->key_len, SHOWN_CAP));
             free(out);
             return;
         }
         out[i] = (berm_pair){{m->key, m->key_len}, {m->value.str, m->value.len}};
+    }
+    const berm_json_member *twice = repeated_key(v); /* an environment or headers with a name twice */
+    if (twice) {
+        berm_args_problem(a, "'%s' has the key '%s' twice", key, shown(text, twice->key, twice->key_len, SHOWN_CAP));
+        free(out);
+        return;
     }
     *pairs = out;
     *count = v->count;
@@ -186,7 +255,8 @@ void berm_arg_choice(berm_arg_set *a, const char *key, bool required, const char
         }
     }
     berm_buf names;
-    berm_args_problem(a, "'%s' must be one of %s, not '%.*s'", key, joined(&names, choices),
-            shown(value.ptr, value.len, 40), value.ptr);
+    char text[SHOWN_ROOM];
+    berm_args_problem(a, "'%s' must be one of %s, not '%s'", key, joined(&names, choices),
+            shown(text, value.ptr, value.len, 40));
     berm_buf_free(&names);
 }
