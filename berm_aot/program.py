@@ -179,6 +179,10 @@ class Program:
         """The address of the global (else weak) symbol ``name``, None when the image defines none."""
         return self._globals.get(name)
 
+    def global_names(self) -> list[str]:
+        """The names ``symbol`` knows, sorted."""
+        return sorted(self._globals)
+
     def instruction(self, addr: int) -> Instruction:
         """The instruction at ``addr``: from ``code``, else decoded now (``Locator.instruction``)."""
         return self.code.get(addr) or self.locator.instruction(addr)

@@ -9,6 +9,7 @@ When the guest called ``berm.fail``, its text is printed on stderr and the exit 
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,8 @@ from berm_host.traps import Trap
 MASK64 = (1 << 64) - 1
 ABI_NAMES = ("zero ra sp gp tp t0 t1 t2 s0 s1 a0 a1 a2 a3 a4 a5 a6 a7 "
              "s2 s3 s4 s5 s6 s7 s8 s9 s10 s11 t3 t4 t5 t6").split()
+#: The global symbols named when the one asked for is not there and none is close to it.
+SYMBOLS_SHOWN = 8
 
 
 def parse_int_arg(text: str) -> int:
@@ -87,6 +90,19 @@ def format_trap(program, result: RunResult) -> list[str]:
     return lines + format_registers(result.regs)
 
 
+def _known_symbols(program: Program, name: str) -> str:
+    """What a misnamed symbol might have been: the closest names, else the first few (a newcomer's walkthrough: the
+    error named none, and berm inspect lists no symbols)."""
+    names = program.global_names()
+    close = difflib.get_close_matches(name, names, n=3)
+    if close:
+        return f"did you mean {', '.join(map(repr, close))}?"
+    if not names:
+        return "it has none"
+    more = f", … {len(names)} in all" if len(names) > SYMBOLS_SHOWN else ""
+    return f"it has {', '.join(map(repr, names[:SYMBOLS_SHOWN]))}{more}"
+
+
 def run(args) -> int:
     if len(args.args) > 8:
         raise BermError(f"at most 8 integer arguments fit a0..a7, not {len(args.args)}")
@@ -95,7 +111,7 @@ def run(args) -> int:
     program, backend = _load(args)
     entry = program.symbol(args.symbol)
     if entry is None:
-        raise BermError(f"{args.elf} has no global symbol {args.symbol!r}")
+        raise BermError(f"{args.elf} has no global symbol {args.symbol!r} ({_known_symbols(program, args.symbol)})")
     request = RunRequest(entry=entry, int_args=tuple(args.args), deadline=time.monotonic() + args.timeout)
     result = interruptible(lambda: backend.run(request))
     if result.trap is not None:

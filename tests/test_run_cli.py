@@ -85,7 +85,8 @@ def test_berm_fail_exits_1_with_the_text(elf, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["nope"], "has no global symbol 'nope'"),
+    (["nope"], "has no global symbol 'nope' (it has "),
+    (["ad"], "has no global symbol 'ad' (did you mean 'add'"),  # a newcomer's walkthrough: it named no symbol
     (["add", *["1"] * 9], "at most 8 integer arguments"),
     (["add", "1", "--memory", "3M"], "power of two"),
     (["add", "1", "--memory", "lots"], "size like"),
