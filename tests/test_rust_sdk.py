@@ -168,6 +168,9 @@ def test_a_capability_that_was_not_granted_traps_naming_it(kind):
     ("read", b'{"path": 3}', "'path' must be a string, not integer"),
     ("read", b'{"path": 3e0}', "'path' must be a string, not number"),
     ("read", b'{"path": "a", "mode": 1}', "unknown field 'mode' (expected: path)"),
+    # shown as the C SDK shows them (a review): control characters escaped, at most 64 bytes of a key
+    ("read", b'{"pa\\u0000th\\u001b[2J": "a"}', "unknown field 'pa\\u0000th\\u001b[2J' (expected: path)"),
+    ("read", b'{"' + b"k" * 100 + b'": "a"}', "unknown field '" + "k" * 64 + "' (expected: path)"),
     ("read", b'["a"]', "expected a JSON object, not array"),
     ("read", b'{"path": "a",}', "not JSON: invalid JSON at byte 13: expected a key"),
     ("write", b'{"path": "a", "content": "", "parents": "yes"}', "'parents' must be a boolean, not string"),

@@ -15,6 +15,24 @@ fn invalid(problem: String) -> String {
     format!("invalid arguments: {problem}")
 }
 
+/// At most `cap` bytes of `text` as a message shows them, as the C SDK does: never a cut character, and each control
+/// character (NUL among them) as JSON writes it (`\u0000`). An unknown key was shown whole, raw bytes and all.
+fn shown(text: &str, cap: usize) -> String {
+    let mut end = text.len().min(cap);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::new();
+    for c in text[..end].chars() {
+        if c.is_ascii_control() {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Parses the invocation's arguments as a JSON object whose keys are all in `known` (empty arguments count as
 /// `{}`).
 pub fn object(known: &[&str]) -> Result<Args, String> {
@@ -31,7 +49,7 @@ pub fn parse_object(text: &[u8], known: &[&str]) -> Result<Args, String> {
         return Err(invalid(format!("expected a JSON object, not {}", value.type_name())));
     };
     if let Some((key, _)) = members.iter().find(|(key, _)| !known.contains(&key.as_str())) {
-        return Err(invalid(format!("unknown field '{key}' (expected: {})", known.join(", "))));
+        return Err(invalid(format!("unknown field '{}' (expected: {})", shown(key, 64), known.join(", "))));
     }
     Ok(Args { members })
 }
@@ -96,7 +114,9 @@ impl Args {
             .iter()
             .map(|(name, value)| match value {
                 Value::String(s) => Ok((name.as_str(), s.as_str())),
-                other => Err(invalid(format!("'{key}.{name}' must be a string, not {}", other.type_name()))),
+                other => {
+                    Err(invalid(format!("'{key}.{}' must be a string, not {}", shown(name, 64), other.type_name())))
+                }
             })
             .collect()
     }
@@ -105,7 +125,7 @@ impl Args {
     pub fn choice(&self, key: &str, required: bool, choices: &[&str]) -> Result<Option<&str>, String> {
         match self.string(key, required)? {
             Some(value) if !choices.contains(&value) => {
-                Err(invalid(format!("'{key}' must be one of {}, not '{value:.40}'", choices.join(", "))))
+                Err(invalid(format!("'{key}' must be one of {}, not '{}'", choices.join(", "), shown(value, 40))))
             }
             found => Ok(found),
         }
