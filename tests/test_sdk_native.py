@@ -996,12 +996,17 @@ def test_json_integers_are_those_an_int64_holds(harness, number, shown):
     ('{"path":1.5}', "invalid arguments: 'path' must be a string, not number"),
 ])
 def test_checked_arguments(harness, args, result):
+    assert_checked(harness, "args_check", args, result)
+
+
+def assert_checked(harness, tool: str, args: str, result: str) -> None:
+    """``tool`` answers ``result``, or fails with it when it starts "invalid arguments"."""
     if result.startswith("invalid arguments"):
         with pytest.raises(ToolFailure) as info:
-            harness.call("args_check", args)
+            harness.call(tool, args)
         assert info.value.message == result
     else:
-        assert harness.call("args_check", args) == result.encode()
+        assert harness.call(tool, args) == result.encode()
 
 
 @pytest.mark.parametrize("args, result", [
@@ -1016,12 +1021,7 @@ def test_checked_arguments(harness, args, result):
 def test_checked_maps_and_choices(harness, args, result):
     """A map given to exec's environment or http's headers held a name twice; a choice's message cut at a NUL said
     "'mode' must be one of a, bb, not 'a'" (a review)."""
-    if result.startswith("invalid arguments"):
-        with pytest.raises(ToolFailure) as info:
-            harness.call("args_more", args)
-        assert info.value.message == result
-    else:
-        assert harness.call("args_more", args) == result.encode()
+    assert_checked(harness, "args_more", args, result)
 
 
 @pytest.mark.parametrize("number, result", [
