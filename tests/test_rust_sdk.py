@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from berm_abi.frames import decode_frame, encode_frame
@@ -336,6 +336,42 @@ def test_a_large_free_block_is_split_not_lost(kind):
         ops += [[0, 0, 512 << 10, 8], [2, 0, 0, 8], [0, 1 + r, 5000, 8]]
     ops.append([0, 0, 1 << 20, 8])
     assert call(harness, "allocate", {"ops": ops}) == _live_sizes(ops)
+
+
+def test_freed_neighbours_merge_to_serve_a_larger_request(kind):
+    """Found by a review: a freed block was only ever reused at its own size or smaller, so with the heap full of
+    freed neighbours no request larger than each of them could be served. On 1 MiB of guest memory: fifteen blocks
+    of a sixteenth of the heap, then all freed but the middle one (and a small block on top), then two requests of
+    six of them, one on each side of the middle; free neighbours are merged when a request finds nothing."""
+    memory = 1 << 20
+    piece = layout_for(read_elf(ELF), memory).heap_size // 16 // 4096 * 4096
+    harness = Engine(kind=kind, memory_size=memory).load(ELF).harness(None, name="rust-sdk")
+    ops = [[0, slot, piece, 8] for slot in range(15)] + [[0, 15, 16, 8]]
+    ops += [[2, slot, 0, 8] for slot in range(15) if slot != 7]
+    ops += [[0, 0, 6 * piece, 4096], [0, 1, 6 * piece, 8]]
+    assert call(harness, "allocate", {"ops": ops}) == _live_sizes(ops)
+
+
+# a small request with the heap's end reached and memory free only in larger blocks (it failed, with merging alone:
+# the tool's own "out of memory" message could not be allocated, a panic)
+@example(ops=[[2, 5, 1439, 4096], [1, 3, 24795, 16], [2, 2, 199779, 8192], [0, 3, 193124, 4096], [0, 14, 24, 8],
+              [0, 6, 30831, 1], [0, 6, 43287, 1], [0, 6, 248, 1], [2, 7, 171916, 8], [2, 1, 81112, 4096],
+              [0, 10, 30086, 8], [1, 6, 52, 1], [0, 7, 182902, 16], [0, 15, 132, 4096], [2, 0, 4169, 1],
+              [1, 5, 101620, 16], [2, 8, 108944, 1], [1, 10, 135, 16], [0, 5, 150450, 8192], [0, 2, 175, 16],
+              [1, 15, 136, 8], [0, 10, 4454, 8192], [0, 1, 3362, 1]])
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from([0, 0, 1, 2]), st.integers(0, 15),
+                              st.integers(1, 300) | st.integers(301, 5000) | st.integers(4097, 200_000),
+                              st.sampled_from([1, 8, 16, 4096, 8192])), max_size=50))
+def test_the_heap_keeps_every_blocks_bytes_through_merges(ops):
+    """On 1 MiB of guest memory (a heap of about 600 KB) random requests of up to 200 KB run the heap out, merge
+    free neighbours and cut them again: every live block keeps its bytes and alignment (the guest checks them after
+    every step), and a request fails only as "out of memory"."""
+    harness = Engine(kind="aot", memory_size=1 << 20).load(ELF).harness(None, name="rust-sdk")
+    try:
+        assert call(harness, "allocate", {"ops": ops}) == _live_sizes(ops)
+    except ToolFailure as failure:
+        assert re.fullmatch(r"op \d+: out of memory", failure.message)
 
 
 def test_an_allocation_the_heap_cannot_hold_is_an_error_value(kind):

@@ -2,10 +2,13 @@
  * first time anything allocates (a harness that never allocates never asks).
  *
  * Every block has a 16-byte header (capacity, state) so free/realloc know its size and can catch a double or
- * wild free. Small blocks (<= 4 KiB) come in power-of-two classes and go back to their class's list; larger
- * ones are rounded to 4 KiB and reused best-fit, a larger free block split (its rest freed; small allocations
- * take from one too once the heap's end is reached). Freed memory is never returned to the bump pointer: guest
- * memory is fresh for every invocation, so the simplest robust scheme wins. Out of memory returns NULL. */
+ * wild free, and so the heap can be walked block by block: blocks lie end to end from the heap's start to the
+ * bump pointer, with no gaps. Small blocks (<= 4 KiB) come in power-of-two classes and go back to the list of the
+ * largest class they hold; larger ones are rounded to 4 KiB and reused best-fit, a larger free block split (its
+ * rest freed; small allocations take from one too once the heap's end is reached). The top block freed goes back
+ * to the bump pointer. When a request finds nothing, free neighbours are merged (one walk of the heap) and the
+ * request tried again: guest memory is fresh for every invocation, so this is the only compaction needed.
+ * Out of memory returns NULL. */
 #include "berm.h"
 
 #define HEADER 16u
@@ -26,14 +29,14 @@ typedef struct block {
 } block;
 
 static bool ready;
-static uintptr_t bump, end;
+static uintptr_t base, bump, end;
 static block *small_free[CLASSES];
 static block *large_free;
 
 /* Used by the host shim so that each native invocation starts with a fresh heap, as a guest's does. */
 void berm__heap_reset(void) {
     ready = false;
-    bump = end = 0;
+    base = bump = end = 0;
     memset(small_free, 0, sizeof small_free);
     large_free = NULL;
 }
@@ -42,18 +45,27 @@ static bool init(void) {
     if (ready) return true;
     uint64_t start = berm_host_call(BERM_CALL_HEAP_START, 0, 0);
     uint64_t size = berm_host_call(BERM_CALL_HEAP_SIZE, 0, 0);
-    bump = (uintptr_t)((start + 15) & ~(uint64_t)15);
+    base = bump = (uintptr_t)((start + 15) & ~(uint64_t)15);
     end = (uintptr_t)(start + size);
-    if (bump > end) bump = end;
+    if (bump > end) base = bump = end;
     ready = true;
     return true;
 }
 
 static header *header_of(void *ptr) { return (header *)((char *)ptr - HEADER); }
 
+/* The class a request of `size` bytes takes from: the smallest that holds it. */
 static unsigned class_of(size_t size) {
     unsigned shift = MIN_CLASS_SHIFT;
     while (((size_t)1 << shift) < size) shift++;
+    return shift - MIN_CLASS_SHIFT;
+}
+
+/* The class a free small block of `cap` bytes serves: the largest it holds (a split's rest or a merged run need
+ * not be a power of two; it keeps its exact capacity, so the heap stays walkable). */
+static unsigned class_held(size_t cap) {
+    unsigned shift = MIN_CLASS_SHIFT;
+    while (((size_t)2 << shift) <= cap && shift < MAX_CLASS_SHIFT) shift++;
     return shift - MIN_CLASS_SHIFT;
 }
 
@@ -67,10 +79,9 @@ static void *carve(size_t cap) {
 }
 
 /* The best-fitting free large block for `cap` bytes, or NULL. What it holds beyond `cap` is split off and freed
- * when it can hold a block of its own (up to 4 KiB: of the largest class it holds): handed out whole, a block
- * kept its whole size, and a small allocation could not use it at all. Found by a review: with the heap's end
- * reached and 33 MB free in one large block, malloc(1) failed, and the OS harness's edit trapped after its
- * write had changed the file. */
+ * when it can hold a block of its own: handed out whole, a block kept its whole size, and a small allocation
+ * could not use it at all. Found by a review: with the heap's end reached and 33 MB free in one large block,
+ * malloc(1) failed, and the OS harness's edit trapped after its write had changed the file. */
 static void *take_large(size_t cap) {
     block **best = NULL;
     for (block **link = &large_free; *link; link = &(*link)->next) {
@@ -84,11 +95,6 @@ static void *take_large(size_t cap) {
     h->state = LIVE;
     if (h->cap >= cap + HEADER + (1u << MIN_CLASS_SHIFT)) {
         size_t rest = h->cap - cap - HEADER;
-        if (rest <= ((size_t)1 << MAX_CLASS_SHIFT)) { /* a class's block: the largest class it holds */
-            size_t whole = (size_t)1 << MAX_CLASS_SHIFT;
-            while (whole > rest) whole >>= 1;
-            rest = whole;
-        }
         h->cap = cap;
         header *tail = (header *)((char *)b + cap);
         *tail = (header){.cap = rest, .state = LIVE};
@@ -97,8 +103,56 @@ static void *take_large(size_t cap) {
     return b;
 }
 
-void *malloc(size_t size) {
-    if (!init() || size > ((size_t)1 << 40)) return NULL;
+/* Puts a free block on the list it serves. */
+static void list_free(header *h) {
+    block *b = (block *)((char *)h + HEADER);
+    if (h->cap <= ((size_t)1 << MAX_CLASS_SHIFT)) {
+        unsigned c = class_held(h->cap);
+        b->next = small_free[c];
+        small_free[c] = b;
+    } else {
+        b->next = large_free;
+        large_free = b;
+    }
+}
+
+/* The header at `at`, a block's start below the bump pointer, checked: a guest's stray write over a header must
+ * not send the heap walk outside the heap. */
+static header *block_at(uintptr_t at) {
+    header *h = (header *)at;
+    if (bump - at < HEADER || (h->state != LIVE && h->state != FREE) || h->cap > bump - at - HEADER)
+        berm_panic("heap corrupted: a block's header was overwritten");
+    return h;
+}
+
+/* Merges every run of free neighbours into one block, rebuilding the free lists in one walk of the heap; a run
+ * that ends at the bump pointer goes back to it. Returns whether anything was merged. Found by a review: freed
+ * blocks were only ever reused at their own size or smaller, so a heap of freed neighbours could not serve one
+ * request larger than each of them. */
+static bool merge_free_neighbours(void) {
+    bool merged = false;
+    memset(small_free, 0, sizeof small_free);
+    large_free = NULL;
+    for (uintptr_t at = base; at < bump;) {
+        header *h = block_at(at);
+        uintptr_t next = at + HEADER + h->cap;
+        if (h->state == FREE) {
+            for (; next < bump && block_at(next)->state == FREE; next = at + HEADER + h->cap) {
+                h->cap += HEADER + ((header *)next)->cap;
+                merged = true;
+            }
+            if (next == bump) {
+                bump = at;
+                return true;
+            }
+            list_free(h);
+        }
+        at = next;
+    }
+    return merged;
+}
+
+static void *allocate(size_t size) {
     if (size <= ((size_t)1 << MAX_CLASS_SHIFT)) {
         unsigned c = class_of(size ? size : 1);
         size_t cap = (size_t)1 << (c + MIN_CLASS_SHIFT);
@@ -116,20 +170,19 @@ void *malloc(size_t size) {
     return reused ? reused : carve(cap);
 }
 
+void *malloc(size_t size) {
+    if (!init() || size > ((size_t)1 << 40)) return NULL;
+    void *fresh = allocate(size);
+    return fresh || !merge_free_neighbours() ? fresh : allocate(size);
+}
+
 void free(void *ptr) {
     if (!ptr) return;
     header *h = header_of(ptr);
     if ((uintptr_t)h < HEADER || h->state != LIVE) berm_panic("free(): pointer not allocated or already freed");
     h->state = FREE;
-    block *b = ptr;
-    if (h->cap <= ((size_t)1 << MAX_CLASS_SHIFT)) {
-        unsigned c = class_of(h->cap);
-        b->next = small_free[c];
-        small_free[c] = b;
-    } else {
-        b->next = large_free;
-        large_free = b;
-    }
+    if ((uintptr_t)ptr + h->cap == bump) bump = (uintptr_t)h; /* the top block: back to the bump pointer */
+    else list_free(h);
 }
 
 void *realloc(void *ptr, size_t size) {

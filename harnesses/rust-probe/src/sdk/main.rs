@@ -155,6 +155,14 @@ struct Block {
     fill: u8,
 }
 
+/// "op N: out of memory", every slot's block freed first so that the message itself finds memory.
+unsafe fn out_of_memory(step: usize, slots: &mut [Option<Block>; 16]) -> String {
+    for block in slots.iter_mut().filter_map(Option::take) {
+        dealloc(block.ptr, block.layout);
+    }
+    format!("op {step}: out of memory")
+}
+
 /// Runs `ops`, each `[op, slot, size, align]` on one of 16 slots: 0 allocates `size` bytes aligned to `align` into
 /// the slot (freeing what was there), 1 reallocates the slot's block to `size` bytes, 2 frees it. Every block is
 /// filled with its own byte; after each operation every live block must still hold it and be aligned, or the tool
@@ -184,7 +192,7 @@ fn allocate() -> Result<String, String> {
                     }
                     let ptr = alloc(layout);
                     if ptr.is_null() {
-                        return Err(format!("op {step}: out of memory"));
+                        return Err(out_of_memory(step, &mut slots));
                     }
                     ptr.write_bytes(fill, layout.size());
                     slots[slot] = Some(Block { ptr, layout, fill });
@@ -192,7 +200,7 @@ fn allocate() -> Result<String, String> {
                 (1, Some(old)) => {
                     let ptr = realloc(old.ptr, old.layout, layout.size());
                     if ptr.is_null() {
-                        return Err(format!("op {step}: out of memory"));
+                        return Err(out_of_memory(step, &mut slots));
                     }
                     let layout = Layout::from_size_align_unchecked(layout.size(), old.layout.align());
                     let kept = old.layout.size().min(layout.size());

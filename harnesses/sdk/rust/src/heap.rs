@@ -4,10 +4,11 @@
 //! Blocks of at most 4 KiB come in power-of-two classes from 16 bytes and go back to their class's list; larger
 //! ones are rounded up to 4 KiB and reused best-fit, a larger free block split (its rest freed). Rust hands
 //! `dealloc` and `realloc` the layout, so blocks carry no header: the class follows from the size. The block at the
-//! top of the bump pointer grows in place, so a growing `Vec` or `String` does not leave its old buffers behind.
-//! Memory is never given back to the bump pointer otherwise: guest memory is fresh for every invocation, so the
-//! simple scheme is enough. Out of memory is a null pointer (Rust then panics: "memory allocation of N bytes
-//! failed"). A guest runs on one hart, so there are no locks.
+//! top of the bump pointer grows in place, so a growing `Vec` or `String` does not leave its old buffers behind,
+//! and goes back to the bump pointer when freed. When a request finds nothing, the free blocks are sorted by address,
+//! free neighbours merged and cut again into the largest aligned blocks, and the request tried again: guest memory
+//! is fresh for every invocation, so this is the only compaction needed. Out of memory is a null pointer (Rust then
+//! panics: "memory allocation of N bytes failed"). A guest runs on one hart, so there are no locks.
 
 use crate::calls::{host_call, HEAP_SIZE, HEAP_START};
 use core::alloc::{GlobalAlloc, Layout};
@@ -117,7 +118,44 @@ impl State {
         best as *mut u8
     }
 
+    unsafe fn take(&mut self, layout: Layout) -> *mut u8 {
+        let size = block_size(layout);
+        if size > PAGE {
+            return self.take_large(size, layout.align());
+        }
+        let list = &mut self.small[class(size)];
+        if list.is_null() {
+            let fresh = self.take_bump(size, block_align(size, layout.align()));
+            return if fresh.is_null() { self.split_larger(size) } else { fresh };
+        }
+        let block = *list;
+        *list = (*block).next;
+        block as *mut u8
+    }
+
+    /// A class's block cut from the smallest larger free block (the rest freed), once the bump pointer has reached
+    /// the heap's end: without it, a small request failed with megabytes free in larger blocks.
+    unsafe fn split_larger(&mut self, size: usize) -> *mut u8 {
+        let list = match (class(size) + 1..CLASSES).find(|&c| !self.small[c].is_null()) {
+            Some(c) => &mut self.small[c],
+            None => &mut self.large,
+        };
+        let block = *list;
+        if block.is_null() {
+            return null_mut();
+        }
+        *list = (*block).next;
+        self.give_run(block as usize + size, block as usize + (*block).size);
+        block as *mut u8
+    }
+
+    /// Frees `size` bytes at `ptr`, one block (a class's or whole pages) aligned to its size; the top block goes back
+    /// to the bump pointer.
     unsafe fn give(&mut self, ptr: *mut u8, size: usize) {
+        if ptr as usize + size == self.bump {
+            self.bump = ptr as usize;
+            return;
+        }
         let block = ptr as *mut Free;
         if size <= PAGE {
             let list = &mut self.small[class(size)];
@@ -128,22 +166,90 @@ impl State {
             self.large = block;
         }
     }
+
+    /// Merges free neighbours: every free block taken off its list, the lot sorted by address, each run of adjacent
+    /// blocks freed again as the largest aligned blocks it holds (a run ending at the bump pointer goes back to it).
+    /// Returns whether anything was merged. Found by a review: freed blocks were only ever reused at their own size
+    /// or smaller, so a heap of freed neighbours could not serve one request larger than each of them.
+    unsafe fn merge_free_neighbours(&mut self) -> bool {
+        let (mut all, mut count): (*mut Free, usize) = (null_mut(), 0);
+        for list in self.small.iter_mut().chain(core::iter::once(&mut self.large)) {
+            while !list.is_null() {
+                let block = *list;
+                *list = (*block).next;
+                (*block).next = all;
+                (all, count) = (block, count + 1);
+            }
+        }
+        let mut merged = false;
+        let mut block = sort_by_address(all, count);
+        while !block.is_null() {
+            let start = block as usize;
+            let mut end = start + (*block).size;
+            block = (*block).next;
+            while !block.is_null() && block as usize == end {
+                end += (*block).size;
+                block = (*block).next;
+                merged = true;
+            }
+            if end == self.bump {
+                self.bump = start;
+                merged = true;
+            } else {
+                self.give_run(start, end);
+            }
+        }
+        merged
+    }
+
+    /// Frees the bytes from `start` to `end` (multiples of 16) as the largest blocks aligned to their size.
+    unsafe fn give_run(&mut self, mut start: usize, end: usize) {
+        while start < end {
+            let size = if start % PAGE == 0 && end - start > PAGE {
+                (end - start) / PAGE * PAGE
+            } else {
+                let fits = 1usize << (usize::BITS - 1 - (end - start).min(PAGE).leading_zeros());
+                fits.min(start & start.wrapping_neg()) // the largest power of two that start is a multiple of
+            };
+            self.give(start as *mut u8, size);
+            start += size;
+        }
+    }
+}
+
+/// The `count` blocks of `list` in address order (a merge sort of the links: it needs no memory).
+unsafe fn sort_by_address(list: *mut Free, count: usize) -> *mut Free {
+    if count < 2 {
+        return list;
+    }
+    let mut last = list;
+    for _ in 1..count / 2 {
+        last = (*last).next;
+    }
+    let second = (*last).next;
+    (*last).next = null_mut();
+    let (mut a, mut b) = (sort_by_address(list, count / 2), sort_by_address(second, count - count / 2));
+    let mut head: *mut Free = null_mut();
+    let mut tail: *mut *mut Free = &mut head;
+    while !a.is_null() && !b.is_null() {
+        let first = if (a as usize) < (b as usize) { &mut a } else { &mut b };
+        let taken = *first;
+        *first = (*taken).next;
+        *tail = taken;
+        tail = &mut (*taken).next;
+    }
+    *tail = if a.is_null() { b } else { a };
+    head
 }
 
 unsafe impl GlobalAlloc for Heap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let state = &mut *self.0.get();
-        let size = block_size(layout);
-        if size > PAGE {
-            return state.take_large(size, layout.align());
+        let ptr = state.take(layout);
+        if ptr.is_null() && state.merge_free_neighbours() {
+            return state.take(layout);
         }
-        let list = &mut state.small[class(size)];
-        if list.is_null() {
-            return state.take_bump(size, block_align(size, layout.align()));
-        }
-        let block = *list;
-        *list = (*block).next;
-        block as *mut u8
+        ptr
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
