@@ -155,7 +155,7 @@ const char *berm_memmem(const char *haystack, size_t hlen, const char *needle, s
 
 /** Bounded formatting: %d %i %u %o %x %X %c %s %p %%, %f %e %g (F E G; %a as %e) rounded in double precision, length
  *  modifiers hh h l ll q z j t L, flags '-' '0' '+' ' ' '#' (and glibc's ' and I, which change nothing in this C
- *  locale), a width and a precision (%.*s, %.12s, %.3d, %.2f). A double shows at most 17 significant digits, of
+ *  locale), a width and a precision of at most 2^31 - 1 (%.*s, %.12s, %.3d, %.2f). A double shows at most 17 significant digits, of
  *  which only the first 15 are exact (the 15th within a unit of C's exact expansion; a tie rounds away from zero):
  *  %.17g does not always read back as the same double, so JSON meant to round-trip doubles needs another writer.
  *  An integer shows at most 64 digits of precision. Any other conversion (%n, %C, %S, ...) and everything after
@@ -206,10 +206,11 @@ typedef struct {
 } berm_json_parsed;
 
 /** Parse one JSON document (surrounding whitespace allowed). More than BERM_JSON_MAX_DEPTH arrays and objects
- *  nested, invalid UTF-8, lone surrogates, trailing text and running out of memory are errors. */
+ *  nested, invalid UTF-8, lone surrogates, a key repeated in an object, trailing text and running out of memory are
+ *  errors. */
 berm_json_parsed berm_json_parse(const char *text, size_t len);
 void berm_json_free(berm_json *value);
-/** The member named `key` of an object (the last one when repeated), or NULL. */
+/** The member named `key` of an object, or NULL. */
 const berm_json *berm_json_get(const berm_json *object, const char *key);
 const char *berm_json_type_name(berm_json_type type);
 

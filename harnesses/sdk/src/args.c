@@ -57,27 +57,6 @@ static const char *kind_of(const berm_json *v) {
  * review: reminders cancelled "r1\u0000junk" as r1 in one step and as the whole id in the next). */
 static bool holds_nul(const char *s, size_t len) { return memchr(s, 0, len) != NULL; }
 
-static int by_key(const void *a, const void *b) {
-    const berm_json_member *x = *(const berm_json_member *const *)a, *y = *(const berm_json_member *const *)b;
-    int c = memcmp(x->key, y->key, x->key_len < y->key_len ? x->key_len : y->key_len);
-    return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
-}
-
-/* The first key `object` holds twice, or NULL (sorted, so that 100,000 keys cost no more than their sort; NULL too
- * when there is no memory to sort them, which the caller's own allocation will say). */
-static const berm_json_member *repeated_key(const berm_json *object) {
-    if (object->count < 2) return NULL;
-    const berm_json_member **sorted = malloc(object->count * sizeof *sorted);
-    if (!sorted) return NULL;
-    for (size_t i = 0; i < object->count; i++) sorted[i] = &object->members[i];
-    qsort(sorted, object->count, sizeof *sorted, by_key);
-    const berm_json_member *twice = NULL;
-    for (size_t i = 1; i < object->count && !twice; i++)
-        if (by_key(&sorted[i - 1], &sorted[i]) == 0) twice = sorted[i];
-    free(sorted);
-    return twice;
-}
-
 berm_arg_set berm_args_object(const char *const *known) {
     berm_arg_set a = {0};
     berm_str raw = berm_args();
@@ -113,9 +92,6 @@ berm_arg_set berm_args_object(const char *const *known) {
                 joined(&names, known));
         berm_buf_free(&names);
     }
-    /* every key is a known one by now: given twice, which would the tool take? (the Rust SDK refuses it too) */
-    const berm_json_member *twice = a.error ? NULL : repeated_key(a.object);
-    if (twice) berm_args_problem(&a, "'%s' is given twice", shown(text, twice->key, twice->key_len, SHOWN_CAP));
     return a;
 }
 
@@ -232,12 +208,6 @@ void berm_arg_string_map(berm_arg_set *a, const char *key, bool required, berm_p
             return;
         }
         out[i] = (berm_pair){{m->key, m->key_len}, {m->value.str, m->value.len}};
-    }
-    const berm_json_member *twice = repeated_key(v); /* an environment or headers with a name twice */
-    if (twice) {
-        berm_args_problem(a, "'%s' has the key '%s' twice", key, shown(text, twice->key, twice->key_len, SHOWN_CAP));
-        free(out);
-        return;
     }
     *pairs = out;
     *count = v->count;

@@ -20,6 +20,18 @@ static void pad(out_t *o, char c, size_t count) {
     o->n += count; /* past the buffer only counted: a width of 2^31 is not 2^31 steps */
 }
 
+/* A width or precision written in the format, read past its digits; at most INT32_MAX, what one given with '*'
+ * can be (found by a review: "%18446744073709551615c" wrapped the count of bytes wanted to 0 and the next byte
+ * was written before the buffer). */
+static size_t decimal(const char **f) {
+    size_t value = 0;
+    for (; **f >= '0' && **f <= '9'; (*f)++) {
+        value = value * 10 + (size_t)(**f - '0');
+        if (value > INT32_MAX) value = INT32_MAX;
+    }
+    return value;
+}
+
 typedef struct {
     bool left, zero, plus, space, alt;
     size_t width;
@@ -195,7 +207,7 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
             sp.width = (size_t)w;
             f++;
         } else {
-            while (*f >= '0' && *f <= '9') sp.width = sp.width * 10 + (size_t)(*f++ - '0');
+            sp.width = decimal(&f);
         }
         bool has_precision = false;
         size_t precision = 0;
@@ -208,7 +220,7 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
                 has_precision = p >= 0;
                 f++;
             } else {
-                while (*f >= '0' && *f <= '9') precision = precision * 10 + (size_t)(*f++ - '0');
+                precision = decimal(&f);
             }
         }
         /* the argument's size: 8 (l, ll, q, z, j, t: 64 bits here), 2 (h), 1 (hh), else an int; L: a long double,
@@ -221,8 +233,9 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
         else
             while (*f == 'l') size = 8, f++;
         size_t min_digits = has_precision ? precision : 1; /* an integer's precision: its minimum digits */
-        spec_t int_sp = sp;
+        spec_t int_sp = sp, text_sp = sp;
         if (has_precision) int_sp.zero = false; /* and then no zero padding, as in C */
+        text_sp.zero = false;                   /* text is padded with spaces, as glibc does */
         switch (*f) {
         case 'd':
         case 'i': {
@@ -253,9 +266,12 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
                         min_digits);
             break;
         }
-        case 'p':
-            emit_number(&o, &sp, (uint64_t)(uintptr_t)va_arg(ap, void *), false, 16, false, "0x", 1);
+        case 'p': {
+            void *p = va_arg(ap, void *);
+            if (p) emit_number(&o, &sp, (uint64_t)(uintptr_t)p, false, 16, false, "0x", 1);
+            else emit(&o, &text_sp, "(nil)", 5, 0); /* as glibc */
             break;
+        }
         case 'f':
         case 'F':
         case 'e':
@@ -270,13 +286,13 @@ int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap) {
         }
         case 'c': {
             char c = (char)va_arg(ap, int);
-            emit(&o, &sp, &c, 1, 0);
+            emit(&o, &text_sp, &c, 1, 0);
             break;
         }
         case 's': {
             const char *s = va_arg(ap, const char *);
-            if (!s) s = "(null)";
-            emit(&o, &sp, s, has_precision ? strnlen(s, precision) : strlen(s), 0);
+            if (!s) s = has_precision && precision < 6 ? "" : "(null)"; /* as glibc: never a cut "(nu" */
+            emit(&o, &text_sp, s, has_precision ? strnlen(s, precision) : strlen(s), 0);
             break;
         }
         case '%':
