@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -13,6 +14,7 @@ from berm_abi.frames import decode_frame, encode_frame
 from berm_host.capabilities import http
 from berm_host.capabilities.http import HostList, HostListError
 from berm_host.linker import CapabilityError
+from tests.queue_helpers import wait_for
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -191,6 +193,29 @@ def test_a_trickling_server_cannot_outlast_the_timeout(server):
     port = server.server_address[1]
     with pytest.raises(CapabilityError, match="timed out"):
         fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/trickle", timeout=0.4)
+
+
+def test_the_connection_is_closed_only_after_the_deadlines_shutdown_has_ended(server, monkeypatch):
+    """The deadline's timer shut the connection's socket down; the read it woke failed, and http.client closed that
+    descriptor while the timer's shutdown could still be running, so the shutdown could reach a socket that took
+    the closed one's number. The timer now has a descriptor of its own, closed once it has ended: here the shutdown
+    lingers, and its descriptor must still be open when it ends."""
+    open_when_done = []
+
+    def lingering_abort(watch):
+        real_abort(watch)
+        time.sleep(0.3)
+        open_when_done.append(watch.fileno() != -1)
+
+    real_abort = http._abort
+    monkeypatch.setattr(http, "_abort", lingering_abort)
+    port = server.server_address[1]
+    try:
+        fetch(["127.0.0.1"], f"http://127.0.0.1:{port}/slow", timeout=0.3)
+    except CapabilityError as error:  # dropped here, as the capability's caller drops it, with what it holds
+        assert "timed out" in str(error)
+    wait_for(lambda: open_when_done)
+    assert open_when_done == [True]
 
 
 def test_body_over_the_cap_is_refused(server):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
+import os
 import re
 import socket
 import ssl
@@ -143,13 +144,19 @@ def _target(url: str, hosts: HostList) -> tuple[str, str, int, str]:
     return scheme, normalize_host(host), port, path + (f"?{parts.query}" if parts.query else "")
 
 
-def _abort(conn: http.client.HTTPConnection) -> None:
-    sock = conn.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+def _abort(watch: socket.socket) -> None:
+    try:
+        watch.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _watch(conn: http.client.HTTPConnection) -> socket.socket:
+    """A descriptor of the connection's socket that only the deadline's timer uses, and that is closed only once the
+    timer has ended. The timer shut the connection's own descriptor down, which http.client closes itself when a
+    read fails (as the shutdown makes it): its number could be reused by then, and the shutdown reach another
+    socket (found by a review)."""
+    return socket.socket(fileno=os.dup(conn.sock.fileno()))
 
 
 def _connect(conn: http.client.HTTPConnection, deadline: Deadline) -> None:
@@ -200,10 +207,11 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
         conn = http.client.HTTPSConnection(host, port, timeout=seconds, context=ssl.create_default_context())
     else:
         conn = http.client.HTTPConnection(host, port, timeout=seconds)
-    timer = None
+    timer = watch = None
     try:
         _connect(conn, deadline)
-        timer = threading.Timer(deadline.check(), _abort, (conn,))
+        watch = _watch(conn)
+        timer = threading.Timer(deadline.check(), _abort, (watch,))
         timer.daemon = True
         timer.start()
         conn.request(method, target, body=body or None, headers=dict(headers))
@@ -230,6 +238,9 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
     finally:
         if timer is not None:
             timer.cancel()
+            timer.join()  # an _abort already running ends before its descriptor is closed
+        if watch is not None:
+            watch.close()
         conn.close()
 
 
