@@ -11,7 +11,7 @@ import pytest
 
 from berm_abi.frames import encode_frame
 from berm_host.linker import CapabilityError
-from berm_host.queue import Cancel, DueSet, QueueError, ScheduleError, schedule_capabilities
+from berm_host.queue import Cancel, DueSet, QueueClosed, QueueError, ScheduleError, Subscription, schedule_capabilities
 from berm_host.queue import scheduler as scheduler_module
 
 from .bounded import GRACE, ends_within
@@ -195,6 +195,32 @@ def test_a_harness_subscribed_once_and_for_good_gets_each_event_once(make_queue)
     for f in q.publish("t", "first") + q.publish("t", "second"):
         f.result(5)
     assert [json.loads(c["args"])["event"] for c in a.calls] == ["first", "second"]
+
+
+def test_a_once_subscription_an_event_could_not_reach_waits_for_the_next(make_queue, monkeypatch):
+    """Found by a review: publish consumed every once subscription of the topic first, so when a submit was refused
+    part way (the queue closing), the harnesses after it lost theirs without an event."""
+    a, b = RecordingTarget(), RecordingTarget()
+    q = make_queue({"a": a, "b": b})
+    q.subscribe("t", "a", once=True)
+    q.subscribe("t", "b", once=True)
+    submit = q.executor.submit
+    refusals = iter([False, True])
+
+    def closing_midway(inv):
+        if next(refusals):
+            raise QueueClosed("closing")
+        return submit(inv)
+
+    monkeypatch.setattr(q.executor, "submit", closing_midway)
+    with pytest.raises(QueueClosed):
+        q.publish("t", "first")
+    assert q.subscriptions.list() == [Subscription("t", "b", once=True)]
+    monkeypatch.setattr(q.executor, "submit", submit)
+    for f in q.publish("t", "second"):
+        f.result(5)
+    assert [json.loads(c["args"])["event"] for c in a.calls] == ["first"]
+    assert [json.loads(c["args"])["event"] for c in b.calls] == ["second"]
 
 
 def test_wakes_of_a_harness_that_is_not_loaded_stay_pending_and_block_nobody(tmp_path, make_queue):

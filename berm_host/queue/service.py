@@ -103,8 +103,8 @@ class Queue:
     def publish(self, topic: str, event: str, context: Context = Context()) -> list[Future]:
         """Deliver ``event`` to every harness subscribed to ``topic`` (one ``on_notify`` each)."""
         args = notify_args(topic, event)
-        return [self.executor.submit(Invocation(Trigger.NOTIFY, s.harness, args, context=context))
-                for s in self.subscriptions.take(topic)]
+        return self.subscriptions.deliver(
+            topic, lambda harness: self.executor.submit(Invocation(Trigger.NOTIFY, harness, args, context=context)))
 
     # --- scheduling -----------------------------------------------------------------------------------------
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -35,16 +38,21 @@ class Subscriptions:
             if sub not in self._subs:
                 self._subs.append(sub)
 
-    def take(self, topic: str) -> list[Subscription]:
-        """The subscriptions an event on ``topic`` is delivered to, one a harness (subscribed both once and for
-        good, a harness got each event twice: found by a review); ``once`` ones are consumed."""
+    def deliver(self, topic: str, send: Callable[[str], T]) -> list[T]:
+        """``send(harness)`` for each harness subscribed to ``topic``, once a harness (subscribed both once and for
+        good, a harness got each event twice: found by a review). A ``once`` subscription is consumed by a send that
+        returned: when one raises (the queue closing), the harnesses not reached keep theirs for the next event
+        (they were consumed first, then lost: found by a review). Sends to one topic never interleave."""
         with self._lock:
-            hits: dict[str, Subscription] = {}
-            for s in self._subs:
-                if s.topic == topic:
-                    hits.setdefault(s.harness, s)
-            self._subs = [s for s in self._subs if not (s.once and s.topic == topic)]
-            return list(hits.values())
+            harnesses = list(dict.fromkeys(s.harness for s in self._subs if s.topic == topic))
+            sent: list[T] = []
+            try:
+                for harness in harnesses:
+                    sent.append(send(harness))
+            finally:
+                reached = set(harnesses[:len(sent)])
+                self._subs = [s for s in self._subs if not (s.once and s.topic == topic and s.harness in reached)]
+            return sent
 
     def list(self) -> list[Subscription]:
         with self._lock:
