@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 import json
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "add":
         entry = client.request({"op": "schedule.add", "harness": args.harness, "id": args.id,
                                 "when_ms": parse_when(args.when), "payload": args.payload})["entry"]
-        print(f"scheduled {entry['harness']}[{entry['id']}] at {_iso(entry['when_ms'])}")
+        print(f"scheduled {_wake(entry['harness'], entry['id'])} at {_iso(entry['when_ms'])}")
         return 0
     if args.action == "list":
         for e in client.schedules(args.harness):
@@ -107,7 +108,13 @@ def run(args: argparse.Namespace) -> int:
     reply = client.request({"op": "schedule.cancel", "harness": args.harness, "id": args.id})
     if reply["cancelled"]:
         running = "; its wake had already started and runs to its end" if reply["started"] else ""
-        print(f"cancelled {args.harness}[{args.id}]{running}")
+        print(f"cancelled {_wake(args.harness, args.id)}{running}")
         return 0
-    print(f"berm schedule: {args.harness}[{args.id}] was not scheduled")
+    print(f"berm schedule: {_wake(args.harness, args.id)} was not scheduled", file=sys.stderr)
     return 1
+
+
+def _wake(harness: str, id: str) -> str:
+    """``harness[id]`` on one line, without terminal controls: a harness chose the id of a wake it scheduled, and
+    cancelling that wake passes the id back (found by a review: OSC 52 and a screen clear reached the terminal)."""
+    return f"{escaped(harness, lines=False)}[{escaped(id, lines=False)}]"

@@ -288,6 +288,22 @@ def test_berm_schedule_list_escapes_what_a_harness_chose(empty_daemon, capsys):
     assert "\x1b" not in out and "\x07" not in out
 
 
+def test_berm_schedule_add_and_cancel_escape_the_wake_they_name(empty_daemon, capsys):
+    """Found by a review: list escaped a harness's wake ids, but cancelling such a wake passes its id back, and the
+    confirmation (and add's, and "was not scheduled") printed it raw."""
+    hostile = "id\x1b]52;c;SGVsbG8=\x07\x1b[2J\u202e"
+    empty_daemon.queue.dueset.put("h", hostile, 5)
+    sock = ["schedule", "--socket", str(empty_daemon.config.socket)]
+    assert cli_main([*sock, "cancel", "h", hostile]) == 0
+    assert cli_main([*sock, "cancel", "h", hostile]) == 1
+    empty_daemon.queue.add("h", RecordingTarget())
+    assert cli_main([*sock, "add", "h", hostile, "+1h"]) == 0
+    out, err = capsys.readouterr()
+    shown = "h[id\\x1b]52;c;SGVsbG8=\\x07\\x1b[2J\\u202e]"
+    assert out.splitlines()[0] == f"cancelled {shown}" and out.splitlines()[1].startswith(f"scheduled {shown} at ")
+    assert err == f"berm schedule: {shown} was not scheduled\n"
+
+
 def test_berm_schedule_cancel_says_when_the_wake_had_started(empty_daemon, capsys):
     started, gate = threading.Event(), threading.Event()
     empty_daemon.queue.add("h", RecordingTarget(on_wake=lambda inv: (started.set(), gate.wait(10))))
