@@ -233,3 +233,23 @@ def test_a_rewrite_never_shows_its_new_content_under_a_wider_mode(root, caps, mo
         os.umask(old)
     assert modes == [0o600]
     assert stat.S_IMODE((root / "private.key").stat().st_mode) == 0o600
+
+
+def test_a_write_refused_because_its_path_leads_to_a_directory_makes_no_directories(root, caps):
+    """Found by a review: with parents=1, a write to a link to "made/by/write/" made the chain of directories, then
+    was refused as a directory. Missing directories are now made only once the walk is known to reach a file."""
+    (root / "l").symlink_to("made/by/write/")
+    with pytest.raises(CapabilityError, match="berm.fs.write: l: names a directory"):
+        caps["berm.fs.write"](encode_frame(["l", b"x", "parents", "1"]))
+    assert sorted(p.name for p in root.iterdir()) == ["l"]
+    (root / "f").symlink_to("made/by/file")
+    caps["berm.fs.write"](encode_frame(["f", b"x", "parents", "1"]))
+    assert (root / "made" / "by" / "file").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("name, request_fields", [("berm.fs.read", ["z" * 256]), ("berm.fs.write", ["z" * 256, b"x"])])
+def test_an_os_error_names_the_path(caps, name, request_fields):
+    """Found by a review: the guest was told "berm.fs.write: File name too long", without the path."""
+    with pytest.raises(CapabilityError) as info:
+        caps[name](encode_frame(request_fields))
+    assert str(info.value) == f"{name}: {'z' * 256}: File name too long"

@@ -2,18 +2,25 @@
 
 Reads are capped (a request for a bigger file is refused, not truncated). Writes go to a temporary file in the
 target's directory, are flushed to disk and renamed over the target, so a failure at any point leaves the old
-content whole; an existing file keeps its permission bits (read, write, execute: never setuid, setgid or sticky,
-which the new file would carry with the host user's ownership and the guest's content), set before any of the new
-content is written. The new file is the host user's: a file another user owned becomes the host's (a daemon running
-as root makes it root's). Missing parent directories are an error unless the request asks for them with the pair
+content whole; the target's directory must therefore be writable by the host user, even to rewrite a file it may
+write. An existing file is replaced only if the host user may write it (a 0444 file, or another user's without a
+write bit for it, is refused, although the rename alone would be allowed). It keeps its group and its permission
+bits (read, write, execute: never setuid, setgid or sticky, which the new file would carry with the host user's
+ownership and the guest's content), both set before any of the new content is written. When the host user may not
+give the new file the old one's group (it is not a member), the file gets the host user's group, and its group and
+other bits are both cut to what the old file granted both, so that nobody gains access: 0640 becomes 0600, 0664
+becomes 0644. The new file is the host user's: a file another user owned becomes the host's (a daemon running as
+root makes it root's). Missing parent directories are an error unless the request asks for them with the pair
 ``parents = 1``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 
 from berm_host.linker import CapabilityError, CapabilityFn
 
@@ -61,24 +68,31 @@ def write_file(root: Root, path: str, content: bytes, *, parents: bool = False) 
     with root.resolve(path, create_dirs=parents) as r:
         if r.leaf is None:
             raise CapabilityError(f"{path}: is a directory")
-        mode = None
         try:
-            st = os.stat(r.leaf, dir_fd=r.dir_fd, follow_symlinks=False)
+            old = os.stat(r.leaf, dir_fd=r.dir_fd, follow_symlinks=False)
         except FileNotFoundError:
-            pass
+            old = None
         else:
-            if not stat.S_ISREG(st.st_mode):
+            if not stat.S_ISREG(old.st_mode):
                 raise CapabilityError(f"{path}: exists and is not a regular file")
-            mode = stat.S_IMODE(st.st_mode) & 0o777
+            # Found by a review: the rename needs only the directory's write permission, so a 0444 file, or another
+            # user's without a write bit, was replaced where an open for writing is refused.
+            if not os.access(r.leaf, os.W_OK, dir_fd=r.dir_fd, effective_ids=True, follow_symlinks=False):
+                raise CapabilityError(f"{path}: permission denied (the file is not writable)")
         tmp = f".berm-write-{secrets.token_hex(8)}.tmp"
-        # a file rewritten keeps its mode, set before any content is written: the new content of a 0600 file sat in
-        # a temp file of the umask's mode (0644) while it was written, for another user to open (found by a review)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600 if mode is not None else 0o666, dir_fd=r.dir_fd)
+        try:
+            # a rewritten file's temp file starts private, until it has the old file's group and mode (below)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600 if old is not None else 0o666, dir_fd=r.dir_fd)
+        except PermissionError:
+            # Found by a review: a writable file in an unwritable directory failed with a bare "Permission denied",
+            # although an ordinary write to it works.
+            raise CapabilityError(f"{path}: permission denied: its directory is not writable (a write replaces the "
+                                  f"file atomically, through a new file beside it)") from None
         try:
             with os.fdopen(fd, "wb") as f:
-                if mode is not None:
-                    os.fchmod(f.fileno(), mode)
+                if old is not None:
+                    _take_access(f.fileno(), old)
                 f.write(content)
                 f.flush()
                 os.fsync(f.fileno())
@@ -90,6 +104,33 @@ def write_file(root: Root, path: str, content: bytes, *, parents: bool = False) 
             except OSError:
                 pass
             raise
+
+
+def _take_access(fd: int, old: os.stat_result) -> None:
+    """Give the empty temp file ``fd`` the group and permission bits of the file ``old`` it is to replace, before any
+    content is written: the new content of a 0600 file sat in a temp file of the umask's mode (0644) while it was
+    written, for another user to open (found by a review)."""
+    mode = stat.S_IMODE(old.st_mode) & 0o777
+    if os.fstat(fd).st_gid != old.st_gid:
+        # Found by a review: a 0640 file of group G came back 0640 of the host user's group, readable by its members.
+        try:
+            os.fchown(fd, -1, old.st_gid)
+        except OSError:  # not a member of G (EPERM), or G is unmapped in this user namespace (EINVAL)
+            # Members of our group would get the group bits, and G's members the other bits (0604 denied them):
+            # both get only what the old file granted both.
+            both = mode >> 3 & mode & 0o7
+            mode = mode & 0o700 | both << 3 | both
+    os.fchmod(fd, mode)
+
+
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """OS errors as CapabilityError naming the guest's path, as the refusals above do. Found by a review: the guest
+    was told "berm.fs.write: File name too long", without the path."""
+    try:
+        yield
+    except OSError as exc:
+        raise CapabilityError(f"{path}: {exc.strerror or exc}") from None
 
 
 def _flag(value: bytes, what: str) -> bool:
@@ -106,18 +147,22 @@ def capabilities(root: Root) -> dict[str, CapabilityFn]:
 
     @capability("berm.fs.read")
     def fs_read(request: bytes) -> bytes:
-        (path,), _ = fields(request, ("path",))
-        return read_file(root, text(path, "path"))
+        (field,), _ = fields(request, ("path",))
+        path = text(field, "path")
+        with _naming(path):
+            return read_file(root, path)
 
     @capability("berm.fs.write")
     def fs_write(request: bytes) -> bytes:
-        (path, content), options = fields(request, ("path", "content"), pairs=True)
+        (field, content), options = fields(request, ("path", "content"), pairs=True)
         parents = False
         for key, value in options:
             if key != b"parents":
                 raise CapabilityError(f"unknown option {key[:40]!r} (known: parents)")
             parents = _flag(value, "parents")
-        write_file(root, text(path, "path"), content, parents=parents)
+        path = text(field, "path")
+        with _naming(path):
+            write_file(root, path, content, parents=parents)
         return b""
 
     return {"berm.fs.read": fs_read, "berm.fs.write": fs_write}

@@ -95,8 +95,9 @@ class Root:
     def resolve(self, path: str, *, want_dir: bool = False, create_dirs: bool = False) -> Iterator[Resolved]:
         """Walk ``path`` inside the root. The leaf is not followed by the kernel: when it is a symlink, its target
         is walked in turn, so the yielded leaf is a non-symlink entry or does not exist. With ``want_dir`` every
-        component, the last included, must be a directory (``leaf`` is then None). With ``create_dirs`` missing
-        directories on the way are created. The descriptor is closed on exit."""
+        component, the last included, must be a directory (``leaf`` is then None). With ``create_dirs`` (for a path to a
+        file) missing directories on the way are created, once the walk is known to reach a file through them. The
+        descriptor is closed on exit."""
         stack = [self.open_root()]
         names: list[str] = []
         try:
@@ -110,11 +111,19 @@ class Root:
     def _walk(self, path: str, stack: list[int], names: list[str], *, want_dir: bool, create_dirs: bool) -> str | None:
         queue = deque(self.components(path))
         links = 0
+        # Directories found missing are noted, not made, until the walk reaches the file they lead to; then they are
+        # walked again and made. Found by a review: a write with parents=1 to a link to "made/by/write/" made the
+        # three directories, then was refused because the path names a directory.
+        missing: list[str] = []
+        creating = False
         while queue:
             comp = queue.popleft()
             if comp in ("", "."):
                 continue
             if comp == "..":
+                if missing:
+                    missing.pop()
+                    continue
                 if len(stack) == 1:
                     raise CapabilityError(f"{path}: leaves the root")
                 os.close(stack.pop())
@@ -126,7 +135,18 @@ class Root:
                 slash = True
             last = not queue
             top = stack[-1]
-            if last and not want_dir and not slash:
+            leaf = last and not want_dir and not slash
+            if not leaf and len(stack) + len(missing) > MAX_DEPTH:
+                raise CapabilityError(f"{path[:200]}: more than {MAX_DEPTH} directories deep")
+            if missing:  # nothing exists inside a directory that does not
+                if leaf:
+                    queue.extend([*missing, comp])
+                    missing.clear()
+                    creating = True
+                else:
+                    missing.append(comp)
+                continue
+            if leaf:
                 try:
                     st = os.stat(comp, dir_fd=top, follow_symlinks=False)
                 except FileNotFoundError:
@@ -134,9 +154,13 @@ class Root:
                 if not stat.S_ISLNK(st.st_mode):
                     return comp
             else:
-                if len(stack) > MAX_DEPTH:
-                    raise CapabilityError(f"{path[:200]}: more than {MAX_DEPTH} directories deep")
-                fd = self._open_step(path, top, comp, create_dirs)
+                try:
+                    fd = self._open_step(path, top, comp, creating)
+                except FileNotFoundError:
+                    if not create_dirs or creating:
+                        raise CapabilityError(f"{path}: no such file or directory ({comp})") from None
+                    missing.append(comp)
+                    continue
                 if fd is not None:
                     stack.append(fd)
                     names.append(comp)
@@ -157,17 +181,19 @@ class Root:
                 queue.extendleft(reversed(target.split("/")))
             if last and slash:
                 queue.append("")  # what the link leads to must be a directory too
+        if missing:  # only a path to a file has missing directories made
+            raise CapabilityError(f"{path}: names a directory")
         return None
 
     @staticmethod
     def _open_step(path: str, top: int, comp: str, create: bool) -> int | None:
         """Open directory ``comp`` under ``top`` without following it: its descriptor, or None when it is a
-        symlink (the caller splices the target)."""
+        symlink (the caller splices the target). FileNotFoundError when it is missing and not to be created."""
         try:
             return os.open(comp, _DIR_FLAGS, dir_fd=top)
         except FileNotFoundError:
             if not create:
-                raise CapabilityError(f"{path}: no such file or directory ({comp})") from None
+                raise
             with contextlib.suppress(FileExistsError):
                 os.mkdir(comp, 0o777, dir_fd=top)
             return os.open(comp, _DIR_FLAGS, dir_fd=top)
