@@ -3,7 +3,8 @@
 - The key is a SHA-256 over everything that changes the object (``cache_key``); nothing else names an entry.
 - An entry appears atomically: it is built in a temporary directory beside it and renamed into place, so a
   reader sees a whole entry or none. Builders of the same key in several processes serialise on a lock file
-  (``fcntl.flock``), so the second finds the first's entry instead of compiling again.
+  (``fcntl.flock``), so the second finds the first's entry instead of compiling again. Lock files are 0600, and
+  a lock held longer than a compile can take (``lock_wait``) is a CompileError naming it, not a wait for ever.
 - Before an object is used its SHA-256 is checked against the recorded one, read through one descriptor opened
   without following a symlink (a regular file only); a corrupt or truncated entry is moved aside and rebuilt, under
   the key's lock (a reader outside it could discard an entry another process had just rebuilt). A lookup that
@@ -29,6 +30,7 @@ import stat
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from functools import partial
@@ -36,6 +38,7 @@ from pathlib import Path
 
 import platformdirs
 
+from berm_aot import cc
 from berm_aot.errors import CompileError
 from berm_aot.trust import Untrusted, own_dir, trusted, trusted_dir
 
@@ -46,6 +49,8 @@ _WHOLE_READ = 64 << 20
 MAX_OBJECT = 1 << 30
 #: An ELF program header's type for a loadable segment.
 _PT_LOAD = 1
+#: Seconds beyond the compile timeout to wait for an entry's lock (``lock_wait``).
+LOCK_MARGIN = 120
 #: What a lookup meets in a damaged entry (missing files, a symlink where a file was, a directory): it is rebuilt.
 _DAMAGED = (errno.ENOENT, errno.ELOOP, errno.EISDIR, errno.ENOTDIR)
 
@@ -307,14 +312,19 @@ class CodeCache:
 
     @contextmanager
     def _locked(self, path: Path):
+        # 0600, and an older 0644 one narrowed: flock needs only a descriptor, and another user who could open the
+        # lock read-only held it for ever, so the owner's next rebuild of the entry waited for ever in silence
+        # (found by a review)
         with _lock_fds.guard:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             except OSError as exc:
                 raise CompileError(f"cannot lock the code cache entry {path}: {exc}") from None
             _lock_fds.open.add(fd)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if stat.S_IMODE(os.fstat(fd).st_mode) != 0o600:
+                os.fchmod(fd, 0o600)
+            _wait_for(fd, path)
             yield
         finally:
             with _lock_fds.guard:
@@ -344,6 +354,30 @@ class CodeCache:
                     shutil.rmtree(left, ignore_errors=True)
                 else:
                     left.unlink(missing_ok=True)
+
+
+def _wait_for(fd: int, path: Path) -> None:
+    """Take the lock ``fd`` (the lock file ``path``), waiting at most ``lock_wait()`` seconds: a holder compiling
+    is done by then, so one still holding it is stuck, stopped (a berm-compile suspended with Ctrl-Z) or someone
+    keeping it on purpose, and waiting for it blocked every later rebuild of the entry with no word."""
+    wait = lock_wait()
+    deadline, pause = time.monotonic() + wait, 0.01
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise CompileError(f"the code cache entry's lock {path} is held by another process (waited "
+                                   f"{wait:.0f} s; a compile of it stopped or stuck?)") from None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
+def lock_wait() -> float:
+    """Seconds to wait for an entry's lock: the longest a compile may take (``cc.COMPILE_TIMEOUT``), and
+    ``LOCK_MARGIN`` for what its builder does around it (the program model before, the record after)."""
+    return cc.COMPILE_TIMEOUT + LOCK_MARGIN
 
 
 class _LockFds:

@@ -98,7 +98,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from berm_aot.errors import CompileError
@@ -113,10 +113,16 @@ COMPILE_TIMEOUT = 900
 #: Seconds a supervisor has, once asked, to kill what its compiler started and exit before its session is killed.
 SUPERVISOR_GRACE = 5.0
 #: Environment variables that change what gcc, cc1, as or ld produce (GCC's manual, "Environment Variables
-#: Affecting GCC"; ld's LD_RUN_PATH and LIBRARY_PATH), dropped from the compiler's environment.
-_COMPILER_ENV = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "GCC_EXEC_PREFIX",
-                 "COMPILER_PATH", "LIBRARY_PATH", "LD_RUN_PATH", "DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES",
-                 "GCC_COMPARE_DEBUG", "GCC_EXTRA_DIAGNOSTIC_OUTPUT", "SOURCE_DATE_EPOCH")
+#: Affecting GCC"; ld's LD_RUN_PATH and LIBRARY_PATH), dropped from the compiler's environment; and those of clang
+#: (a ``BERM_CC``, and the guest toolchain's ``zig cc``, berm_sdk/toolchain.py): CCC_OVERRIDE_OPTIONS edits its
+#: command line (``+-O0`` changed every SDK object under the same cache key: found by a review), and
+#: OBJCPLUS_INCLUDE_PATH; and zig's ZIG_LIB_DIR, where it finds its headers and compiler-rt's source.
+_COMPILER_ENV = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "OBJCPLUS_INCLUDE_PATH",
+                 "GCC_EXEC_PREFIX", "COMPILER_PATH", "LIBRARY_PATH", "LD_RUN_PATH", "DEPENDENCIES_OUTPUT",
+                 "SUNPRO_DEPENDENCIES", "GCC_COMPARE_DEBUG", "GCC_EXTRA_DIAGNOSTIC_OUTPUT", "SOURCE_DATE_EPOCH",
+                 "CCC_OVERRIDE_OPTIONS", "ZIG_LIB_DIR")
+#: How berm-supervise's own failures start (it could not start the compiler): berm_host/capabilities/supervise.c.
+_SUPERVISOR_FAILED = "berm-supervise: "
 #: Defined in every object compile_shared builds: the largest native stack frame of any function in it, in bytes.
 FRAME_SYMBOL = "berm_max_frame"
 #: Defined when compile_shared is given a key: the code cache key the object is compiled for, which the runtime
@@ -128,10 +134,30 @@ FRAME_SLACK = 256
 
 
 def compiler() -> list[str]:
+    """``BERM_CC`` as words, the program an absolute path: the units compile in a directory of their own, where a
+    relative one (``bin/mycc``, which answered ``--version``) was not found, and the error blamed the translator
+    (found by a review). A program not found is left as it is given, for the error to name."""
     cmd = _words("BERM_CC", os.environ.get("BERM_CC", "cc"))
     if not cmd:
         raise CompileError("BERM_CC is empty: it names the C compiler (default: cc)")
-    return cmd
+    return [_absolute(cmd[0]), *cmd[1:]]
+
+
+_absolute_paths: dict[tuple[str, str | None, str], str] = {}
+
+
+def _absolute(program: str) -> str:
+    """``program``'s absolute path, looked up on PATH once (a lookup costs ~60 us, and every cache key asks), or
+    ``program`` itself when it is not found."""
+    if os.path.isabs(program):
+        return program
+    key = (program, os.environ.get("PATH"), os.getcwd())
+    if key not in _absolute_paths:
+        found = shutil.which(program)
+        if found is None:
+            return program
+        _absolute_paths[key] = os.path.abspath(found)
+    return _absolute_paths[key]
 
 
 def opt_flags() -> tuple[str, ...]:
@@ -187,11 +213,13 @@ def identity(opt: tuple[str, ...] | None = None) -> str:
     return json.dumps([cmd, _version(cmd), flags, BASE_FLAGS, _programs(cmd, os.environ.get("PATH"))])
 
 
-def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Path, ...] = (), jobs: int = 2,
+def compile_shared(sources: Iterable[str], out: Path, *, headers: Mapping[str, bytes] | None = None, jobs: int = 2,
                    opt: tuple[str, ...] | None = None, key: str | None = None,
                    supervisor: Path | None = None) -> None:
     """Compile C ``sources`` (texts) into the shared object ``out``, ``jobs`` compilers at a time, with
     ``FRAME_SYMBOL`` defined in it (and ``KEY_SYMBOL`` as ``key``, a cache key of hex digits, when given).
+    ``headers`` (name: bytes) are written into the compile's own directory, the units' include path: the bytes the
+    caller's cache key covers, not whatever is on disk by the time the compiler reads it.
     ``sources`` may be a generator that translates as it goes: each unit starts compiling as soon as it is there and
     a compiler is free, so the translation overlaps the compiles instead of preceding them all. At most one unit
     waits for a compiler (the next is translated once it has one), and a unit's source is deleted once compiled:
@@ -199,10 +227,9 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
     ``supervisor``: a program each compiler runs under (``supervisor PROGRAM ARG0 ARGS…``) that kills everything
     it started when SIGTERMed or when this process dies (berm_host/capabilities/supervise.c)."""
     cmd = compiler()
-    # the supervisor runs PROGRAM by its path: found once, on the compiler's PATH
-    launcher = [] if supervisor is None else [str(supervisor),
-                                               shutil.which(cmd[0], path=compiler_env().get("PATH")) or cmd[0]]
-    flags = [*(opt if opt is not None else opt_flags()), *BASE_FLAGS, *[f"-I{d}" for d in include_dirs]]
+    launcher = [] if supervisor is None else [str(supervisor), cmd[0]]  # it runs PROGRAM by its path
+    # "-I.": the units compile in the compile's directory, where the headers are written
+    flags = [*(opt if opt is not None else opt_flags()), *BASE_FLAGS, "-I."]
     deadline = time.monotonic() + COMPILE_TIMEOUT
     try:
         tmp = tempfile.TemporaryDirectory(prefix="berm-cc-", dir=out.parent)
@@ -210,6 +237,8 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
         raise CompileError(f"cannot write the translation into {out.parent}: {exc.strerror or exc}") from None
     with tmp:
         work = Path(tmp.name)
+        for name, data in (headers or {}).items():
+            _write(work / name, data)
         start = functools.partial(_start, launcher=launcher, tmpdir=work)
         pending: list[tuple[Path, Path]] = []
         objects = []
@@ -226,10 +255,7 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
         try:
             for i, text in enumerate(sources):
                 src = work / f"unit{i}.c"
-                try:
-                    src.write_text(text)
-                except OSError as exc:
-                    raise CompileError(f"cannot write the translation into {work}: {exc.strerror or exc}") from None
+                _write(src, text.encode())
                 pending.append((src, work / f"unit{i}.o"))
                 pool.reap(block=False)  # those that finished while this unit was translated
                 start_what_fits()
@@ -247,6 +273,13 @@ def compile_shared(sources: Iterable[str], out: Path, *, include_dirs: tuple[Pat
         output = _finish(link, deadline)
         if link.returncode != 0:
             raise CompileError(f"linking {out.name} failed:\n{output[-4000:]}")
+
+
+def _write(path: Path, data: bytes) -> None:
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        raise CompileError(f"cannot write the translation into {path.parent}: {exc.strerror or exc}") from None
 
 
 def _start(cmd: list[str], args: list[str], cwd: Path | None = None, *, launcher: Sequence[str] = (),
@@ -327,8 +360,11 @@ class _Pool:
         proc.stdout.close()
         del self.running[fd]
         if proc.returncode != 0:
+            said = output.decode(errors="replace")
+            if said.startswith(_SUPERVISOR_FAILED):  # the compiler never ran: the translation is not to blame
+                raise CompileError(f"the C compiler could not be started: {said.strip()[-4000:]}")
             raise CompileError(f"cc failed on {src.name} (kept nowhere; emitted code is a translator bug, unless "
-                               f"the disk is full):\n{output.decode(errors='replace')[-4000:]}")
+                               f"the disk is full):\n{said[-4000:]}")
         src.unlink(missing_ok=True)
 
     def kill(self) -> None:
@@ -394,10 +430,7 @@ def _frame_object(start: Callable[..., subprocess.Popen], cmd: list[str], work: 
         if not key.isalnum() or not key.isascii():
             raise CompileError(f"a cache key is hex digits, not {key[:40]!r}")
         text += f'__attribute__((visibility("default"))) const char {KEY_SYMBOL}[] = "{key}";\n'
-    try:
-        src.write_text(text)
-    except OSError as exc:
-        raise CompileError(f"cannot write the translation into {work}: {exc.strerror or exc}") from None
+    _write(src, text.encode())
     proc = start(cmd, [*BASE_FLAGS, "-c", str(src), "-o", str(obj)])
     output = _finish(proc, deadline)
     if proc.returncode != 0:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -82,7 +84,44 @@ def compile_one(job: Job, cache: CodeCache, jobs: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return reader_may_leave("berm-compile", lambda: _main(argv))
+    """Ended by Ctrl-C, SIGTERM or SIGHUP, berm-compile says so in a line and exits with 128 + the signal, having
+    undone what it was doing: SIGTERM and SIGHUP ended the process where it stood, leaving the compile's temporary
+    directory in the cache, and Ctrl-C printed a traceback (found by a review)."""
+    try:
+        with _signals_raise(signal.SIGTERM, signal.SIGHUP):
+            return reader_may_leave("berm-compile", lambda: _main(argv))
+    except (KeyboardInterrupt, _Signalled) as exc:
+        signum = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
+        said = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        print(("\x1b[2K" if sys.stdout.isatty() else "") + f"berm-compile: {said}", file=sys.stderr)
+        return 128 + signum
+
+
+class _Signalled(BaseException):
+    """A signal that ends berm-compile, raised where it stands (as Python raises KeyboardInterrupt for SIGINT) so
+    that the ``finally`` blocks on the way out remove the compile's temporary directory and kill its compilers."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise(signum: int, frame: object) -> None:
+    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    raise _Signalled(signum)
+
+
+@contextmanager
+def _signals_raise(*signums: signal.Signals):
+    """``signums`` raise _Signalled while this is held; those set otherwise (ignored under nohup) are left alone."""
+    taken = [signum for signum in signums if signal.getsignal(signum) == signal.SIG_DFL]
+    for signum in taken:
+        signal.signal(signum, _raise)
+    try:
+        yield
+    finally:
+        for signum in taken:
+            signal.signal(signum, signal.SIG_DFL)
 
 
 def _main(argv: list[str] | None) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from berm_abi.errors import BermError
+from berm_aot.cc import compiler_env
 
 
 class ToolchainError(BermError):
@@ -97,9 +98,13 @@ def guest_toolchain() -> Toolchain:
 
 
 def run_tool(cmd: list[str], what: str, cwd: Path | None = None) -> str:
-    """Run a compiler or linker; its diagnostics (stderr) when it succeeds, a ToolchainError with them when not."""
+    """Run a compiler or linker; its diagnostics (stderr) when it succeeds, a ToolchainError with them when not.
+    It runs without the variables that would change its output (berm_aot.cc.compiler_env): what it builds is cached
+    under keys that do not cover the environment (CCC_OVERRIDE_OPTIONS=+-O0 changed the SDK objects and bundled
+    images one process built for every later one: found by a review)."""
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300, cwd=cwd)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300, cwd=cwd,
+                              env=compiler_env())
     except FileNotFoundError as exc:
         raise ToolchainError(f"{what}: {exc.filename} not found") from None
     except subprocess.TimeoutExpired:

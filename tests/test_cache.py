@@ -453,3 +453,74 @@ def test_directories_made_above_the_root_are_not_writable_by_others_under_umask_
     assert built
     for d in (tmp_path / "home", tmp_path / "home" / ".cache", tmp_path / "home" / ".cache" / "berm"):
         assert stat_module.S_IMODE(d.stat().st_mode) == 0o755, d
+
+
+def test_an_entrys_lock_file_is_private(tmp_path):
+    """Lock files were 0644, and flock needs only a descriptor opened for reading: another local user could hold an
+    entry's lock for as long as they liked (found by a review). They are 0600."""
+    import stat as stat_module
+
+    from berm_aot.errors import CompileError
+    cache, key = CodeCache(tmp_path / "cache"), "ab" * 32
+    with pytest.raises(CompileError, match="did not verify"):  # not an object; the lock was taken all the same
+        cache.get_or_build(key, lambda out: out.write_bytes(b"x"))
+    lock = cache.entry(key).parent / f"{key}.lock"
+    assert stat_module.S_IMODE(lock.stat().st_mode) == 0o600
+
+
+def test_a_lock_held_for_too_long_is_an_error_naming_it(tmp_path, monkeypatch):
+    """Found by a review: another user holding an entry's lock (or a berm-compile stopped with Ctrl-Z) made the
+    owner's next rebuild of it wait for ever, in silence. The wait is bounded, and the error names the lock; an old
+    lock file others could read is narrowed to 0600."""
+    import os as os_module
+    import stat as stat_module
+
+    from berm_aot import cache as cache_module
+    from berm_aot import cc as cc_module
+    from berm_aot.errors import CompileError
+    cache, key = CodeCache(tmp_path / "cache"), "cd" * 32
+    lock = cache.entry(key).parent / f"{key}.lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch(mode=0o644)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, time
+        fcntl.flock(os.open({str(lock)!r}, os.O_RDONLY), fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(300)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        monkeypatch.setattr(cc_module, "COMPILE_TIMEOUT", 0)
+        monkeypatch.setattr(cache_module, "LOCK_MARGIN", 0.3)
+        with pytest.raises(CompileError, match=f"lock {lock} is held by another process"):
+            cache.get_or_build(key, lambda out: pytest.fail("built without the lock"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert stat_module.S_IMODE(lock.stat().st_mode) == 0o600
+    assert not os_module.path.exists(cache.entry(key))
+
+
+def test_the_headers_compiled_are_those_the_key_covers(tmp_path, elf):
+    """Found by a review: the key covered the runtime headers as the process imported them, but the compiler read
+    them from disk when it compiled, so a header changed in between (an upgrade landing under a running daemon) went
+    into an object filed under the old header's key. The compiler is given the bytes the key covers."""
+    import shutil
+    for name in ("berm_aot", "berm_abi", "berm_host"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "g.elf").write_bytes(elf)
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from pathlib import Path
+        from berm_host.aot import objects  # the key's header bytes are taken now
+        from berm_host.backend import RunRequest
+        from berm_host.engine import Engine
+        header = Path({str(tmp_path / "berm_host" / "aot" / "berm_code.h")!r})
+        header.write_text(header.read_text() + '#error "the header as it is on disk now"\\n')  # the upgrade lands
+        image = Engine(cache_dir={str(tmp_path / "cache")!r}).load({str(tmp_path / "g.elf")!r})
+        print(image.backend.run(RunRequest(entry=image.program.symbol("triple"), int_args=(14,))).a0)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["42"]

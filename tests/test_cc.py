@@ -148,6 +148,22 @@ def test_the_compilers_environment_cannot_change_the_object(tmp_path, monkeypatc
     assert ctypes.CDLL(str(out)).answer6() == 42
 
 
+@pytest.mark.parametrize("name", ["CCC_OVERRIDE_OPTIONS", "OBJCPLUS_INCLUDE_PATH", "ZIG_LIB_DIR"])
+def test_clangs_and_zigs_environment_cannot_change_the_object(tmp_path, monkeypatch, name):
+    """Found by a review: clang (a BERM_CC, or zig cc) edits its command line by CCC_OVERRIDE_OPTIONS, and takes
+    include directories and zig's own library from others gcc has no use for; none reaches the compiler. The
+    stand-in compiler fails when it is given one, as clang would have read it."""
+    fake = tmp_path / "clanglike"
+    fake.write_text(f'#!/bin/sh\nif [ -n "${{{name}+set}}" ]; then echo "given {name}" >&2; exit 1; fi\n'
+                    'exec cc "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("BERM_CC", str(fake))
+    monkeypatch.setenv(name, "+-O0")
+    out = tmp_path / "lib.so"
+    cc.compile_shared([unit(6)], out)
+    assert ctypes.CDLL(str(out)).answer6() == 42
+
+
 def _slow_compiler(tmp_path: Path) -> tuple[Path, Path]:
     """A stand-in compiler that starts a child which would run for a minute, writes its pid and waits for it."""
     pid_file = tmp_path / "child.pid"
@@ -280,3 +296,31 @@ def test_a_compiler_killed_at_the_timeout_leaves_no_temporary_file(tmp_path, mon
     with pytest.raises(CompileError, match="longer than 3 s"):
         cc.compile_shared([unit(0)], tmp_path / "out" / "lib.so")
     assert list((tmp_path / "tmp").iterdir()) == [] and list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("supervised", [False, True])
+def test_a_relative_compiler_is_found_from_the_units_directory(tmp_path, monkeypatch, supervised):
+    """Found by a review: BERM_CC=bin/mycc answered --version, then every unit (compiled in a directory of its own)
+    failed to find it, and the error blamed the translator. The program is made an absolute path."""
+    from berm_host.capabilities.exec import SUPERVISOR
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "mycc").write_text('#!/bin/sh\nexec cc "$@"\n')
+    (tmp_path / "bin" / "mycc").chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BERM_CC", "bin/mycc -w")
+    assert cc.compiler() == [str(tmp_path / "bin" / "mycc"), "-w"]
+    cc.compile_shared([unit(3)], tmp_path / "lib.so", supervisor=SUPERVISOR if supervised else None)
+    assert ctypes.CDLL(str(tmp_path / "lib.so")).answer3() == 21
+
+
+def test_a_compiler_that_cannot_be_started_is_said_so(tmp_path, monkeypatch):
+    """Under the supervisor, a compiler that could not be started was reported as a unit that did not compile,
+    which "emitted code is a translator bug"."""
+    from berm_host.capabilities.exec import SUPERVISOR
+
+    monkeypatch.setenv("BERM_CC", str(tmp_path / "gone" / "cc"))
+    said = r"the C compiler could not be started: berm-supervise: cannot run .*gone/cc"
+    with pytest.raises(CompileError, match=said) as raised:
+        cc.compile_shared([unit(0)], tmp_path / "lib.so", supervisor=SUPERVISOR)
+    assert "translator" not in str(raised.value)

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from berm_sdk.cache import cached_dir
+from berm_sdk.cache import RECORD, cached_dir
 from berm_sdk.errors import BuildError
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
@@ -142,5 +142,68 @@ def test_an_entry_this_user_cannot_move_aside_is_a_build_error(entry, monkeypatc
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(os, "replace", refused)
-    with pytest.raises(BuildError, match="may be written by others and cannot be rebuilt by this user: Permission"):
+    with pytest.raises(BuildError, match="may be written by others, and cannot be rebuilt by this user: Permission"):
         cached_dir(entry, Builds())
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "flipped"])
+def test_an_entry_whose_file_is_not_what_was_built_is_built_again(entry, damage):
+    """Found by a review: an entry recorded nothing of what it held, so a file cut short (a crash before its data
+    reached the disk) was served as it was, for ever. Each file's SHA-256 is recorded and checked at every use."""
+    fill = Builds()
+    cached_dir(entry, fill)
+    thing = entry / "thing.o"
+    data = thing.read_bytes()
+    thing.write_bytes({"empty": b"", "truncated": data[:-1], "flipped": data[:-1] + bytes([data[-1] ^ 1])}[damage])
+    assert cached_dir(entry, fill) == entry
+    assert fill.count == 2 and thing.read_bytes() == b"built 2"
+    assert cached_dir(entry, fill) == entry and fill.count == 2
+
+
+def test_an_entry_reaches_the_disk_before_it_is_renamed_into_place(entry, monkeypatch):
+    """Nothing was fsynced: after a crash, the renamed entry could hold files cut short."""
+    synced, real_fsync, real_replace = [], os.fsync, os.replace
+
+    def fsync(fd):
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        synced.append("renamed")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    cached_dir(entry, Builds())
+    assert "renamed" in synced
+    before = synced[:synced.index("renamed")]
+    assert {"thing.o", RECORD} <= set(before), synced
+
+
+def test_what_killed_builds_left_is_swept_by_the_next_build(entry):
+    """Found by a review: a build killed midway left its staging directory (and a discard killed midway its damaged
+    entry moved aside), and nothing ever removed them. The next build removes them when no build is staging."""
+    kind = entry.parent
+    kind.mkdir(parents=True)
+    (kind / ".staging-killed").mkdir()
+    (kind / ".staging-killed" / "half.o").write_bytes(b"half")
+    (kind / ".bad-name-1-2").mkdir()
+    (kind / ".bad-other-1-2").write_bytes(b"")
+    cached_dir(entry, Builds())
+    assert sorted(p.name for p in kind.iterdir()) == [".lock", "name"]
+    assert stat.S_IMODE((kind / ".lock").stat().st_mode) == 0o600
+
+
+def test_a_build_in_progress_keeps_its_staging(entry):
+    """The sweep leaves what a live build is staging: a build started while another fills its entry sweeps
+    nothing."""
+    other = entry.with_name("other")
+
+    def fill(staging):
+        (staging / "first.o").write_bytes(b"1")
+        cached_dir(other, Builds())  # meanwhile, another build in the same kind directory
+        (staging / "second.o").write_bytes(b"2")
+
+    cached_dir(entry, fill)
+    assert sorted(p.name for p in entry.iterdir()) == [RECORD, "first.o", "second.o"]
+    assert (other / "thing.o").read_bytes() == b"built 1"

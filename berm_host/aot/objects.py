@@ -27,6 +27,11 @@ from berm_aot.program import Program
 
 RUNTIME_DIR = Path(__file__).resolve().parent
 HEADERS = (RUNTIME_DIR / "berm_rt.h", RUNTIME_DIR / "berm_code.h")
+#: The headers as this process imported them: what the key covers (``TRANSLATOR_DIGEST``), and what the compiler
+#: is given (written into its directory). Read from disk again at each compile, a header changed in between (an
+#: upgrade landing under a running daemon) was compiled into an object filed under the old one's key (found by a
+#: review).
+HEADER_BYTES = {header.name: header.read_bytes() for header in HEADERS}
 #: The exports of a program's code, after its prefix: the entry point, the layout it is specialised to, and its
 #: functions by name (berm_aot.locator).
 ENTRY_SYMBOL = "berm_enter"
@@ -36,10 +41,10 @@ LOCATOR_SYMBOL = "berm_locator"
 
 def source_digest(sources: str) -> str:
     """SHA-256 over the translator version, the digest of its sources (``berm_aot.sources_digest``) and the runtime
-    headers the code is compiled against."""
+    headers the code is compiled against (``HEADER_BYTES``)."""
     h = hashlib.sha256(TRANSLATOR_VERSION.encode() + sources.encode())
-    for header in HEADERS:
-        h.update(header.read_bytes())
+    for data in HEADER_BYTES.values():
+        h.update(data)
     return h.hexdigest()
 
 
@@ -58,7 +63,7 @@ def compile_programs(programs: list[tuple[Program, Windows, str]], out: Path, *,
     starts compiling as soon as it is emitted. ``key``: the cache key the object is for (checked at load)."""
     sources = itertools.chain([ABI_UNIT], *(emit_units(program, windows=windows, prefix=prefix)
                                             for program, windows, prefix in programs))
-    cc.compile_shared(sources, out, include_dirs=(RUNTIME_DIR,), jobs=jobs, key=key, supervisor=_supervisor())
+    cc.compile_shared(sources, out, headers=HEADER_BYTES, jobs=jobs, key=key, supervisor=_supervisor())
 
 
 def _supervisor() -> Path:
