@@ -84,9 +84,11 @@ def run(args: argparse.Namespace) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneRecordALine("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    # Resolved once, as the kv store resolves its directory, and that one path given to all the state: found by a
+    # review, ``--state-dir '~/state'`` put the due-set and the lock under ./~/state, the kv store under $HOME/state.
     config = DaemonConfig(
         declarations=args.declarations, socket=args.socket or default_socket(),
-        state_dir=args.state_dir or data_dir(), harnesses_dir=args.harnesses_dir, engine=args.engine,
+        state_dir=data_dir(args.state_dir), harnesses_dir=args.harnesses_dir, engine=args.engine,
         workers=args.workers, per_harness=args.per_harness, max_depth=args.max_depth, timeout=args.timeout,
         idle_timeout=args.idle_timeout)
     daemon = Daemon(config)

@@ -61,6 +61,7 @@ from berm_abi.text import escaped
 from berm_host.declaration import load_declarations
 from berm_host.grants import linker_for
 from berm_host.layout import DEFAULT_MAX_RESULT
+from berm_host.private_files import private_directory
 from berm_host.queue import Cancel, Context, Queue, QueueClosed, call_capabilities, schedule_capabilities
 from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD
 from berm_host.queue.target import Target
@@ -575,10 +576,10 @@ def _reply_chunks(reply: dict) -> Iterator[bytes]:
 def _lock_state(state_dir: Path) -> int:
     """The descriptor holding ``STATE_LOCK`` in ``state_dir``, or a DaemonError when another daemon holds it."""
     try:
-        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the harnesses' data lives there
+        private_directory(state_dir)  # the harnesses' data lives there
         fd = os.open(state_dir / STATE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
-        raise DaemonError(f"cannot lock the state directory {state_dir}: {exc.strerror}") from None
+        raise DaemonError(f"cannot lock the state directory {state_dir}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

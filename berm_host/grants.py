@@ -25,7 +25,7 @@ from berm_abi.names import UPSTREAM_ALIASES
 
 from .capabilities import clock, exec as exec_cap, fs, fs_search, http, kv
 from .capabilities.paths import Root, RootError
-from .declaration import Declaration
+from .declaration import _NAME, _NAME_RULE, Declaration
 from .linker import CapabilityFn, Linker
 
 KNOWN_GRANTS = ("clock", "exec", "fs", "http", "kv")
@@ -114,11 +114,16 @@ class _Inputs:
 def _inputs(declaration: Declaration, harness_name: str | None, data_dir: str | os.PathLike[str] | None,
             extra: Mapping[str, GrantBuilder] | None) -> _Inputs:
     grants = _linked(declaration, extra)
+    namespace = harness_name or declaration.name
+    if "kv" in grants and not _NAME.fullmatch(namespace):
+        # Found by a review: a name holding a lone surrogate (a file name's stem, decoded with surrogateescape) was
+        # linked, and every kv call then raised UnicodeEncodeError, a host bug, not the guest's CapabilityError.
+        raise GrantError(f"harness name {namespace!r}, the kv namespace, must be {_NAME_RULE}")
     return _Inputs(
         grants=grants,
         root=_root(declaration) if {"fs", "exec"} & set(grants) else None,
         hosts=http.HostList(declaration.hosts) if "http" in grants else None,
-        namespace=(harness_name or declaration.name) if "kv" in grants else None,
+        namespace=namespace if "kv" in grants else None,
         kv_dir=kv.data_dir(data_dir) if "kv" in grants else None,
     )
 
@@ -127,9 +132,10 @@ def linker_for(declaration: Declaration, *, harness_name: str | None = None,
                data_dir: str | os.PathLike[str] | None = None, extra: Mapping[str, GrantBuilder] | None = None) -> Linker:
     """The linker of ``declaration``: exactly its bounded grants, plus their ``crabtalk.*`` aliases.
 
-    ``harness_name`` names the kv namespace (default: the declaration's name); ``data_dir`` holds the kv
-    database (default ``berm_host.capabilities.kv.data_dir()``); ``extra`` maps further grant names an embedder
-    serves to builders of their capabilities.
+    ``harness_name`` names the kv namespace (default: the declaration's name; either must be a name a declarations
+    file could give, else a GrantError); ``data_dir`` holds the kv database (default
+    ``berm_host.capabilities.kv.data_dir()``); ``extra`` maps further grant names an embedder serves to builders of
+    their capabilities.
     """
     inputs = _inputs(declaration, harness_name, data_dir, extra)
     fns: dict[str, CapabilityFn] = {}

@@ -13,6 +13,8 @@ import pytest
 
 from berm_abi.frames import decode_frame, encode_frame
 from berm_host.capabilities import clock, kv
+from berm_host.declaration import Declaration
+from berm_host.grants import GrantError, linker_for
 from berm_host.linker import CapabilityError
 from berm_host.running import interpreting
 from tests.bounded import ends_within
@@ -232,6 +234,35 @@ def test_a_full_disk_is_reported_as_such(store):
     assert a["get"]("small") == b"v" and _recounted(store) == {"a": (1, 6)}
 
 
+def test_a_store_that_cannot_be_written_still_opens_and_counts_at_its_first_write(tmp_path, monkeypatch):
+    """Found by a review: on a full disk no new process could open the store, even to read, because every open
+    recounts the usage under a write transaction. Here the store is from before usage was kept: creating its usage
+    table needs a page the file cannot have, as on a disk with no room left."""
+    path = tmp_path / kv.DB_NAME
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE kv (ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key)) "
+               "WITHOUT ROWID")
+    db.execute("INSERT INTO kv VALUES ('a', x'6b31', x'7676')")
+    db.commit()
+    db.close()
+    connect = kv.KvStore._connect
+
+    def full(self, timeout):
+        db = connect(self, timeout)
+        db.execute("PRAGMA max_page_count = 1")  # as small as SQLite lets it be: the file's present size
+        return db
+
+    monkeypatch.setattr(kv.KvStore, "_connect", full)
+    store = kv.KvStore(path)
+    a = _kv(store, "a")
+    assert a["get"]("k1") == b"vv"
+    with pytest.raises(CapabilityError, match="full"):
+        a["set"]("k2", "v")
+    store._db.execute("PRAGMA max_page_count = 1000")  # room again
+    a["set"]("k2", "v")
+    assert _recounted(store) == {"a": (2, 7)}
+
+
 def test_a_call_waits_for_the_file_lock_only_as_long_as_its_invocation_can(store):
     """Another process holding the database's write lock kept every kv call waiting SQLite's fixed 5 s, past the
     invocation's deadline (and each waiting thread sat through the previous one's wait too)."""
@@ -377,6 +408,40 @@ def test_a_forked_child_never_uses_the_connection_it_inherited(tmp_path):
     assert proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
+_FORK_PARENT_EXITS_FIRST = """
+import os, subprocess, sys
+from pathlib import Path
+from berm_host.capabilities import kv
+directory = Path(sys.argv[1])
+store = kv.KvStore.shared(directory)
+store.set("ns", b"parent", b"v")
+parent_alive, held_by_parent = os.pipe()
+if os.fork():
+    os._exit(0)  # the parent ends first, as one that daemonizes does
+os.close(held_by_parent)
+store.set("ns", b"c1", b"v")
+assert os.read(parent_alive, 1) == b""  # end of file: the parent has exited
+subprocess.run([sys.executable, "-c", "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
+                "db.execute('SELECT count(*) FROM kv').fetchall(); db.close()", str(directory / kv.DB_NAME)], check=True)
+store.set("ns", b"c2", b"v")
+print("ok", flush=True)
+os._exit(0)  # as if killed: what it acknowledged must survive
+"""
+
+
+def test_a_forked_child_keeps_its_writes_after_its_parent_exits(tmp_path):
+    """Found by a review: the child kept the connection it inherited open, so SQLite (its POSIX-lock bookkeeping is
+    per process) took no kernel lock for the child's own connection. Once the parent had exited, another process
+    opening and closing the store saw itself as its last user, checkpointed and deleted the -wal and -shm, and the
+    child's later writes, acknowledged, went to an unlinked WAL and were lost."""
+    proc = subprocess.run([sys.executable, "-c", _FORK_PARENT_EXITS_FIRST, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)  # returns once the child has closed its output too: it has ended
+    assert proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+    db = sqlite3.connect(tmp_path / kv.DB_NAME)
+    assert sorted(bytes(k) for (k,) in db.execute("SELECT key FROM kv")) == [b"c1", b"c2", b"parent"]
+    db.close()
+
+
 def test_a_call_waits_for_another_call_of_this_process(store):
     """A call finding the store busy with another thread's call waits for it (up to its budget), not fails."""
     a = _kv(store, "a")
@@ -452,3 +517,13 @@ def test_a_page_after_many_keys_reads_from_where_it_starts(store):
     finally:
         db.set_progress_handler(None, 0)
     assert len(steps) < 20  # a scan of the 20,000 keys takes thousands
+
+
+@pytest.mark.parametrize("name", [os.fsdecode(b"caf\xe9"), "../x"])
+def test_a_kv_namespace_a_declaration_could_not_name_is_refused_when_linked(tmp_path, name):
+    """Found by a review: ``linker_for(harness_name=...)`` was never checked, and a name holding a lone surrogate (a
+    Latin-1 file name's stem on a UTF-8 system) made every kv call raise UnicodeEncodeError, a host bug."""
+    with pytest.raises(GrantError, match="the kv namespace, must be 1-64 of"):
+        linker_for(Declaration(name="h", capabilities=("kv",)), harness_name=name, data_dir=tmp_path)
+    with pytest.raises(GrantError, match="the kv namespace, must be 1-64 of"):
+        linker_for(Declaration(name=name, capabilities=("kv",)), data_dir=tmp_path)

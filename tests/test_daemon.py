@@ -3,6 +3,7 @@
 import argparse
 import contextlib
 import json
+import os
 import re
 import signal
 import socket
@@ -194,6 +195,28 @@ def test_berm_serve_closes_a_connection_silent_for_its_idle_timeout(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_berm_serve_keeps_all_its_state_in_one_directory_given_with_a_tilde(tmp_path):
+    """Found by a review: ``--state-dir '~/state'`` (a literal ~, as a systemd unit passes it) put the due-set and
+    the daemon's lock in ./~/state while the kv store, expanding it, went to $HOME/state: the state split, and a
+    second daemon started elsewhere was not refused."""
+    decl, home, cwd = tmp_path / "agent.toml", tmp_path / "home", tmp_path / "cwd"
+    decl.write_text("")
+    cwd.mkdir()
+    sock = tmp_path / "berm.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "berm_cli.main", "serve", str(decl), "--socket", str(sock),
+                             "--state-dir", "~/state"], stderr=subprocess.PIPE, text=True, cwd=cwd,
+                            env={**os.environ, "HOME": str(home)})
+    try:
+        assert "listening on" in proc.stderr.readline()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert list(cwd.iterdir()) == []
+    assert {"due.sqlite3", daemon_mod.STATE_LOCK} <= {p.name for p in (home / "state").iterdir()}
 
 
 @pytest.mark.parametrize("option, message", [

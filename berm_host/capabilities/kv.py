@@ -41,6 +41,9 @@ DB_NAME = "kv.sqlite3"
 #: every set, ~50 ms for a full one, under the lock every harness's kv calls share.
 _USAGE_SCHEMA = ("CREATE TABLE IF NOT EXISTS usage (ns TEXT PRIMARY KEY, keys INTEGER NOT NULL, bytes INTEGER NOT NULL) "
                  "WITHOUT ROWID")
+#: SQLite's errors (primary codes) for a store that can be read but not written now: a full disk, a read-only file,
+#: another process's write lock held past KV_TIMEOUT. An open meeting one leaves the recount to the first write.
+_CANNOT_WRITE_NOW = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_BUSY)
 
 
 class KvStoreError(BermError):
@@ -53,9 +56,8 @@ def data_dir(override: str | os.PathLike[str] | None = None) -> Path:
     return Path(chosen).expanduser().resolve()
 
 
-#: Every store of this process, for the fork handler; and the connections a forked child inherited (kept, unused).
+#: Every store of this process, for the fork handler.
 _STORES: "weakref.WeakSet[KvStore]" = weakref.WeakSet()
-_INHERITED: list[sqlite3.Connection] = []
 #: Held by a fork from before it takes the stores' locks until after: a store registers under it, so the stores a
 #: fork waits for are exactly those it releases after (``_HELD``).
 _REGISTRY = threading.Lock()
@@ -106,11 +108,18 @@ class KvStore:
         self.path = path
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._counted = False
         with self._lock:  # registered first: a fork waits for the open and the recount to end (_before_fork)
             with _REGISTRY:
                 _STORES.add(self)
             self._db = self._connect(KV_TIMEOUT)
-            self._count()
+            try:
+                with _transaction(self._db):
+                    self._count(self._db)
+                self._counted = True
+            except sqlite3.Error as exc:
+                if exc.sqlite_errorcode & 0xFF not in _CANNOT_WRITE_NOW:
+                    raise KvStoreError(f"cannot open the key-value store {self.path}: {exc}") from None
 
     def _connect(self, timeout: float) -> sqlite3.Connection:
         """A connection to the store, waiting up to ``timeout`` seconds for another's lock."""
@@ -124,37 +133,31 @@ class KvStore:
         except (OSError, sqlite3.Error) as exc:
             raise KvStoreError(f"cannot open the key-value store {self.path}: {exc}") from None
 
-    def _count(self) -> None:
-        """Create the tables if need be and count every namespace's usage afresh, once per process (a forked child
-        reconnects without it, within the budget of the call it serves: the parent counted)."""
-        db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT NOT NULL, key BLOB NOT NULL, "
-                           "value BLOB NOT NULL, PRIMARY KEY (ns, key)) WITHOUT ROWID")
-                # counted afresh at every open: a store written before the table existed, or by such a version of
-                # this code while this one ran, is counted right again
-                db.execute(_USAGE_SCHEMA)
-                db.execute("DELETE FROM usage")
-                db.execute("INSERT INTO usage SELECT ns, COUNT(*), SUM(length(key) + length(value)) "
-                           "FROM kv GROUP BY ns")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        except (OSError, sqlite3.Error) as exc:
-            raise KvStoreError(f"cannot open the key-value store {self.path}: {exc}") from None
+    @staticmethod
+    def _count(db: sqlite3.Connection) -> None:
+        """In the caller's transaction: create the tables if need be and count every namespace's usage afresh, once
+        per process (a forked child reconnects without it, within the budget of the call it serves: the parent
+        counted). At the open, unless the store cannot be written then (``_CANNOT_WRITE_NOW``): the first write
+        counts instead. Found by a review: on a full disk no new process could open the store, even to read."""
+        db.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT NOT NULL, key BLOB NOT NULL, "
+                   "value BLOB NOT NULL, PRIMARY KEY (ns, key)) WITHOUT ROWID")
+        # counted afresh at every open: a store written before the table existed, or by such a version of this code
+        # while this one ran, is counted right again
+        db.execute(_USAGE_SCHEMA)
+        db.execute("DELETE FROM usage")
+        db.execute("INSERT INTO usage SELECT ns, COUNT(*), SUM(length(key) + length(value)) FROM kv GROUP BY ns")
 
     def _after_fork_in_child(self) -> None:
         """A forked child has only the thread that forked, which holds every store's lock (``_before_fork``), and an
         SQLite connection must not be used on both sides of a fork (the database can be corrupted). The child gets
-        a fresh lock and opens a connection of its own at its first call; the inherited one is kept, never used and
-        never closed (closing it could drop the POSIX locks of the child's own connection to the same file)."""
+        a fresh lock, closes the inherited connection (idle: ``_before_fork``) and opens one of its own at its first
+        call. Closed before that open, not kept: found by a review, SQLite's POSIX-lock bookkeeping is per process,
+        so beside the inherited connection the child's own took no kernel lock; once the parent had exited, another
+        process opening and closing the store checkpointed and deleted the -wal and -shm under the child, and its
+        later writes, acknowledged, were lost."""
         self._lock = threading.Lock()
         if self._db is not None:
-            _INHERITED.append(self._db)
+            self._db.close()
         self._db = None
 
     @classmethod
@@ -183,14 +186,11 @@ class KvStore:
             if not write:
                 yield db
                 return
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with _transaction(db):
+                if not self._counted:  # the open could not write (_count)
+                    self._count(db)
                 yield db
-            except BaseException:
-                if db.in_transaction:  # SQLite rolls back by itself on some errors (a full disk)
-                    db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+            self._counted = True
         except sqlite3.Error as exc:
             raise CapabilityError(f"storage failed: {exc}") from None
         except KvStoreError as exc:
@@ -248,6 +248,19 @@ class KvStore:
             rows = db.execute(f"SELECT key FROM kv WHERE ns = ? AND key {above} ? AND (? IS NULL OR key < ?) "
                               "ORDER BY key LIMIT ?", (ns, lower, end, end, limit)).fetchall()
         return [bytes(r[0]) for r in rows]
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction, taking the write lock at once; rolled back when the body raises."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if db.in_transaction:  # SQLite rolls back by itself on some errors (a full disk)
+            db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
 
 
 def _size_of(db: sqlite3.Connection, ns: str, key: bytes) -> int | None:
