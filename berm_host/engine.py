@@ -50,6 +50,10 @@ class Engine:
         a cache miss compiles (seconds for a small image, minutes for a large one)."""
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, not {kind!r}")
+        if cache_dir is not None and not os.fspath(cache_dir):  # "" would be the current directory
+            raise ValueError("the cache directory is empty: name one, or pass None for the user cache directory")
+        if log is not None and not callable(log):
+            raise ValueError(f"log must be a callable taking (harness name, line), not {log!r:.60}")
         if not is_timeout(deadline):
             raise ValueError(f"the deadline must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {deadline!r}")
         if jobs is not None and (type(jobs) is not int or jobs < 1):
@@ -58,11 +62,11 @@ class Engine:
             raise ValueError(f"the result cap must be a number of bytes, not {max_result!r}")
         if kind == "aot":  # imported here, not at the first load, which may run in a thread: a child forked while
             importlib.import_module("berm_host.aot.backend")  # another thread imported it waited for ever to as well
-        self.kind = kind
-        self.max_result = max_result
-        self.memory_size = check_memory_size(memory_size)
+        self._kind = kind
+        self._max_result = max_result
+        self._memory_size = check_memory_size(memory_size)
         self.cache = CodeCache(cache_dir)
-        self.deadline = deadline
+        self._deadline = deadline
         self.log = log
         self.on_compile = on_compile
         self.jobs = jobs or min(2, os.cpu_count() or 1)
@@ -73,6 +77,13 @@ class Engine:
         self._lock = threading.Lock()  # guards the two dicts, never held while an image loads
         self._loading: dict[str, _Gate] = {}
         _ENGINES.add(self)
+
+    # Read-only, checked once: found by a review, an engine's deadline set to 0 after it was made (a plain attribute
+    # then) let a spinning guest run for ever on translated code (the core reads 0 as "no deadline").
+    kind = property(lambda self: self._kind, doc="aot or interp")
+    memory_size = property(lambda self: self._memory_size, doc="bytes of guest memory each invocation gets")
+    deadline = property(lambda self: self._deadline, doc="seconds an invocation may run")
+    max_result = property(lambda self: self._max_result, doc="the longest tool result accepted, in bytes")
 
     def _after_fork_in_child(self) -> None:
         """A forked child has only the thread that forked: locks other threads held (a load in progress holds its
@@ -114,8 +125,8 @@ class Engine:
                     raise gate.failure
                 try:
                     image = Image(self, self._facts(data, digest))
-                except BaseException as exc:
-                    gate.failure = exc
+                except Exception as exc:  # not a KeyboardInterrupt of this thread's: the waiting threads load
+                    gate.failure = exc    # themselves then (it was raised in each of them: found by a review)
                     raise
                 with self._lock:
                     self._images[digest] = image
@@ -232,11 +243,11 @@ class Harness:
     def call(self, tool: str, args: bytes | str = b"", *, deadline: float | None = None) -> str:
         """Run ``tool`` and return its result text. ``deadline`` (a ``time.monotonic()`` instant) can only
         shorten the engine's own deadline."""
-        entry = self._entries.get(tool)
+        entry = self._entries.get(tool) if type(tool) is str else None
         if entry is None:
-            raise HostError(f"harness {self.name} has no tool {tool!r} (it has: {', '.join(self._entries)})")
+            raise HostError(f"harness {self.name} has no tool {tool!r:.80} (it has: {', '.join(self._entries)})")
         blob = args if type(args) is bytes else tool_args(args)
-        timeout = self._engine.deadline if deadline is None else self._timeout(deadline)  # the common case inline
+        timeout = self._engine._deadline if deadline is None else self._timeout(deadline)  # the common case inline
         if self._call_tool is not None:
             out = self._call_tool(entry, blob, self.linker, self._log, timeout)
             if type(out) is str:
@@ -272,12 +283,16 @@ class Harness:
     def _timeout(self, deadline: float | None) -> float:
         """Seconds this invocation may run: the engine's deadline, shortened by the caller's. Never zero or less
         (which the core reads as "no deadline"): a deadline already past leaves a millisecond, then the interrupt."""
-        timeout = self._engine.deadline
+        timeout = self._engine._deadline
         if deadline is None:
             return timeout
-        if deadline != deadline:  # nan: min() would have ignored it
-            raise ValueError("the deadline is not a number (nan)")
-        return max(MIN_TIMEOUT, min(timeout, deadline - time.monotonic()))
+        if type(deadline) not in (int, float) or deadline != deadline:  # nan: min() would have ignored it
+            raise ValueError(f"the deadline must be a time.monotonic() instant, not {deadline!r:.40}")
+        try:
+            left = deadline - time.monotonic()
+        except OverflowError:  # an int past a float's range
+            raise ValueError(f"the deadline must be a time.monotonic() instant, not {deadline!r:.40}") from None
+        return max(MIN_TIMEOUT, min(timeout, left))
 
 
 def _raise_outcome(trap: TrapInfo | None, failure: bytes | None, name: str) -> None:

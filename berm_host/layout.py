@@ -89,7 +89,7 @@ def round_up(value: int, align: int) -> int:
 
 def check_memory_size(size: int) -> int:
     """``size`` if it is a power of two in [64 KiB, 4 GiB]; otherwise a ValueError that says what is allowed."""
-    if size < MIN_MEMORY or size > MAX_MEMORY or size & (size - 1):
+    if type(size) is not int or size < MIN_MEMORY or size > MAX_MEMORY or size & (size - 1):
         raise ValueError(f"guest memory must be a power of two between 64 KiB and 4 GiB, not {size}")
     return size
 

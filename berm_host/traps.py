@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from berm_abi.errors import BermError
+from berm_abi.text import escaped
 
 if TYPE_CHECKING:
     from berm_aot.isa import Instruction
@@ -161,8 +162,13 @@ class Trap(BermError):
         super().__init__(self._message(str(info)))
 
     def _message(self, what: str) -> str:
+        """One line: the guest's ``berm.fail`` text escaped (``failure`` keeps it as it was). Found by a review: its
+        newlines and terminal controls went into the message as they were, so an embedder logging a trap logged
+        whatever lines the guest forged."""
         message = f"harness trapped in {self.tool}: {what}" if self.tool else f"guest trapped: {what}"
-        return message + (f" (after berm.fail: {self.failure})" if self.failure is not None else "")
+        if self.failure is None:
+            return message
+        return f"{message} (after berm.fail: {escaped(self.failure, lines=False)})"
 
     def engine_neutral(self) -> str:
         """The message, less where an interrupt struck: that pc is wherever an engine checked the deadline

@@ -243,6 +243,26 @@ def test_bad_engine_arguments():
     for deadline in (float("inf"), float("nan"), 1e300, 0, -1.0, "60", True):
         with pytest.raises(ValueError, match=r"deadline must be a number of seconds in \(0, 86400\]"):
             Engine(deadline=deadline)
+    # found by a review: a float memory size was a TypeError, "" a code cache in the current directory, and a log
+    # that is no function was taken, and raised TypeError when a harness was made
+    with pytest.raises(ValueError, match="power of two"):
+        Engine(memory_size=65536.0)
+    with pytest.raises(ValueError, match="cache directory is empty"):
+        Engine(cache_dir="")
+    with pytest.raises(ValueError, match="log must be a callable"):
+        Engine(log=5)
+
+
+@pytest.mark.parametrize("setting, value", [("deadline", 0), ("max_result", 2), ("memory_size", 1 << 16),
+                                            ("kind", "interp")])
+def test_an_engines_settings_are_fixed_once_it_is_made(engine, setting, value):
+    """Found by a review: they were plain attributes, checked only when the engine was made; a deadline set to 0
+    afterwards let a spinning guest run for ever on translated code (the core reads 0 as no deadline), and a result
+    cap set between a load and a harness held on one engine and not on the other."""
+    before = getattr(engine, setting)
+    with pytest.raises(AttributeError):
+        setattr(engine, setting, value)
+    assert getattr(engine, setting) == before
 
 
 def test_a_caller_deadline_that_is_not_a_number_is_refused(engine, elf):
@@ -250,6 +270,13 @@ def test_a_caller_deadline_that_is_not_a_number_is_refused(engine, elf):
     h = engine.load(elf).harness()
     with pytest.raises(ValueError, match="nan"):
         h.call("log", deadline=float("nan"))
+    # found by a review: True was read as the instant 1.0, a string and a huge int raised TypeError and
+    # OverflowError, and a tool name that cannot be a key TypeError
+    for deadline in (True, "5", 10**400):
+        with pytest.raises(ValueError, match="the deadline must be a time.monotonic"):
+            h.call("log", deadline=deadline)
+    with pytest.raises(HostError, match=r"has no tool \['log'\]"):
+        h.call(["log"])
     assert h.call("log", deadline=float("inf")) == "logged"  # no deadline of its own: the engine's
 
 

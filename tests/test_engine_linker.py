@@ -8,6 +8,7 @@ import pytest
 from berm_abi.names import fnv1a64
 from berm_host.engine import Engine
 from berm_host.linker import Capability, Linker
+from berm_host.traps import Trap, TrapKind
 from tests.guests import capability_relay_elf
 
 KINDS = ("aot", "interp")
@@ -46,3 +47,27 @@ def test_names_and_iteration_are_sorted_by_name():
     assert linker.names() == ["x.alpha", "x.mid", "x.zeta"]
     assert [c.name for c in linker] == ["x.alpha", "x.mid", "x.zeta"]
     assert linker.lookup(fnv1a64("x.mid")).name == "x.mid" and linker.lookup(fnv1a64("x.none")) is None
+
+
+class _BrokenLookup(Linker):
+    def __init__(self, problem: str):
+        super().__init__()
+        self.define("x.cap", lambda request: b"")
+        self.problem = problem
+
+    def lookup(self, number):
+        if self.problem == "raises":
+            raise KeyError("boom")
+        return "not a capability"
+
+
+@pytest.mark.parametrize("problem, detail", [("raises", "KeyError: 'boom'"),
+                                             ("returns", "AttributeError: 'str' object has no attribute 'name'")])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_linkers_lookup_that_fails_is_a_host_call_trap_on_both_engines(tmp_path, elf, kind, problem, detail):
+    """Found by a review: a Linker subclass whose lookup raised (or returned what is no Capability) trapped on
+    translated code, and on the interpreter its exception escaped Harness.call."""
+    h = Engine(kind=kind, cache_dir=tmp_path).load(elf).harness(_BrokenLookup(problem))
+    with pytest.raises(Trap) as info:
+        h.call("cap", "a")
+    assert info.value.kind is TrapKind.HOST_CALL_FAILED and detail in str(info.value)

@@ -11,6 +11,7 @@ import pytest
 
 from berm_host.engine import Engine
 from tests.guests import guest_elf
+from tests.queue_helpers import wait_for
 
 #: A tiny guest; the table gives it relocations naming its function (every loadable image has some).
 SOURCE = """unsigned long f%d(unsigned long x) { return x + %d; }
@@ -129,6 +130,42 @@ def test_threads_waiting_on_a_failing_load_share_its_error(tmp_path, elves, monk
         t.join(30)
     assert errors == ["cc failed"] * 4 and len(calls) == 1
     assert not engine._loading
+
+
+def test_a_load_interrupted_in_one_thread_is_loaded_by_a_thread_waiting_for_it(tmp_path, elves, monkeypatch):
+    """Found by a review: a KeyboardInterrupt (or SystemExit) ending one thread's load was the error every thread
+    waiting for that image raised too. Only an error of the load itself is shared; a waiting thread loads then."""
+    engine = Engine(kind="interp", cache_dir=tmp_path)
+    entered, release, calls = threading.Event(), threading.Event(), []
+    real_facts = Engine._facts
+
+    def facts(self, data, digest):
+        calls.append(digest)
+        if len(calls) == 1:
+            entered.set()
+            assert release.wait(30), "the test never released the interrupted load"
+            raise KeyboardInterrupt
+        return real_facts(self, data, digest)
+
+    monkeypatch.setattr(Engine, "_facts", facts)
+    outcomes = []
+
+    def load():
+        try:
+            outcomes.append(engine.load(elves[0]).digest)
+        except KeyboardInterrupt:
+            outcomes.append("interrupted")
+
+    first, second = threading.Thread(target=load), threading.Thread(target=load)
+    first.start()
+    assert entered.wait(30)
+    second.start()
+    gate = engine._loading[hashlib.sha256(elves[0]).hexdigest()]
+    wait_for(lambda: gate.users == 2)
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert sorted(outcomes) == sorted(["interrupted", hashlib.sha256(elves[0]).hexdigest()]) and len(calls) == 2
 
 
 def test_an_engine_reads_no_file_larger_than_its_memory_can_hold(tmp_path, monkeypatch):

@@ -19,6 +19,11 @@ SOURCE = r"""
 static char out[8];
 /* A panic handler: it says why, then executes ebreak. */
 Pair berm_tool_panic(void) { ecall2(FAIL, (u64)"out of cheese", 13); __asm__ volatile("ebreak"); for (;;) {} }
+/* One whose failure text forges a line under the trap, and terminal controls. */
+Pair berm_tool_forger(void) {
+    static const char text[] = "x\n  called from admin_grant+0x0\x1b]52;c;cm0=\x07";
+    ecall2(FAIL, (u64)text, sizeof text - 1); __asm__ volatile("ebreak"); for (;;) {}
+}
 Pair berm_tool_latin1(void) { out[0] = 'c'; out[1] = (char)0xe9; Pair p = { (u64)out, 2 }; return p; }
 Pair berm_tool_nowhere(void) { Pair p = { 0, 2000 }; return p; }
 Pair berm_tool_ok(void) { out[0] = 'o'; out[1] = 'k'; Pair p = { (u64)out, 2 }; return p; }
@@ -34,7 +39,7 @@ void on_wake(void) {
 
 @pytest.fixture(scope="module")
 def elf() -> bytes:
-    return raw_harness_elf(SOURCE, ("panic", "latin1", "nowhere", "ok"), keep=("on_wake",))
+    return raw_harness_elf(SOURCE, ("panic", "forger", "latin1", "nowhere", "ok"), keep=("on_wake",))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -44,6 +49,18 @@ def test_a_trap_after_a_failure_is_the_trap_carrying_the_failure_text(tmp_path, 
         h.call("panic")
     assert info.value.kind is TrapKind.BREAKPOINT and info.value.failure == "out of cheese"
     assert str(info.value).endswith("(after berm.fail: out of cheese)")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_traps_message_shows_the_failure_text_on_one_line_without_controls(tmp_path, elf, kind):
+    """Found by a review: the berm.fail text went into the trap's message as it was, so an embedder logging a trap
+    logged the lines and terminal controls the guest forged; ``failure`` keeps the text as it was."""
+    h = Engine(kind=kind, cache_dir=tmp_path).load(elf).harness()
+    with pytest.raises(Trap) as info:
+        h.call("forger")
+    assert info.value.failure == "x\n  called from admin_grant+0x0\x1b]52;c;cm0=\x07"
+    assert str(info.value).endswith(r"(after berm.fail: x\x0a  called from admin_grant+0x0\x1b]52;c;cm0=\x07)")
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("kind", KINDS)

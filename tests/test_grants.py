@@ -228,3 +228,10 @@ def test_grant_for_names_the_grant_that_links_each_capability():
     assert None not in granted.values(), granted  # every capability of the ABI is some grant's
     assert (granted["berm.fs.glob"], granted["berm.kv.list"], granted["berm.call"]) == ("fs", "kv", "call")
     assert grant_for("berm.args.read") is None and grant_for("other.fs.read") is None
+
+
+def test_a_relative_root_is_refused_as_a_declarations_file_refuses_it():
+    """Found by a review: a declarations file's root must be absolute, but one made in code was taken from the
+    current directory (a process started in / granted the whole file system)."""
+    with pytest.raises(GrantError, match="harness 'h': root must be an absolute path, not '.'"):
+        linker_for(Declaration(name="h", capabilities=("fs",), root="."))

@@ -75,10 +75,14 @@ def host_call(st, number: int, a0: int, a1: int) -> int:
         return st.mem.layout.heap_start
     if number == HEAP_SIZE:
         return st.mem.layout.heap_size
-    cap = st.linker.lookup(number)
+    try:  # a Linker's lookup is host code (a subclass may override it): its bug is a trap, as on translated code
+        cap = st.linker.lookup(number)
+        name = None if cap is None else cap.name
+    except Exception as exc:  # found by a review: it escaped Harness.call here, a trap on translated code
+        raise GuestTrap(TrapKind.HOST_CALL_FAILED, number, f"{type(exc).__name__}: {exception_text(exc)}") from None
     if cap is None:
         raise GuestTrap(TrapKind.UNKNOWN_HOST_CALL, number, unknown_call_detail(number))
-    request = _read(st, cap.name, a0, a1)
+    request = _read(st, name, a0, a1)
     try:
         reply = cap.fn(request)
         if not isinstance(reply, (bytes, bytearray, memoryview)):
