@@ -2,8 +2,10 @@
 socket.
 
 The control socket is a Unix domain socket created with permission 0600 (only its owner may talk to the
-daemon). The protocol is JSON lines: one request object per line, one reply object per line, any number per
-connection; a connection silent for ``idle_timeout`` seconds (60) is closed. Requests (``op``):
+daemon). Beside it, ``<socket>.lock`` (0600) is held (flock) by the daemon starting or serving on that socket, and
+left in place when it stops (removing a lock file another process may be opening races). The protocol is JSON
+lines: one request object per line, one reply object per line, any number per connection; a connection silent for
+``idle_timeout`` seconds (60) is closed. Requests (``op``):
 
     {"op": "call", "harness": H, "tool": T, "args": "<text>", "context": {agent, conversation, sender}}
     {"op": "schedule.add", "harness": H, "id": I, "when_ms": N, "payload": "<text>"}
@@ -32,7 +34,8 @@ as ``after`` (``DaemonClient.schedules`` does).
 
 Shutdown (``stop``, SIGTERM in ``berm serve``) closes the socket, stops the scheduler, drops queued work and lets
 running guests finish or be interrupted at their deadline; every pending wake stays in the due-set for the next
-start.
+start. A second SIGTERM or SIGINT ends ``berm serve`` at once, cutting running guests short (a wake cut short
+stays due, and runs again).
 
 Besides the host's grants, a declaration may grant ``schedule`` (``berm.schedule.*`` for itself) and ``call``
 (``berm.call``: the tools of the harnesses declared beside it, its own included).
@@ -74,6 +77,11 @@ DUE_DB = "due.sqlite3"
 #: Held (flock) by the daemon serving a state directory, for as long as it runs: two daemons on one due-set both ran
 #: every wake, and each one's generations could delete the other's re-arms (found by a review).
 STATE_LOCK = "daemon.lock"
+#: Seconds a start waits to connect to a socket found at its path, to tell a live daemon from one a kill left: a
+#: daemon that does not accept (stopped) with a full backlog held `berm serve` in connect for ever, silently.
+ALIVE_TIMEOUT = 1.0
+#: Seconds between connects while a listening socket's backlog is full.
+CONNECT_RETRY = 0.01
 MAX_LINE = 16 << 20
 #: Bytes of a request line a connection may hold without drawing on LINE_BUDGET.
 LINE_ALLOWANCE = 1 << 20
@@ -168,19 +176,20 @@ class Daemon:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()  # set as stop() begins: connections still open are refused from then
         self._stopped = threading.Event()
-        self._state_lock: int | None = None
+        self._locks: list[int] = []  # flock descriptors: the state directory's, the socket's
 
     def start(self) -> None:
         """Take the state directory, load the harnesses, start the scheduler (due wakes from before the restart
         drain now) and listen."""
         try:
-            self._state_lock = _lock_state(Path(self.config.state_dir))
+            self._locks.append(_lock_state(Path(self.config.state_dir)))
             for name, target in load_targets(self.config, self.queue).items():
                 self.queue.add(name, target)
+            self._locks.append(_lock_socket(Path(self.config.socket)))
             self._server = _listen(Path(self.config.socket), self)
         except BaseException:
             self.queue.stop()
-            self._release_state()
+            self._release_locks()
             raise
         self.queue.start()
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
@@ -200,7 +209,7 @@ class Daemon:
             self._server.shutdown()  # no new connection; open ones may still be answering
             # and none waits in the listening socket's backlog until the guests end (a client hung, then was reset)
             self._server.socket.close()
-            _unlink(Path(self.config.socket))
+            self._server.unlink()
         self.queue.stop(cancel_pending=True)
         if self._server is not None:
             # Every request the executor just finished or interrupted still owes its caller a reply: let the
@@ -208,14 +217,13 @@ class Daemon:
             if not self._server.replies.wait_idle(REPLY_GRACE):
                 log.warning("stopping with control replies still unwritten after %.0f s", REPLY_GRACE)
             self._server.server_close()
-        self._release_state()
+        self._release_locks()
         self._stopped.set()
         log.info("stopped")
 
-    def _release_state(self) -> None:
-        if self._state_lock is not None:
-            os.close(self._state_lock)
-            self._state_lock = None
+    def _release_locks(self) -> None:
+        while self._locks:
+            os.close(self._locks.pop())
 
     # --- requests -------------------------------------------------------------------------------------------
 
@@ -514,6 +522,9 @@ class _InFlight:
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     allow_reuse_address = False
+    #: Connections waiting to be accepted. socketserver's 5 was found by a review: of 60 clients connecting at once
+    #: with a timeout (non-blocking connects), 5 failed at once with EAGAIN.
+    request_queue_size = 2 * MAX_CLIENTS
 
     def __init__(self, path: Path, daemon: Daemon):
         self.daemon = daemon
@@ -522,6 +533,20 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.line_budget = _LineBudget(LINE_BUDGET)
         self.long_parse = threading.Lock()
         super().__init__(str(path), _Handler)
+
+    def server_bind(self) -> None:
+        super().server_bind()
+        bound = os.lstat(self.server_address)
+        self.bound = (bound.st_dev, bound.st_ino)
+
+    def unlink(self) -> None:
+        """Remove the socket file, if it is still the one this server bound: found by a review, a daemon that had
+        lost its path to another (the check-then-unlink race the socket's lock now closes) deleted the live
+        daemon's socket as it stopped."""
+        with contextlib.suppress(FileNotFoundError):
+            now = os.lstat(self.server_address)
+            if (now.st_dev, now.st_ino) == self.bound:
+                os.unlink(self.server_address)
 
     def handle_error(self, request, client_address) -> None:
         """A handler's unexpected exception, logged as the daemon's (socketserver printed it to stderr)."""
@@ -577,23 +602,40 @@ def _lock_state(state_dir: Path) -> int:
     """The descriptor holding ``STATE_LOCK`` in ``state_dir``, or a DaemonError when another daemon holds it."""
     try:
         private_directory(state_dir)  # the harnesses' data lives there
-        fd = os.open(state_dir / STATE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        return _flock(state_dir / STATE_LOCK, f"another daemon is serving the state directory {state_dir}")
     except OSError as exc:
         raise DaemonError(f"cannot lock the state directory {state_dir}: {exc.strerror or exc}") from None
+
+
+def _lock_socket(path: Path) -> int:
+    """The descriptor holding ``<path>.lock``, or a DaemonError when another daemon holds it. Found by a review: two
+    daemons starting on one socket where a killed one had left it both found it dead; the second removed the
+    first's fresh socket and bound its own, and the first, listening where no client reached it, deleted the live
+    one's socket as it stopped. Held from before the check of what is at ``path`` until the daemon stops."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _flock(path.with_name(path.name + ".lock"), f"another daemon is serving or starting on {path}")
+    except OSError as exc:
+        raise DaemonError(f"cannot listen on {path}: {exc.strerror or exc}") from None
+
+
+def _flock(path: Path, held: str) -> int:
+    """A descriptor holding an exclusive flock on ``path`` (made 0600, never through a link); DaemonError(held)
+    when another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise DaemonError(f"another daemon is serving the state directory {state_dir}") from None
+        raise DaemonError(held) from None
     return fd
 
 
 def _listen(path: Path, daemon: Daemon) -> _Server:
-    """Bind the control socket with mode 0600 (umask held at 0177 across the bind, so it is never wider). A path it
-    cannot use is a DaemonError with the reason (its parent a file was a traceback, and a path too long for a Unix
-    socket said "None": found by a review)."""
+    """Bind the control socket with mode 0600 (umask held at 0177 across the bind, so it is never wider), its lock
+    (``_lock_socket``) held. A path it cannot use is a DaemonError with the reason (its parent a file was a
+    traceback, and a path too long for a Unix socket said "None": found by a review)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists() or path.is_symlink():
             if not stat.S_ISSOCK(path.lstat().st_mode):
                 raise DaemonError(f"{path} exists and is not a socket; refusing to replace it")
@@ -612,19 +654,33 @@ def _listen(path: Path, daemon: Daemon) -> _Server:
 
 
 def _alive(path: Path) -> bool:
+    """Whether a daemon listens on the socket at ``path`` (False: one a killed daemon left); a DaemonError when one
+    does but accepts no connection within ALIVE_TIMEOUT."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         try:
-            s.connect(str(path))
+            _connect(s, path, ALIVE_TIMEOUT)
             return True
+        except TimeoutError:
+            raise DaemonError(f"a daemon is listening on {path} but does not answer (stopped, or overwhelmed); "
+                              "its socket is left in place") from None
         except OSError:
             return False
 
 
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+def _connect(s: socket.socket, path: Path, timeout: float | None) -> None:
+    """Connect ``s`` to ``path`` with ``timeout`` (None: no limit). A socket with a timeout connects non-blocking,
+    and a Unix socket then fails at once with EAGAIN while the listener's backlog is full: it is tried again until
+    the timeout has passed (TimeoutError)."""
+    s.settimeout(timeout)
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            s.connect(str(path))
+            return
+        except BlockingIOError:
+            if end is not None and time.monotonic() >= end:
+                raise TimeoutError(f"no connection was accepted within {timeout:g} s") from None
+            time.sleep(CONNECT_RETRY)
 
 
 # --- the client ----------------------------------------------------------------------------------------------
@@ -644,8 +700,7 @@ class DaemonClient:
                               "Unicode text (a command-line argument that is not UTF-8?)") from None
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(self.timeout)
-                s.connect(str(self.path))
+                _connect(s, self.path, self.timeout)
                 try:
                     s.sendall(data)
                 except BrokenPipeError:  # refused part way (busy, too long): its reply may be waiting all the same
@@ -658,8 +713,10 @@ class DaemonClient:
             raise DaemonError(f"talking to the daemon on {self.path} failed: {exc}") from None
         try:
             reply = json.loads(line)
-        except ValueError:
-            raise DaemonError(f"the daemon on {self.path} sent no valid reply") from None
+        except (ValueError, RecursionError):  # not JSON, or nested past Python's limit
+            raise self._invalid("not a JSON line" if line else "it closed the connection") from None
+        if not isinstance(reply, dict):
+            raise self._invalid("a reply is a JSON object")
         if not reply.get("ok"):
             chain = reply.get("chain")
             chain = tuple(chain) if isinstance(chain, list) and all(isinstance(c, str) for c in chain) else ()
@@ -668,18 +725,31 @@ class DaemonClient:
         return reply
 
     def call(self, harness: str, tool: str, args: str = "", **context: str) -> str:
-        return self.request({"op": "call", "harness": harness, "tool": tool, "args": args,
-                             "context": context})["result"]
+        result = self.request({"op": "call", "harness": harness, "tool": tool, "args": args,
+                               "context": context}).get("result")
+        if not isinstance(result, str):
+            raise self._invalid('a call\'s reply has a text "result"')
+        return result
 
     def schedules(self, harness: str | None = None) -> Iterator[dict]:
         """Every pending wake (of ``harness``, when named), earliest first, a page per request."""
         request = {"op": "schedule.list"} | ({"harness": harness} if harness else {})
         while True:
             reply = self.request(request)
-            yield from reply["entries"]
-            if reply.get("next") is None:
+            entries, after = reply.get("entries"), reply.get("next")
+            if not (isinstance(entries, list) and all(isinstance(e, dict) for e in entries)
+                    and (after is None or isinstance(after, dict))):
+                raise self._invalid('a schedule.list reply has a list of objects as "entries", and "next" an object '
+                                    "or null")
+            yield from entries
+            if after is None:
                 return
-            request["after"] = reply["next"]
+            request["after"] = after
+
+    def _invalid(self, why: str) -> DaemonError:
+        """Found by a review: a reply of another shape (another program on the socket, a buggy or older daemon) ended
+        the client commands in an AttributeError, KeyError or TypeError traceback."""
+        return DaemonError(f"the daemon on {self.path} sent no valid reply ({why})")
 
 
 def default_socket() -> Path:

@@ -133,10 +133,157 @@ def test_a_schedule_list_cursor_is_checked(empty_daemon):
 
 
 def test_a_second_daemon_on_the_same_socket_is_refused(empty_daemon, tmp_path):
-    other = Daemon(DaemonConfig(declarations=empty_daemon.config.declarations, socket=empty_daemon.config.socket,
+    path = empty_daemon.config.socket
+    other = Daemon(DaemonConfig(declarations=empty_daemon.config.declarations, socket=path,
                                 state_dir=tmp_path / "state2"))
-    with pytest.raises(DaemonError, match="already listening"):
+    with pytest.raises(DaemonError, match=f"another daemon is serving or starting on {re.escape(str(path))}"):
         other.start()
+    assert stat.S_IMODE(path.with_name(path.name + ".lock").stat().st_mode) == 0o600
+
+
+def test_of_two_daemons_starting_on_one_stale_socket_the_second_is_refused(tmp_path, monkeypatch):
+    """Found by a review: two daemons (two state directories) starting on one socket where a killed daemon had left
+    it both found it dead; the second removed the first's fresh socket and bound its own, both said they were
+    listening, and the first, unreachable, deleted the live one's socket as it stopped. The first, held here in its
+    check, now holds the socket's lock, and the second is refused."""
+    decl, path = tmp_path / "agent.toml", tmp_path / "berm.sock"
+    decl.write_text("")
+    with socket.socket(socket.AF_UNIX) as stale:  # as a kill -9 leaves it
+        stale.bind(str(path))
+    checking, go_on = threading.Event(), threading.Event()
+    real_alive = daemon_mod._alive
+
+    def held_in_check(at):
+        alive = real_alive(at)
+        if not checking.is_set():  # the first daemon's check only
+            checking.set()
+            go_on.wait(10)
+        return alive
+
+    monkeypatch.setattr(daemon_mod, "_alive", held_in_check)
+    first, second = (Daemon(DaemonConfig(declarations=decl, socket=path, state_dir=tmp_path / name))
+                     for name in ("first", "second"))
+    starting = threading.Thread(target=first.start)
+    starting.start()
+    try:
+        assert checking.wait(10)
+        with pytest.raises(DaemonError, match=f"another daemon is serving or starting on {re.escape(str(path))}"):
+            second.start()
+    finally:
+        go_on.set()
+        starting.join(10)
+    try:
+        first.queue.add("of-first", RecordingTarget())
+        assert DaemonClient(path, timeout=10).request({"op": "harnesses"}) == {"harnesses": ["of-first"]}
+    finally:
+        first.stop()
+    second.start()  # the socket's lock went with the first daemon's stop
+    second.stop()
+
+
+def test_a_stopping_daemon_leaves_a_socket_that_is_not_its_own(empty_daemon):
+    """stop() removed whatever was at the socket's path: the live socket of another daemon that had taken the path
+    over (found by a review)."""
+    path = empty_daemon.config.socket
+    path.unlink()
+    with socket.socket(socket.AF_UNIX) as other:
+        other.bind(str(path))
+        empty_daemon.stop()
+        assert stat.S_ISSOCK(path.lstat().st_mode)
+
+
+def test_a_start_finding_a_socket_whose_daemon_accepts_nothing_is_refused_not_hung(tmp_path):
+    """Found by a review: a socket whose listener does not accept (an earlier daemon, stopped) and whose backlog is
+    full held `berm serve` in its check of that socket, connecting with no timeout, for ever and silently."""
+    decl, path = tmp_path / "agent.toml", tmp_path / "berm.sock"
+    decl.write_text("")
+    config = DaemonConfig(declarations=decl, socket=path, state_dir=tmp_path / "state")
+    wedged = socket.socket(socket.AF_UNIX)
+    wedged.bind(str(path))
+    wedged.listen(0)
+    queued = []
+    outcome = []
+
+    def start() -> None:
+        try:
+            Daemon(config).start()
+            outcome.append("started")
+        except DaemonError as exc:
+            outcome.append(str(exc))
+
+    try:
+        while True:  # fill its backlog
+            waiting = socket.socket(socket.AF_UNIX)
+            waiting.setblocking(False)
+            queued.append(waiting)
+            try:
+                waiting.connect(str(path))
+            except BlockingIOError:
+                break
+        starting = threading.Thread(target=start, daemon=True)
+        starting.start()
+        starting.join(30)  # a hang guard
+        assert outcome == [f"a daemon is listening on {path} but does not answer (stopped, or overwhelmed); its "
+                           "socket is left in place"]
+        assert stat.S_ISSOCK(path.lstat().st_mode)
+    finally:
+        for s in (*queued, wedged):
+            s.close()
+    again = Daemon(config)  # the refused start let go of the state directory and the socket: now stale, taken over
+    again.start()
+    again.stop()
+
+
+def test_connections_wait_in_a_backlog_longer_than_socketservers_five(empty_daemon, monkeypatch):
+    """Found by a review: the listening socket's backlog was socketserver's default 5, and a client with a timeout
+    connects non-blocking, so of 60 clients connecting at once, those finding it full failed at once (EAGAIN).
+    Here nothing is accepted until MAX_CLIENTS connections wait."""
+    server, gate = empty_daemon._server, threading.Event()
+    accept = server._handle_request_noblock
+    monkeypatch.setattr(server, "_handle_request_noblock", lambda: (gate.wait(10), accept()))
+    clients = [socket.socket(socket.AF_UNIX) for _ in range(daemon_mod.MAX_CLIENTS)]
+    try:
+        for c in clients:
+            c.setblocking(False)
+            c.connect(str(empty_daemon.config.socket))
+        gate.set()
+        for c in clients:
+            c.settimeout(10)
+            c.sendall(b'{"op": "harnesses"}\n')
+        assert all(json.loads(c.makefile("rb").readline()) == {"ok": True, "harnesses": []} for c in clients)
+    finally:
+        gate.set()
+        for c in clients:
+            c.close()
+
+
+def test_a_client_with_a_timeout_waits_for_room_in_a_full_backlog(tmp_path):
+    """A client with a timeout connects non-blocking, which a full backlog refuses at once with EAGAIN rather than
+    waiting: it tries again until its timeout (found by a review: 60 clients at once, 5 failed)."""
+    path = tmp_path / "berm.sock"
+    outcome = []
+
+    def ask() -> None:
+        try:
+            outcome.append(DaemonClient(path, timeout=30).request({"op": "harnesses"}))
+        except DaemonError as exc:
+            outcome.append(exc)
+
+    with socket.socket(socket.AF_UNIX) as listener, socket.socket(socket.AF_UNIX) as filler:
+        listener.bind(str(path))
+        listener.listen(0)
+        listener.settimeout(10)  # a hang guard
+        filler.connect(str(path))  # a backlog of 0 holds one connection: full
+        client = threading.Thread(target=ask)
+        client.start()
+        time.sleep(0.3)  # the client meets the full backlog
+        listener.accept()[0].close()  # the filler's connection, accepted: room for the client's
+        conn, _ = listener.accept()
+        with conn:
+            assert conn.makefile("rb").readline() == b'{"op": "harnesses"}\n'
+            conn.sendall(b'{"ok": true, "harnesses": []}\n')
+        client.join(30)
+    assert outcome == [{"harnesses": []}]
 
 
 def test_a_second_daemon_on_the_same_state_directory_is_refused(empty_daemon, tmp_path):

@@ -3,7 +3,10 @@ error, never a refusal or a host bug), what a null optional field means, and wha
 comes back as."""
 
 import json
+import re
+import socket
 import sqlite3
+import threading
 
 import pytest
 
@@ -237,3 +240,42 @@ def test_a_reply_json_cannot_hold_is_a_host_error_reply(caplog):
     reply = json.loads(handler.wfile.getvalue())
     assert reply["error"] == "host" and "could not be encoded" in reply["message"]
     assert "a reply could not be encoded" in caplog.text
+
+
+def _call(client: DaemonClient):
+    return client.call("h", "echo")
+
+
+def _listing(client: DaemonClient):
+    return list(client.schedules())
+
+
+@pytest.mark.parametrize("reply, ask", [
+    (b"[1]\n", _call), (b'"ok"\n', _listing), (b"[" * 100_000 + b"\n", _call),
+    (b'{"ok": true}\n', _call), (b'{"ok": true, "result": 5}\n', _call),
+    (b'{"ok": true, "next": null}\n', _listing), (b'{"ok": true, "entries": 5, "next": null}\n', _listing),
+    (b'{"ok": true, "entries": [1], "next": null}\n', _listing),
+    (b'{"ok": true, "entries": [], "next": 5}\n', _listing),
+], ids=["list", "text", "nested-too-deeply", "no-result", "result-not-text", "no-entries", "entries-not-a-list",
+        "entry-not-an-object", "next-not-a-cursor"])
+def test_a_reply_of_another_shape_is_no_valid_reply(tmp_path, reply, ask):
+    """Found by a review: a well-formed reply of another shape (another program on the socket, a buggy or older
+    daemon) ended `berm call --daemon` and `berm schedule list` in an AttributeError, KeyError or TypeError
+    traceback."""
+    path = tmp_path / "peer.sock"
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.makefile("rb").readline()
+            conn.sendall(reply)
+
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(path))
+        listener.listen(1)
+        listener.settimeout(30)  # a hang guard
+        peer = threading.Thread(target=answer)
+        peer.start()
+        with pytest.raises(DaemonError, match=f"^the daemon on {re.escape(str(path))} sent no valid reply"):
+            ask(DaemonClient(path, timeout=10))
+        peer.join(30)

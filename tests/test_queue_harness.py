@@ -13,11 +13,12 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from berm_host.daemon import DUE_DB, Daemon, DaemonClient, DaemonConfig, RemoteError
+from berm_host.daemon import DUE_DB, Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
 from berm_host.declaration import Declaration
 from berm_host.grants import linker_for
 from berm_host.queue import DueSet, Queue, ScheduleError, schedule_capabilities
@@ -301,32 +302,58 @@ def test_sigkill_while_scheduling_loses_no_acknowledged_schedule(images, tmp_pat
         assert acked <= present
 
 
-def test_sigterm_finishes_or_interrupts_in_flight_work(images, tmp_path):
+@contextmanager
+def _serving_a_spin(images, tmp_path, timeout: str):
+    """`berm serve` of the waker image with ``--timeout``, a client's call of spin running in it: (its config, its
+    process, the client's thread, what the call raised once it has)."""
     config = _config(images, tmp_path)
     daemon = subprocess.Popen(
         [sys.executable, "-m", "berm_cli.main", "serve", str(config.declarations), "--socket", str(config.socket),
          "--state-dir", str(config.state_dir), "--harnesses-dir", str(images), "--engine", "interp",
-         "--timeout", "1"], stderr=subprocess.PIPE, text=True)
+         "--timeout", timeout], stderr=subprocess.PIPE, text=True)
+    raised: list = []
+
+    def spin():
+        try:
+            DaemonClient(config.socket).call("waker", "spin")
+        except (DaemonError, RemoteError) as exc:
+            raised.append(exc)
+
     try:
         assert "listening on" in daemon.stderr.readline()
-        replies: list = []
-
-        def spin():
-            try:
-                DaemonClient(config.socket).call("waker", "spin")
-            except RemoteError as exc:
-                replies.append(exc)
-
-        caller = threading.Thread(target=spin)
+        caller = threading.Thread(target=spin, daemon=True)
         caller.start()
         wait_for(lambda: DaemonClient(config.socket).request({"op": "stats"})["stats"]["executor"]["busy"] == 1)
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=20) == 0
-        caller.join(10)
-        assert replies and replies[0].kind == "trap" and "interrupted" in str(replies[0])
+        yield config, daemon, caller, raised
     finally:
         if daemon.poll() is None:
             daemon.kill()
+
+
+def test_sigterm_finishes_or_interrupts_in_flight_work(images, tmp_path):
+    with _serving_a_spin(images, tmp_path, "1") as (_, daemon, caller, raised):
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 0
+        caller.join(10)
+        assert raised and raised[0].kind == "trap" and "interrupted" in str(raised[0])
+
+
+def test_a_second_signal_ends_berm_serve_without_waiting_for_running_guests(images, tmp_path):
+    """Found by a review: a second SIGTERM or Ctrl-C was ignored, and shutdown waits for running guests' deadlines,
+    so a guest spinning under --timeout 86400 kept `berm serve` from stopping for a day. A second signal now ends it
+    at once; what it cut short is left for the next start, which takes over its state and socket."""
+    with _serving_a_spin(images, tmp_path, "86400") as (config, daemon, caller, raised):
+        daemon.send_signal(signal.SIGTERM)
+        wait_for(lambda: not config.socket.exists(), 30)  # stopping: its socket is gone, the guest spins on
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=60) == 128 + signal.SIGTERM  # a hang guard: the guest's deadline is a day
+        assert ("berm serve: second signal: exiting now, without waiting for 1 running invocation\n"
+                in daemon.stderr.read())
+        caller.join(30)
+        assert raised and "sent no valid reply" in str(raised[0])  # its connection closed with the process
+    restarted = Daemon(config)
+    restarted.start()
+    restarted.stop()
 
 
 def test_berm_schedule_add_list_cancel_against_a_running_daemon(images, tmp_path, capsys):
