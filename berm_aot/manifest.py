@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from berm_abi.names import ABI_VERSION
@@ -62,7 +63,7 @@ def parse_manifest(data: bytes | None) -> Manifest:
     except UnicodeDecodeError as exc:
         raise ManifestEncodingError(f"the manifest is not UTF-8 (byte {exc.start})") from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_object)
     except ValueError as exc:  # JSONDecodeError is a ValueError, as is an integer of 4300+ digits
         raise ManifestJsonError(f"the manifest is not valid JSON: {exc}") from None
     except RecursionError:
@@ -70,7 +71,7 @@ def parse_manifest(data: bytes | None) -> Manifest:
                                 "are read") from None
     # Only a text of more brackets than that can nest deeper (a count costs ~1 µs; walking the document ~16 µs for
     # 4 KB, on every load of an image).
-    if text.count("[") + text.count("{") > MAX_NESTING and (depth := _nesting_depth(doc)) > MAX_NESTING:
+    if text.count("[") + text.count("{") > MAX_NESTING and (depth := nesting_depth(doc)) > MAX_NESTING:
         raise ManifestJsonError(f"the manifest nests arrays and objects {depth} deep; at most {MAX_NESTING} are read")
     _refuse_what_json_cannot_say(doc)
     if not isinstance(doc, dict):
@@ -87,8 +88,20 @@ def parse_manifest(data: bytes | None) -> Manifest:
                     raw=doc)
 
 
-def _nesting_depth(doc) -> int:
-    """How deeply the parsed document's arrays and objects nest, found without recursion."""
+def _object(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object, refused when it names a key twice: json.loads kept the last, so a manifest with two "tools"
+    (or a tool with two "name"s) read as whichever came last, while another reader may take the first (found by a
+    review). Counted, not searched, unless a key repeats: this runs for every object of every manifest read."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        repeated = next(key for key, n in Counter(key for key, _ in pairs).items() if n > 1)
+        raise ManifestJsonError(f"the manifest names the key {repeated!r} twice in one object")
+    return obj
+
+
+def nesting_depth(doc) -> int:
+    """How deeply the parsed document's arrays and objects nest, found without recursion (berm build bounds a
+    harness.toml's with it before anything recursive reads it)."""
     if not isinstance(doc, (dict, list)):
         return 0
     deepest, stack = 0, [(doc, 1)]

@@ -4,6 +4,7 @@ a harness.toml (berm_sdk.build), or a Rust crate, a Cargo.toml (berm_sdk.rust_bu
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -14,10 +15,18 @@ from berm_sdk.harness_toml import TOML_NAME
 from berm_sdk.rust_build import build_rust_harness
 
 
+def _image_file(text: str) -> Path:
+    """-o's argument, a file: Path drops a trailing slash, and -o newdir/ wrote a file named newdir (found by a
+    review)."""
+    if text.endswith("/"):
+        raise argparse.ArgumentTypeError(f"{text!r} names a directory: name the image file (e.g. {text}NAME.elf)")
+    return Path(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", type=Path, help="the harness directory: harness.toml and C sources, or a Rust "
                                                      "crate (Cargo.toml)")
-    parser.add_argument("-o", "--output", type=Path, default=None,
+    parser.add_argument("-o", "--output", type=_image_file, default=None,
                         help="the ELF to write (default ./{name}.elf: the harness's name, or the Rust binary's)")
     parser.add_argument("--bin", default=None, help="the Rust binary to build, when the crate has several")
 
@@ -26,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
     def warn(text: str) -> None:
         print(shown(text), file=sys.stderr)
 
-    if (args.directory / TOML_NAME).is_file():
+    # lexists: a harness.toml that is a dangling link or a FIFO was "neither harness.toml nor Cargo.toml" (a review);
+    # building says what is wrong with it
+    if os.path.lexists(args.directory / TOML_NAME):
         if args.bin is not None:
             raise BuildError(f"{args.directory}: --bin names a Rust binary, and this is a C harness ({TOML_NAME})")
         out = build_harness(args.directory, args.output, warn=warn)

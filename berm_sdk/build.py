@@ -35,7 +35,7 @@ from berm_aot.program import Program
 from .cache import SDK_DIR, cache_root, cached_dir
 from .entry import ENTRY_NAME, entry_source
 from .errors import BuildError
-from .harness_toml import TOML_NAME, HarnessSpec, load_harness_toml
+from .harness_toml import TOML_NAME, HarnessSpec, load_harness_toml, requests_problem
 from .header import calls_header, write_calls_header
 from .schemas import schema_problem
 from .toolchain import GUEST_CFLAGS, Toolchain, compile_object, guest_toolchain, link
@@ -62,6 +62,8 @@ def load_profile(sdk: Path = SDK_DIR) -> Profile:
 
 #: Characters of a source file's name the guest compiler cannot write into its dependency file.
 _UNSPEAKABLE = (":", "\\", '"', "\n")
+#: How the names of an author's sources end, C's and Rust's (harness.toml, Cargo.toml and .lock, manifest.json).
+SOURCE_SUFFIXES = (".c", ".h", ".toml", ".lock", ".rs", ".json")
 
 
 def sdk_sources(sdk: Path = SDK_DIR) -> list[Path]:
@@ -131,6 +133,18 @@ def _check_source(root: Path, source: Path) -> None:
         raise BuildError(f"{source}: cannot read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):
         raise BuildError(f"{source}: not a regular file (a source is read from a regular file only)")
+
+
+def check_output(out: Path, directory: Path) -> None:
+    """Refuse to write the image of the harness in ``directory`` as one of its sources: a file inside it named like
+    one (found by a review: ``-o h/tiny.c`` built, and tiny.c was the image; ``-o h/harness.toml`` too). ``out``'s
+    own name is taken as given, its directories' links followed: install_image replaces a link, never writes
+    through it."""
+    where = out.absolute().parent.resolve() / out.name
+    if where.is_relative_to(directory.resolve()) and where.name.endswith(SOURCE_SUFFIXES):
+        raise BuildError(f"{out}: refusing to write the image over its own source (in the harness directory "
+                         f"{directory}, a name ending {' '.join(SOURCE_SUFFIXES)} is a source's): name it .elf, or "
+                         "write it elsewhere")
 
 
 def _defined_tools(obj: Path) -> set[str]:
@@ -218,9 +232,16 @@ def check_image(path: Path, harness: Path) -> tuple[ElfImage, Manifest]:
     try:
         image = read_elf(path.read_bytes())
         manifest = load_manifest(image)
-        for tool in manifest.tools:  # a C harness's were checked in harness.toml; a Rust crate writes its own
+        # a C harness's were checked in harness.toml; a Rust crate writes its own manifest, and was taken with
+        # capabilities = ["filesystem"], hosts = [""] or an undeclared berm_tool_ export (found by a review)
+        for tool in manifest.tools:
             if problem := schema_problem(tool.parameters):
                 raise BuildError(f"tool {tool.name!r}: parameters are not a JSON Schema: {problem}")
+        if problem := requests_problem(manifest.requests):
+            raise BuildError(problem)
+        extra = sorted(set(tool_exports(image)) - {t.name for t in manifest.tools})
+        if extra:  # the host would not offer it; in C, e.g. a library function whose name starts with berm_tool_
+            raise BuildError(f"it exports {TOOL_PREFIX}{extra[0]}, which its manifest does not declare")
         if not image.relocations:
             raise BuildError("it carries no relocations (was it linked without --emit-relocs?)")
         Program.from_image(image)  # its functions and code, found as the host will
@@ -231,22 +252,27 @@ def check_image(path: Path, harness: Path) -> tuple[ElfImage, Manifest]:
 
 def verify_image(path: Path, spec: HarnessSpec) -> None:
     """``check_image``, and the image is the one harness.toml describes."""
-    image, manifest = check_image(path, spec.path.parent)
+    _, manifest = check_image(path, spec.path.parent)
     if [t.name for t in manifest.tools] != [t.name for t in spec.tools]:
         raise BuildError(f"{path}: the built manifest does not list the tools of {spec.path}")
-    extra = sorted(set(tool_exports(image)) - {t.name for t in spec.tools})
-    if extra:  # e.g. a library function whose name starts with berm_tool_
-        raise BuildError(f"{path}: exports {TOOL_PREFIX}{extra[0]}, which {spec.path} does not declare")
 
 
 def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[str], None] | None = None) -> Path:
     """Build the harness in ``directory`` into ``out`` (default ``./{name}.elf``); returns the path written.
-    ``warn`` receives the compiler's warnings on the harness's own sources (a build that succeeds may still have
-    something to say: an unused result, a sometimes-uninitialised variable)."""
+    ``warn`` receives what a build that succeeds may still have to say: a tool with no description, and the
+    compiler's warnings on the harness's own sources (an unused result, a sometimes-uninitialised variable)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise BuildError(f"{directory}: not a directory")
-    spec = load_harness_toml(directory / TOML_NAME)
+    toml = directory / TOML_NAME
+    if os.path.lexists(toml):  # found by a review: a link to a file elsewhere was read (a source's was refused)
+        _check_inside(directory.resolve(), toml, TOML_NAME)
+    spec = load_harness_toml(toml)
+    # Found by a review: a blank description was taken without a word. Said, not refused: a manifest's description
+    # may be "" (the reader's default), and harness.toml has always taken one.
+    for tool in spec.tools:
+        if warn is not None and not tool.description.strip():
+            warn(f"{spec.where(tool.line)}: tool {tool.name!r} has no description: an agent sees only its name")
     sources = harness_sources(directory.absolute())  # never a bare "-x.c": the compiler read that as a flag
     if not sources:
         raise BuildError(f"{directory}: no C sources (*.c in the directory or its src/)")
@@ -255,6 +281,7 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
             raise BuildError(f"{escaped(str(source), lines=False)}: the guest compiler cannot take a file name "
                              f"holding any of {' '.join(map(repr, _UNSPEAKABLE))}: rename it")
     out = Path(out) if out is not None else Path.cwd() / f"{spec.name}.elf"
+    check_output(out, directory)
     profile = load_profile()
     with tempfile.TemporaryDirectory(prefix="berm-build-") as tmp:
         work = Path(tmp)

@@ -17,19 +17,26 @@ import bisect
 import json
 import re
 import tomllib
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from berm_abi.names import ABI_VERSION, CAPABILITY_CALLS
-from berm_aot.manifest import TOOL_NAME
+from berm_aot.elf import MAX_MANIFEST_BYTES
+from berm_aot.manifest import MAX_NESTING, TOOL_NAME, nesting_depth
 from berm_aot.regular_file import FileRefused, read_regular
+from berm_host.capabilities.http import HostList, HostListError
 
 from .errors import BuildError
 from .schemas import schema_problem
 
 TOML_NAME = "harness.toml"
-#: The largest harness.toml read (its manifest may hold at most 1 MiB: berm_aot.elf.MAX_MANIFEST_BYTES).
+#: The largest harness.toml read (its manifest may hold at most MAX_MANIFEST_BYTES, 1 MiB: checked when it is loaded).
 MAX_TOML_BYTES = 4 << 20
+#: How deeply a tool's parameters may nest: in the manifest they sit in its object, its tools array and the tool's
+#: object, and the host reads a manifest at most MAX_NESTING deep.
+MAX_PARAMETERS_NESTING = MAX_NESTING - 3
 #: A harness name becomes a file name ({name}.elf) and a declaration key.
 HARNESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 #: Capability groups a manifest may request, as a declaration grants them ("fs" for berm.fs.*).
@@ -42,6 +49,7 @@ _REQUEST_KEYS = {"capabilities", "hosts"}
 #: Where an error is placed: patterns matched at a line's first character that is not a space or a tab.
 _TOOLS_HEADER = r"\[\[[ \t]*tools[ \t]*\]\]"
 _REQUESTS_KEY = r"\[?[ \t]*requests\b"
+_USAGE_KEY = r"usage[ \t]*="
 _NAME_VALUE = re.compile(r"""name[ \t]*=[ \t]*["']([^"']*)["']""")
 
 
@@ -91,10 +99,10 @@ def _stripped_lines(text: str) -> list[str]:
     return [line.lstrip(" \t") for line in text.split("\n")]
 
 
-def _line_of(lines: list[str], pattern: str) -> int | None:
-    """The number (from 1) of the first of ``lines`` (stripped) that ``pattern`` matches at its start."""
+def _line_of(lines: list[str], pattern: str, nth: int = 0) -> int | None:
+    """The number (from 1) of the ``nth`` (from 0) of ``lines`` (stripped) that ``pattern`` matches at its start."""
     regex = re.compile(pattern)
-    return next((i + 1 for i, line in enumerate(lines) if regex.match(line)), None)
+    return next(islice((i + 1 for i, line in enumerate(lines) if regex.match(line)), nth, None), None)
 
 
 def _tool_lines(text: str, names: list[str]) -> list[int | None]:
@@ -164,11 +172,11 @@ def load_harness_toml(path: Path) -> HarnessSpec:
     except RecursionError:  # tomllib parses nested arrays and inline tables recursively
         raise BuildError(f"{path}: its arrays or tables are nested too deeply") from None
 
-    def fail(message: str, line: int | None = None, *, at: str | None = None) -> BuildError:
-        """The error, at ``line`` or at the first line the pattern ``at`` matches: looked for only now, when there
+    def fail(message: str, line: int | None = None, *, at: str | None = None, nth: int = 0) -> BuildError:
+        """The error, at ``line`` or at the ``nth`` line the pattern ``at`` matches: looked for only now, when there
         is an error to place."""
         if at is not None:
-            line = _line_of(_stripped_lines(text), at)
+            line = _line_of(_stripped_lines(text), at, nth)
         return BuildError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
 
     for key in doc:
@@ -183,7 +191,7 @@ def load_harness_toml(path: Path) -> HarnessSpec:
                    at=r"name[ \t]*=")
     usage = doc.get("usage", "")
     if not isinstance(usage, str):
-        raise fail("usage must be a string", at=r"usage[ \t]*=")
+        raise fail("usage must be a string", at=_USAGE_KEY)
     raw_tools = doc.get("tools")
     if not isinstance(raw_tools, list) or not raw_tools:
         raise fail("declare at least one tool with a [[tools]] table")
@@ -191,14 +199,16 @@ def load_harness_toml(path: Path) -> HarnessSpec:
     lines = _tool_lines(text, [n for n in names if isinstance(n, str)])
     tools: list[ToolDecl] = []
     for i, entry in enumerate(raw_tools):
-        heading = _TOOLS_HEADER if i == 0 else None  # the first tool's errors point at its [[tools]]
+        # a tool without a usable name is placed at its [[tools]] header (only the first's was: found by a review)
         if not isinstance(entry, dict):
-            raise fail(f"tools[{i}] must be a table", at=heading)
+            raise fail(f"tools[{i}] must be a table", at=_TOOLS_HEADER, nth=i)
         tname = entry.get("name")
         if tname is None:
-            raise fail(f"tools[{i}] has no name (name = \"...\": the C function is berm_tool_<name>)", at=heading)
+            raise fail(f"tools[{i}] has no name (name = \"...\": the C function is berm_tool_<name>)",
+                       at=_TOOLS_HEADER, nth=i)
         if not isinstance(tname, str) or not TOOL_NAME.fullmatch(tname):
-            raise fail(f"tools[{i}].name must be a string of letters, digits and '_', not {tname!r}", at=heading)
+            raise fail(f"tools[{i}].name must be a string of letters, digits and '_', not {tname!r}",
+                       at=_TOOLS_HEADER, nth=i)
         line = lines[len(tools)]
         for key in entry:
             if key not in _TOOL_KEYS:
@@ -213,12 +223,45 @@ def load_harness_toml(path: Path) -> HarnessSpec:
         if not isinstance(parameters, dict):
             raise fail(f"tool {tname!r}: parameters must be a table (a JSON Schema)",
                        _key_line(text, line, "parameters"))
-        if problem := schema_problem(parameters):
-            raise fail(f"tool {tname!r}: parameters are not a JSON Schema: {problem}",
+        # Found by a review: parameters nested 203 deep were a RecursionError traceback out of jsonschema, and 101
+        # deep were refused by the image's own check, after compiling, without a line. Bounded before anything reads
+        # them recursively.
+        if (depth := nesting_depth(parameters)) > MAX_PARAMETERS_NESTING:
+            raise fail(f"tool {tname!r}: parameters nest {depth} deep; at most {MAX_PARAMETERS_NESTING} (the host "
+                       f"reads a manifest {MAX_NESTING} deep, and a tool's parameters sit 3 down in it)",
                        _key_line(text, line, "parameters"))
         tools.append(ToolDecl(tname, description, parameters, line))
-    return HarnessSpec(path=path, name=name, usage=usage, tools=tuple(tools),
-                       requests=_requests(doc, fail))
+    spec = HarnessSpec(path=path, name=name, usage=usage, tools=tuple(tools), requests=_requests(doc, fail))
+    # Found by a review: a manifest over the host's limit was refused only by the image's own check, after compiling.
+    if (size := len(spec.manifest_bytes())) > MAX_MANIFEST_BYTES:
+        what, line = _largest_part(spec, text)
+        raise fail(f"the manifest would be {size} bytes, over the {MAX_MANIFEST_BYTES} a host reads ({what} is the "
+                   "largest part)", line)
+    # What the parameters say, checked once the manifest is one JSON can write and a host reads: jsonschema is given
+    # nothing larger.
+    for tool in spec.tools:
+        if problem := schema_problem(tool.parameters):
+            raise fail(f"tool {tool.name!r}: parameters are not a JSON Schema: {problem}",
+                       _key_line(text, tool.line, "parameters"))
+        if tool.parameters.get("type") != "object":  # found by a review: {type = "string"} and {} were taken
+            raise fail(f"tool {tool.name!r}: parameters must be a schema of type = \"object\": a tool's arguments "
+                       "are a JSON object (berm_args_object reads one)",
+                       _key_line(text, tool.line, "parameters"))
+    return spec
+
+
+def _largest_part(spec: HarnessSpec, text: str) -> tuple[str, int | None]:
+    """What takes the most of ``spec``'s manifest (usage, requests, or a tool's description or parameters) and its
+    line: where an oversized manifest is best cut. The line is looked for once, for that part only."""
+    def size(value) -> int:
+        return len(json.dumps(value, ensure_ascii=False))
+
+    parts = [(size(spec.usage), "usage", None), (size(spec.requests), "requests", None)]
+    parts += [(size(getattr(t, key)), key, t) for t in spec.tools for key in ("description", "parameters")]
+    _, key, tool = max(parts, key=lambda part: part[0])
+    if tool is not None:
+        return f"the {key} of tool {tool.name!r}", _key_line(text, tool.line, key)
+    return key, _line_of(_stripped_lines(text), _USAGE_KEY if key == "usage" else _REQUESTS_KEY)
 
 
 def _requests(doc: dict, fail) -> dict | None:
@@ -232,8 +275,25 @@ def _requests(doc: dict, fail) -> dict | None:
             raise fail(f"requests: unknown key {key!r} (expected capabilities, hosts)", at=_REQUESTS_KEY)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise fail(f"requests.{key} must be a list of strings", at=_REQUESTS_KEY)
+        repeated = next((v for v, n in Counter(value).items() if n > 1), None)
+        if repeated is not None:  # found by a review: capabilities = ["fs", "fs"] was taken
+            raise fail(f"requests.{key} names {repeated!r} twice", at=_REQUESTS_KEY)
+    if problem := requests_problem(requests):
+        raise fail(problem, at=_REQUESTS_KEY)
+    return requests
+
+
+def requests_problem(requests: dict) -> str | None:
+    """What in a manifest's requests (lists of strings under "capabilities" and "hosts") no declaration could
+    grant: a capability that is none, or a host a declaration's host list refuses ("", "http://a b/", "*": found
+    by a review); None when there is nothing. berm build checks a harness.toml's, and a built image's (a Rust crate
+    writes its own manifest)."""
     unknown = sorted(set(requests.get("capabilities", [])) - CAPABILITY_GROUPS)
     if unknown:
-        raise fail(f"requests.capabilities: unknown capability {unknown[0]!r} "
-                   f"(known: {', '.join(sorted(CAPABILITY_GROUPS))})", at=_REQUESTS_KEY)
-    return requests
+        return (f"requests.capabilities: unknown capability {unknown[0]!r} "
+                f"(known: {', '.join(sorted(CAPABILITY_GROUPS))})")
+    try:
+        HostList(requests.get("hosts", []))
+    except HostListError as exc:
+        return f"requests.hosts: {exc}"
+    return None

@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from .build import check_image, install_image
+from .build import check_image, check_output, install_image
 from .cache import SDK_DIR
 from .errors import BuildError
 
@@ -115,6 +115,8 @@ def build_rust_harness(directory: Path, out: Path | None = None, *, binary: str 
     name = binary if binary is not None else binaries[0]
     if name not in binaries:
         raise BuildError(f"{directory}: the crate has no binary {name} ({', '.join(binaries) or 'none'})")
+    out = Path(out) if out is not None else Path.cwd() / f"{name}.elf"
+    check_output(out, directory)
     command, env = cargo_command(vendor, name)
     done = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True)
     images, said = _images(done.stdout)
@@ -133,6 +135,5 @@ def build_rust_harness(directory: Path, out: Path | None = None, *, binary: str 
     if built is None:  # cargo names up-to-date artifacts too
         raise BuildError(f"{directory}: cargo said it built {name}, and named no executable for it")
     check_image(built, directory)
-    out = Path(out) if out is not None else Path.cwd() / f"{name}.elf"
     install_image(built, out)
     return out

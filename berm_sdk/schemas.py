@@ -16,4 +16,6 @@ def schema_problem(parameters: dict) -> str | None:
     except SchemaError as exc:
         where = "/".join(map(str, exc.path))
         return exc.message + (f" (at {where})" if where else "")
+    except RecursionError:  # jsonschema checks recursively: a `not` in a `not` 200 deep was a traceback (a review)
+        return "it nests too deeply to be checked"
     return None

@@ -103,8 +103,10 @@ def run_tool(cmd: list[str], what: str, cwd: Path | None = None) -> str:
     under keys that do not cover the environment (CCC_OVERRIDE_OPTIONS=+-O0 changed the SDK objects and bundled
     images one process built for every later one: found by a review)."""
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300, cwd=cwd,
-                              env=compiler_env())
+        # errors="replace": a diagnostic naming a source whose name is no UTF-8 was a UnicodeDecodeError traceback
+        # (found by a review)
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", check=False, timeout=300,
+                              cwd=cwd, env=compiler_env())
     except FileNotFoundError as exc:
         raise ToolchainError(f"{what}: {exc.filename} not found") from None
     except subprocess.TimeoutExpired:

@@ -18,6 +18,7 @@ from berm_sdk.errors import BuildError
 from berm_sdk.harness_toml import load_harness_toml
 from berm_sdk.toolchain import ToolchainError
 from tests.bounded import GRACE, ends_within
+from tests.elf_samples import harness_elf, manifest_json
 from tests.sdk_engines import harness as engine_harness
 
 TOML = 'name = "tiny"\nusage = "u"\n\n[[tools]]\nname = "hello"\ndescription = "Says hello."\n'
@@ -355,3 +356,96 @@ def test_an_image_whose_tool_parameters_are_no_json_schema_fails_its_check(tmp_p
                                          r"not a JSON Schema: 'strin' is not valid under any of the given schemas "
                                          r"\(at properties/n/type\)$"):
         check_image(elf, Path("crate"))
+
+
+@pytest.mark.parametrize("manifest, tools, message", [
+    (manifest_json(["a"], requests={"capabilities": ["fs", "filesystem"]}), ["a"],
+     "requests.capabilities: unknown capability 'filesystem' (known: "),
+    (manifest_json(["a"], hosts=[""]), ["a"], "requests.hosts: bad host entry ''"),
+    (manifest_json(["a"], requests={"hosts": ["*"]}), ["a"], "requests.hosts: bad host entry '*'"),
+    (manifest_json(["a"]), ["a", "b"], "it exports berm_tool_b, which its manifest does not declare"),
+])
+def test_an_image_checks_what_a_harness_toml_is_checked_for(tmp_path, manifest, tools, message):
+    """Found by a review: a Rust crate, which writes its own manifest, built with unknown capabilities, a host no
+    declaration could list, or a berm_tool_ export its manifest does not declare, all of which a harness.toml is
+    refused for: the checks are the image's, whoever wrote its manifest."""
+    from berm_sdk.build import check_image
+
+    elf = tmp_path / "x.elf"
+    elf.write_bytes(harness_elf(manifest_json(["a"], requests={"capabilities": ["fs"], "hosts": ["*.example.org"]}),
+                                ["a"]))
+    assert [t.name for t in check_image(elf, Path("crate"))[1].tools] == ["a"]
+    elf.write_bytes(harness_elf(manifest, tools))
+    with pytest.raises(BuildError, match=re.escape(f"crate: the built image fails its own check: {message}")):
+        check_image(elf, Path("crate"))
+
+
+def test_an_output_over_the_harnesss_own_sources_is_refused(tmp_path, monkeypatch, capsys):
+    """Found by a review: -o h/tiny.c built, and tiny.c was the image; -o h/harness.toml too."""
+    d = harness(tmp_path, tiny=HELLO)
+    (tmp_path / "link").symlink_to(d)
+    before = {p: p.read_bytes() for p in d.rglob("*") if p.is_file()}
+    for out in [d / "tiny.c", d / "harness.toml", d / "src" / "new.c", d / "new.h", tmp_path / "link" / "tiny.c"]:
+        assert main(["build", str(d), "-o", str(out)]) == 2
+        assert f"{out}: refusing to write the image over its own source" in capsys.readouterr().err
+    monkeypatch.chdir(d)
+    with pytest.raises(BuildError, match="^tiny.c: refusing to write the image over its own source"):
+        build_harness(Path("."), Path("tiny.c"))
+    assert {p: p.read_bytes() for p in d.rglob("*") if p.is_file()} == before
+    assert build_harness(Path("."), Path("tiny.elf")) == Path("tiny.elf")  # an image may sit beside its sources
+
+
+def test_a_harness_toml_linked_outside_the_harness_directory_is_refused(tmp_path):
+    """Found by a review: it was read (its description built into the image), though a source linked outside is
+    refused."""
+    d = harness(tmp_path, tiny=HELLO)
+    (tmp_path / "elsewhere.toml").write_text(TOML.replace("Says hello.", "read from elsewhere"))
+    (d / "harness.toml").unlink()
+    (d / "harness.toml").symlink_to(tmp_path / "elsewhere.toml")
+    with pytest.raises(BuildError, match=re.escape(f"{d / 'harness.toml'}: harness.toml leads outside the harness "
+                                                   f"directory")):
+        build_harness(d, tmp_path / "x.elf")
+    assert not (tmp_path / "x.elf").exists()
+    (d / "real.toml").write_text(TOML)  # a link inside is followed, as a source's is
+    (d / "harness.toml").unlink()
+    (d / "harness.toml").symlink_to("real.toml")
+    assert build_harness(d, tmp_path / "x.elf").exists()
+
+
+def test_a_blank_description_is_warned_about(tmp_path, capsys):
+    """Found by a review: a tool described by "" or blanks was built without a word (an agent sees only its name)."""
+    d = harness(tmp_path, TOML.replace('"Says hello."', '" \\n"'), tiny=HELLO)
+    assert main(["build", str(d), "-o", str(tmp_path / "x.elf")]) == 0
+    assert f"{d / 'harness.toml'}:5: tool 'hello' has no description" in capsys.readouterr().err
+
+
+def test_a_diagnostic_naming_a_source_whose_name_is_no_utf8_is_shown(tmp_path):
+    """Found by a review: the compiler's message, decoded as UTF-8, was a UnicodeDecodeError traceback."""
+    d = harness(tmp_path, tiny=HELLO)
+    (d / os.fsdecode(b"bad\xff.c")).write_text("int broken(void) { return undefined_thing; }\n")
+    with pytest.raises(ToolchainError, match="bad\ufffd.c:1:.*use of undeclared identifier 'undefined_thing'"):
+        build_harness(d, tmp_path / "x.elf")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.symlink_to(p.parent / "gone.toml"), "harness.toml: cannot read: No such file or directory"),
+    (lambda p: os.mkfifo(p), "harness.toml is not a regular file"),
+])
+def test_berm_build_of_a_harness_toml_it_cannot_read_says_so(tmp_path, capsys, make, message):
+    """Found by a review: a harness.toml that is a dangling link or a FIFO was "neither harness.toml nor
+    Cargo.toml"."""
+    d = harness(tmp_path, tiny=HELLO)
+    (d / "harness.toml").unlink()
+    make(d / "harness.toml")
+    assert ends_within(GRACE, lambda: main(["build", str(d), "-o", str(tmp_path / "x.elf")])) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_output_ending_in_a_slash_is_refused(tmp_path, capsys):
+    """Found by a review: -o newdir/ wrote a file named newdir (Path drops the slash)."""
+    d = harness(tmp_path, tiny=HELLO)
+    with pytest.raises(SystemExit) as usage:
+        main(["build", str(d), "-o", f"{tmp_path / 'newdir'}/"])
+    assert usage.value.code == 2
+    assert "names a directory: name the image file" in capsys.readouterr().err
+    assert not (tmp_path / "newdir").exists()

@@ -71,6 +71,19 @@ def test_what_python_reads_but_json_cannot_say_is_refused(value, words):
         parse_manifest(b'{"abi_version": 0, "tools": [], "usage": "use \\udcff", "\\ud800": 1}')
 
 
+@pytest.mark.parametrize("doc, key", [
+    (b'{"abi_version": 0, "tools": [{"name": "safe"}], "tools": [{"name": "wipe"}]}', "tools"),
+    (b'{"abi_version": 0, "tools": [{"name": "wipe", "description": "x", "name": "safe"}]}', "name"),
+    (b'{"abi_version": 0, "tools": [], "requests": {"hosts": ["a.example"], "hosts": ["b.example"]}}', "hosts"),
+])
+def test_a_key_named_twice_in_an_object_is_refused(doc, key):
+    """Found by a review: the last of two keys won, so a manifest with two "tools" (or a tool with two "name"s)
+    read as whichever came last, while another reader may take the first."""
+    with pytest.raises(ManifestJsonError, match=f"the manifest names the key '{key}' twice in one object"):
+        parse_manifest(doc)
+    assert parse_manifest(b'{"abi_version": 0, "tools": [{"name": "a"}, {"name": "b"}]}').tools[1].name == "b"
+
+
 def test_a_trailing_nul_is_ignored_and_usage_defaults_to_empty():
     m = parse_manifest(json.dumps({"abi_version": 0, "tools": []}).encode() + b"\0\0")
     assert m.usage == "" and m.tools == () and m.requests == {}

@@ -132,6 +132,35 @@ def test_an_image_that_fails_the_hosts_check_is_a_build_error(tmp_path, rust, ca
     assert not (tmp_path / "greeter.elf").exists()
 
 
+def test_an_image_is_refused_for_what_a_harness_toml_would_be(tmp_path, rust, cargo_target, monkeypatch, capsys):
+    """Found by a review: a crate whose manifest.json requests capabilities = ["filesystem"], or which exports a
+    berm_tool_<name> its manifest does not declare, built with exit 0, where a C harness is refused."""
+    extra = ('#[no_mangle]\npub extern "C" fn berm_tool_extra() -> berm::Pair { '
+             'berm::ok(alloc::string::String::new()) }\n')
+    crate = _crate(tmp_path, cargo_target, monkeypatch, _readme_example().replace(
+        "tools: [berm_tool_greet]", "tools: [berm_tool_greet, berm_tool_extra]") + extra)
+    assert berm_main(["build", str(crate), "-o", str(tmp_path / "greeter.elf")]) == 2
+    assert ("the built image fails its own check: it exports berm_tool_extra, which its manifest does not declare"
+            in capsys.readouterr().err)
+    (crate / "src" / "main.rs").write_text(_readme_example())
+    (crate / "src" / "manifest.json").write_text('{"abi_version": 0, "tools": [{"name": "greet"}], '
+                                                 '"requests": {"capabilities": ["filesystem"]}}')
+    assert berm_main(["build", str(crate), "-o", str(tmp_path / "greeter.elf")]) == 2
+    assert ("the built image fails its own check: requests.capabilities: unknown capability 'filesystem'"
+            in capsys.readouterr().err)
+    assert not (tmp_path / "greeter.elf").exists()
+
+
+def test_an_output_over_the_crates_own_sources_is_refused(tmp_path, rust, cargo_target, monkeypatch, capsys):
+    """Found by a review: -o crate/src/main.rs (or Cargo.toml, manifest.json) wrote the image over it."""
+    crate = _crate(tmp_path, cargo_target, monkeypatch, _readme_example())
+    for name in ("src/main.rs", "Cargo.toml", "src/manifest.json"):
+        before = (crate / name).read_bytes()
+        assert berm_main(["build", str(crate), "-o", str(crate / name)]) == 2
+        assert f"{crate / name}: refusing to write the image over its own source" in capsys.readouterr().err
+        assert (crate / name).read_bytes() == before
+
+
 def test_a_strip_profile_an_inherited_encoded_rustflags_and_a_build_scripts_warning(tmp_path, rust, cargo_target,
                                                                                       monkeypatch, capsys):
     """Found by a review: ``strip = true`` (a common release setting) made lld refuse ``--emit-relocs``; an empty
