@@ -90,8 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     client = DaemonClient(args.socket or default_socket())
     if args.action == "add":
-        entry = client.request({"op": "schedule.add", "harness": args.harness, "id": args.id,
-                                "when_ms": parse_when(args.when), "payload": args.payload})["entry"]
+        entry = client.schedule(args.harness, args.id, parse_when(args.when), args.payload)
         print(f"scheduled {_wake(entry['harness'], entry['id'])} at {_iso(entry['when_ms'])}")
         return 0
     if args.action == "list":
@@ -105,9 +104,9 @@ def run(args: argparse.Namespace) -> int:
                 shown = (escaped(e[k], lines=False) for k in ("harness", "id", "payload"))
                 print("  ".join([_iso(e["when_ms"]), *shown]))
         return 0
-    reply = client.request({"op": "schedule.cancel", "harness": args.harness, "id": args.id})
-    if reply["cancelled"]:
-        running = "; its wake had already started and runs to its end" if reply["started"] else ""
+    cancelled, started = client.cancel(args.harness, args.id)
+    if cancelled:
+        running = "; its wake had already started and runs to its end" if started else ""
         print(f"cancelled {_wake(args.harness, args.id)}{running}")
         return 0
     print(f"berm schedule: {_wake(args.harness, args.id)} was not scheduled", file=sys.stderr)

@@ -737,19 +737,41 @@ class DaemonClient:
         while True:
             reply = self.request(request)
             entries, after = reply.get("entries"), reply.get("next")
-            if not (isinstance(entries, list) and all(isinstance(e, dict) for e in entries)
+            if not (isinstance(entries, list) and all(_is_wake(e, payload=True) for e in entries)
                     and (after is None or isinstance(after, dict))):
-                raise self._invalid('a schedule.list reply has a list of objects as "entries", and "next" an object '
+                raise self._invalid('a schedule.list reply has a list of wakes as "entries", and "next" an object '
                                     "or null")
             yield from entries
             if after is None:
                 return
             request["after"] = after
 
+    def schedule(self, harness: str, id: str, when_ms: int, payload: str = "") -> dict:
+        """Schedule a wake: the entry as the daemon keeps it (``harness``, ``id``, ``when_ms``)."""
+        entry = self.request({"op": "schedule.add", "harness": harness, "id": id, "when_ms": when_ms,
+                              "payload": payload}).get("entry")
+        if not _is_wake(entry, payload=False):
+            raise self._invalid('a schedule.add reply has the wake as "entry"')
+        return entry
+
+    def cancel(self, harness: str, id: str) -> tuple[bool, bool]:
+        """Cancel a wake: (whether it was pending, whether it had already started)."""
+        reply = self.request({"op": "schedule.cancel", "harness": harness, "id": id})
+        cancelled, started = reply.get("cancelled"), reply.get("started")
+        if not isinstance(cancelled, bool) or not isinstance(started, bool):
+            raise self._invalid('a schedule.cancel reply says "cancelled" and "started" as true or false')
+        return cancelled, started
+
     def _invalid(self, why: str) -> DaemonError:
         """Found by a review: a reply of another shape (another program on the socket, a buggy or older daemon) ended
         the client commands in an AttributeError, KeyError or TypeError traceback."""
         return DaemonError(f"the daemon on {self.path} sent no valid reply ({why})")
+
+
+def _is_wake(entry: object, *, payload: bool) -> bool:
+    """Whether a reply's ``entry`` has a wake's fields, of their types (a list's entries also carry the payload)."""
+    fields = {"harness": str, "id": str, "when_ms": int} | ({"payload": str} if payload else {})
+    return isinstance(entry, dict) and all(isinstance(entry.get(k), t) for k, t in fields.items())
 
 
 def default_socket() -> Path:

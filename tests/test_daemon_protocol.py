@@ -250,18 +250,30 @@ def _listing(client: DaemonClient):
     return list(client.schedules())
 
 
+def _adding(client: DaemonClient):
+    return client.schedule("h", "i", 5)
+
+
+def _cancelling(client: DaemonClient):
+    return client.cancel("h", "i")
+
+
 @pytest.mark.parametrize("reply, ask", [
     (b"[1]\n", _call), (b'"ok"\n', _listing), (b"[" * 100_000 + b"\n", _call),
     (b'{"ok": true}\n', _call), (b'{"ok": true, "result": 5}\n', _call),
     (b'{"ok": true, "next": null}\n', _listing), (b'{"ok": true, "entries": 5, "next": null}\n', _listing),
     (b'{"ok": true, "entries": [1], "next": null}\n', _listing),
+    (b'{"ok": true, "entries": [{"harness": "h", "id": "i", "when_ms": "5", "payload": ""}], "next": null}\n',
+     _listing),
     (b'{"ok": true, "entries": [], "next": 5}\n', _listing),
+    (b'{"ok": true, "entry": {"harness": "h", "id": 1, "when_ms": 5}}\n', _adding),
+    (b'{"ok": true, "cancelled": 1}\n', _cancelling),
 ], ids=["list", "text", "nested-too-deeply", "no-result", "result-not-text", "no-entries", "entries-not-a-list",
-        "entry-not-an-object", "next-not-a-cursor"])
+        "entry-not-an-object", "entry-of-other-fields", "next-not-a-cursor", "added-entry-of-other-fields",
+        "cancelled-not-a-bool"])
 def test_a_reply_of_another_shape_is_no_valid_reply(tmp_path, reply, ask):
     """Found by a review: a well-formed reply of another shape (another program on the socket, a buggy or older
-    daemon) ended `berm call --daemon` and `berm schedule list` in an AttributeError, KeyError or TypeError
-    traceback."""
+    daemon) ended `berm call --daemon` and `berm schedule` in an AttributeError, KeyError or TypeError traceback."""
     path = tmp_path / "peer.sock"
 
     def answer() -> None:
