@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -22,8 +23,8 @@ from berm_abi.errors import BermError
 from berm_abi.names import KNOWN_NAMES
 from berm_abi.text import escaped
 from berm_cli.interrupt import interruptible
-from berm_cli.terminal import compile_notice, print_result, shown
-from berm_host.declaration import declaration_from_table
+from berm_cli.terminal import compile_notice, failure_text, print_result, shown
+from berm_host.declaration import NAME, NAME_RULE, declaration_from_table
 from berm_host.grants import BOUNDS, DAEMON_GRANTS, grant_for, linker_for
 from berm_host.traps import ToolFailure, Trap, TrapKind
 
@@ -65,7 +66,7 @@ def _declaration(args):
         bound = BOUNDS.get(cap)
         if bound and not (args.root if bound == "root" else args.host):
             raise BermError(f"--grant {cap} needs {_BOUND_OPTIONS[bound]}: without it the grant gives nothing")
-    table = {"name": args.name or Path(args.elf).stem, "capabilities": list(dict.fromkeys(args.grant)),
+    table = {"name": _name(args), "capabilities": list(dict.fromkeys(args.grant)),
              "hosts": list(dict.fromkeys(args.host))}
     if args.root is not None:
         table["root"] = os.path.abspath(args.root)
@@ -74,6 +75,50 @@ def _declaration(args):
     if args.timeout is not None:
         table["timeout"] = args.timeout
     return declaration_from_table(table, "command line")
+
+
+def _name(args) -> str:
+    """--name, else the image file's stem when a declaration could give it; else, without kv (whose namespace the
+    name is), the stem with what a name cannot hold made "_" (found by a review: "my tool.elf" was refused, without
+    a word of --name, though the name only tags its log lines)."""
+    stem = Path(args.elf).stem
+    if args.name or NAME.fullmatch(stem):
+        return args.name or stem
+    if "kv" in args.grant:
+        raise BermError(f"the image's file name ({stem[:80]!r}) cannot name its kv store's namespace: give --name "
+                        f"NAME ({NAME_RULE})")
+    return re.sub(r"^[.-]|[^A-Za-z0-9_.-]", "_", stem)[:64] or "harness"
+
+
+def json_problem(text: str) -> str | None:
+    """Why ``text`` is not the JSON a guest's SDK reads (None when it is), before any image is loaded: not UTF-8 (a
+    command-line argument's bad bytes), not JSON, nested past what Python reads, a key given twice in an object,
+    NaN or Infinity, a lone surrogate. Integers of any length are JSON (Python's 4,300-digit limit is int()'s).
+    Found by a review: json.loads let the last four through to the guest (a failure, status 1, where bad
+    arguments are 2), turned away long integers, and raised RecursionError as a traceback."""
+    def unique(pairs: list[tuple[str, object]]) -> dict:
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"the key {next(k for k in keys if keys.count(k) > 1)!r} is given twice in an object")
+        return dict(pairs)
+
+    def no_constant(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "UTF-8"
+    try:
+        doc = json.loads(text, object_pairs_hook=unique, parse_constant=no_constant, parse_int=str)
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return "valid JSON: a string holds a lone surrogate (\\ud800-\\udfff alone)"
+    except RecursionError:
+        return "valid JSON here: they nest too deeply"
+    except ValueError as exc:
+        return f"valid JSON: {exc}"
+    return None
 
 
 def _image(elf: str) -> Path:
@@ -92,7 +137,10 @@ def _log(name: str, line: bytes) -> None:
     """A guest's log line, each of its lines under the harness's tag: untagged, the second line of one could pass
     for a line of berm call's own."""
     text = shown(line.decode("utf-8", "replace"))
-    print("\n".join(f"[{name}] {part}" for part in text.split("\n")), file=sys.stderr)
+    try:
+        print("\n".join(f"[{name}] {part}" for part in text.split("\n")), file=sys.stderr)
+    except OSError:  # stderr takes no more (closed, full): the call goes on without its log (the failed write was
+        pass         # a trap of the call, and its result was lost: found by a review)
 
 
 def _through_daemon(args) -> int:
@@ -108,7 +156,7 @@ def _through_daemon(args) -> int:
         result = client.call(str(args.elf), args.tool, args.json)
     except RemoteError as exc:  # as a direct call prints them: a tool's failure as it is, the rest as berm call's
         if exc.kind == "failure":
-            print(shown(str(exc)), file=sys.stderr)
+            print(failure_text(str(exc)), file=sys.stderr)
             return 1
         print(_trap_text(str(exc), exc.chain), file=sys.stderr)
         return 2
@@ -124,15 +172,16 @@ def _trap_text(message: str, chain) -> str:
 
 def run(args) -> int:
     if args.json == "-":
-        try:
-            args.json = sys.stdin.read()
+        if sys.stdin is None:
+            print("berm call: the arguments are to come from stdin, which is closed", file=sys.stderr)
+            return 2
+        try:  # bytes: the text layer decodes with the locale's codec, and C.UTF-8's escapes bad bytes
+            args.json = sys.stdin.buffer.read().decode("utf-8")
         except UnicodeDecodeError as exc:
             print(f"berm call: the arguments on stdin are not UTF-8 (byte {exc.start})", file=sys.stderr)
             return 2
-    try:
-        json.loads(args.json)
-    except ValueError as exc:
-        print(f"berm call: the arguments are not valid JSON: {exc}", file=sys.stderr)
+    if problem := json_problem(args.json):
+        print(f"berm call: the arguments are not {problem}", file=sys.stderr)
         return 2
     if args.daemon is not None:
         return _through_daemon(args)
@@ -149,7 +198,7 @@ def run(args) -> int:
     try:
         result = interruptible(lambda: harness.call(args.tool, args.json))
     except ToolFailure as failure:
-        print(shown(failure.message), file=sys.stderr)
+        print(failure_text(failure.message), file=sys.stderr)
         return 1
     except Trap as trap:  # with the call chain under the message, and how to grant what it lacked
         print(_trap_text(str(trap), trap.info.chain_lines()), file=sys.stderr)

@@ -93,8 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, _Signalled) as exc:
         signum = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
         said = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        print(("\x1b[2K" if sys.stdout.isatty() else "") + f"berm-compile: {said}", file=sys.stderr)
+        _erase_progress(sys.stdout.isatty())
+        print(f"berm-compile: {said}", file=sys.stderr)
         return 128 + signum
+
+
+def _erase_progress(tty: bool) -> None:
+    """Erase the progress line (on stdout, when a terminal) before a line of its own: the erasing escape went to
+    stderr, where a redirected file got it and the terminal's progress line stayed (found by a review)."""
+    if tty:
+        print("\x1b[2K", end="\r", flush=True)
 
 
 class _Signalled(BaseException):
@@ -149,9 +157,11 @@ def _main(argv: list[str] | None) -> int:
             line = compile_one(job, cache, args.jobs)
         except BermError as exc:
             line, status = f"{job.label}: {exc}", 2
-            print(("\x1b[2K" if tty else "") + shown(line), file=sys.stderr)
+            _erase_progress(tty)
+            print(shown(line), file=sys.stderr)
             continue
-        print(("\x1b[2K" if tty else "") + shown(line), flush=True)
+        _erase_progress(tty)
+        print(shown(line), flush=True)
     return status
 
 

@@ -114,7 +114,8 @@ def render_text(path: str, manifest: Manifest, facts: dict) -> str:
     undeclared = sorted(set(exports) - {t.name for t in manifest.tools})
     for name in undeclared:
         out.append(f"  {name} @ {exports[name]:#x}: exported, not declared in the manifest")
-    out += ["", "usage:"] + [f"  {line}" for line in (manifest.usage or "(none)").splitlines()]
+    out += ["", "usage:"] + [f"  {line}" for line in (manifest.usage or "(none)").split("\n")]  # only "\n": splitlines
+    # also broke at \r, U+2028 and others, which were then not shown escaped (found by a review)
     out += ["", "requests (documentation, not grants):"]
     out += [f"  {_line(key)}: {_line(', '.join(values)) or '(empty)'}"
             for key, values in manifest.requests.items()] or ["  none"]

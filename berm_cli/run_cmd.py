@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from berm_abi.errors import BermError
 from berm_aot.elf import read_elf_file
 from berm_aot.program import Program
 from berm_cli.interrupt import interruptible
-from berm_cli.terminal import compile_notice, shown
+from berm_cli.terminal import compile_notice, failure_text, shown
 from berm_host.backend import RunRequest, RunResult
 from berm_host.declaration import MAX_TIMEOUT, is_timeout, parse_memory
 from berm_host.interp import InterpBackend
@@ -32,25 +33,32 @@ ABI_NAMES = ("zero ra sp gp tp t0 t1 t2 s0 s1 a0 a1 a2 a3 a4 a5 a6 a7 "
 SYMBOLS_SHOWN = 8
 
 
+#: A 64-bit argument's text: ASCII decimal or 0x-hex digits, optionally negative. Matched before int() reads it,
+#: which took "0x-5", "1_000", " +7" and non-ASCII digits (found by a review).
+_INT_ARG = re.compile(r"(-?)(?:0[xX]([0-9a-fA-F]+)|([0-9]+))")
+
+
 def parse_int_arg(text: str) -> int:
     """A 64-bit argument: decimal or 0x-hex, optionally negative (two's complement)."""
-    body = text.strip().lower()
-    negative = body.startswith("-")
-    digits = body[1:] if negative else body
-    try:
-        value = int(digits[2:], 16) if digits.startswith("0x") else int(digits, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a decimal or 0x-hex integer") from None
-    value = -value if negative else value
+    match = _INT_ARG.fullmatch(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a decimal or 0x-hex integer")
+    sign, hex_digits, decimal = match.groups()
+    if len(hex_digits or decimal) > 64:  # not read by int(), whose limit is 4,300 digits: it cannot fit anyway
+        raise argparse.ArgumentTypeError(f"{text[:40]} does not fit 64 bits")
+    value = int(hex_digits, 16) if hex_digits else int(decimal, 10)
+    value = -value if sign else value
     if not -(1 << 63) <= value <= MASK64:
-        raise argparse.ArgumentTypeError(f"{text} does not fit 64 bits")
+        raise argparse.ArgumentTypeError(f"{text[:40]} does not fit 64 bits")
     return value & MASK64
 
 
 def add_arguments(p) -> None:
     p.add_argument("elf", type=Path, help="the RV64 image")
     p.add_argument("symbol", help="a global function symbol of the image")
-    p.add_argument("args", nargs="*", type=parse_int_arg, metavar="ARG", help="up to 8 integers for a0..a7")
+    p.add_argument("args", nargs="*", type=parse_int_arg, metavar="ARG",
+                   help="up to 8 integers for a0..a7, decimal or 0x-hex (a negative hex one after --: berm run ELF "
+                        "SYMBOL -- -0x10)")
     p.add_argument("--engine", choices=("interp", "aot"), default="interp", help="execution engine (default interp)")
     p.add_argument("--memory", metavar="SIZE", default=str(DEFAULT_MEMORY),
                    help="guest memory: 65536, 64K, 64M, 1G (default 64M)")
@@ -119,6 +127,6 @@ def run(args) -> int:
         return 2
     print(f"a0={result.a0:#x} a1={result.a1:#x}")
     if result.failure is not None:
-        print(f"berm.fail: {shown(result.failure.decode('utf-8', 'replace'))}", file=sys.stderr)
+        print(f"berm.fail: {failure_text(result.failure.decode('utf-8', 'replace'))}", file=sys.stderr)
         return 1
     return 0

@@ -6,6 +6,7 @@ terminal, which obeys what a harness could put in it (OSC 52 sets the clipboard,
 from __future__ import annotations
 
 import errno
+import io
 import os
 import sys
 from collections.abc import Callable
@@ -20,6 +21,16 @@ def shown(text: str) -> str:
     return escaped(text)
 
 
+def failure_text(text: str) -> str:
+    """A tool's ``berm.fail`` text for stderr: its first line as it is, the next ones indented (a newline in it
+    printed a line passing for the command's own, "berm call: to grant …": found by a review); an empty one says
+    so (a bare empty line was printed)."""
+    if not text:
+        return "(the tool failed with no message)"
+    first, *rest = shown(text).split("\n")
+    return "\n".join([first, *(f"  {line}" for line in rest)])
+
+
 def print_result(result: str) -> None:
     """A tool's result on stdout: as it is, or escaped when stdout is a terminal."""
     print(shown(result) if sys.stdout.isatty() else result)
@@ -30,6 +41,7 @@ def reader_may_leave(command: str, main: Callable[[], int]) -> int:
     printed a BrokenPipeError traceback), and with a line and status 1 when its output cannot be written (a full
     disk, /dev/full: a traceback too). stdout is then pointed at /dev/null so the interpreter's own flush at exit
     does not raise again (Python's documentation, "Note on SIGPIPE")."""
+    _stand_in_for_closed_streams()
     try:
         status = main()
         sys.stdout.flush()  # what is still buffered fails here, not at exit
@@ -45,13 +57,36 @@ def reader_may_leave(command: str, main: Callable[[], int]) -> int:
         return 1
 
 
-#: What a write to a stream (no file name) fails with when its file or device takes no more.
-_OUTPUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+#: What a write to a stream (no file name) fails with when its file or device takes no more, or is closed.
+_OUTPUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF)
+
+
+class _ClosedOutput(io.TextIOBase):
+    """Standard output for a command started with it closed (Python leaves sys.stdout None, and the first print or
+    isatty raised AttributeError: found by a review): writing to it is an OSError, which ``reader_may_leave``
+    reports as output it cannot write; a command that writes nothing there (berm serve) runs as it would."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def _stand_in_for_closed_streams() -> None:
+    if sys.stdout is None:
+        sys.stdout = _ClosedOutput()
+    if sys.stderr is None:  # nothing could say anything there: what is said goes nowhere
+        sys.stderr = open(os.devnull, "w")
 
 
 def _silence_stdout() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # no descriptor (_ClosedOutput): nothing is buffered for the exit to flush
+        return
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    os.dup2(devnull, fd)
     os.close(devnull)
 
 

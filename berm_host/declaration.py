@@ -41,8 +41,8 @@ class ImageDigestMismatch(DeclarationError):
     """The image file's SHA-256 is not the one the declaration pins: the image is refused."""
 
 
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
-_NAME_RULE = "1-64 of [A-Za-z0-9_.-], not starting with . or -"
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+NAME_RULE = "1-64 of [A-Za-z0-9_.-], not starting with . or -"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MEMORY = re.compile(r"([0-9]{1,12})\s*([KMG]?)(?:i?B)?", re.IGNORECASE)
@@ -103,8 +103,8 @@ class Declaration:
     def image_path(self, directory: str | os.PathLike[str] | None = None) -> Path:
         """``{name}.elf`` in the harnesses directory. A name a declarations file could not give (a Declaration made
         in code) is refused: ``../x`` read an image outside the directory (found by a review)."""
-        if not _NAME.fullmatch(self.name):
-            raise DeclarationError(f"harness name {self.name!r} must be {_NAME_RULE}")
+        if not NAME.fullmatch(self.name):
+            raise DeclarationError(f"harness name {self.name!r} must be {NAME_RULE}")
         return harnesses_dir(directory) / f"{self.name}.elf"
 
     def load_image(self, directory: str | os.PathLike[str] | None = None) -> bytes:
@@ -181,8 +181,8 @@ def declaration_from_table(entry: Any, where: str = "harness") -> Declaration:
     name = _string(entry, "name", where)
     if name is None:
         raise DeclarationError(f"{where}: name is required")
-    if not _NAME.fullmatch(name):
-        raise DeclarationError(f"{where}: name {name!r} must be {_NAME_RULE}")
+    if not NAME.fullmatch(name):
+        raise DeclarationError(f"{where}: name {name!r} must be {NAME_RULE}")
     where = f"{where} {name!r}"
     unknown = sorted(set(entry) - _KEYS)
     if unknown:

@@ -25,7 +25,7 @@ from berm_abi.names import UPSTREAM_ALIASES
 
 from .capabilities import clock, exec as exec_cap, fs, fs_search, http, kv
 from .capabilities.paths import Root, RootError
-from .declaration import _NAME, _NAME_RULE, Declaration
+from .declaration import NAME, NAME_RULE, Declaration
 from .linker import CapabilityFn, Linker
 
 KNOWN_GRANTS = ("clock", "exec", "fs", "http", "kv")
@@ -120,10 +120,10 @@ def _inputs(declaration: Declaration, harness_name: str | None, data_dir: str | 
             extra: Mapping[str, GrantBuilder] | None) -> _Inputs:
     grants = _linked(declaration, extra)
     namespace = harness_name or declaration.name
-    if "kv" in grants and not _NAME.fullmatch(namespace):
+    if "kv" in grants and not NAME.fullmatch(namespace):
         # Found by a review: a name holding a lone surrogate (a file name's stem, decoded with surrogateescape) was
         # linked, and every kv call then raised UnicodeEncodeError, a host bug, not the guest's CapabilityError.
-        raise GrantError(f"harness name {namespace!r}, the kv namespace, must be {_NAME_RULE}")
+        raise GrantError(f"harness name {namespace!r}, the kv namespace, must be {NAME_RULE}")
     return _Inputs(
         grants=grants,
         root=_root(declaration) if {"fs", "exec"} & set(grants) else None,

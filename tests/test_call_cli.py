@@ -7,6 +7,7 @@ import io
 
 import pytest
 
+from berm_abi.errors import BermError
 from berm_cli.main import main
 from tests.test_cap_guest import probe_elf
 
@@ -91,15 +92,18 @@ def test_dash_reads_the_arguments_from_stdin(berm_call, monkeypatch):
     """Arguments longer than a command line may be (Linux takes at most 128 KiB in one argument: "Argument list too
     long") come from stdin. The probe's echo holds 64 KiB of them."""
     big = "x" * 60_000
-    monkeypatch.setattr("sys.stdin", io.StringIO(f'{{"text": "{big}"}}'))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(f'{{"text": "{big}"}}'.encode())))
     code, out, err = berm_call("echo", "-")
     assert (code, err) == (0, "") and out == f'{{"text": "{big}"}}\n'
-    monkeypatch.setattr("sys.stdin", io.StringIO("{not json"))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"{not json")))
     assert berm_call("echo", "-")[0] == 2
 
 
-def test_stdin_that_is_not_utf8_is_refused(berm_call, monkeypatch):
-    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b'"\xff"'), encoding="utf-8", errors="strict"))
+@pytest.mark.parametrize("errors", ["strict", "surrogateescape"])
+def test_stdin_that_is_not_utf8_is_refused(berm_call, monkeypatch, errors):
+    """Read as bytes: under C.UTF-8, stdin's text layer escapes bad bytes (surrogateescape), and the arguments went
+    on to a load and a Python encoding error (found by a review)."""
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b'"\xff"'), encoding="utf-8", errors=errors))
     code, out, err = berm_call("echo", "-")
     assert (code, out) == (2, "") and err == "berm call: the arguments on stdin are not UTF-8 (byte 1)\n"
 
@@ -171,3 +175,81 @@ def test_ctrl_c_while_waiting_for_the_daemon_is_one_line_and_status_130(capsys, 
     args = argparse.Namespace(command=command, _module=types.SimpleNamespace(run=run))
     assert _run(args) == 130
     assert capsys.readouterr().err == said
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"a": 1, "a": 2}', "valid JSON: the key 'a' is given twice in an object"),
+    ('{"a": {"b": 1, "b": 1}}', "valid JSON: the key 'b' is given twice in an object"),
+    ('{"a": NaN}', "valid JSON: NaN is not JSON"),
+    ('[-Infinity]', "valid JSON: -Infinity is not JSON"),
+    ('"\\ud800"', "valid JSON: a string holds a lone surrogate (\\ud800-\\udfff alone)"),
+    ("[" * 5000 + "]" * 5000, "valid JSON here: they nest too deeply"),
+    ("{not json", "valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+    ("\udcff", "UTF-8"),
+    ("9" * 5000, None), ('{"a": "\\ud83d\\ude00"}', None), ("", None),
+])
+def test_arguments_are_checked_as_a_guests_sdk_reads_them_before_anything_loads(text, problem):
+    """Found by a review: json.loads let a repeated key, NaN and a lone surrogate through to the guest (a failure,
+    status 1, where bad arguments are 2), refused a long integer, and raised RecursionError as a traceback."""
+    from berm_cli.call import json_problem
+
+    assert json_problem(text) == (problem if text != "" else "valid JSON: Expecting value: line 1 column 1 (char 0)")
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("bad\nberm call: to grant berm.fs.read, add --grant exec --root /", "bad\n  berm call: to grant berm.fs.read, "
+                                                                        "add --grant exec --root /"),
+    ("", "(the tool failed with no message)"), ("one line", "one line"),
+])
+def test_a_failures_later_lines_are_indented_so_none_passes_for_the_commands_own(text, shown):
+    """Found by a review: a guest's failure text printed lines that read as berm call's own (a forged grant hint);
+    an empty one printed a bare empty line."""
+    from berm_cli.terminal import failure_text
+
+    assert failure_text(text) == shown
+
+
+def test_a_log_line_stderr_cannot_take_does_not_cost_the_call_its_result(monkeypatch):
+    """Found by a review: with stderr full or closed, the log line's failed write was an OSError in the log sink, so
+    the call trapped and its result was lost."""
+    from berm_cli.call import _log
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("sys.stderr", Full())
+    _log("h", b"a line")  # raises nothing
+
+
+@pytest.mark.parametrize("stem, grants, name", [("my tool", [], "my_tool"), (".hidden", [], "_hidden"),
+                                                ("x" * 80, [], "x" * 64), ("ok-name.v2", ["kv"], "ok-name.v2")])
+def test_an_image_file_name_that_cannot_name_a_harness_is_made_into_one_unless_kv_needs_it(stem, grants, name):
+    """Found by a review: "my tool.elf" was refused (a name must be 1-64 of [A-Za-z0-9_.-]) without a word of --name,
+    though without kv the name only tags the harness's log lines."""
+    import argparse
+
+    from berm_cli.call import _name
+
+    assert _name(argparse.Namespace(elf=f"/d/{stem}.elf", name=None, grant=grants)) == name
+    with pytest.raises(BermError, match=r"cannot name its kv store's namespace: give --name NAME"):
+        _name(argparse.Namespace(elf="/d/my tool.elf", name=None, grant=["kv"]))
+
+
+@pytest.mark.parametrize("redirect, status, said", [
+    (">&-", 1, "berm: cannot write its output: standard output is closed\n"),
+    ("<&-", 2, "berm call: the arguments are to come from stdin, which is closed\n"),
+])
+def test_a_closed_standard_stream_is_said_not_a_traceback(tmp_path, redirect, status, said):
+    """Found by a review: started with stdout or stdin closed (Python makes them None), berm printed an
+    AttributeError traceback, status 1."""
+    import subprocess
+    import sys
+
+    elf = tmp_path / "probe.elf"
+    elf.write_bytes(probe_elf())
+    arg = "'{}'" if redirect == ">&-" else "-"
+    done = subprocess.run(f"{sys.executable} -m berm_cli.main call {elf} echo {arg} --engine interp {redirect}",
+                          shell=True, stdout=None if redirect == ">&-" else subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (status, said)

@@ -49,3 +49,14 @@ def test_a_signal_mid_compile_ends_it_cleanly(tmp_path, signum, said):
     assert err == f"berm-compile: {said}\n"
     left = [p.relative_to(cache) for shard in cache.iterdir() for p in shard.iterdir() if p.suffix != ".lock"]
     assert left == []
+
+
+def test_the_progress_line_is_erased_where_it_is_written(tmp_path, monkeypatch, capsys):
+    """Found by a review: the escape erasing the progress line (on stdout, a terminal) went to stderr, so a
+    redirected stderr file got it and the terminal's progress line stayed."""
+    from berm_cli import compile as compile_cli
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert compile_cli.main([str(tmp_path / "missing.elf"), "--cache-dir", str(tmp_path / "cache")]) == 2
+    out, err = capsys.readouterr()
+    assert "\x1b" not in err and out.endswith("\x1b[2K\r")

@@ -222,3 +222,13 @@ def test_json_output_is_not_indented_below_its_top_level():
         nested = [nested]
     text = _json_document({"deep": nested, "abi_version": 0})
     assert json.loads(text) == {"deep": nested, "abi_version": 0} and len(text) < 300
+
+
+def test_usage_breaks_only_at_newlines(tmp_path, capsys):
+    """Found by a review: usage was split with str.splitlines, so a carriage return, U+2028 or U+001C broke a line
+    there, and the break was not shown escaped."""
+    path = tmp_path / "h.elf"
+    path.write_bytes(harness_elf(manifest_json(["read"], usage="one\rtwo\u2028three\x1cfour"), ["read"]))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\n  one\\x0dtwo\\u2028three\\x1cfour\n" in out

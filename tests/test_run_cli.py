@@ -147,3 +147,13 @@ def _wait_for_the_guest_to_spin(pid: int) -> None:
             return
         time.sleep(0.1)
     pytest.fail("berm run never got its guest spinning")
+
+
+@pytest.mark.parametrize("arg", ["0x-5", "-0x-5", "1_000", "+7", " 5", "\u0663", "0x", "9" * 5000])
+def test_an_argument_that_is_not_plainly_decimal_or_hex_is_refused(elf, capsys, arg):
+    """Found by a review: int() took "0x-5" (as 0xfff...fb), "1_000", "+7" and non-ASCII digits, and a 5,000-digit
+    number failed as "not a decimal or 0x-hex integer" (int()'s digit limit)."""
+    with pytest.raises(SystemExit):
+        main(["run", elf, "add", "--", arg, "1"])
+    err = capsys.readouterr().err
+    assert ("does not fit 64 bits" if arg.isdigit() and arg.isascii() else "is not a decimal or 0x-hex integer") in err
