@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
-from bench_boundary import NOOP_REPLY, PING_ARGS, PING_RESULT  # noqa: E402
+from bench_boundary import HOSTCALL_LOOPS, NO_CALL_LOOP, NOOP_REPLY, PING_ARGS, PING_RESULT  # noqa: E402
 from bench_build import (KERNELS, build_boundary_guest, build_guest, build_linux_guest, build_native,  # noqa: E402
                          build_wasm)
 from bench_runners import BermRunner, NativeRunner, QemuRunner, UnicornRunner, WasmRunner  # noqa: E402
@@ -80,8 +80,11 @@ def test_boundary_guest(engine):
     elf = build_boundary_guest().read_bytes()
     assert Engine(kind=engine).load(elf).harness().call("ping", PING_ARGS) == PING_RESULT
     guest = BermRunner(engine, elf)
-    loop = guest.run("bench_ecall_loop", int_args=(5, fnv1a64("berm.args.len")), args=PING_ARGS)
-    assert loop.a0 == 5 * len(PING_ARGS)
+    for entry in HOSTCALL_LOOPS:  # each call returns the arguments' length
+        assert guest.run(entry, int_args=(5,), args=PING_ARGS).a0 == 5 * len(PING_ARGS)
+    # the baseline loop makes no call: each iteration adds the buffer's address, left in a0
+    once = guest.run(NO_CALL_LOOP, int_args=(1,), args=PING_ARGS).a0
+    assert once and guest.run(NO_CALL_LOOP, int_args=(5,), args=PING_ARGS).a0 == 5 * once
     linker = Linker()
     requests = []
     linker.define("bench.noop", lambda request: requests.append(request) or NOOP_REPLY)

@@ -4,12 +4,13 @@
     python tools/bench.py --quick    # a fast smoke run: smaller n, fewer repeats, a smaller cold-compile guest
 
 Everything runs side by side in one process, repetitions interleaved across runners, so the ratios hold on a busy
-2-core machine; each figure is a median of the measuring thread's CPU time (wall time for the cold compile; the
-CPU time of its processes for qemu-user). Compute kernels (tools/kernels/) run natively (gcc -O2), on wasmtime, on
+2-core machine; each figure is a median of the measuring thread's CPU time (wall time for the cold compile and a
+fresh process's first load; the CPU time of its processes for qemu-user). Compute kernels (tools/kernels/) run
+natively (gcc -O2, the targets' baseline, and gcc -O2 -fno-tree-vectorize, native without SIMD), on wasmtime, on
 qemu-user (when Debian's qemu-user is installed), on unicorn and on Berm's AOT and interpreter engines; each figure
 is time per unit of work with the kernel's fixed setup (its n = 0 run) subtracted, so runners using different n
-compare; each ratio is the median of per-round ratios against native's run in the same round. The output is a
-Markdown table.
+compare; each ratio is the median of per-round ratios against native's run in the same round. Every call's
+checksum, timed ones included, is checked against native's. The output is a Markdown table.
 Exit status 1 when any runner computed a different checksum from native or a figure could not be measured.
 """
 
@@ -22,6 +23,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,17 +34,18 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import bench_boundary as bb  # noqa: E402
 from bench_bigguest import build_big_guest  # noqa: E402
 from bench_build import KERNELS, build_boundary_guest  # noqa: E402
-from bench_runners import BermRunner, available_runners  # noqa: E402
+from bench_runners import UNMEASURED, BermRunner, available_runners  # noqa: E402
 
 from berm_abi.errors import BermError  # noqa: E402
 
 #: A real guest of about the size the cold-compile target names, built by rustc (harnesses/rust-probe/build.sh).
 RUST_GUEST = Path(__file__).resolve().parent.parent / "harnesses" / "rust-probe" / "rust-keywords.elf"
 
-#: Table columns: runner kind -> heading. Ratios are taken against "native".
-COLUMNS = {"aot": "Berm AOT", "native": "native", "wasmtime": "wasmtime", "qemu": "qemu-user", "unicorn": "unicorn",
-           "interp": "Berm interp"}
-RATIO_COLUMNS = ("aot", "wasmtime", "qemu", "unicorn", "interp")
+#: Table columns: runner kind -> heading. Ratios are taken against "native" (gcc -O2, the targets' baseline), except
+#: in the one row that says it takes them against "native_no_simd".
+COLUMNS = {"aot": "Berm AOT", "native": "native", "native_no_simd": "native -fno-tree-vectorize",
+           "wasmtime": "wasmtime", "qemu": "qemu-user", "unicorn": "unicorn", "interp": "Berm interp"}
+RATIO_COLUMNS = ("aot", "native_no_simd", "wasmtime", "qemu", "unicorn", "interp")
 #: The runners whose per-round kernel ratios a kernel's note spreads out (the two near native).
 SPREAD = ("aot", "wasmtime")
 
@@ -58,6 +61,7 @@ class Plan:
     hostcall_n: int
     capability_n: int
     loads: int
+    first_loads: int  # fresh processes, each timing its first load
     big_functions: int
     compiles: int  # cold compiles of the big guest (the figure is their median)
 
@@ -74,10 +78,10 @@ def scaled(n: int, kind: str) -> int:
 
 
 FULL = Plan(n={"sha256": 8000, "crc32": 8000, "sort": 2000, "fib": 15000, "tokenize": 6000}, repeats=11,
-            invoke_calls=20000, hostcall_n=2_000_000, capability_n=100_000, loads=200, big_functions=360,
-            compiles=3)
+            invoke_calls=20000, hostcall_n=2_000_000, capability_n=100_000, loads=200, first_loads=5,
+            big_functions=360, compiles=3)
 QUICK = Plan(n={"sha256": 800, "crc32": 800, "sort": 200, "fib": 1500, "tokenize": 600}, repeats=3,
-             invoke_calls=2000, hostcall_n=200_000, capability_n=10_000, loads=20, big_functions=60,
+             invoke_calls=2000, hostcall_n=200_000, capability_n=10_000, loads=20, first_loads=3, big_functions=60,
              compiles=1)
 
 
@@ -90,6 +94,7 @@ class Row:
     cells: dict[str, float] = field(default_factory=dict)  # seconds, by column kind
     ratios: dict[str, float] = field(default_factory=dict)  # by column kind, against native
     note: str = ""
+    samples: dict[str, list[float]] = field(default_factory=dict)  # a kernel's seconds per unit, per round, by kind
 
 
 def fmt_seconds(s: float) -> str:
@@ -106,44 +111,81 @@ def fmt_ratio(x: float) -> str:
 # --- compute kernels -----------------------------------------------------------------------------------------------
 
 def measure_kernels(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
-    """One row per kernel (seconds per unit of work) and the list of checksum mismatches."""
+    """One row per kernel (seconds per unit of work) and the list of checksum mismatches. Every call, timed ones
+    included, is checked against native's checksum at its n (a dict look-up, outside the clock): a runner that
+    went wrong in one round is caught there. A runner with a wrong checksum gets no figure for that kernel."""
     native = runners["native"]
-    wrong = []
-    for kernel in KERNELS:
-        for kind, runner in runners.items():
-            n = plan.kernel_n(kind, kernel)
-            got, want = runner.call(kernel, n), native.call(kernel, n)
-            if got != want:
-                wrong.append(f"{kernel} on {kind}: checksum {got:#x}, native says {want:#x} (n={n})")
+    want = {(kernel, n): native.call(kernel, n)
+            for kernel in KERNELS for kind in runners for n in (0, plan.kernel_n(kind, kernel))}
+    wrong: dict[tuple[str, str], str] = {}  # (kernel, kind) -> its first mismatch
+
+    def run(kind: str, kernel: str, n: int) -> float:
+        """The time of one call on the runner's clock."""
+        runner = runners[kind]
+        clock = getattr(runner, "clock", bb.clock)
+        t0 = clock()
+        got = runner.call(kernel, n)
+        seconds = clock() - t0
+        if got != want[kernel, n]:
+            wrong.setdefault((kernel, kind), f"{kernel} on {kind}: checksum {got:#x}, native says "
+                                             f"{want[kernel, n]:#x} (n={n})")
+        return seconds
+
     rows = []
     for kernel in KERNELS:
+        for kind in runners:  # a first, untimed call (warm-up)
+            run(kind, kernel, plan.kernel_n(kind, kernel))
         units: dict[str, list[float]] = {kind: [] for kind in runners}  # seconds per unit, one per repeat
         for _ in range(plan.repeats):
-            for kind, runner in runners.items():
-                n, clock = plan.kernel_n(kind, kernel), getattr(runner, "clock", bb.clock)
-                t_n = bb.timed(lambda: runner.call(kernel, n), clock)
-                units[kind].append(max(0.0, t_n - bb.timed(lambda: runner.call(kernel, 0), clock)) / n)
-        row = Row(f"kernel {kernel} (per unit)", cells={k: statistics.median(v) for k, v in units.items()})
-        # Ratios pair each repeat with native's sample from the same round, so load that drifts during the run
-        # cancels out.
-        per_round = {k: sorted(a / b for a, b in zip(units[k], units["native"]) if b)
-                     for k in RATIO_COLUMNS if k in units}
-        row.ratios = {k: statistics.median(v) for k, v in per_round.items() if v}
+            for kind in runners:
+                n = plan.kernel_n(kind, kernel)
+                units[kind].append(max(0.0, run(kind, kernel, n) - run(kind, kernel, 0)) / n)
+        units = {kind: v for kind, v in units.items() if (kernel, kind) not in wrong}
+        row = Row(f"kernel {kernel} (per unit)", cells={k: statistics.median(v) for k, v in units.items()},
+                  samples=units)
+        per_round = round_ratios(units, "native")
+        row.ratios = {k: statistics.median(v) for k, v in per_round.items()}
         # The machine's speed phases (a busy neighbour on the core) slow translated code more than native code,
         # so one run's rounds can fall in two clusters (fib: 1.6x and 2.1x): the note shows how far apart.
-        row.note = f"ratio vs native per round, lowest to highest of {plan.repeats}: " + ", ".join(
-            f"{COLUMNS[k]} {fmt_ratio(v[0])}–{fmt_ratio(v[-1])}" for k, v in per_round.items() if k in SPREAD and v)
+        spread = ", ".join(f"{COLUMNS[k]} {fmt_ratio(v[0])}–{fmt_ratio(v[-1])}"
+                           for k, v in per_round.items() if k in SPREAD)
+        wrong_here = ", ".join(COLUMNS[kind] for k, kind in wrong if k == kernel)
+        row.note = "; ".join(note for note in (
+            spread and f"ratio vs native per round, lowest to highest of {plan.repeats}: {spread}",
+            wrong_here and f"no figure for {wrong_here}: a wrong checksum (CHECKSUM MISMATCH below)") if note)
         rows.append(row)
-    return rows, wrong
+    return rows, list(wrong.values())
 
 
-def geomean_row(kernel_rows: list[Row]) -> Row:
-    row = Row("kernels: geometric mean of time ratios vs native", target="≤ 1.25× native", target_ratio=1.25)
+def round_ratios(samples: dict[str, list[float]], baseline: str) -> dict[str, list[float]]:
+    """Each runner's ratios against ``baseline``, sorted, each round's sample over ``baseline``'s from the same
+    round, so load that drifts during the run cancels out."""
+    if baseline not in samples:  # it computed a wrong checksum
+        return {}
+    per_round = {k: sorted(a / b for a, b in zip(samples[k], samples[baseline]) if b)
+                 for k in RATIO_COLUMNS if k in samples and k != baseline}
+    return {k: v for k, v in per_round.items() if v}
+
+
+def geomean_row(kernel_rows: list[Row], baseline: str, row: Row) -> Row:
+    """``row`` with each runner's geometric mean over the kernels of its ratio against ``baseline`` (when every
+    kernel has one)."""
     for kind in RATIO_COLUMNS:
-        ratios = [r.ratios[kind] for r in kernel_rows if r.ratios.get(kind)]
+        ratios = [statistics.median(v) for r in kernel_rows if (v := round_ratios(r.samples, baseline).get(kind))]
         if len(ratios) == len(kernel_rows):
             row.ratios[kind] = math.exp(sum(map(math.log, ratios)) / len(ratios))
     return row
+
+
+def geomean_rows(kernel_rows: list[Row]) -> list[Row]:
+    """Against gcc -O2 (the target's baseline), and against the same without SIMD when it ran."""
+    rows = [geomean_row(kernel_rows, "native", Row("kernels: geometric mean of time ratios vs native",
+                                                   target="≤ 1.25× native", target_ratio=1.25))]
+    if any("native_no_simd" in r.samples for r in kernel_rows):
+        rows.append(geomean_row(kernel_rows, "native_no_simd", Row(
+            "kernels: geometric mean of time ratios vs native -fno-tree-vectorize (gcc -O2 without SIMD): this "
+            "row's \"/ native\" columns are against that build")))
+    return rows
 
 
 # --- boundary figures ----------------------------------------------------------------------------------------------
@@ -162,13 +204,33 @@ def measure_boundary(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
         for r, value in zip((row, *more), values if more else (values,)):
             r.cells[kind] = value
 
-    boundary = build_boundary_guest().read_bytes()
+    def measure_loads(what: str, elf: Path, cache: Path) -> list[Row]:
+        """The cached-load rows of ``elf`` from ``cache``: in steady state, and a fresh process's first load."""
+        steady = Row(f"loading a cached image, steady state (new Engine + load, after a first load in this process), "
+                     f"p50: {what}", "≤ 1 ms", 1e-3)
+        first = Row(f"… its first load in a fresh process (wall clock, timed in the child after its imports), p50 of "
+                    f"{plan.first_loads} processes", "≤ 1 ms", 1e-3,
+                    note="what a process does at its first load only: run the C compiler's --version (another "
+                         "process) and find cc, as and ld on PATH, for the cache key; start the watchdog thread")
+        measure(steady, "aot", lambda: bb.cached_load_p50(elf.read_bytes(), cache, plan.loads))
+        measure(first, "aot", lambda: bb.first_load_p50(elf, cache, plan.first_loads))
+        objects = sum(p.stat().st_size for p in cache.rglob("*.so"))
+        steady.note = (f"ELF {elf.stat().st_size / 1024:.0f} KB, translated object {objects / 1024:.0f} KB: a cached "
+                       f"load hashes both (SHA-256)")
+        return [steady, first]
+
+    boundary_elf = build_boundary_guest()
+    boundary = boundary_elf.read_bytes()
     invoke = Row("one invocation from Python (256-byte args pulled, small result), p50", "≤ 2 µs", 2e-6,
                  note="native: cffi ABI-mode call floor; wasmtime: new Store + instantiate + call")
-    hostcall = Row("one core host call (berm.args.len) inside the guest", "≤ 5 ns", 5e-9)
+    hostcall = Row("one core host call inside the guest, dispatched by the core: berm.args.read of 8 bytes, net of "
+                   "the same loop without the ecall", "≤ 5 ns", 5e-9,
+                   note="Berm AOT: translated code calls ctx->ecall, the core's dispatch (a switch on the number), "
+                        "which checks the buffer is writable and copies 8 bytes; Berm interp: its ecall handler")
+    inlined = Row("… berm.args.len, which the translator inlines into a read of a ctx field (no call), net of the "
+                  "same loop", note="Berm interp: its ecall handler serves it like any call")
     capability = Row("one capability served by Python, round trip", "≤ 1 µs", 1e-6,
-                     note="call + berm.result.read of a 4-byte reply")
-    load = Row("loading a cached image (new Engine + load), p50", "≤ 1 ms", 1e-3)
+                     note="call + berm.result.read of a 4-byte reply, net of a zero-iteration run")
     big = build_big_guest(plan.big_functions)
     compile_row = Row(f"compiling a {guest_code_kb(big):.0f} KB guest cold (wall)", "≤ 10 s (~100 KB)", 10.0)
     compile_cpu = Row("… the CPU time of that compile, compiler processes included")
@@ -183,22 +245,32 @@ def measure_boundary(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
             continue
         runner = BermRunner(kind, boundary)
         measure(invoke, kind, lambda: bb.invoke_p50(kind, boundary, scaled(plan.invoke_calls, kind)))
-        measure(hostcall, kind, lambda: bb.hostcall_seconds(runner, scaled(plan.hostcall_n, kind), plan.repeats))
+        measure(hostcall, kind, lambda: bb.hostcall_seconds(runner, scaled(plan.hostcall_n, kind), plan.repeats),
+                inlined)
         measure(capability, kind,
                 lambda: bb.capability_seconds(runner, scaled(plan.capability_n, kind), plan.repeats))
-    if "aot" in runners:
-        measure(load, "aot", lambda: bb.cached_load_p50(boundary, plan.loads))
-        measure(compile_row, "aot",
-                lambda: cold_compile(big.read_bytes(), plan.compiles, compile_row, compile_cpu), compile_cpu)
-        measure(rust_row, "aot",
-                lambda: cold_compile(RUST_GUEST.read_bytes(), plan.compiles, rust_row, rust_cpu), rust_cpu)
-    return [invoke, hostcall, capability, load, compile_row, compile_cpu, rust_row, rust_cpu], failures
+    rows = [invoke, hostcall, inlined, capability]
+    if "aot" not in runners:
+        return rows, failures
+    with tempfile.TemporaryDirectory(prefix="berm-bench-caches-") as tmp:
+        caches = Path(tmp)
+        rows += measure_loads("the boundary guest", boundary_elf, caches / "boundary")
+        measure(compile_row, "aot", lambda: cold_compile(big.read_bytes(), plan.compiles, caches / "big",
+                                                         compile_row, compile_cpu), compile_cpu)
+        rows += [compile_row, compile_cpu]
+        if "aot" in compile_row.cells:  # the loads of a guest of the size the compile target names, from its cache
+            rows += measure_loads(f"the {guest_code_kb(big):.0f} KB-code guest compiled above", big,
+                                  caches / "big" / "0")
+        measure(rust_row, "aot", lambda: cold_compile(RUST_GUEST.read_bytes(), plan.compiles, caches / "rust",
+                                                      rust_row, rust_cpu), rust_cpu)
+    return [*rows, rust_row, rust_cpu], failures
 
 
-def cold_compile(elf: bytes, runs: int, row: Row, cpu_row: Row) -> tuple[float, float]:
-    """The median wall and CPU time of ``runs`` cold compiles of ``elf``; ``row``'s note gets every run's wall time,
-    ``cpu_row``'s how much of the CPU time was the translation's rather than the compilers'."""
-    wall, cpu, walls, own = bb.cold_compile_seconds(elf, runs)
+def cold_compile(elf: bytes, runs: int, caches: Path, row: Row, cpu_row: Row) -> tuple[float, float]:
+    """The median wall and CPU time of ``runs`` cold compiles of ``elf``, into ``caches``/0, /1, …; ``row``'s note
+    gets every run's wall time, ``cpu_row``'s how much of the CPU time was the translation's rather than the
+    compilers'."""
+    wall, cpu, walls, own = bb.cold_compile_seconds(elf, runs, caches)
     if runs > 1:
         row.note = f"median of {runs} compiles, each into an empty cache: " + ", ".join(f"{w:.2f} s" for w in walls)
     cpu_row.note = f"of which this process (reading, analysing, translating to C): {own:.2f} s; the rest the compilers'"
@@ -253,8 +325,21 @@ def machine_facts() -> str:
         cpu += f" (family {info['cpu family']}, model {info['model']})"
     gcc = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n- machine: {os.cpu_count()} cores "
-            f"(nproc), {cpu}; load average at start {load}\n- Python {platform.python_version()}, {gcc}")
+    return (f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n- commit: {git_commit()}\n- machine: "
+            f"{os.cpu_count()} cores (nproc), {cpu}; load average at start {load}\n- Python "
+            f"{platform.python_version()}, {gcc}")
+
+
+def git_commit() -> str:
+    """The commit measured, and whether the work tree differs from it (read-only: no lock, no index refresh)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "--no-optional-locks", "-C", str(Path(__file__).resolve().parent), *args],
+                              capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "unknown (not a git checkout)"
+    return commit + (" with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,10 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     runners, missing = available_runners()
     for kind, why in missing.items():
         print(f"- {COLUMNS[kind]}: {why}")
+    for peer, why in UNMEASURED.items():
+        print(f"- {peer}: not measured ({why})")
     columns = {k: v for k, v in COLUMNS.items() if k in runners}
     kernel_rows, wrong = measure_kernels(runners, plan)
     boundary_rows, failures = measure_boundary(runners, plan)
-    print("\n" + render([*kernel_rows, geomean_row(kernel_rows), *boundary_rows], columns))
+    print("\n" + render([*kernel_rows, *geomean_rows(kernel_rows), *boundary_rows], columns))
     print(f"\nKernel work per unit: sha256 = one 256-byte message, crc32 = 1 KiB, sort = 256 words filled and sorted, "
           f"fib = fib(14..15), tokenize = a 2 KiB scan. n per run: {plan.n} (unicorn n/{SLOW['unicorn']}, interpreter "
           f"n/{SLOW['interp']}); medians of {plan.repeats} interleaved repeats.")

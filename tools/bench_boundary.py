@@ -2,17 +2,20 @@
 
 Times are the CPU time of the measuring thread (``time.thread_time``): the guest, the interpreter and every peer
 run in the calling thread, and on a machine shared with other builds, wall time mostly measures who else was
-scheduled. Only the cold compile (a C compiler in other processes, on every core) is wall time.
+scheduled. Only the cold compile (a C compiler in other processes, on every core) and the first load in a fresh
+process (which runs the C compiler's ``--version``, another process) are wall time.
 
 Per-call figures time batches of calls and take the median of the per-call batch means, so the clock's own cost
-does not pollute sub-microsecond results. Loop figures subtract a zero-iteration run.
+does not pollute sub-microsecond results. Loop figures are net of a baseline: the host calls' of the same loop
+without the ecall, the capability's of a zero-iteration run.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import tempfile
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,11 +53,17 @@ def timed(fn: Callable[[], object], clock: Callable[[], float] = clock) -> float
     return clock() - t0
 
 
-def per_iteration(run: Callable[[int], object], n: int, repeats: int) -> float:
-    """Seconds per loop iteration: (median time of ``run(n)`` − median time of ``run(0)``) / n, never negative."""
-    t_n = statistics.median(timed(lambda: run(n)) for _ in range(repeats))
-    t_0 = statistics.median(timed(lambda: run(0)) for _ in range(repeats))
-    return max(0.0, t_n - t_0) / n
+def net_per_iteration(loops: list[Callable[[], object]], baseline: Callable[[], object], n: int,
+                      repeats: int) -> list[float]:
+    """Seconds per iteration of each of ``loops`` (n iterations each) net of ``baseline``: (median time of the loop
+    − median time of ``baseline()``) / n, never negative. Each repeat runs them all, so load that drifts during the
+    measurement weighs on each alike."""
+    times: list[list[float]] = [[] for _ in range(len(loops) + 1)]
+    for _ in range(repeats):
+        for fn, samples in zip((baseline, *loops), times):
+            samples.append(timed(fn))
+    base, *rest = map(statistics.median, times)
+    return [max(0.0, t - base) / n for t in rest]
 
 
 def invoke_p50(engine_kind: str, elf: bytes, calls: int) -> float:
@@ -68,16 +77,25 @@ def invoke_p50(engine_kind: str, elf: bytes, calls: int) -> float:
     return p50_per_call(lambda: harness.call("ping", PING_ARGS), calls, batch=max(1, min(50, calls // 20)))
 
 
-def hostcall_seconds(runner: BermRunner, n: int, repeats: int) -> float:
-    """One ``berm.args.len`` ecall inside the guest (a loop of n of them)."""
-    number = fnv1a64("berm.args.len")
+#: The guest loops of the host-call figures (tools/kernels/boundary.c), n iterations each, each iteration's call
+#: returning the arguments' length: berm.args.read of 8 bytes, which translated code sends to the core's dispatch
+#: (ctx->ecall), and berm.args.len, which the translator inlines into a read of a field of ctx (no call).
+HOSTCALL_LOOPS = ("bench_args_read_loop", "bench_args_len_loop")
+#: The same loop without the ecall: what both are net of.
+NO_CALL_LOOP = "bench_no_call_loop"
 
-    def run(k: int) -> None:
-        got = runner.run("bench_ecall_loop", int_args=(k, number), args=PING_ARGS).a0
-        if got != k * len(PING_ARGS):
-            raise RuntimeError(f"{runner.name}: berm.args.len loop returned {got}, expected {k * len(PING_ARGS)}")
 
-    return per_iteration(run, n, repeats)
+def hostcall_seconds(runner: BermRunner, n: int, repeats: int) -> list[float]:
+    """Seconds per host call of each of ``HOSTCALL_LOOPS`` inside the guest, net of ``NO_CALL_LOOP``."""
+
+    def loop(entry: str) -> Callable[[], None]:
+        def run() -> None:
+            got = runner.run(entry, int_args=(n,), args=PING_ARGS).a0
+            if entry != NO_CALL_LOOP and got != n * len(PING_ARGS):
+                raise RuntimeError(f"{runner.name}: {entry} returned {got}, expected {n * len(PING_ARGS)}")
+        return run
+
+    return net_per_iteration([loop(entry) for entry in HOSTCALL_LOOPS], loop(NO_CALL_LOOP), n, repeats)
 
 
 def capability_seconds(runner: BermRunner, n: int, repeats: int) -> float:
@@ -91,22 +109,57 @@ def capability_seconds(runner: BermRunner, n: int, repeats: int) -> float:
         if got != k * 2 * len(NOOP_REPLY):
             raise RuntimeError(f"{runner.name}: capability loop returned {got}, expected {k * 2 * len(NOOP_REPLY)}")
 
-    return per_iteration(run, n, repeats)
+    # Net of a zero-iteration run: the loop's own few instructions are lost in a round trip through Python.
+    return net_per_iteration([lambda: run(n)], lambda: run(0), n, repeats)[0]
 
 
-def cached_load_p50(elf: bytes, loads: int) -> float:
-    """``Engine(...).load`` of an image already in the cache (a new Engine each time, so nothing is memoised; the
-    previous load's image is dropped, so each load dlopens its object afresh)."""
+def cached_load_p50(elf: bytes, cache: Path, loads: int) -> float:
+    """``Engine(...).load`` of an image in ``cache`` in steady state: after a first load in this process (which
+    compiles the image if ``cache`` lacks it, and memoises what every later load reuses: the C compiler's version
+    line in the cache key), a new Engine each time (its images are its own), the previous load's image dropped, so
+    each load hashes the ELF and the object and dlopens the object afresh."""
     from berm_host.engine import Engine
 
-    with tempfile.TemporaryDirectory(prefix="berm-bench-cache-") as cache:
-        Engine(kind="aot", cache_dir=Path(cache)).load(elf)
-        return p50_per_call(lambda: Engine(kind="aot", cache_dir=Path(cache)).load(elf), loads, batch=1)
+    Engine(kind="aot", cache_dir=cache).load(elf)
+    return p50_per_call(lambda: Engine(kind="aot", cache_dir=cache).load(elf), loads, batch=1)
 
 
-def cold_compile_seconds(elf: bytes, runs: int) -> tuple[float, float, list[float], float]:
+#: A fresh process's first load of an image: the timer starts after the imports (Python's start and the imports are
+#: no part of a load; the first Engine(kind="aot") imports the backend, so the child imports it first), on the wall
+#: clock, as the load runs ``cc --version`` in a child process of its own.
+_FIRST_LOAD = """
+import sys, time
+from pathlib import Path
+import berm_host.aot.backend
+from berm_host.engine import Engine
+elf = Path(sys.argv[1]).read_bytes()
+t0 = time.perf_counter()
+Engine(kind="aot", cache_dir=Path(sys.argv[2])).load(elf)
+print(time.perf_counter() - t0)
+"""
+
+
+def first_load_p50(elf: Path, cache: Path, runs: int) -> float:
+    """The median wall time of the first load of ``elf`` from ``cache`` (which must hold it) in each of ``runs``
+    fresh Python processes (``_FIRST_LOAD``). A RuntimeError when a child fails or compiled: then the image was not
+    in the cache, and the figure would not be a cached load."""
+    before = set(cache.rglob("*"))
+    times = []
+    for _ in range(runs):
+        proc = subprocess.run([sys.executable, "-c", _FIRST_LOAD, str(elf), str(cache)], capture_output=True,
+                              text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"a fresh process's load exited with status {proc.returncode}: {proc.stderr.strip()}")
+        if set(cache.rglob("*")) != before:
+            raise RuntimeError(f"a fresh process's load of {elf.name} wrote to the cache: it was not a cached load")
+        times.append(float(proc.stdout))
+    return statistics.median(times)
+
+
+def cold_compile_seconds(elf: bytes, runs: int, caches: Path) -> tuple[float, float, list[float], float]:
     """Loading an image into an empty cache (translate, compile on all cores, load), ``runs`` times, each into a
-    cache of its own. Returns the median wall time, the median CPU time of this process and its compiler children
+    cache of its own: ``caches``/0, /1, …, which are kept (the cached-load figures load from /0).
+    Returns the median wall time, the median CPU time of this process and its compiler children
     (which does not depend on what else the machine is running), every run's wall time (one compile takes ~10 s,
     and on this kind of machine the same compile moves by a third from one minute to the next), and the median CPU
     time of this process alone: reading, analysing and translating the image, the rest being the compilers'."""
@@ -117,14 +170,13 @@ def cold_compile_seconds(elf: bytes, runs: int) -> tuple[float, float, list[floa
         return t.user + t.system, children_cpu_time()
 
     walls, cpus, owns = [], [], []
-    for _ in range(runs):
-        with tempfile.TemporaryDirectory(prefix="berm-bench-cold-") as cache:
-            w0, (own0, kids0) = time.perf_counter(), cpu()
-            Engine(kind="aot", cache_dir=Path(cache)).load(elf)
-            walls.append(time.perf_counter() - w0)
-            own1, kids1 = cpu()
-            owns.append(own1 - own0)
-            cpus.append(own1 - own0 + kids1 - kids0)
+    for run in range(runs):
+        w0, (own0, kids0) = time.perf_counter(), cpu()
+        Engine(kind="aot", cache_dir=caches / str(run)).load(elf)
+        walls.append(time.perf_counter() - w0)
+        own1, kids1 = cpu()
+        owns.append(own1 - own0)
+        cpus.append(own1 - own0 + kids1 - kids0)
     return statistics.median(walls), statistics.median(cpus), walls, statistics.median(owns)
 
 

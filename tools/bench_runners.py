@@ -2,7 +2,8 @@
 
 Each runner has a ``name`` and ``call(kernel, n) -> int`` (the kernel's checksum as an unsigned 64-bit value), and
 may have a ``clock``: the one that measures its work when that does not happen in the calling thread.
-``available_runners`` builds every runner that can run here and says why the others cannot.
+``available_runners`` builds every runner that can run here and says why the others cannot; ``UNMEASURED`` names
+the peers with no runner at all.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from berm_abi.errors import BermError
 from berm_aot.elf import read_elf
 from berm_aot.image import ElfImage
 from berm_host.backend import RunRequest
-from bench_build import KERNELS, build_guest, build_linux_guest, build_native, build_wasm, symbol
+from bench_build import KERNELS, NO_SIMD, build_guest, build_linux_guest, build_native, build_wasm, symbol
 
 MASK64 = (1 << 64) - 1
+
+#: Peers the performance targets name that nothing here can run, and why (the benchmark prints this). libriscv:
+#: no PyPI or npm package and no Debian package (apt-cache search libriscv finds none, bookworm; checked 2026-12).
+UNMEASURED = {"libriscv": "not packaged for this machine: PyPI/apt/npm have none"}
 
 
 class RunnerUnavailable(Exception):
@@ -33,7 +38,8 @@ def guest_symbols(image: ElfImage) -> dict[str, int]:
 
 
 class NativeRunner:
-    """The kernels built with ``gcc -O2 -shared -fPIC``, called through cffi's ABI mode."""
+    """The kernels built with ``gcc -O2 -shared -fPIC`` (``bench_build.build_native``), called through cffi's ABI
+    mode."""
 
     name = "native"
 
@@ -156,12 +162,13 @@ class BermRunner:
         return self.run(symbol(kernel), int_args=(n,)).a0
 
 
-def available_runners(kinds: tuple[str, ...] = ("native", "wasmtime", "qemu", "unicorn", "aot", "interp")
-                      ) -> tuple[dict[str, object], dict[str, str]]:
+def available_runners(kinds: tuple[str, ...] = ("native", "native_no_simd", "wasmtime", "qemu", "unicorn", "aot",
+                                                "interp")) -> tuple[dict[str, object], dict[str, str]]:
     """``(runners by kind, reasons by kind for those that could not be built)``, in the order of ``kinds``."""
     elf = build_guest().read_bytes()
     makers = {
         "native": lambda: NativeRunner(build_native()),
+        "native_no_simd": lambda: NativeRunner(build_native(NO_SIMD)),
         "wasmtime": lambda: WasmRunner(build_wasm()),
         "qemu": lambda: QemuRunner(build_linux_guest()),
         "unicorn": lambda: UnicornRunner(read_elf(elf)),
