@@ -140,24 +140,16 @@ def compiler() -> list[str]:
     cmd = _words("BERM_CC", os.environ.get("BERM_CC", "cc"))
     if not cmd:
         raise CompileError("BERM_CC is empty: it names the C compiler (default: cc)")
-    return [_absolute(cmd[0]), *cmd[1:]]
+    program = cmd[0] if os.path.isabs(cmd[0]) else _absolute(cmd[0], os.environ.get("PATH"), os.getcwd())
+    return [program, *cmd[1:]]
 
 
-_absolute_paths: dict[tuple[str, str | None, str], str] = {}
-
-
-def _absolute(program: str) -> str:
-    """``program``'s absolute path, looked up on PATH once (a lookup costs ~60 us, and every cache key asks), or
-    ``program`` itself when it is not found."""
-    if os.path.isabs(program):
-        return program
-    key = (program, os.environ.get("PATH"), os.getcwd())
-    if key not in _absolute_paths:
-        found = shutil.which(program)
-        if found is None:
-            return program
-        _absolute_paths[key] = os.path.abspath(found)
-    return _absolute_paths[key]
+@functools.lru_cache(maxsize=8)
+def _absolute(program: str, path: str | None, cwd: str) -> str:
+    """``program``'s absolute path as ``path`` finds it from ``cwd``, or ``program`` itself when it is not found;
+    looked up once (a lookup costs ~60 us, and every cache key asks), as ``_version`` and ``_programs`` are."""
+    found = shutil.which(program, path=path)
+    return os.path.abspath(found) if found else program
 
 
 def opt_flags() -> tuple[str, ...]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 
+from berm_abi.json_objects import RepeatedKey, unique_object
 from berm_abi.names import ABI_VERSION
 from berm_aot.errors import (AbiVersionError, ManifestEncodingError, ManifestJsonError, MissingExportError,
                              NoManifestError)
@@ -63,7 +63,9 @@ def parse_manifest(data: bytes | None) -> Manifest:
     except UnicodeDecodeError as exc:
         raise ManifestEncodingError(f"the manifest is not UTF-8 (byte {exc.start})") from None
     try:
-        doc = json.loads(text, object_pairs_hook=_object)
+        doc = json.loads(text, object_pairs_hook=unique_object)
+    except RepeatedKey as exc:  # the last one was kept: a manifest with two "tools" read as the second
+        raise ManifestJsonError(f"the manifest names the key {exc.key!r} twice in one object") from None
     except ValueError as exc:  # JSONDecodeError is a ValueError, as is an integer of 4300+ digits
         raise ManifestJsonError(f"the manifest is not valid JSON: {exc}") from None
     except RecursionError:
@@ -86,17 +88,6 @@ def parse_manifest(data: bytes | None) -> Manifest:
         raise ManifestJsonError(f"the manifest's usage must be a string, not {_json_type(usage)}")
     return Manifest(abi_version=version, tools=_tools(doc.get("tools")), usage=usage, requests=_requests(doc),
                     raw=doc)
-
-
-def _object(pairs: list[tuple[str, object]]) -> dict:
-    """A JSON object, refused when it names a key twice: json.loads kept the last, so a manifest with two "tools"
-    (or a tool with two "name"s) read as whichever came last, while another reader may take the first (found by a
-    review). Counted, not searched, unless a key repeats: this runs for every object of every manifest read."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        repeated = next(key for key, n in Counter(key for key, _ in pairs).items() if n > 1)
-        raise ManifestJsonError(f"the manifest names the key {repeated!r} twice in one object")
-    return obj
 
 
 def nesting_depth(doc) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 import platformdirs
 
 from berm_abi.errors import BermError
+from berm_abi.json_objects import unique_object
 from berm_abi.names import KNOWN_NAMES
 from berm_abi.text import escaped
 from berm_cli.interrupt import interruptible
@@ -96,12 +97,6 @@ def json_problem(text: str) -> str | None:
     NaN or Infinity, a lone surrogate. Integers of any length are JSON (Python's 4,300-digit limit is int()'s).
     Found by a review: json.loads let the last four through to the guest (a failure, status 1, where bad
     arguments are 2), turned away long integers, and raised RecursionError as a traceback."""
-    def unique(pairs: list[tuple[str, object]]) -> dict:
-        keys = [key for key, _ in pairs]
-        if len(set(keys)) != len(keys):
-            raise ValueError(f"the key {next(k for k in keys if keys.count(k) > 1)!r} is given twice in an object")
-        return dict(pairs)
-
     def no_constant(name: str) -> None:
         raise ValueError(f"{name} is not JSON")
 
@@ -110,7 +105,7 @@ def json_problem(text: str) -> str | None:
     except UnicodeEncodeError:
         return "UTF-8"
     try:
-        doc = json.loads(text, object_pairs_hook=unique, parse_constant=no_constant, parse_int=str)
+        doc = json.loads(text, object_pairs_hook=unique_object, parse_constant=no_constant, parse_int=str)
         json.dumps(doc, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         return "valid JSON: a string holds a lone surrogate (\\ud800-\\udfff alone)"
