@@ -145,7 +145,10 @@ class CodeCache:
         when opened. By name, a root removed after the object's checks (a /tmp cleaner) and replaced by another
         user's symlink led dlopen to their object, whose constructor ran in the host (found by a review); a
         descriptor keeps naming the directory that was checked, and what is below it is ours, which nobody else can
-        swap. The descriptor is opened again when the root is no longer the directory it names."""
+        swap. The descriptor is opened again when the root is no longer the directory it names.
+
+        dlopen gives back an object already loaded under the same name without opening the file; a descriptor's
+        number is reused once closed, so a name may recur across caches, but it ends in the key: the same code."""
         root, name = str(self.root), str(path)
         if not name.startswith(root + "/"):
             raise ValueError(f"{path} is not in the code cache {root}")

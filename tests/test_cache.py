@@ -342,12 +342,18 @@ def test_a_shard_or_root_another_user_owns_is_refused_before_building(tmp_path, 
     assert built and so.is_file()  # a sticky root anyone may write is fine: others cannot move what is ours
 
 
-def test_an_entry_renamed_under_another_images_key_is_refused(tmp_path, elf):
+def test_an_entry_renamed_under_another_images_key_is_refused(tmp_path):
     """Every entry was internally consistent, but nothing tied it to its key: with write access to a shard, a valid
-    object of one image renamed under another's key ran in its place. The object carries its key, checked at load."""
+    object of one image renamed under another's key ran in its place. The object carries its key, checked at load.
+
+    The image is this test's own: dlopen gives back an object the process has loaded under the same name without
+    opening the file, and the name (``CodeCache.loadable``: the root's descriptor number, the key) recurs when an
+    earlier test of the worker loaded the module's image and its cache's descriptor number was reused (CI failed so).
+    Harmless in use (a name carries its key, so it is that image's code), but it would skip the check tested here."""
     import shutil
 
     from berm_host.traps import HostError
+    elf = guest_elf(SOURCE.replace("3 * x", "7 * x"), keep=("triple",))
     other = guest_elf(SOURCE.replace("3 * x", "5 * x"), keep=("triple",))
     assert triple(Engine(cache_dir=tmp_path), other) == 70
     cache, image = CodeCache(tmp_path), read_elf(elf)
