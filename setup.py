@@ -5,6 +5,7 @@
   (berm_host/capabilities/supervise.c), linked by ``build_ext`` beside the extension modules;
 - ``berm_host.aot._invoke``: the harness fast path, a plain CPython extension (berm_host/aot/invoke.c) that calls
   the core through a pointer it is given at import (berm_host/aot/runtime.py);
+- ``berm_aot._checksum``: the code cache's integrity check, CRC-32C in three lanes (berm_aot/checksum.c);
 - the SDK and bundled harness sources (``harnesses/``) copied into a built ``berm_sdk`` as ``berm_sdk/harnesses``,
   where berm_sdk/cache.py looks first: a wheel has no source tree beside it. An editable install uses the tree.
 """
@@ -49,5 +50,7 @@ invoke = Extension(
     extra_compile_args=["-O2", "-std=gnu11"],
 )
 
-setup(cffi_modules=["berm_host/aot/_build.py:ffibuilder"], ext_modules=[invoke],
+checksum = Extension("berm_aot._checksum", sources=["berm_aot/checksum.c"], extra_compile_args=["-O2", "-std=gnu11"])
+
+setup(cffi_modules=["berm_host/aot/_build.py:ffibuilder"], ext_modules=[invoke, checksum],
       cmdclass={"build_py": build_py_with_harnesses, "build_ext": build_ext_with_supervisor})

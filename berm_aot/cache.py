@@ -1,13 +1,13 @@
-"""The content-addressed code cache: one directory per key holding ``image.so`` and ``image.so.sha256``.
+"""The content-addressed code cache: one directory per key holding ``image.so`` and ``image.so.crc32c``.
 
 - The key is a SHA-256 over everything that changes the object (``cache_key``); nothing else names an entry.
 - An entry appears atomically: it is built in a temporary directory beside it and renamed into place, so a
   reader sees a whole entry or none. Builders of the same key in several processes serialise on a lock file
   (``fcntl.flock``), so the second finds the first's entry instead of compiling again. Lock files are 0600, and
   a lock held longer than a compile can take (``lock_wait``) is a CompileError naming it, not a wait for ever.
-- Before an object is used its SHA-256 is checked against the recorded one, read through one descriptor opened
-  without following a symlink (a regular file only); a corrupt or truncated entry is moved aside and rebuilt, under
-  the key's lock (a reader outside it could discard an entry another process had just rebuilt). A lookup that
+- Before an object is used its checksum (CRC-32C: what it finds is damage, and berm_aot/checksum.c says why it is
+  no SHA-256) is checked against the recorded one, read through one descriptor opened without following a symlink
+  (a regular file only); a corrupt or truncated entry is moved aside and rebuilt, under the key's lock (a reader outside it could discard an entry another process had just rebuilt). A lookup that
   fails for any other reason (no descriptors left, no permission) is an error, not a corrupt entry.
 - Nothing another user could have planted or swapped is loaded: in a cache shared with other users (a
   ``BERM_CACHE_DIR`` under /tmp) that would be code run in this process. The root, shards, entries and their files
@@ -38,13 +38,13 @@ from pathlib import Path
 
 import platformdirs
 
-from berm_aot import cc
+from berm_aot import _checksum as checksum, cc
 from berm_aot.errors import CompileError
 from berm_aot.trust import Untrusted, own_dir, trusted, trusted_dir
 
 SO_NAME = "image.so"
-#: Objects up to this size are hashed from one read; larger ones stream (hashlib.file_digest).
-_WHOLE_READ = 64 << 20
+#: The object's checksum (berm_aot/checksum.c: CRC-32C in three lanes, 24 hex digits), beside it.
+RECORD_NAME = SO_NAME + ".crc32c"
 #: An object larger than this is not one the translator wrote (a 100 KB guest makes ~1 MB): a corrupt entry.
 MAX_OBJECT = 1 << 30
 #: An ELF program header's type for a loadable segment.
@@ -68,18 +68,6 @@ def cache_key(*parts: str | bytes) -> str:
         data = part.encode() if isinstance(part, str) else part
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
-    return h.hexdigest()
-
-
-def _file_sha256(fd: int, size: int) -> str:
-    # Reads of exactly the file's size: chunked f.read(1 MiB) allocates (and faults in) a megabyte per call, which
-    # made verifying a 19 KB object cost ~0.5 ms.
-    if size > _WHOLE_READ:
-        with open(fd, "rb", closefd=False) as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
-    h = hashlib.sha256()
-    while chunk := os.read(fd, size + 1):
-        h.update(chunk)
     return h.hexdigest()
 
 
@@ -211,7 +199,7 @@ class CodeCache:
 
     @staticmethod
     def _object_matches(dfd: int, d: Path) -> bool:
-        """Whether the entry open as ``dfd`` holds a regular, trusted object whose SHA-256 is the one recorded."""
+        """Whether the entry open as ``dfd`` holds a regular, trusted object whose checksum is the one recorded."""
         opened = _open_regular(SO_NAME, dfd)
         if opened is None:
             return False
@@ -220,14 +208,14 @@ class CodeCache:
             if st.st_size > MAX_OBJECT:
                 return False
             _trusted(st, d / SO_NAME)
-            record = _open_regular(SO_NAME + ".sha256", dfd)
+            record = _open_regular(RECORD_NAME, dfd)
             if record is None:
                 return False
             try:
                 recorded = os.read(record[0], 200).decode().strip()
             finally:
                 os.close(record[0])
-            return recorded == _file_sha256(fd, st.st_size) and _segments_fit(fd, st.st_size)
+            return recorded == checksum.file(fd) and _segments_fit(fd, st.st_size)
         finally:
             os.close(fd)
 
@@ -255,11 +243,10 @@ class CodeCache:
                 build(so)
                 try:
                     with open(so, "rb") as f:
-                        digest = _file_sha256(f.fileno(), os.fstat(f.fileno()).st_size)
-                    (tmp / (SO_NAME + ".sha256")).write_text(digest + "\n")
+                        (tmp / RECORD_NAME).write_text(checksum.file(f.fileno()) + "\n")
                     # whatever the umask: mkdtemp's 0700 would keep the entry from other users, and a group-writable
                     # one (umask 002) would be refused by every lookup (module docstring)
-                    for path, mode in ((so, 0o755), (tmp / (SO_NAME + ".sha256"), 0o644), (tmp, 0o755)):
+                    for path, mode in ((so, 0o755), (tmp / RECORD_NAME, 0o644), (tmp, 0o755)):
                         os.chmod(path, mode)
                     os.replace(tmp, d)  # atomic; d cannot exist here (we hold the lock, a damaged one was discarded)
                 except OSError as exc:

@@ -6,8 +6,8 @@ are ``ElfFacts``: computed once from the full ``ElfImage``, stored under a key o
 every module that derives them, and read back on the next load. The full ``ElfImage`` stays one call away
 (``ElfFacts.elf()``: trap descriptions and compiling on a cache miss need the program model).
 
-Stored form: ``<sha256 of the rest, hex>\\n<JSON header>\\n<segment bytes…><manifest bytes>``. Anything that does
-not parse or verify is ignored (and rewritten): the facts are a shortcut, never a source of truth.
+Stored form: ``<checksum of the rest (berm_aot/checksum.c)>\\n<JSON header>\\n<segment bytes…><manifest bytes>``.
+Anything that does not parse or verify is ignored (and rewritten): the facts are a shortcut, never a source of truth.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import berm_aot
+from berm_aot import _checksum as checksum
 from berm_aot.cache import CodeCache, cache_key
 from berm_aot.image import ElfImage, Segment, Symbol
 from berm_aot.manifest import TOOL_PREFIX, lifecycle_exports, tool_exports
@@ -66,13 +67,13 @@ class ElfFacts:
         }
         body = b"".join([json.dumps(header, separators=(",", ":")).encode(), b"\n",
                          *(s.data for s in self.segments), self.manifest_bytes or b""])
-        return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+        return checksum.data(body).encode() + b"\n" + body  # damage, not an attacker, is what it finds (checksum.c)
 
     @classmethod
     def parse(cls, stored: bytes, raw: bytes, sha256: str) -> ElfFacts | None:
         """The facts in ``stored`` when they verify and describe the ELF ``raw`` (digest ``sha256``), else None."""
         digest, _, body = stored.partition(b"\n")
-        if hashlib.sha256(body).hexdigest().encode() != digest:
+        if checksum.data(body).encode() != digest:
             return None
         text, _, blob = body.partition(b"\n")
         try:

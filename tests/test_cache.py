@@ -3,7 +3,6 @@ key, and two processes compiling the same image at once."""
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 import textwrap
@@ -11,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from berm_aot.cache import SO_NAME, CodeCache
+from berm_aot import _checksum as checksum
+from berm_aot.cache import RECORD_NAME, SO_NAME, CodeCache
 from berm_aot.elf import read_elf
 from berm_aot.program import Program
 import berm_abi
@@ -110,14 +110,14 @@ def test_corrupt_entry_is_rebuilt(tmp_path, elf, damage):
     elif damage == "flip":
         so.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
     elif damage == "delete_digest":
-        (so.parent / (SO_NAME + ".sha256")).unlink()
+        (so.parent / RECORD_NAME).unlink()
     elif damage == "digest_not_text":  # not UTF-8: read_text raised UnicodeDecodeError out of Engine.load
-        (so.parent / (SO_NAME + ".sha256")).write_bytes(b"\xff\xfe")
+        (so.parent / RECORD_NAME).write_bytes(b"\xff\xfe")
     else:  # the record rewritten to match: a truncated object killed the process with SIGBUS in dlopen (found by a
         # hostile review), and one that is no ELF failed every load, never rebuilt
         damaged = data[: len(data) // 2] if damage == "truncate_and_record" else b"not an object"
         so.write_bytes(damaged)
-        (so.parent / (SO_NAME + ".sha256")).write_text(hashlib.sha256(damaged).hexdigest() + "\n")
+        (so.parent / RECORD_NAME).write_text(checksum.data(damaged) + "\n")
     assert cache.lookup(object_key(image, windows(image))) is None
     again, built = cached_object(image, windows(image), cache, program)
     assert built
@@ -278,7 +278,7 @@ def test_entries_are_readable_by_other_users(tmp_path, elf):
     import stat as stat_module
     cache, key, so = _built(tmp_path, elf)
     for path, mode in ((so, 0o755), (so.parent, 0o755), (so.parent.parent, 0o755),
-                       (so.parent / (SO_NAME + ".sha256"), 0o644)):
+                       (so.parent / RECORD_NAME, 0o644)):
         assert stat_module.S_IMODE(path.stat().st_mode) == mode, path
 
 
@@ -289,7 +289,7 @@ def test_what_a_killed_compile_left_is_swept_by_the_next_builder(tmp_path, elf):
     (shard / f".{key}-left1" / "unit0.c").write_text("partial")
     (shard / f".bad-{key}-99-1").mkdir()
     (shard / f".{'0' * 64}-other").mkdir()  # another key's: not this builder's to remove
-    (so.parent / (SO_NAME + ".sha256")).write_text("0" * 64 + "\n")  # corrupt: the next load rebuilds
+    (so.parent / RECORD_NAME).write_text("0" * 24 + "\n")  # corrupt: the next load rebuilds
     whole = so.read_bytes()
     _, built = cache.get_or_build(key, lambda out: out.write_bytes(whole))
     assert built
