@@ -88,6 +88,7 @@ image), bound by a timeout nobody enforced any more.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import platform
@@ -100,6 +101,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple, Protocol
 
 from berm_aot.errors import CompileError
 
@@ -147,7 +149,7 @@ def compiler() -> list[str]:
 @functools.lru_cache(maxsize=8)
 def _absolute(program: str, path: str | None, cwd: str) -> str:
     """``program``'s absolute path as ``path`` finds it from ``cwd``, or ``program`` itself when it is not found;
-    looked up once (a lookup costs ~60 us, and every cache key asks), as ``_version`` and ``_programs`` are."""
+    looked up once (a lookup costs ~60 us, and every cache key asks), as ``_version`` and ``_found`` are."""
     found = shutil.which(program, path=path)
     return os.path.abspath(found) if found else program
 
@@ -182,27 +184,115 @@ def _version(cmd: tuple[str, ...]) -> str:
     return out.stdout.decode(errors="replace").splitlines()[0]
 
 
+#: Programs that run another compiler, found anew each time (ccache runs the next ``cc`` on PATH): their file stays
+#: the same when the compiler behind them changes, so their version line is not kept across processes.
+WRAPPERS = frozenset({"ccache", "sccache", "distcc", "icecc", "buildcache"})
+#: The name of a version line kept in a BlobStore (``version``).
+VERSION_BLOB = "cc-version"
+#: Version lines found in this process, by ``_version_key``.
+_found_versions: dict[str, str] = {}
+
+
+class BlobStore(Protocol):
+    """Where ``version`` keeps a version line across processes: the code cache (berm_aot/cache.py)."""
+
+    def read_blob(self, key: str, name: str) -> bytes | None: ...
+
+    def write_blob(self, key: str, name: str, data: bytes) -> None: ...
+
+
+def version(cmd: tuple[str, ...], store: BlobStore | None = None) -> str:
+    """The first line ``cmd --version`` prints, part of the compiler's identity. Running the compiler was most of a
+    process's first cached load (~2 ms of 3), so the line is kept in ``store`` under the status of the compiler's
+    file (``_version_key``: a replaced compiler is another key) and later processes read it there; a command the
+    line cannot be tied to one file of runs once per process, as every command did before."""
+    key = _version_key(cmd) if store is not None else None
+    if key is None:
+        return _version(cmd)
+    line = _found_versions.get(key)
+    if line is None:
+        line = _stored_line(store.read_blob(key, VERSION_BLOB))
+        if line is None:
+            line = _version(cmd)
+            store.write_blob(key, VERSION_BLOB, line.encode())
+        _found_versions[key] = line
+    return line
+
+
+def _stored_line(data: bytes | None) -> str | None:
+    """A stored version line, None for anything ``_version`` could not have returned (then it runs again)."""
+    try:
+        line = data.decode() if data is not None else ""
+    except UnicodeDecodeError:
+        return None
+    return line if line and "\n" not in line and "\r" not in line and len(line) <= 1000 else None
+
+
+def _version_key(cmd: tuple[str, ...]) -> str | None:
+    """A key for ``cmd``'s version line that changes whenever the compiler's file does: its real path, device,
+    inode, size, modification and change times (a reinstall of the same compiler changes the last: it is asked
+    again), as this process found them (``_found``). None when the line is not that file's alone: a command of
+    several words (``python3 -m ziglang cc``), a script, a known wrapper (``WRAPPERS``), a file it cannot read."""
+    program = _found(cmd, os.environ.get("PATH"))[0]
+    if len(cmd) != 1 or not isinstance(program, _Program) or not program.elf:
+        return None
+    if os.path.basename(program.real) in WRAPPERS:
+        return None
+    st = program.st
+    facts = [program.real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return hashlib.sha256(json.dumps(["cc-version", facts]).encode()).hexdigest()
+
+
+class _Program(NamedTuple):
+    """A program as ``_found`` found it: its real path, its status, whether it is an ELF file."""
+
+    real: str
+    st: os.stat_result
+    elf: bool
+
+
 @functools.lru_cache(maxsize=8)
-def _programs(cmd: tuple[str, ...], path: str | None) -> tuple[tuple[str, int, int] | str, ...]:
-    """The compiler, ``as`` and ``ld`` as ``PATH`` finds them (gcc runs its assembler and linker from there): each
-    file's real path, size and modification time, or its name when nothing is found."""
-    found = []
-    for name in (cmd[0], "as", "ld"):
-        where = shutil.which(name, path=path)
+def _found(cmd: tuple[str, ...], path: str | None) -> tuple[_Program | str, ...]:
+    """The compiler, ``as`` and ``ld`` as ``path`` finds them (gcc runs its assembler and linker from there), or
+    each one's name when nothing is found. Looked up once per process (a first load's cache key asks)."""
+    return tuple(_program(where) if (where := shutil.which(name, path=path)) else name
+                 for name in (cmd[0], "as", "ld"))
+
+
+def _program(where: str) -> _Program | str:
+    """The file ``where`` names, through one descriptor whose /proc link names its real path (os.path.realpath
+    lstat-s every component: ~90 us for /usr/bin/cc's four links); ``where`` itself when it cannot be looked at."""
+    try:
+        fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # executable but not readable (0711): still a file with a status, not one to read
         try:
-            st = os.stat(where) if where else None
+            return _Program(os.path.realpath(where), os.stat(where), False)
         except OSError:
-            st = None
-        found.append((os.path.realpath(where), st.st_size, st.st_mtime_ns) if st else name)
-    return tuple(found)
+            return where
+    try:
+        st, head = os.fstat(fd), os.pread(fd, 4, 0)
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # no /proc
+            real = os.path.realpath(where)
+    finally:
+        os.close(fd)
+    return _Program(real, st, head == b"\x7fELF")
 
 
-def identity(opt: tuple[str, ...] | None = None) -> str:
-    """Everything about the compiler that changes its output: command, version line, flags, and the programs."""
+def _programs(cmd: tuple[str, ...], path: str | None) -> tuple[tuple[str, int, int] | str, ...]:
+    """What of ``_found``'s programs is part of the identity: each file's real path, size and modification time."""
+    return tuple((p.real, p.st.st_size, p.st.st_mtime_ns) if isinstance(p, _Program) else p
+                 for p in _found(cmd, path))
+
+
+def identity(opt: tuple[str, ...] | None = None, store: BlobStore | None = None) -> str:
+    """Everything about the compiler that changes its output: command, version line (kept in ``store`` across
+    processes: ``version``), flags, and the programs."""
     cmd = tuple(compiler())
     flags = opt if opt is not None else opt_flags()
     # JSON keeps each argument whole: joined with spaces, ["-DX=1 -O0"] and ["-DX=1", "-O0"] were one identity
-    return json.dumps([cmd, _version(cmd), flags, BASE_FLAGS, _programs(cmd, os.environ.get("PATH"))])
+    return json.dumps([cmd, version(cmd, store), flags, BASE_FLAGS, _programs(cmd, os.environ.get("PATH"))])
 
 
 def compile_shared(sources: Iterable[str], out: Path, *, headers: Mapping[str, bytes] | None = None, jobs: int = 2,

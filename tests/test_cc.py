@@ -119,6 +119,71 @@ def test_another_compiler_earlier_on_path_is_another_identity(tmp_path, monkeypa
     assert cc.identity() != before  # ... and yet another compiler
 
 
+@pytest.fixture
+def fresh_versions(monkeypatch):
+    """What a new process knows of compilers: nothing (the memos emptied, and put back after the test)."""
+    monkeypatch.setattr(cc, "_found_versions", {})
+    memos = (cc._found, cc._version)  # (a test may replace cc._version)
+    for memo in memos:
+        memo.cache_clear()
+    yield
+    for memo in memos:
+        memo.cache_clear()
+
+
+def _copy_of_cc(tmp_path: Path, name: str = "mycc") -> Path:
+    """The real compiler's ELF under another name: --version answers as cc does."""
+    copy = tmp_path / "bin" / name
+    copy.parent.mkdir(exist_ok=True)
+    copy.write_bytes(Path(os.path.realpath(cc.shutil.which("cc"))).read_bytes())
+    copy.chmod(0o755)
+    return copy
+
+
+def test_the_version_line_is_kept_in_the_cache_for_the_next_process(tmp_path, monkeypatch, fresh_versions):
+    """A process's first cached load ran ``cc --version`` (~2 ms of 3) for the key: the line is kept in the code
+    cache under the compiler file's status, which a later process reads instead; a compiler replaced is asked."""
+    from berm_aot.cache import CodeCache
+    compiler = _copy_of_cc(tmp_path)
+    cmd, store = (str(compiler),), CodeCache(tmp_path / "cache")
+    line = cc.version(cmd, store)
+    assert line.startswith("mycc ") and store.read_blob(cc._version_key(cmd), cc.VERSION_BLOB) == line.encode()
+    runs = []
+    monkeypatch.setattr(cc, "_version", lambda cmd: runs.append(cmd) or "replaced 1.0")
+    monkeypatch.setattr(cc, "_found_versions", {})  # the next process
+    assert cc.version(cmd, store) == line and not runs
+    compiler.write_bytes(compiler.read_bytes() + b"\0")  # another compiler in its place
+    monkeypatch.setattr(cc, "_found_versions", {})
+    cc._found.cache_clear()
+    assert cc.version(cmd, store) == "replaced 1.0" and runs == [cmd]
+    assert cc.version(cmd, store) == "replaced 1.0" and runs == [cmd]  # once per process
+
+
+def test_a_stored_line_that_no_compiler_printed_is_asked_again(tmp_path, fresh_versions):
+    from berm_aot.cache import CodeCache
+    cmd, store = (str(_copy_of_cc(tmp_path)),), CodeCache(tmp_path / "cache")
+    for stored in (b"two\nlines", b"\xff\xfe", b""):
+        store.write_blob(cc._version_key(cmd), cc.VERSION_BLOB, stored)
+        cc._found_versions.clear()
+        assert cc.version(cmd, store).startswith("mycc ")
+
+
+def test_a_wrappers_version_line_is_not_kept(tmp_path, monkeypatch, fresh_versions):
+    """ccache's file stays the same when the compiler it runs (the next cc on PATH) is replaced, and so does a
+    script's: their line is asked once per process, never kept; so is that of a command of several words."""
+    from berm_aot.cache import CodeCache
+    script = tmp_path / "bin" / "wrapcc"
+    script.parent.mkdir()
+    script.write_text(f'#!/bin/sh\nexec {cc.shutil.which("cc")} "$@"\n')
+    script.chmod(0o755)
+    commands = [(str(script),), (str(_copy_of_cc(tmp_path, "ccache")),), (str(_copy_of_cc(tmp_path)), "-O0")]
+    for cmd in commands:
+        store = CodeCache(tmp_path / "cache")
+        assert cc._version_key(cmd) is None
+        assert cc.version(cmd, store)
+    assert not (tmp_path / "cache").exists()
+
+
 def test_a_version_line_that_is_not_utf8_is_read(tmp_path, monkeypatch):
     fake = tmp_path / "fakecc"
     fake.write_bytes(b"#!/bin/sh\nprintf 'cc \\377 1.0\\n'\n")

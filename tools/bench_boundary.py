@@ -115,9 +115,9 @@ def capability_seconds(runner: BermRunner, n: int, repeats: int) -> float:
 
 def cached_load_p50(elf: bytes, cache: Path, loads: int) -> float:
     """``Engine(...).load`` of an image in ``cache`` in steady state: after a first load in this process (which
-    compiles the image if ``cache`` lacks it, and memoises what every later load reuses: the C compiler's version
-    line in the cache key), a new Engine each time (its images are its own), the previous load's image dropped, so
-    each load hashes the ELF and the object and dlopens the object afresh."""
+    compiles the image if ``cache`` lacks it, and memoises what every later load reuses: the C compiler's files and
+    version line in the cache key), a new Engine each time (its images are its own), the previous load's image
+    dropped, so each load hashes the ELF, checksums the object and dlopens it afresh."""
     from berm_host.engine import Engine
 
     Engine(kind="aot", cache_dir=cache).load(elf)
@@ -126,7 +126,7 @@ def cached_load_p50(elf: bytes, cache: Path, loads: int) -> float:
 
 #: A fresh process's first load of an image: the timer starts after the imports (Python's start and the imports are
 #: no part of a load; the first Engine(kind="aot") imports the backend, so the child imports it first), on the wall
-#: clock, as the load runs ``cc --version`` in a child process of its own.
+#: clock (a load that finds no version line in the cache runs ``cc --version`` in a child process of its own).
 _FIRST_LOAD = """
 import sys, time
 from pathlib import Path

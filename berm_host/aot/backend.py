@@ -68,8 +68,8 @@ class AotBackend:
         windows = self.layout.windows()  # an ElfError for a layout the checks cannot be exact for
         key = None
         if code is None:
-            key = object_key(self.image, windows)
             cache = cache or CodeCache()
+            key = object_key(self.image, windows, cache=cache)
             path, self.compiled = cached_object(self.image, windows, cache, lambda: self._to_compile(on_compile),
                                                 jobs=jobs, key=key)
             code, loaded = (path, ""), cache.loadable(path)

@@ -52,9 +52,11 @@ def source_digest(sources: str) -> str:
 TRANSLATOR_DIGEST = source_digest(berm_aot.SOURCES_DIGEST)
 
 
-def object_key(image: ElfImage, windows: Windows, prefix: str = "") -> str:
+def object_key(image: ElfImage, windows: Windows, prefix: str = "", cache: CodeCache | None = None) -> str:
+    """The code cache key of ``image``'s object for memory with ``windows``; ``cache`` keeps the C compiler's
+    version line across processes (``cc.version``)."""
     layout = ",".join(f"{v:#x}" for v in windows.values())
-    return cache_key("berm-aot", image.sha256, TRANSLATOR_DIGEST, cc.identity(), layout, prefix)
+    return cache_key("berm-aot", image.sha256, TRANSLATOR_DIGEST, cc.identity(store=cache), layout, prefix)
 
 
 def compile_programs(programs: list[tuple[Program, Windows, str]], out: Path, *, jobs: int = 2,
@@ -80,5 +82,5 @@ def cached_object(image: ElfImage, windows: Windows, cache: CodeCache, program: 
     """``(path, compiled)``: the image's object for memory with ``windows``, from the cache, compiling
     ``program()`` on a miss (a hit needs no program model at all: that is what keeps a cached load cheap).
     ``key``: its ``object_key``, when the caller has it already (to check the object against when it loads it)."""
-    key = key or object_key(image, windows)
+    key = key or object_key(image, windows, cache=cache)
     return cache.get_or_build(key, lambda out: compile_programs([(program(), windows, "")], out, jobs=jobs, key=key))
