@@ -225,7 +225,7 @@ def measure_boundary(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
                  note="native: cffi ABI-mode call floor; wasmtime: new Store + instantiate + call")
     hostcall = Row("one core host call inside the guest, dispatched by the core: berm.args.read of 8 bytes, net of "
                    "the same loop without the ecall", "≤ 5 ns", 5e-9,
-                   note="Berm AOT: translated code calls ctx->ecall, the core's dispatch (a switch on the number), "
+                   note="Berm AOT: translated code calls ctx->ecall2, the core's dispatch of two-argument calls, "
                         "which checks the buffer is writable and copies 8 bytes; Berm interp: its ecall handler")
     inlined = Row("… berm.args.len, which the translator inlines into a read of a ctx field (no call), net of the "
                   "same loop", note="Berm interp: its ecall handler serves it like any call")

@@ -79,7 +79,7 @@ def invoke_p50(engine_kind: str, elf: bytes, calls: int) -> float:
 
 #: The guest loops of the host-call figures (tools/kernels/boundary.c), n iterations each, each iteration's call
 #: returning the arguments' length: berm.args.read of 8 bytes, which translated code sends to the core's dispatch
-#: (ctx->ecall), and berm.args.len, which the translator inlines into a read of a field of ctx (no call).
+#: (ctx->ecall2), and berm.args.len, which the translator inlines into a read of a field of ctx (no call).
 HOSTCALL_LOOPS = ("bench_args_read_loop", "bench_args_len_loop")
 #: The same loop without the ecall: what both are net of.
 NO_CALL_LOOP = "bench_no_call_loop"

@@ -652,11 +652,11 @@ class FunctionEmitter:
         if number in _INLINE_CALLS:
             self.out.append(f"    x10 = {_INLINE_CALLS[number]};")
             return
-        call = "{{ uint64_t r_ = ctx->ecall(ctx, {pc}, {args}); if (BERM_UNLIKELY(ctx->trap_kind)) goto trap; x10 = r_; }}"
+        call = "{{ uint64_t r_ = ctx->{entry}(ctx, {pc}, {args}); if (BERM_UNLIKELY(ctx->trap_kind)) goto trap; x10 = r_; }}"
         if number in _TWO_ARG_CALLS:
-            self.out.append("    " + call.format(pc=pc, args=f"{lit(number)}, x10, x11, 0, 0, 0, 0"))
+            self.out.append("    " + call.format(entry="ecall2", pc=pc, args=f"{lit(number)}, x10, x11"))
             return
         # the number is only known at run time: the calls answered by a field still need no call
         for n, field in _INLINE_CALLS.items():
             self.out.append(f"    if (x17 == {lit(n)}) x10 = {field}; else")
-        self.out.append("    " + call.format(pc=pc, args="x17, x10, x11, x12, x13, x14, x15"))
+        self.out.append("    " + call.format(entry="ecall", pc=pc, args="x17, x10, x11, x12, x13, x14, x15"))

@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define BERM_RT_ABI 11
+#define BERM_RT_ABI 12
 
 /* Guest memory is little-endian and is read and written with memcpy of host integers. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Berm's translated code needs a little-endian host");
@@ -109,10 +109,13 @@ struct berm_ctx {
     uint64_t heap_start;
     uint64_t heap_size;
 
-    /* --- the core's entry point --- */
+    /* --- the core's entry points --- */
     /* Any ecall the translated code does not serve inline; sets trap_kind on a trap. */
     uint64_t (*ecall)(berm_ctx *ctx, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1, uint64_t a2,
                       uint64_t a3, uint64_t a4, uint64_t a5);
+    /* The same, for a call the translator knows takes two arguments (berm_aot/emit/function.py, _TWO_ARG_CALLS):
+     * every argument in a register, and the copies (berm.args.read, berm.result.read) served first. */
+    uint64_t (*ecall2)(berm_ctx *ctx, uint64_t pc, uint64_t number, uint64_t a0, uint64_t a1);
 
     /* BERM_MAX_CALL_DEPTH + 1 slots: a function that calls itself runs the new frame in the same C frame and
      * keeps the expected return address of the frame it interrupts at shadow[depth] (berm_aot/emit/function.py). */

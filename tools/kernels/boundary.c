@@ -2,7 +2,7 @@
  * runtime, no allocator), so that it measures the host and nothing else:
  *   - the tool `ping` pulls its arguments (berm.args.read) and returns a small JSON result;
  *   - bench_args_read_loop(n) makes n core host calls berm.args.read of 8 bytes, which the translator sends to the
- *     core's dispatch (ctx->ecall); bench_args_len_loop(n) makes n berm.args.len, which it inlines into a read of a
+ *     core's dispatch (ctx->ecall2); bench_args_len_loop(n) makes n berm.args.len, which it inlines into a read of a
  *     field of ctx; bench_no_call_loop(n) is the same loop without the ecall, the baseline both are net of;
  *   - bench_capability_loop(n, number) makes n round trips to the capability `number` and pulls each staged
  *     reply with berm.result.read, as a harness does.
