@@ -96,6 +96,7 @@ import selectors
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -173,8 +174,8 @@ def compiler_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in _COMPILER_ENV and not k.startswith("COLLECT_")}
 
 
-@functools.lru_cache(maxsize=8)
-def _version(cmd: tuple[str, ...]) -> str:
+def _ask_version(cmd: tuple[str, ...]) -> str:
+    """The first line ``cmd --version`` prints, running it now."""
     try:
         out = subprocess.run([*cmd, "--version"], capture_output=True, timeout=60, check=False, env=compiler_env())
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -183,6 +184,9 @@ def _version(cmd: tuple[str, ...]) -> str:
         raise CompileError(f"the C compiler {' '.join(cmd)!r} does not answer --version")
     return out.stdout.decode(errors="replace").splitlines()[0]
 
+
+#: ``_ask_version`` once per process and command.
+_version = functools.lru_cache(maxsize=8)(_ask_version)
 
 #: Programs that run another compiler, found anew each time (ccache runs the next ``cc`` on PATH): their file stays
 #: the same when the compiler behind them changes, so their version line is not kept across processes.
@@ -206,15 +210,18 @@ def version(cmd: tuple[str, ...], store: BlobStore | None = None) -> str:
     process's first cached load (~2 ms of 3), so the line is kept in ``store`` under the status of the compiler's
     file (``_version_key``: a replaced compiler is another key) and later processes read it there; a command the
     line cannot be tied to one file of runs once per process, as every command did before."""
-    key = _version_key(cmd) if store is not None else None
+    key = _version_key(cmd, _found(cmd, os.environ.get("PATH"))[0]) if store is not None else None
     if key is None:
         return _version(cmd)
     line = _found_versions.get(key)
     if line is None:
         line = _stored_line(store.read_blob(key, VERSION_BLOB))
         if line is None:
-            line = _version(cmd)
-            store.write_blob(key, VERSION_BLOB, line.encode())
+            # asked now, not the process's memo (which may be of a compiler replaced since), and kept only if the
+            # file is still the one the key describes (an upgrade or an alternatives switch while it ran is not)
+            line = _ask_version(cmd)
+            if _version_key(cmd, _program(cmd[0])) == key:
+                store.write_blob(key, VERSION_BLOB, line.encode())
         _found_versions[key] = line
     return line
 
@@ -228,18 +235,18 @@ def _stored_line(data: bytes | None) -> str | None:
     return line if line and "\n" not in line and "\r" not in line and len(line) <= 1000 else None
 
 
-def _version_key(cmd: tuple[str, ...]) -> str | None:
-    """A key for ``cmd``'s version line that changes whenever the compiler's file does: its real path, device,
-    inode, size, modification and change times (a reinstall of the same compiler changes the last: it is asked
-    again), as this process found them (``_found``). None when the line is not that file's alone: a command of
-    several words (``python3 -m ziglang cc``), a script, a known wrapper (``WRAPPERS``), a file it cannot read."""
-    program = _found(cmd, os.environ.get("PATH"))[0]
+def _version_key(cmd: tuple[str, ...], program: _Program | str) -> str | None:
+    """A key for ``cmd``'s version line that changes whenever the compiler's file (``program``) does: its real path,
+    device, inode, size, modification and change times (a reinstall of the same compiler changes the last: it is
+    asked again), and the name it is run by (gcc prints that name: ``cc (Debian 12.2.0-14) …`` and ``gcc (Debian
+    …`` are one file). None when the line is not that file's alone: a command of several words (``python3 -m
+    ziglang cc``), a script, a known wrapper (``WRAPPERS``), a file it cannot read."""
     if len(cmd) != 1 or not isinstance(program, _Program) or not program.elf:
         return None
     if os.path.basename(program.real) in WRAPPERS:
         return None
     st = program.st
-    facts = [program.real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    facts = [cmd[0], program.real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     return hashlib.sha256(json.dumps(["cc-version", facts]).encode()).hexdigest()
 
 
@@ -261,7 +268,8 @@ def _found(cmd: tuple[str, ...], path: str | None) -> tuple[_Program | str, ...]
 
 def _program(where: str) -> _Program | str:
     """The file ``where`` names, through one descriptor whose /proc link names its real path (os.path.realpath
-    lstat-s every component: ~90 us for /usr/bin/cc's four links); ``where`` itself when it cannot be looked at."""
+    lstat-s every component: ~90 us for /usr/bin/cc's four links); ``where`` itself when it cannot be looked at.
+    Only a regular file is read (an executable FIFO on PATH is one ``shutil.which`` finds)."""
     try:
         fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:  # executable but not readable (0711): still a file with a status, not one to read
@@ -270,11 +278,14 @@ def _program(where: str) -> _Program | str:
         except OSError:
             return where
     try:
-        st, head = os.fstat(fd), os.pread(fd, 4, 0)
+        st = os.fstat(fd)
+        head = os.pread(fd, 4, 0) if stat.S_ISREG(st.st_mode) else b""
         try:
             real = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:  # no /proc
             real = os.path.realpath(where)
+    except OSError:
+        return where
     finally:
         os.close(fd)
     return _Program(real, st, head == b"\x7fELF")

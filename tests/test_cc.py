@@ -140,6 +140,10 @@ def _copy_of_cc(tmp_path: Path, name: str = "mycc") -> Path:
     return copy
 
 
+def _key(cmd: tuple[str, ...]) -> str | None:
+    return cc._version_key(cmd, cc._program(cmd[0]))
+
+
 def test_the_version_line_is_kept_in_the_cache_for_the_next_process(tmp_path, monkeypatch, fresh_versions):
     """A process's first cached load ran ``cc --version`` (~2 ms of 3) for the key: the line is kept in the code
     cache under the compiler file's status, which a later process reads instead; a compiler replaced is asked."""
@@ -147,9 +151,9 @@ def test_the_version_line_is_kept_in_the_cache_for_the_next_process(tmp_path, mo
     compiler = _copy_of_cc(tmp_path)
     cmd, store = (str(compiler),), CodeCache(tmp_path / "cache")
     line = cc.version(cmd, store)
-    assert line.startswith("mycc ") and store.read_blob(cc._version_key(cmd), cc.VERSION_BLOB) == line.encode()
+    assert line.startswith("mycc ") and store.read_blob(_key(cmd), cc.VERSION_BLOB) == line.encode()
     runs = []
-    monkeypatch.setattr(cc, "_version", lambda cmd: runs.append(cmd) or "replaced 1.0")
+    monkeypatch.setattr(cc, "_ask_version", lambda cmd: runs.append(cmd) or "replaced 1.0")
     monkeypatch.setattr(cc, "_found_versions", {})  # the next process
     assert cc.version(cmd, store) == line and not runs
     compiler.write_bytes(compiler.read_bytes() + b"\0")  # another compiler in its place
@@ -159,11 +163,56 @@ def test_the_version_line_is_kept_in_the_cache_for_the_next_process(tmp_path, mo
     assert cc.version(cmd, store) == "replaced 1.0" and runs == [cmd]  # once per process
 
 
+def test_one_compiler_by_two_names_keeps_two_lines(tmp_path, fresh_versions):
+    """gcc prints the name it is run by, and /usr/bin/cc and /usr/bin/gcc are one file: the first name asked
+    decided the other's line, and so its cache key (found by a review)."""
+    from berm_aot.cache import CodeCache
+    compiler, store = _copy_of_cc(tmp_path), CodeCache(tmp_path / "cache")
+    (tmp_path / "bin" / "othercc").symlink_to(compiler)
+    assert cc.version((str(compiler),), store).startswith("mycc ")
+    assert cc.version((str(tmp_path / "bin" / "othercc"),), store).startswith("othercc ")
+
+
+def test_only_a_line_asked_of_the_file_the_key_describes_is_kept(tmp_path, monkeypatch, fresh_versions):
+    """The line stored was the process's memo, which may be of a compiler replaced since (found by a review); and
+    a compiler replaced while it answered is not the one the key describes."""
+    from berm_aot.cache import CodeCache
+    compiler, store = _copy_of_cc(tmp_path), CodeCache(tmp_path / "cache")
+    cmd = (str(compiler),)
+    monkeypatch.setattr(cc, "_version", lambda cmd: "stale 0.1")
+    assert cc.version(cmd, store).startswith("mycc ")
+    assert store.read_blob(_key(cmd), cc.VERSION_BLOB).startswith(b"mycc ")
+    asked = cc._ask_version
+
+    def replaced_while_asked(cmd):
+        line = asked(cmd)
+        compiler.write_bytes(compiler.read_bytes() + b"\0")
+        return line
+
+    monkeypatch.setattr(cc, "_ask_version", replaced_while_asked)
+    compiler.write_bytes(compiler.read_bytes() + b"\0")
+    cc._found.cache_clear()
+    before = _key(cmd)
+    assert cc.version(cmd, store).startswith("mycc ")
+    assert store.read_blob(before, cc.VERSION_BLOB) is None
+
+
+def test_a_fifo_on_path_is_no_program_to_read(tmp_path, monkeypatch, fresh_versions):
+    """``shutil.which`` finds an executable FIFO; reading its head raised OSError (illegal seek) out of every
+    cache key (found by a review)."""
+    fifo = tmp_path / "bin" / "as"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    fifo.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fifo.parent}{os.pathsep}{os.environ['PATH']}")
+    assert cc.identity() and cc._found(tuple(cc.compiler()), os.environ["PATH"])[1].elf is False
+
+
 def test_a_stored_line_that_no_compiler_printed_is_asked_again(tmp_path, fresh_versions):
     from berm_aot.cache import CodeCache
     cmd, store = (str(_copy_of_cc(tmp_path)),), CodeCache(tmp_path / "cache")
     for stored in (b"two\nlines", b"\xff\xfe", b""):
-        store.write_blob(cc._version_key(cmd), cc.VERSION_BLOB, stored)
+        store.write_blob(_key(cmd), cc.VERSION_BLOB, stored)
         cc._found_versions.clear()
         assert cc.version(cmd, store).startswith("mycc ")
 
@@ -179,7 +228,7 @@ def test_a_wrappers_version_line_is_not_kept(tmp_path, monkeypatch, fresh_versio
     commands = [(str(script),), (str(_copy_of_cc(tmp_path, "ccache")),), (str(_copy_of_cc(tmp_path)), "-O0")]
     for cmd in commands:
         store = CodeCache(tmp_path / "cache")
-        assert cc._version_key(cmd) is None
+        assert _key(cmd) is None
         assert cc.version(cmd, store)
     assert not (tmp_path / "cache").exists()
 
