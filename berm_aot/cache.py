@@ -7,8 +7,9 @@
   a lock held longer than a compile can take (``lock_wait``) is a CompileError naming it, not a wait for ever.
 - Before an object is used its checksum (CRC-32C: what it finds is damage, and berm_aot/checksum.c says why it is
   no SHA-256) is checked against the recorded one, read through one descriptor opened without following a symlink
-  (a regular file only); a corrupt or truncated entry is moved aside and rebuilt, under the key's lock (a reader outside it could discard an entry another process had just rebuilt). A lookup that
-  fails for any other reason (no descriptors left, no permission) is an error, not a corrupt entry.
+  (a regular file only); a corrupt or truncated entry is moved aside and rebuilt, under the key's lock (a reader
+  outside it could discard an entry another process had just rebuilt). A lookup that fails for any other reason (no
+  descriptors left, no permission) is an error, not a corrupt entry.
 - Nothing another user could have planted or swapped is loaded: in a cache shared with other users (a
   ``BERM_CACHE_DIR`` under /tmp) that would be code run in this process. The root, shards, entries and their files
   pass berm_aot/trust.py's checks (another owner is refused: CompileError; an entry of ours others may write, from

@@ -4,6 +4,7 @@ in Python: CRC-32C (Castagnoli, reflected, complemented in and out) in three lan
 from __future__ import annotations
 
 import os
+import platform
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -67,12 +68,23 @@ def test_any_flipped_byte_or_cut_is_seen():
     assert all(checksum.data(bytes(data[:n])) != whole for n in range(len(data) - 64, len(data)))
 
 
-def test_an_unreadable_descriptor_is_an_oserror(tmp_path):
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        with pytest.raises(IsADirectoryError):
-            checksum.file(fd)
-    finally:
-        os.close(fd)
+def test_only_a_regular_file_is_read(tmp_path):
+    """file() reads a regular file up to its size: /dev/zero (or a file that grows for ever) held the thread, deaf to
+    signals, for ever (found by a review); a directory or a FIFO is an OSError."""
+    os.mkfifo(tmp_path / "fifo")
+    for path, flags, error in ((tmp_path, os.O_DIRECTORY, IsADirectoryError), ("/dev/zero", 0, OSError),
+                               (tmp_path / "fifo", os.O_NONBLOCK, OSError)):
+        fd = os.open(path, os.O_RDONLY | flags)
+        try:
+            with pytest.raises(error):
+                checksum.file(fd)
+        finally:
+            os.close(fd)
     with pytest.raises(TypeError):
         checksum.data("text")
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the crc32 instruction is x86-64's (SSE4.2)")
+def test_the_instruction_is_used_where_there_is_one():
+    """Else data() and portable() are one path, and their agreement proves nothing."""
+    assert checksum.INSTRUCTION == 1
