@@ -208,8 +208,8 @@ class BlobStore(Protocol):
 def version(cmd: tuple[str, ...], store: BlobStore | None = None) -> str:
     """The first line ``cmd --version`` prints, part of the compiler's identity. Running the compiler was most of a
     process's first cached load (~2 ms of 3), so the line is kept in ``store`` under the status of the compiler's
-    file (``_version_key``: a replaced compiler is another key) and later processes read it there; a command the
-    line cannot be tied to one file of runs once per process, as every command did before."""
+    file (``_version_key``: a replaced compiler is another key) and later processes read it there; a command whose
+    line cannot be tied to one file is run once per process, as every command was before."""
     key = _version_key(cmd, _found(cmd, os.environ.get("PATH"))[0]) if store is not None else None
     if key is None:
         return _version(cmd)
