@@ -258,8 +258,8 @@ int berm_region_trim(berm_region *r) {
 
 /* ---------------------------------------------------------------- host calls */
 
-static __attribute__((noinline, cold)) void buffer_trap(berm_region *r, uint64_t pc, const char *call, uint64_t ptr, uint64_t n,
-                        const char *access) {
+static __attribute__((noinline, cold)) void buffer_trap(berm_region *r, uint64_t pc, const char *call, uint64_t ptr,
+                                                         uint64_t n, const char *access) {
     berm_set_trap(&r->ctx, BERM_TRAP_CALL_FAILED, pc, ptr, 0);
     snprintf(r->trap_msg, sizeof r->trap_msg, "%s: the buffer at 0x%llx (%llu bytes) is not %s guest memory",
              call, (unsigned long long)ptr, (unsigned long long)n, access);
