@@ -274,7 +274,8 @@ class _Reader:
         _in_file(self.data, offset, filesz, f"segment {i}")
         flags = ph["p_flags"]
         return Segment(vaddr=vaddr, memsz=memsz, data=self.data[offset:offset + filesz],
-                       readable=bool(flags & _PF_R), writable=bool(flags & _PF_W), executable=bool(flags & _PF_X))
+                       readable=bool(flags & _PF_R), writable=bool(flags & _PF_W), executable=bool(flags & _PF_X),
+                       offset=offset)
 
     # -- sections ------------------------------------------------------------------------------------------
 

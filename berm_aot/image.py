@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One ``PT_LOAD`` segment: ``data`` is its ``filesz`` file bytes; ``[vaddr+filesz, vaddr+memsz)`` is zero."""
+    """One ``PT_LOAD`` segment: ``data`` is its ``filesz`` file bytes; ``[vaddr+filesz, vaddr+memsz)`` is zero.
+    ``offset``: where ``data`` starts in the ELF file, when it was read from one."""
 
     vaddr: int
     memsz: int
@@ -19,6 +20,7 @@ class Segment:
     readable: bool
     writable: bool
     executable: bool
+    offset: int | None = None
 
     @property
     def end(self) -> int:

@@ -6,8 +6,10 @@ are ``ElfFacts``: computed once from the full ``ElfImage``, stored under a key o
 every module that derives them, and read back on the next load. The full ``ElfImage`` stays one call away
 (``ElfFacts.elf()``: trap descriptions and compiling on a cache miss need the program model).
 
-Stored form: ``<checksum of the rest (berm_aot/checksum.c)>\\n<JSON header>\\n<segment bytes…><manifest bytes>``.
-Anything that does not parse or verify is ignored (and rewritten): the facts are a shortcut, never a source of truth.
+Stored form: ``<checksum of the rest (berm_aot/checksum.c)>\\n<JSON header>\\n<manifest bytes>``. The segments'
+bytes are where each one's file offset says in the ELF the facts describe (whose digest names them), not a copy: a
+stored copy doubled what a load of a 100 KB guest read, checked and copied. Anything that does not parse or verify,
+or places a segment outside the ELF, is ignored (and rewritten): the facts are a shortcut, never a source of truth.
 """
 
 from __future__ import annotations
@@ -60,13 +62,12 @@ class ElfFacts:
     def dump(self) -> bytes:
         header = {
             "sha256": self.sha256,
-            "segments": [[s.vaddr, s.memsz, len(s.data), s.readable, s.writable, s.executable]
+            "segments": [[s.vaddr, s.memsz, s.offset, len(s.data), s.readable, s.writable, s.executable]
                          for s in self.segments],
             "symbols": [[s.name, s.value, s.size, s.kind, s.binding, s.section] for s in self.symbols],
             "manifest": None if self.manifest_bytes is None else len(self.manifest_bytes),
         }
-        body = b"".join([json.dumps(header, separators=(",", ":")).encode(), b"\n",
-                         *(s.data for s in self.segments), self.manifest_bytes or b""])
+        body = b"".join([json.dumps(header, separators=(",", ":")).encode(), b"\n", self.manifest_bytes or b""])
         return checksum.data(body).encode() + b"\n" + body  # damage, not an attacker, is what it finds (checksum.c)
 
     @classmethod
@@ -75,17 +76,21 @@ class ElfFacts:
         digest, _, body = stored.partition(b"\n")
         if checksum.data(body).encode() != digest:
             return None
-        text, _, blob = body.partition(b"\n")
+        text, _, manifest = body.partition(b"\n")
         try:
             h = json.loads(text)
             if h["sha256"] != sha256:
                 return None
-            segments, at = [], 0
-            for vaddr, memsz, n, r, w, x in h["segments"]:
-                segments.append(Segment(vaddr, memsz, blob[at:at + n], r, w, x))
-                at += n
+            segments = []
+            for vaddr, memsz, offset, n, r, w, x in h["segments"]:
+                if not (type(offset) is int and type(n) is int and 0 <= offset and offset + n <= len(raw)):
+                    return None
+                segments.append(Segment(vaddr, memsz, raw[offset:offset + n], r, w, x, offset))
             symbols = tuple(Symbol(*fields) for fields in h["symbols"])
-            manifest = None if h["manifest"] is None else blob[at:at + h["manifest"]]
+            if h["manifest"] is None:
+                manifest = None
+            elif h["manifest"] != len(manifest):
+                return None
         except (ValueError, KeyError, TypeError):
             return None
         return cls(sha256, tuple(segments), symbols, manifest, raw)

@@ -3,6 +3,7 @@ bytes as a full read, no ELF parse on a hit, and damaged facts ignored (derived 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -70,7 +71,7 @@ def test_cached_load_reads_no_elf(tmp_path, elf, monkeypatch):
     assert err.value.info.where.startswith("berm_tool_boom") and calls == []
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "other_elf"])
+@pytest.mark.parametrize("damage", ["flip", "truncate", "other_elf", "segment_outside"])
 def test_damaged_facts_are_derived_again(tmp_path, elf, damage):
     Engine(cache_dir=tmp_path).load(elf)
     path = _stored(tmp_path, elf)
@@ -79,9 +80,13 @@ def test_damaged_facts_are_derived_again(tmp_path, elf, damage):
         path.write_bytes(good[:-3] + bytes([good[-3] ^ 1]) + good[-2:])
     elif damage == "truncate":
         path.write_bytes(good[:len(good) // 2])
-    else:  # verifies, but describes another image
+    elif damage == "other_elf":  # verifies, but describes another image
         other = ElfFacts.parse(good, elf, read_elf(elf).sha256)
         other.sha256 = "0" * 64
+        path.write_bytes(other.dump())
+    else:  # verifies, but a segment's bytes would lie past the ELF's end (they are read from the ELF, not stored)
+        other = ElfFacts.parse(good, elf, read_elf(elf).sha256)
+        other.segments = (dataclasses.replace(other.segments[0], offset=len(elf) - 2), *other.segments[1:])
         path.write_bytes(other.dump())
     assert Engine(cache_dir=tmp_path).load(elf).harness().call("hi") == "hello"
     assert path.read_bytes() == good
