@@ -235,6 +235,7 @@ def _stored_line(data: bytes | None) -> str | None:
     return line if line and "\n" not in line and "\r" not in line and len(line) <= 1000 else None
 
 
+@functools.lru_cache(maxsize=16)  # every cache key asks
 def _version_key(cmd: tuple[str, ...], program: _Program | str) -> str | None:
     """A key for ``cmd``'s version line that changes whenever the compiler's file (``program``) does: its real path,
     device, inode, size, modification and change times (a reinstall of the same compiler changes the last: it is
