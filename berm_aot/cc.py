@@ -193,12 +193,15 @@ _version = functools.lru_cache(maxsize=8)(_ask_version)
 WRAPPERS = frozenset({"ccache", "sccache", "distcc", "icecc", "buildcache"})
 #: The name of a version line kept in a BlobStore (``version``).
 VERSION_BLOB = "cc-version"
-#: Version lines found in this process, by ``_version_key``.
-_found_versions: dict[str, str] = {}
+#: Version lines found in this process, by ``_version_key`` and the root of the store that keeps them (a store
+#: this process has not used yet is asked, and given the line when it lacks it).
+_found_versions: dict[tuple[str, Path], str] = {}
 
 
 class BlobStore(Protocol):
     """Where ``version`` keeps a version line across processes: the code cache (berm_aot/cache.py)."""
+
+    root: Path
 
     def read_blob(self, key: str, name: str) -> bytes | None: ...
 
@@ -213,7 +216,7 @@ def version(cmd: tuple[str, ...], store: BlobStore | None = None) -> str:
     key = _version_key(cmd, _found(cmd, os.environ.get("PATH"))[0]) if store is not None else None
     if key is None:
         return _version(cmd)
-    line = _found_versions.get(key)
+    line = _found_versions.get((key, store.root))
     if line is None:
         line = _stored_line(store.read_blob(key, VERSION_BLOB))
         if line is None:
@@ -222,7 +225,7 @@ def version(cmd: tuple[str, ...], store: BlobStore | None = None) -> str:
             line = _ask_version(cmd)
             if _version_key(cmd, _program(cmd[0])) == key:
                 store.write_blob(key, VERSION_BLOB, line.encode())
-        _found_versions[key] = line
+        _found_versions[(key, store.root)] = line
     return line
 
 

@@ -366,6 +366,28 @@ def test_an_entry_renamed_under_another_images_key_is_refused(tmp_path):
         Engine(cache_dir=tmp_path).load(elf)
 
 
+def test_a_new_process_loads_a_cached_image_without_running_the_compiler(tmp_path, elf):
+    """The compiler's version line, part of the key, is kept in the cache (berm_aot/cc.py, ``version``): running
+    ``cc --version`` was most of a process's first cached load. A process that found the line for one cache gives it
+    to the next it uses too; a new process then loads from that one with every way to start a program taken away."""
+    for cache in ("first", "second"):
+        assert triple(Engine(cache_dir=tmp_path / cache), elf) == 42
+    child = textwrap.dedent("""
+        import subprocess, sys
+        def refused(*args, **kwargs):
+            raise AssertionError(f"a cached load started {args[0]!r}")
+        subprocess.run = subprocess.Popen = refused
+        from pathlib import Path
+        from berm_host.engine import Engine
+        image = Engine(cache_dir=Path(sys.argv[1])).load(Path(sys.argv[2]).read_bytes())
+        assert image.backend.compiled is False
+    """)
+    (tmp_path / "image.elf").write_bytes(elf)
+    done = subprocess.run([sys.executable, "-c", child, str(tmp_path / "second"), str(tmp_path / "image.elf")],
+                          capture_output=True, text=True, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_root_may_be_a_symlink(tmp_path, elf):
     """A cache directory chosen as a symlink (to another disk) is followed; nothing below the root is."""
     (tmp_path / "real").mkdir()
