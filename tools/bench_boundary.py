@@ -141,25 +141,19 @@ print(time.perf_counter() - t0)
 
 def first_load_p50(elf: Path, cache: Path, runs: int) -> float:
     """The median wall time of the first load of ``elf`` from ``cache`` (which must hold it) in each of ``runs``
-    fresh Python processes (``_FIRST_LOAD``), after one untimed: the first process to load from a cache keeps the C
-    compiler's version line there (berm_aot/cc.py, ``version``) when the process that filled it had the line from
-    another cache, as this one did. A RuntimeError when a timed child fails or writes to the cache: then the image
-    was not in it, and the figure would not be a cached load."""
-
-    def first_load() -> float:
+    fresh Python processes (``_FIRST_LOAD``). A RuntimeError when a child fails or writes to the cache: it compiled
+    (the image was not in the cache), or ran the compiler for its version line (berm_aot/cc.py, ``version``), and the
+    figure would not be a cached load."""
+    before = set(cache.rglob("*"))
+    times = []
+    for _ in range(runs):
         proc = subprocess.run([sys.executable, "-c", _FIRST_LOAD, str(elf), str(cache)], capture_output=True,
                               text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"a fresh process's load exited with status {proc.returncode}: {proc.stderr.strip()}")
-        return float(proc.stdout)
-
-    first_load()
-    before = set(cache.rglob("*"))
-    times = []
-    for _ in range(runs):
-        times.append(first_load())
         if set(cache.rglob("*")) != before:
             raise RuntimeError(f"a fresh process's load of {elf.name} wrote to the cache: it was not a cached load")
+        times.append(float(proc.stdout))
     return statistics.median(times)
 
 
