@@ -10,7 +10,7 @@
  * is dealt into three lanes, each its own CRC-32C, whose chains run side by side. Byte j belongs to lane
  * (j / 8) % 3 (8-byte words dealt in turn), and the checksum is the three CRCs, lane 0 first, as 24 hex digits.
  * tests/test_checksum.py checks both paths against a Python implementation of that definition. Without the
- * instruction, a word at a time through eight tables ("slicing by 8"): about SHA-256's speed.
+ * instruction, a word at a time through eight tables ("slicing by 8"): twice SHA-256's speed here.
  *
  *   file(fd) -> str     the checksum of a regular file's bytes from offset 0 to the size fstat gives (pread: the
  *                       descriptor's offset is untouched; a file that shrinks meanwhile is read to its end)

@@ -8,8 +8,6 @@ import pytest
 
 from berm_sdk.toolchain import ToolchainError, compile_object
 
-pytest.importorskip("ziglang")
-
 
 @pytest.mark.parametrize("name, value", [("CCC_OVERRIDE_OPTIONS", "+-DLEAKED"), ("CPATH", "poisoned")])
 def test_the_guest_compilers_environment_cannot_change_an_object(tmp_path, monkeypatch, name, value):
