@@ -9,8 +9,8 @@ fresh process's first load; the CPU time of its processes for qemu-user). Comput
 natively (gcc -O2, the targets' baseline, and gcc -O2 -fno-tree-vectorize, native without SIMD), on wasmtime, on
 qemu-user (when Debian's qemu-user is installed), on unicorn and on Berm's AOT and interpreter engines; each figure
 is time per unit of work with the kernel's fixed setup (its n = 0 run) subtracted, so runners using different n
-compare; each ratio is the median of per-round ratios against native's run in the same round. Every call's
-checksum, timed ones included, is checked against native's. The output is a Markdown table.
+compare; each ratio is the median of per-round ratios, each against a native run timed just before the runner's.
+Every call's checksum, timed ones included, is checked against native's. The output is a Markdown table.
 Exit status 1 when any runner computed a different checksum from native or a figure could not be measured.
 """
 
@@ -94,7 +94,8 @@ class Row:
     cells: dict[str, float] = field(default_factory=dict)  # seconds, by column kind
     ratios: dict[str, float] = field(default_factory=dict)  # by column kind, against native
     note: str = ""
-    samples: dict[str, list[float]] = field(default_factory=dict)  # a kernel's seconds per unit, per round, by kind
+    #: a kernel's per-round time ratios by kind, each against the native run timed just before it
+    vs_native: dict[str, list[float]] = field(default_factory=dict)
 
 
 def fmt_seconds(s: float) -> str:
@@ -131,22 +132,30 @@ def measure_kernels(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
                                              f"{want[kernel, n]:#x} (n={n})")
         return seconds
 
+    def per_unit(kind: str, kernel: str) -> float:
+        """Seconds per unit of work: the runner's call at its n, less its call at n = 0 (the kernel's setup)."""
+        n = plan.kernel_n(kind, kernel)
+        return max(0.0, run(kind, kernel, n) - run(kind, kernel, 0)) / n
+
     rows = []
     for kernel in KERNELS:
         for kind in runners:  # a first, untimed call (warm-up)
             run(kind, kernel, plan.kernel_n(kind, kernel))
-        units: dict[str, list[float]] = {kind: [] for kind in runners}  # seconds per unit, one per repeat
+        units: dict[str, list[float]] = {kind: [] for kind in runners}  # seconds per unit, every timed run
+        vs_native: dict[str, list[float]] = {kind: [] for kind in runners if kind != "native"}
         for _ in range(plan.repeats):
-            for kind in runners:
-                n = plan.kernel_n(kind, kernel)
-                units[kind].append(max(0.0, run(kind, kernel, n) - run(kind, kernel, 0)) / n)
+            for kind in vs_native:
+                before = per_unit("native", kernel)
+                units["native"].append(before)
+                units[kind].append(per_unit(kind, kernel))
+                vs_native[kind].append(units[kind][-1] / before if before else math.nan)  # rounds stay aligned
         units = {kind: v for kind, v in units.items() if (kernel, kind) not in wrong}
+        vs_native = {kind: v for kind, v in vs_native.items() if ("native" in units and kind in units)}
         row = Row(f"kernel {kernel} (per unit)", cells={k: statistics.median(v) for k, v in units.items()},
-                  samples=units)
-        per_round = round_ratios(units, "native")
+                  vs_native=vs_native)
+        per_round = round_ratios(row, "native")
         row.ratios = {k: statistics.median(v) for k, v in per_round.items()}
-        # The machine's speed phases (a busy neighbour on the core) slow translated code more than native code,
-        # so one run's rounds can fall in two clusters (fib: 1.6x and 2.1x): the note shows how far apart.
+        # The note shows how far apart the rounds fall: the machine's speed phases move even paired ratios.
         spread = ", ".join(f"{COLUMNS[k]} {fmt_ratio(v[0])}–{fmt_ratio(v[-1])}"
                            for k, v in per_round.items() if k in SPREAD)
         wrong_here = ", ".join(COLUMNS[kind] for k, kind in wrong if k == kernel)
@@ -157,13 +166,17 @@ def measure_kernels(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
     return rows, list(wrong.values())
 
 
-def round_ratios(samples: dict[str, list[float]], baseline: str) -> dict[str, list[float]]:
-    """Each runner's ratios against ``baseline``, sorted, each round's sample over ``baseline``'s from the same
-    round, so load that drifts during the run cancels out."""
-    if baseline not in samples:  # it computed a wrong checksum
+def round_ratios(row: Row, baseline: str) -> dict[str, list[float]]:
+    """Each runner's per-round ratios against ``baseline``, sorted. Every ratio is taken against a native run timed
+    just before the runner's (a round of every runner lasts a second or more, and the machine's speed phases change
+    faster than that: against one native run per round, fib's ratios spread from 0.84× to 2.37× in one run and
+    1.08× to 1.28× paired). Against another baseline, a ratio is the quotient of the two ratios against native."""
+    if baseline != "native" and baseline not in row.vs_native:  # it computed a wrong checksum, or did not run
         return {}
-    per_round = {k: sorted(a / b for a, b in zip(samples[k], samples[baseline]) if b)
-                 for k in RATIO_COLUMNS if k in samples and k != baseline}
+    base = row.vs_native.get(baseline)
+    quotients = {k: v if base is None else [r / b if b else math.nan for r, b in zip(v, base)]
+                 for k in RATIO_COLUMNS if k != baseline and (v := row.vs_native.get(k)) is not None}
+    per_round = {k: sorted(x for x in v if math.isfinite(x)) for k, v in quotients.items()}
     return {k: v for k, v in per_round.items() if v}
 
 
@@ -171,7 +184,7 @@ def geomean_row(kernel_rows: list[Row], baseline: str, row: Row) -> Row:
     """``row`` with each runner's geometric mean over the kernels of its ratio against ``baseline`` (when every
     kernel has one)."""
     for kind in RATIO_COLUMNS:
-        ratios = [statistics.median(v) for r in kernel_rows if (v := round_ratios(r.samples, baseline).get(kind))]
+        ratios = [statistics.median(v) for r in kernel_rows if (v := round_ratios(r, baseline).get(kind))]
         if len(ratios) == len(kernel_rows):
             row.ratios[kind] = math.exp(sum(map(math.log, ratios)) / len(ratios))
     return row
@@ -181,7 +194,7 @@ def geomean_rows(kernel_rows: list[Row]) -> list[Row]:
     """Against gcc -O2 (the target's baseline), and against the same without SIMD when it ran."""
     rows = [geomean_row(kernel_rows, "native", Row("kernels: geometric mean of time ratios vs native",
                                                    target="≤ 1.25× native", target_ratio=1.25))]
-    if any("native_no_simd" in r.samples for r in kernel_rows):
+    if any("native_no_simd" in r.vs_native for r in kernel_rows):
         rows.append(geomean_row(kernel_rows, "native_no_simd", Row(
             "kernels: geometric mean of time ratios vs native -fno-tree-vectorize (gcc -O2 without SIMD): this "
             "row's \"/ native\" columns are against that build")))
