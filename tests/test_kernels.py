@@ -25,7 +25,7 @@ from berm_aot.elf import read_elf  # noqa: E402
 from berm_host.linker import Linker  # noqa: E402
 
 BERM_ENGINES = ("aot", "interp") if importlib.util.find_spec("berm_host.engine") else ()
-ENGINES = (*BERM_ENGINES, "unicorn", "wasmtime", "qemu")
+ENGINES = (*BERM_ENGINES, "unicorn", "wasmtime", "wasmtime_epoch", "qemu")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,7 @@ def runners(guest_elf):
     makers = {
         "unicorn": lambda: UnicornRunner(read_elf(guest_elf)),
         "wasmtime": lambda: WasmRunner(build_wasm()),
+        "wasmtime_epoch": lambda: WasmRunner(build_wasm(), epoch=True),
         "qemu": lambda: QemuRunner(build_linux_guest()),
         **{kind: (lambda kind=kind: BermRunner(kind, guest_elf)) for kind in BERM_ENGINES},
     }
@@ -71,6 +72,21 @@ def test_kernel_matches_native(engine, kernel, native, runners):
     if engine == "qemu" and shutil.which("qemu-riscv64") is None:
         pytest.skip("qemu-riscv64 is not installed (setup.sh installs Debian's qemu-user as root)")
     assert runners(engine).call(kernel, 3) == native.call(kernel, 3)
+
+
+def test_the_epoch_peer_checks_its_deadline(runners):
+    """The benchmark's "wasmtime, epoch deadline" column runs code that checks the epoch: given a deadline one tick
+    away and the epoch advanced past it, a kernel traps (a runner built without epoch interruption runs it)."""
+    import wasmtime
+
+    peer = runners("wasmtime_epoch")
+    peer.store.set_epoch_deadline(1)
+    peer.engine.increment_epoch()
+    try:
+        with pytest.raises(wasmtime.Trap, match="interrupt"):
+            peer.call("fib", 3)
+    finally:
+        peer.store.set_epoch_deadline(1 << 62)
 
 
 @pytest.mark.parametrize("engine", BERM_ENGINES)

@@ -6,11 +6,12 @@
 Everything runs side by side in one process, repetitions interleaved across runners, so the ratios hold on a busy
 2-core machine; each figure is a median of the measuring thread's CPU time (wall time for the cold compile and a
 fresh process's first load; the CPU time of its processes for qemu-user). Compute kernels (tools/kernels/) run
-natively (gcc -O2, the targets' baseline, and gcc -O2 -fno-tree-vectorize, native without SIMD), on wasmtime, on
-qemu-user (when Debian's qemu-user is installed), on unicorn and on Berm's AOT and interpreter engines; each figure
-is time per unit of work with the kernel's fixed setup (its n = 0 run) subtracted, so runners using different n
-compare; each ratio is the median of per-round ratios, each against a native run timed just before the runner's.
-Every call's checksum, timed ones included, is checked against native's. The output is a Markdown table.
+natively (gcc -O2, the targets' baseline, and gcc -O2 -fno-tree-vectorize, native without SIMD), on wasmtime (as it
+comes, and with epoch interruption: the checks a wasmtime that enforces a deadline runs, as Berm does), on qemu-user
+(when Debian's qemu-user is installed), on unicorn and on Berm's AOT and interpreter engines; each figure is time
+per unit of work with the kernel's fixed setup (its n = 0 run) subtracted, so runners using different n compare;
+each ratio is the median of per-round ratios, each against a native run timed just before the runner's. Every call's
+checksum, timed ones included, is checked against native's. The output is a Markdown table.
 Exit status 1 when any runner computed a different checksum from native or a figure could not be measured.
 """
 
@@ -44,10 +45,11 @@ RUST_GUEST = Path(__file__).resolve().parent.parent / "harnesses" / "rust-probe"
 #: Table columns: runner kind -> heading. Ratios are taken against "native" (gcc -O2, the targets' baseline), except
 #: in the one row that says it takes them against "native_no_simd".
 COLUMNS = {"aot": "Berm AOT", "native": "native", "native_no_simd": "native -fno-tree-vectorize",
-           "wasmtime": "wasmtime", "qemu": "qemu-user", "unicorn": "unicorn", "interp": "Berm interp"}
-RATIO_COLUMNS = ("aot", "native_no_simd", "wasmtime", "qemu", "unicorn", "interp")
-#: The runners whose per-round kernel ratios a kernel's note spreads out (the two near native).
-SPREAD = ("aot", "wasmtime")
+           "wasmtime": "wasmtime", "wasmtime_epoch": "wasmtime, epoch deadline", "qemu": "qemu-user",
+           "unicorn": "unicorn", "interp": "Berm interp"}
+RATIO_COLUMNS = ("aot", "native_no_simd", "wasmtime", "wasmtime_epoch", "qemu", "unicorn", "interp")
+#: The runners whose per-round kernel ratios a kernel's note spreads out (those near native).
+SPREAD = ("aot", "wasmtime", "wasmtime_epoch")
 
 
 @dataclass(frozen=True)

@@ -56,16 +56,21 @@ class NativeRunner:
 
 
 class WasmRunner:
-    """The kernels built for wasm32, run by wasmtime-py in one long-lived store and instance."""
+    """The kernels built for wasm32, run by wasmtime-py in one long-lived store and instance. ``epoch``: with epoch
+    interruption, how wasmtime enforces a deadline (compiled code checks an epoch counter at every function entry and
+    loop back-edge, as Berm's translated code polls its interrupt flag); the deadline is never reached here."""
 
-    name = "wasmtime"
-
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, epoch: bool = False):
         import wasmtime
 
-        self.engine = wasmtime.Engine()
+        config = wasmtime.Config()
+        config.epoch_interruption = epoch
+        self.name = "wasmtime_epoch" if epoch else "wasmtime"
+        self.engine = wasmtime.Engine(config)
         self.module = wasmtime.Module.from_file(self.engine, str(path))
         self.store = wasmtime.Store(self.engine)
+        if epoch:
+            self.store.set_epoch_deadline(1 << 62)  # ticks; nothing increments the epoch
         exports = wasmtime.Instance(self.store, self.module, []).exports(self.store)
         self._fns = {k: exports[symbol(k)] for k in KERNELS}
 
@@ -162,14 +167,15 @@ class BermRunner:
         return self.run(symbol(kernel), int_args=(n,)).a0
 
 
-def available_runners(kinds: tuple[str, ...] = ("native", "native_no_simd", "wasmtime", "qemu", "unicorn", "aot",
-                                                "interp")) -> tuple[dict[str, object], dict[str, str]]:
+def available_runners(kinds: tuple[str, ...] = ("native", "native_no_simd", "wasmtime", "wasmtime_epoch", "qemu",
+                                                "unicorn", "aot", "interp")) -> tuple[dict[str, object], dict[str, str]]:
     """``(runners by kind, reasons by kind for those that could not be built)``, in the order of ``kinds``."""
     elf = build_guest().read_bytes()
     makers = {
         "native": lambda: NativeRunner(build_native()),
         "native_no_simd": lambda: NativeRunner(build_native(NO_SIMD)),
         "wasmtime": lambda: WasmRunner(build_wasm()),
+        "wasmtime_epoch": lambda: WasmRunner(build_wasm(), epoch=True),
         "qemu": lambda: QemuRunner(build_linux_guest()),
         "unicorn": lambda: UnicornRunner(read_elf(elf)),
         "aot": lambda: BermRunner("aot", elf),
