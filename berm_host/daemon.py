@@ -541,8 +541,8 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def unlink(self) -> None:
         """Remove the socket file, if it is still the one this server bound: found by a review, a daemon that had
-        lost its path to another (the check-then-unlink race the socket's lock now closes) deleted the live
-        daemon's socket as it stopped."""
+        lost its path to another deleted the live daemon's socket as it stopped. The socket's lock now keeps a second
+        daemon off the path; this check remains for a program that binds it without the lock."""
         with contextlib.suppress(FileNotFoundError):
             now = os.lstat(self.server_address)
             if (now.st_dev, now.st_ino) == self.bound:

@@ -8,7 +8,7 @@ every module that derives them, and read back on the next load. The full ``ElfIm
 
 Stored form: ``<checksum of the rest (berm_aot/checksum.c)>\\n<JSON header>\\n<manifest bytes>``. The segments'
 bytes are where each one's file offset says in the ELF the facts describe (whose digest names them), not a copy: a
-stored copy doubled what a load of a 100 KB guest read, checked and copied. Anything that does not parse or verify,
+stored copy doubled what a load of a 100 KB guest read and checked. Anything that does not parse or verify,
 or places a segment outside the ELF, is ignored (and rewritten): the facts are a shortcut, never a source of truth.
 """
 

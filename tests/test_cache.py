@@ -368,8 +368,9 @@ def test_an_entry_renamed_under_another_images_key_is_refused(tmp_path):
 
 def test_a_new_process_loads_a_cached_image_without_running_the_compiler(tmp_path, elf):
     """The compiler's version line, part of the key, is kept in the cache (berm_aot/cc.py, ``version``): running
-    ``cc --version`` was most of a process's first cached load. A process that found the line for one cache gives it
-    to the next it uses too; a new process then loads from that one with every way to start a program taken away."""
+    ``cc --version`` was most of a process's first cached load. A process keeps the line in each cache it uses (in
+    one that lacks it, it asks the compiler again: its own memo may be of a compiler replaced since); a new process
+    then loads from the second cache with every way to start a program taken away."""
     for cache in ("first", "second"):
         assert triple(Engine(cache_dir=tmp_path / cache), elf) == 42
     child = textwrap.dedent("""

@@ -112,11 +112,23 @@ def test_another_compiler_earlier_on_path_is_another_identity(tmp_path, monkeypa
     wrapper.parent.mkdir()
     wrapper.write_text(f'#!/bin/sh\nexec {cc.shutil.which("cc")} "$@"\n')
     wrapper.chmod(0o755)
+    before, line = cc.identity(), cc._ask_version(("cc",))
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    assert cc._ask_version(("cc",)) == line  # the same version line...
+    assert cc.identity() != before  # ... and yet another compiler
+
+
+def test_another_assembler_earlier_on_path_is_another_identity(tmp_path, monkeypatch):
+    """gcc runs the ``as`` and ``ld`` it finds on PATH: with the compiler named by its absolute path, so that the
+    command stays the same, an ``as`` earlier on PATH is another identity (the files ``_programs`` adds)."""
+    monkeypatch.setenv("BERM_CC", cc.shutil.which("cc"))
+    wrapper = tmp_path / "bin" / "as"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {cc.shutil.which("as")} "$@"\n')
+    wrapper.chmod(0o755)
     before = cc.identity()
     monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
-    cc._version.cache_clear()
-    assert cc._version(("cc",)) == cc._version.__wrapped__(("cc",))  # the same version line...
-    assert cc.identity() != before  # ... and yet another compiler
+    assert cc.identity() != before
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 Times are the CPU time of the measuring thread (``time.thread_time``): the guest, the interpreter and every peer
 run in the calling thread, and on a machine shared with other builds, wall time mostly measures who else was
 scheduled. Only the cold compile (a C compiler in other processes, on every core) and the first load in a fresh
-process (which runs the C compiler's ``--version``, another process) are wall time.
+process (timed by that process: what a user waits for, file reads and the dlopen included) are wall time.
 
 Per-call figures time batches of calls and take the median of the per-call batch means, so the clock's own cost
 does not pollute sub-microsecond results. Loop figures are net of a baseline: the host calls' of the same loop

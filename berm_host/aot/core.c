@@ -455,6 +455,8 @@ static void drop_number(berm_region *r) {
 
 /* ---------------------------------------------------------------- the core host calls */
 
+static uint64_t core_ecall2(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, uint64_t a1);
+
 static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, uint64_t a1, uint64_t a2,
                            uint64_t a3, uint64_t a4, uint64_t a5) {
     (void)a2, (void)a3, (void)a4, (void)a5;
@@ -463,9 +465,8 @@ static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, ui
     case BERM_CALL_ARGS_LEN:
         return c->args_len;
     case BERM_CALL_ARGS_READ:
-        return copy_out(r, pc, "berm.args.read", a0, a1, (const uint8_t *)r->args, c->args_len);
-    case BERM_CALL_RESULT_READ:
-        return copy_out(r, pc, "berm.result.read", a0, a1, r->staged, r->staged_len);
+    case BERM_CALL_RESULT_READ: /* the copies: core_ecall2 serves them */
+        return core_ecall2(c, pc, n, a0, a1);
     case BERM_CALL_HEAP_START:
         return c->heap_start;
     case BERM_CALL_HEAP_SIZE:
@@ -499,7 +500,8 @@ static uint64_t core_ecall(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, ui
 }
 
 /* Two-argument calls whose number the translator knew (ctx->ecall2): five arguments travel in registers where
- * core_ecall's nine put three on the stack, and the two copies skip the dispatch of every other call. */
+ * core_ecall's nine put three on the stack, and the two copies skip the dispatch of every other call (core_ecall
+ * sends them here too). */
 static uint64_t core_ecall2(berm_ctx *c, uint64_t pc, uint64_t n, uint64_t a0, uint64_t a1) {
     berm_region *r = (berm_region *)c;
     if (n == BERM_CALL_ARGS_READ)

@@ -7,11 +7,11 @@ write. An existing file is replaced only if the host user may write it (a 0444 f
 write bit for it, is refused, although the rename alone would be allowed). It keeps its group and its permission
 bits (read, write, execute: never setuid, setgid or sticky, which the new file would carry with the host user's
 ownership and the guest's content), both set before any of the new content is written. When the host user may not
-give the new file the old one's group (it is not a member), the file gets the host user's group, and its group and
-other bits are both cut to what the old file granted both, so that nobody gains access: 0640 becomes 0600, 0664
-becomes 0644. The new file is the host user's: a file another user owned becomes the host's (a daemon running as
-root makes it root's). Missing parent directories are an error unless the request asks for them with the pair
-``parents = 1``.
+give the new file the old one's group (it is not a member), the file keeps the group it was made with (the host
+user's, or a setgid directory's), and its group and other bits are both cut to what the old file granted both, so
+that nobody gains access: 0640 becomes 0600, 0664 becomes 0644. The new file is the host user's: a file another user
+owned becomes the host's (a daemon running as root makes it root's). Missing parent directories are an error unless
+the request asks for them with the pair ``parents = 1``.
 """
 
 from __future__ import annotations
