@@ -1,9 +1,11 @@
-"""JSON objects as Berm's readers take them: a key named twice in one object is an error. Python's json module keeps
-the last, where the guest SDKs' parsers refuse the document, so a manifest or a tool's arguments read one way here
-and another there (found by reviews of the manifest reader and of ``berm call``)."""
+"""JSON documents as Berm's readers take them, which is as the guest SDKs' parsers do: a key named twice in one object
+is an error (Python's json module keeps the last), and so is what no JSON text can say (``unsayable``). Otherwise a
+manifest or a tool's arguments read one way here and another there (found by reviews of the manifest reader and of
+``berm call``)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 
@@ -20,3 +22,17 @@ def unique_object(pairs: list[tuple[str, object]]) -> dict:
     if len(obj) != len(pairs):
         raise RepeatedKey(next(key for key, n in Counter(key for key, _ in pairs).items() if n > 1))
     return obj
+
+
+def unsayable(doc) -> str | None:
+    """What in ``doc`` (as ``json.loads`` read it) no JSON text in UTF-8 can say, or None: Python's parser also takes
+    NaN, Infinity (and 1e999, read as infinity) and escaped lone surrogates, which are no Unicode text. Written back
+    out as strict JSON in UTF-8, they fail; the guest SDKs' parsers refuse them (found by reviews of the manifest
+    reader and of ``berm call``)."""
+    try:
+        json.dumps(doc, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError as exc:  # a ValueError too: first
+        return f"a lone surrogate ({exc.object[exc.start]!r}), which is not text"
+    except ValueError:  # allow_nan=False
+        return "NaN, Infinity or a number too large for a double"
+    return None

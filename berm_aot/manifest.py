@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from berm_abi.json_objects import RepeatedKey, unique_object
+from berm_abi.json_objects import RepeatedKey, unique_object, unsayable
 from berm_abi.names import ABI_VERSION
 from berm_aot.errors import (AbiVersionError, ManifestEncodingError, ManifestJsonError, MissingExportError,
                              NoManifestError)
@@ -75,7 +75,8 @@ def parse_manifest(data: bytes | None) -> Manifest:
     # 4 KB, on every load of an image).
     if text.count("[") + text.count("{") > MAX_NESTING and (depth := nesting_depth(doc)) > MAX_NESTING:
         raise ManifestJsonError(f"the manifest nests arrays and objects {depth} deep; at most {MAX_NESTING} are read")
-    _refuse_what_json_cannot_say(doc)
+    if problem := unsayable(doc):  # berm inspect --json printed NaN, and a surrogate made it a traceback
+        raise ManifestJsonError(f"the manifest is not valid JSON: it holds {problem}")
     if not isinstance(doc, dict):
         raise ManifestJsonError(f"the manifest must be a JSON object, not {_json_type(doc)}")
     version = doc.get("abi_version")
@@ -102,20 +103,6 @@ def nesting_depth(doc) -> int:
         children = value.values() if isinstance(value, dict) else value
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return deepest
-
-
-def _refuse_what_json_cannot_say(doc) -> None:
-    """Python's parser also takes what is not JSON text: NaN, Infinity (and 1e999, read as infinity), and escaped
-    lone surrogates, which are no Unicode text. Written back out as strict JSON in UTF-8, they fail; so does the
-    manifest (berm inspect --json printed NaN, and a surrogate made it a traceback)."""
-    try:
-        json.dumps(doc, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except UnicodeEncodeError as exc:  # a ValueError too: first
-        raise ManifestJsonError(f"the manifest is not valid JSON: it holds a lone surrogate "
-                                f"({exc.object[exc.start]!r}), which is not text") from None
-    except ValueError:  # allow_nan=False
-        raise ManifestJsonError("the manifest is not valid JSON: it holds NaN, Infinity or a number too large for "
-                                "a double") from None
 
 
 def _json_type(value) -> str:

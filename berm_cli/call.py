@@ -20,7 +20,7 @@ from pathlib import Path
 import platformdirs
 
 from berm_abi.errors import BermError
-from berm_abi.json_objects import unique_object
+from berm_abi.json_objects import unique_object, unsayable
 from berm_abi.names import KNOWN_NAMES
 from berm_abi.text import escaped
 from berm_cli.interrupt import interruptible
@@ -94,9 +94,10 @@ def _name(args) -> str:
 def json_problem(text: str) -> str | None:
     """Why ``text`` is not the JSON a guest's SDK reads (None when it is), before any image is loaded: not UTF-8 (a
     command-line argument's bad bytes), not JSON, nested past what Python reads, a key given twice in an object,
-    NaN or Infinity, a lone surrogate. Integers of any length are JSON (Python's 4,300-digit limit is int()'s).
-    Found by a review: json.loads let the last four through to the guest (a failure, status 1, where bad
-    arguments are 2), turned away long integers, and raised RecursionError as a traceback."""
+    NaN or Infinity (or 1e999, read as infinity), a lone surrogate: what the manifest reader refuses too
+    (``unsayable``). Integers of any length are JSON (Python's 4,300-digit limit is int()'s). Found by a review:
+    json.loads let the last four through to the guest (a failure, status 1, where bad arguments are 2), turned away
+    long integers, and raised RecursionError as a traceback."""
     def no_constant(name: str) -> None:
         raise ValueError(f"{name} is not JSON")
 
@@ -106,14 +107,12 @@ def json_problem(text: str) -> str | None:
         return "UTF-8"
     try:
         doc = json.loads(text, object_pairs_hook=unique_object, parse_constant=no_constant, parse_int=str)
-        json.dumps(doc, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return "valid JSON: a string holds a lone surrogate (\\ud800-\\udfff alone)"
+        problem = unsayable(doc)
     except RecursionError:
         return "valid JSON here: they nest too deeply"
     except ValueError as exc:
         return f"valid JSON: {exc}"
-    return None
+    return f"valid JSON: it holds {problem}" if problem else None
 
 
 def _image(elf: str) -> Path:
