@@ -179,13 +179,14 @@ class Daemon:
         self._locks: list[int] = []  # flock descriptors: the state directory's, the socket's
 
     def start(self) -> None:
-        """Take the state directory, load the harnesses, start the scheduler (due wakes from before the restart
-        drain now) and listen."""
+        """Take the state directory and the socket's lock, load the harnesses, start the scheduler (due wakes from
+        before the restart drain now) and listen. The socket's lock comes before the harnesses: a second daemon on
+        the socket compiled every image it declared, or stopped at one it could not load, before it was refused."""
         try:
             self._locks.append(_lock_state(Path(self.config.state_dir)))
+            self._locks.append(_lock_socket(Path(self.config.socket)))
             for name, target in load_targets(self.config, self.queue).items():
                 self.queue.add(name, target)
-            self._locks.append(_lock_socket(Path(self.config.socket)))
             self._server = _listen(Path(self.config.socket), self)
         except BaseException:
             self.queue.stop()

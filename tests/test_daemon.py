@@ -141,6 +141,18 @@ def test_a_second_daemon_on_the_same_socket_is_refused(empty_daemon, tmp_path):
     assert stat.S_IMODE(path.with_name(path.name + ".lock").stat().st_mode) == 0o600
 
 
+def test_a_second_daemon_on_the_same_socket_is_refused_before_loading_its_harnesses(empty_daemon, tmp_path):
+    """It took the socket's lock after loading every harness it declared: it compiled them all before it was
+    refused, and one it could not load was the error it gave."""
+    decl = tmp_path / "other.toml"
+    decl.write_text('[[harnesses]]\nname = "missing"\ncapabilities = ["clock"]\n')
+    path = empty_daemon.config.socket
+    other = Daemon(DaemonConfig(declarations=decl, socket=path, state_dir=tmp_path / "state2",
+                                harnesses_dir=tmp_path / "images"))
+    with pytest.raises(DaemonError, match=f"another daemon is serving or starting on {re.escape(str(path))}"):
+        other.start()
+
+
 def test_of_two_daemons_starting_on_one_stale_socket_the_second_is_refused(tmp_path, monkeypatch):
     """Found by a review: two daemons (two state directories) starting on one socket where a killed daemon had left
     it both found it dead; the second removed the first's fresh socket and bound its own, both said they were
