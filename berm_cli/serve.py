@@ -9,9 +9,9 @@ import os
 import signal
 import sys
 import threading
-from pathlib import Path
 
 from berm_abi.text import escaped
+from berm_cli import arguments
 from berm_host.daemon import IDLE_TIMEOUT, Daemon, DaemonConfig, default_socket
 from berm_host.declaration import MAX_TIMEOUT, is_timeout
 
@@ -42,12 +42,12 @@ def _seconds(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("declarations", type=Path, help="TOML file with the [[harnesses]] to load")
-    p.add_argument("--socket", type=Path, default=None, help="control socket path (default: $BERM_SOCKET, "
+    p.add_argument("declarations", type=arguments.path, help="TOML file with the [[harnesses]] to load")
+    p.add_argument("--socket", type=arguments.path, default=None, help="control socket path (default: $BERM_SOCKET, "
                    "$XDG_RUNTIME_DIR/berm.sock or the user state dir)")
-    p.add_argument("--state-dir", type=Path, default=None,
+    p.add_argument("--state-dir", type=arguments.path, default=None,
                    help="where the due-set and kv store live (default: the user data dir); one daemon at a time")
-    p.add_argument("--harnesses-dir", type=Path, default=None, help="where {name}.elf images are found")
+    p.add_argument("--harnesses-dir", type=arguments.path, default=None, help="where {name}.elf images are found")
     p.add_argument("--engine", choices=("aot", "interp"), default="aot")
     p.add_argument("--workers", type=_at_least(1), default=4, help="worker threads (the most guests running at once)")
     p.add_argument("--per-harness", type=_at_least(1), default=None, help="most invocations of one harness at once "
@@ -86,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneRecordALine("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
-    # Resolved once, as the kv store resolves its directory, and that one path given to all the state: found by a
-    # review, ``--state-dir '~/state'`` put the due-set and the lock under ./~/state, the kv store under $HOME/state.
+    # No --state-dir: $BERM_DATA_DIR, else the user data directory (DaemonConfig resolves whichever it is given).
     config = DaemonConfig(
         declarations=args.declarations, socket=args.socket or default_socket(),
         state_dir=data_dir(args.state_dir), harnesses_dir=args.harnesses_dir, engine=args.engine,

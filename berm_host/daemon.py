@@ -61,6 +61,7 @@ from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_abi.text import escaped
+from berm_host.capabilities.kv import data_dir
 from berm_host.declaration import load_declarations
 from berm_host.grants import linker_for
 from berm_host.layout import DEFAULT_MAX_RESULT
@@ -138,6 +139,12 @@ class DaemonConfig:
     timeout: float = 60.0
     idle_timeout: float = IDLE_TIMEOUT  # of a control connection
 
+    def __post_init__(self) -> None:
+        # One path for all the state, resolved as the kv store resolves its directory (kv.data_dir): found by a
+        # review, a config of "~/state" put the due-set and the lock under ./~/state and the kv store under
+        # $HOME/state, unless the CLI had resolved it first.
+        object.__setattr__(self, "state_dir", data_dir(self.state_dir))
+
 
 def load_targets(config: DaemonConfig, queue: Queue) -> dict[str, Target]:
     """Load every declared harness (its image verified, its linker built from its grants) as a queue target."""
@@ -170,7 +177,7 @@ def _queue_grants(queue: Queue) -> dict:
 class Daemon:
     def __init__(self, config: DaemonConfig):
         self.config = config
-        self.queue = Queue(Path(config.state_dir) / DUE_DB, workers=config.workers, timeout=config.timeout,
+        self.queue = Queue(config.state_dir / DUE_DB, workers=config.workers, timeout=config.timeout,
                            per_harness=config.per_harness, max_depth=config.max_depth)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -183,7 +190,7 @@ class Daemon:
         before the restart drain now) and listen. The socket's lock comes before the harnesses: a second daemon on
         the socket compiled every image it declared, or stopped at one it could not load, before it was refused."""
         try:
-            self._locks.append(_lock_state(Path(self.config.state_dir)))
+            self._locks.append(_lock_state(self.config.state_dir))
             self._locks.append(_lock_socket(Path(self.config.socket)))
             for name, target in load_targets(self.config, self.queue).items():
                 self.queue.add(name, target)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,7 @@ from berm_cli import serve
 from berm_cli.main import main as cli_main
 from berm_cli.schedule import WhenError, _iso, parse_when
 from berm_host import daemon as daemon_mod
+from berm_host.capabilities.kv import data_dir
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
 from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD, MAX_PAYLOAD_BYTES
 
@@ -151,6 +153,24 @@ def test_a_second_daemon_on_the_same_socket_is_refused_before_loading_its_harnes
                                 harnesses_dir=tmp_path / "images"))
     with pytest.raises(DaemonError, match=f"another daemon is serving or starting on {re.escape(str(path))}"):
         other.start()
+
+
+def test_a_daemon_keeps_all_its_state_in_one_directory_however_it_is_named(tmp_path, monkeypatch):
+    """Found by a review: a DaemonConfig of "~/state" put the due-set and the lock under ./~/state and the kv store
+    under $HOME/state; only the CLI resolved it. The config resolves it now, as the kv store does."""
+    decl = tmp_path / "agent.toml"
+    decl.write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    config = DaemonConfig(declarations=decl, socket=tmp_path / "berm.sock", state_dir=Path("~/state"))
+    assert config.state_dir == data_dir("~/state") == tmp_path / "home" / "state"
+    daemon = Daemon(config)
+    daemon.start()
+    daemon.stop()
+    assert sorted(p.name for p in (tmp_path / "home" / "state").iterdir())[:2] == [daemon_mod.STATE_LOCK,
+                                                                                   daemon_mod.DUE_DB]
+    assert list((tmp_path / "cwd").iterdir()) == []
 
 
 def test_of_two_daemons_starting_on_one_stale_socket_the_second_is_refused(tmp_path, monkeypatch):
