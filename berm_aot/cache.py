@@ -118,7 +118,11 @@ _trusted_dir = partial(trusted_dir, cache="the code cache", error=CompileError)
 
 
 class CodeCache:
-    def __init__(self, root: Path | None = None):
+    def __init__(self, root: str | os.PathLike[str] | None = None):
+        """``root``: the cache directory, None for ``default_cache_dir()``. An empty one is a ValueError: "" is the
+        current directory, which a caller's unset variable filled with cache entries."""
+        if root is not None and not os.fspath(root):
+            raise ValueError("the cache directory is empty: name one, or pass None for the user cache directory")
         # resolved once: a symlink its owner retargeted between the check of an object and its dlopen would load
         # another (berm_aot/trust.py)
         self.root = Path(os.path.realpath(root if root is not None else default_cache_dir()))

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from berm_cli import arguments
 from berm_cli.terminal import shown
 from berm_sdk.build import build_harness
 from berm_sdk.errors import BuildError
@@ -24,7 +25,7 @@ def _image_file(text: str) -> Path:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", type=Path, help="the harness directory: harness.toml and C sources, or a Rust "
+    parser.add_argument("directory", type=arguments.path, help="the harness directory: harness.toml and C sources, or a Rust "
                                                      "crate (Cargo.toml)")
     parser.add_argument("-o", "--output", type=_image_file, default=None,
                         help="the ELF to write (default ./{name}.elf: the harness's name, or the Rust binary's)")

@@ -23,6 +23,7 @@ from berm_abi.errors import BermError
 from berm_abi.json_objects import unique_object, unsayable
 from berm_abi.names import KNOWN_NAMES
 from berm_abi.text import escaped
+from berm_cli import arguments
 from berm_cli.interrupt import interruptible
 from berm_cli.terminal import compile_notice, failure_text, print_result, shown
 from berm_host.declaration import NAME, NAME_RULE, declaration_from_table
@@ -47,7 +48,7 @@ def add_arguments(p) -> None:
     p.add_argument("--memory", metavar="SIZE", help="guest memory, e.g. 64M (default 64M)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="invocation deadline (default 60)")
     p.add_argument("--name", help="the harness name: its kv namespace (default: the image's file name stem)")
-    p.add_argument("--data-dir", type=Path, help="where kv data lives (default: $BERM_DATA_DIR, else "
+    p.add_argument("--data-dir", type=arguments.path, help="where kv data lives (default: $BERM_DATA_DIR, else "
                                                  f"{platformdirs.user_data_dir('berm')})")
     p.add_argument("--daemon", nargs="?", const="", metavar="SOCKET",
                    help="call the harness of that name in a running daemon (berm serve) over its control socket "

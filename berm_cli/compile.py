@@ -23,6 +23,7 @@ from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
 from berm_aot.elf import file_limit, read_elf, read_file
 from berm_aot.program import Program
+from berm_cli import arguments
 from berm_cli.terminal import reader_may_leave, shown
 from berm_host.aot.objects import cached_object
 from berm_host.declaration import DeclarationError, load_declarations, parse_memory
@@ -36,8 +37,8 @@ DESCRIPTION = ("Translate and compile images into the code cache ahead of time (
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="berm-compile", description=DESCRIPTION)
-    p.add_argument("elf", nargs="*", type=Path, help="harness images to compile")
-    p.add_argument("--declarations", metavar="FILE", type=Path, default=None,
+    p.add_argument("elf", nargs="*", type=arguments.path, help="harness images to compile")
+    p.add_argument("--declarations", metavar="FILE", type=arguments.path, default=None,
                    help="also compile every harness this TOML declares ([[harnesses]]), each for its memory")
     p.add_argument("--harnesses-dir", metavar="DIR", default=None,
                    help="where declared images live (default: $BERM_HARNESSES_DIR or the user config directory)")
@@ -45,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="the guest memory the images will run with: 65536, 64K, 64M, 1G (default 64M)")
     p.add_argument("--jobs", "-j", type=int, default=min(2, os.cpu_count() or 1),
                    help="C compilers to run at once (default: up to 2)")
-    p.add_argument("--cache-dir", type=Path, default=None,
+    p.add_argument("--cache-dir", type=arguments.path, default=None,
                    help="code cache directory (default: $BERM_CACHE_DIR or the user cache directory)")
     return p
 

@@ -13,11 +13,11 @@ import difflib
 import re
 import sys
 import time
-from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_aot.elf import read_elf_file
 from berm_aot.program import Program
+from berm_cli import arguments
 from berm_cli.interrupt import interruptible
 from berm_cli.terminal import compile_notice, failure_text, shown
 from berm_host.backend import RunRequest, RunResult
@@ -54,7 +54,7 @@ def parse_int_arg(text: str) -> int:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("elf", type=Path, help="the RV64 image")
+    p.add_argument("elf", type=arguments.path, help="the RV64 image")
     p.add_argument("symbol", help="a global function symbol of the image")
     p.add_argument("args", nargs="*", type=parse_int_arg, metavar="ARG",
                    help="up to 8 integers for a0..a7, decimal or 0x-hex (a negative hex one after --: berm run ELF "

@@ -8,10 +8,10 @@ import json
 import re
 import sys
 import time
-from pathlib import Path
 
 from berm_abi.errors import BermError
 from berm_abi.text import escaped
+from berm_cli import arguments
 from berm_host.daemon import DaemonClient, default_socket
 
 _RELATIVE = re.compile(r"\+(\d+)(ms|s|m|h|d)")
@@ -69,10 +69,10 @@ def _iso(ms: int) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     socket_help = "the daemon's control socket (default: as for berm serve)"
-    p.add_argument("--socket", type=Path, default=None, help=socket_help)
+    p.add_argument("--socket", type=arguments.path, default=None, help=socket_help)
     # accepted after the action too (berm schedule list --socket S); unset there, it leaves the one before alone
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--socket", type=Path, default=argparse.SUPPRESS, help=socket_help)
+    common.add_argument("--socket", type=arguments.path, default=argparse.SUPPRESS, help=socket_help)
     sub = p.add_subparsers(dest="action", required=True)
     add = sub.add_parser("add", parents=[common], help="wake HARNESS at WHEN with PAYLOAD (replaces a pending ID)")
     add.add_argument("harness")

@@ -50,8 +50,6 @@ class Engine:
         a cache miss compiles (seconds for a small image, minutes for a large one)."""
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, not {kind!r}")
-        if cache_dir is not None and not os.fspath(cache_dir):  # "" would be the current directory
-            raise ValueError("the cache directory is empty: name one, or pass None for the user cache directory")
         if log is not None and not callable(log):
             raise ValueError(f"log must be a callable taking (harness name, line), not {log!r:.60}")
         if not is_timeout(deadline):

@@ -138,6 +138,16 @@ def test_env_overrides_the_cache_dir(monkeypatch, tmp_path):
     assert CodeCache().root == tmp_path / "env"
 
 
+def test_an_empty_cache_dir_is_refused_not_the_current_directory(tmp_path, monkeypatch):
+    """Engine refused "" and CodeCache, which every other caller (berm-compile) makes, took it as the current
+    directory (found by a review)."""
+    monkeypatch.chdir(tmp_path)
+    for empty in ("", b""):
+        with pytest.raises(ValueError, match="the cache directory is empty"):
+            CodeCache(empty)
+    assert CodeCache(".").root == tmp_path
+
+
 def test_two_processes_compile_the_same_image(tmp_path, elf):
     elf_path = tmp_path / "g.elf"
     elf_path.write_bytes(elf)
