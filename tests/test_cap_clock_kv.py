@@ -234,6 +234,27 @@ def test_a_full_disk_is_reported_as_such(store):
     assert a["get"]("small") == b"v" and _recounted(store) == {"a": (1, 6)}
 
 
+def test_a_failed_commit_leaves_the_store_writable(store):
+    """Found by a review: a COMMIT that failed (as a full disk fails it in WAL mode) left the store's connection
+    inside the transaction, and every later write of the process failed ("cannot start a transaction within a
+    transaction"). Here a deferred foreign key, checked only at COMMIT, fails the write of one key."""
+    a = _kv(store, "a")
+    a["set"]("before", "v")
+    store._db.executescript("""
+        PRAGMA foreign_keys = ON;
+        CREATE TABLE nowhere (id INTEGER PRIMARY KEY);
+        CREATE TABLE dangling (ref INTEGER REFERENCES nowhere(id) DEFERRABLE INITIALLY DEFERRED);
+        CREATE TRIGGER fails_at_commit AFTER INSERT ON kv WHEN NEW.key = CAST('doomed' AS BLOB)
+            BEGIN INSERT INTO dangling VALUES (1); END;
+    """)
+    with pytest.raises(CapabilityError, match="storage failed: FOREIGN KEY constraint failed"):
+        a["set"]("doomed", "x")
+    assert not store._db.in_transaction
+    a["set"]("after", "w")
+    assert decode_frame(a["list"]("")) == [b"after", b"before"]
+    assert _recounted(store) == {"a": (2, 13)}
+
+
 def test_a_store_that_cannot_be_written_still_opens_and_counts_at_its_first_write(tmp_path, monkeypatch):
     """Found by a review: on a full disk no new process could open the store, even to read, because every open
     recounts the usage under a write transaction. Here the store is from before usage was kept: creating its usage

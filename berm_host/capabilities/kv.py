@@ -25,6 +25,7 @@ from berm_abi.frames import encode_frame
 from berm_abi.names import KV_LIST_PAGE
 from berm_host.linker import CapabilityError, CapabilityFn
 from berm_host.private_files import private_database
+from berm_host.sqlite_writes import WriteTransaction
 
 from ._request import Deadline, capability, fields
 
@@ -114,7 +115,7 @@ class KvStore:
                 _STORES.add(self)
             self._db = self._connect(KV_TIMEOUT)
             try:
-                with _transaction(self._db):
+                with WriteTransaction(self._db):
                     self._count(self._db)
                 self._counted = True
             except sqlite3.Error as exc:
@@ -186,7 +187,7 @@ class KvStore:
             if not write:
                 yield db
                 return
-            with _transaction(db):
+            with WriteTransaction(db):
                 if not self._counted:  # the open could not write (_count)
                     self._count(db)
                 yield db
@@ -248,19 +249,6 @@ class KvStore:
             rows = db.execute(f"SELECT key FROM kv WHERE ns = ? AND key {above} ? AND (? IS NULL OR key < ?) "
                               "ORDER BY key LIMIT ?", (ns, lower, end, end, limit)).fetchall()
         return [bytes(r[0]) for r in rows]
-
-
-@contextlib.contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction, taking the write lock at once; rolled back when the body raises."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if db.in_transaction:  # SQLite rolls back by itself on some errors (a full disk)
-            db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
 
 
 def _size_of(db: sqlite3.Connection, ns: str, key: bytes) -> int | None:

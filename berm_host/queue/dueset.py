@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from berm_host.private_files import private_database
+from berm_host.sqlite_writes import WriteTransaction
 
 from .errors import QueueClosed, QueueError, ScheduleError
 
@@ -285,30 +286,26 @@ class DueSet:
             self._lock.release()
 
 
-class _Transaction:
-    """BEGIN IMMEDIATE … COMMIT, rolled back on error; SQLite errors become QueueError naming the file."""
+class _Transaction(WriteTransaction):
+    """A WriteTransaction whose SQLite errors become QueueError naming the file."""
 
     def __init__(self, db: sqlite3.Connection, path: Path):
-        self._db = db
+        super().__init__(db)
         self._path = path
 
     def __enter__(self) -> None:
         try:
-            self._db.execute("BEGIN IMMEDIATE")
+            super().__enter__()
         except sqlite3.Error as exc:
             if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY:
                 raise QueueError(f"the due-set {self._path} is busy: another connection is writing it") from None
             raise QueueError(f"the due-set {self._path} is not writable: {exc}") from None
 
     def __exit__(self, kind, exc, tb) -> bool:
-        if kind is None:
-            try:
-                self._db.execute("COMMIT")
-                return False
-            except sqlite3.Error as err:
-                exc = err
-        if self._db.in_transaction:  # SQLite rolls back by itself on some errors (a full disk): ROLLBACK would fail
-            self._db.execute("ROLLBACK")
+        try:
+            super().__exit__(kind, exc, tb)
+        except sqlite3.Error as err:  # the COMMIT's (rolled back)
+            exc = err
         if isinstance(exc, sqlite3.Error):
             raise QueueError(f"writing the due-set {self._path} failed: {exc}") from None
         return False
