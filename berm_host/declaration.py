@@ -95,16 +95,43 @@ class Declaration:
     memory: int | None = None
     env: tuple[tuple[str, str], ...] = ()
 
+    def __post_init__(self) -> None:
+        """A Declaration made in code meets the rules a declarations file's entry does (``declaration_from_table``
+        checks only the TOML's types): found by reviews, one made in code with a relative root was taken from the
+        current directory (a process started in / granted the whole file system), and one named ``../x`` read an
+        image outside the harnesses directory. A DeclarationError names the field."""
+        if not isinstance(self.name, str) or not NAME.fullmatch(self.name):
+            raise DeclarationError(f"harness name {self.name!r} must be {NAME_RULE}")
+        if self.sha256 is not None and not (isinstance(self.sha256, str) and _SHA256.fullmatch(self.sha256)):
+            raise DeclarationError(f"sha256 must be 64 hex digits (lowercase), not {self.sha256!r:.80}")
+        _names(self.capabilities, "capabilities")
+        if self.root is not None:
+            if not isinstance(self.root, str):
+                raise DeclarationError(f"root must be a string, not {type(self.root).__name__}")
+            if "\0" in self.root:  # no path holds one (os calls raise ValueError on it)
+                raise DeclarationError("root must not contain a NUL character")
+            if not os.path.isabs(os.path.expanduser(self.root)):
+                raise DeclarationError(f"root must be an absolute path, not {self.root!r}")
+        _names(self.hosts, "hosts")
+        try:
+            HostList(self.hosts)
+        except HostListError as exc:
+            raise DeclarationError(f"hosts: {exc}") from None
+        if self.timeout is not None and not is_timeout(self.timeout):
+            raise DeclarationError(f"timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {self.timeout!r}")
+        if self.memory is not None:
+            if isinstance(self.memory, bool) or not isinstance(self.memory, int):
+                raise DeclarationError(f"memory must be a number of bytes, not {self.memory!r:.80}")
+            parse_memory(self.memory)
+        _check_env(self.env)
+
     @property
     def memory_size(self) -> int:
         """The guest memory the harness runs with: its declared ``memory``, else the default."""
         return self.memory or DEFAULT_MEMORY
 
     def image_path(self, directory: str | os.PathLike[str] | None = None) -> Path:
-        """``{name}.elf`` in the harnesses directory. A name a declarations file could not give (a Declaration made
-        in code) is refused: ``../x`` read an image outside the directory (found by a review)."""
-        if not NAME.fullmatch(self.name):
-            raise DeclarationError(f"harness name {self.name!r} must be {NAME_RULE}")
+        """``{name}.elf`` in the harnesses directory (the name is one of ``NAME``'s: never a path)."""
         return harnesses_dir(directory) / f"{self.name}.elf"
 
     def load_image(self, directory: str | os.PathLike[str] | None = None) -> bytes:
@@ -145,72 +172,71 @@ def is_timeout(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= MAX_TIMEOUT
 
 
-def _timeout(entry: dict, where: str) -> float | None:
-    value = entry.get("timeout")
-    if value is None:
-        return None
-    if not is_timeout(value):
-        raise DeclarationError(f"{where}: timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {value!r}")
-    return float(value)
+def _names(value: object, field: str) -> None:
+    """``value`` is a tuple of distinct strings (a bare string is not: ``"fs"`` is not the grants f and s)."""
+    if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+        raise DeclarationError(f"{field} must be a tuple of strings, not {value!r:.80}")
+    if len(set(value)) != len(value):
+        raise DeclarationError(f"{field} lists the same entry twice")
 
 
 def _env(entry: dict, where: str) -> tuple[tuple[str, str], ...]:
-    """The environment exec adds to every command: variable names, and sizes checked here as exec checks them (a
-    value over exec's limit passed here, and stopped the daemon's start with an error naming no harness: found by a
-    review)."""
+    """The table ``env`` as the sorted (name, value) pairs a Declaration holds."""
     value = entry.get("env", {})
     if not isinstance(value, dict):
         raise DeclarationError(f"{where}: env must be a table of strings")
-    for k, v in value.items():
-        if not isinstance(v, str) or not _ENV_NAME.fullmatch(k) or "\0" in v:
-            raise DeclarationError(f"{where}: env {k!r} must be a string (and its name a plain variable name)")
-    try:
-        check_environment(value)
-    except CapabilityError as exc:
-        raise DeclarationError(f"{where}: env: {exc}") from None
     return tuple(sorted(value.items()))
+
+
+def _check_env(env: object) -> None:
+    """The environment exec adds to every command: variable names, and sizes checked here as exec checks them (a
+    value over exec's limit passed here, and stopped the daemon's start with an error naming no harness: found by a
+    review)."""
+    if not isinstance(env, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in env):
+        raise DeclarationError(f"env must be a tuple of (name, value) pairs, not {env!r:.80}")
+    for k, v in env:
+        if not isinstance(k, str) or not isinstance(v, str) or not _ENV_NAME.fullmatch(k) or "\0" in v:
+            raise DeclarationError(f"env {k!r} must be a string (and its name a plain variable name)")
+    if len({k for k, _ in env}) != len(env):
+        raise DeclarationError("env names the same variable twice")
+    try:
+        check_environment(dict(env))
+    except CapabilityError as exc:
+        raise DeclarationError(f"env: {exc}") from None
 
 
 _KEYS = frozenset({"name", "source", "sha256", "capabilities", "root", "hosts", "timeout", "memory", "env"})
 
 
 def declaration_from_table(entry: Any, where: str = "harness") -> Declaration:
-    """One ``[[harnesses]]`` table as a Declaration; errors name ``where`` (e.g. ``harnesses[2] "os"``)."""
+    """One ``[[harnesses]]`` table as a Declaration; errors name ``where`` (e.g. ``harnesses[2] "os"``). The TOML's
+    types are checked here, the values by the Declaration itself."""
     if not isinstance(entry, dict):
         raise DeclarationError(f"{where}: must be a table")
     name = _string(entry, "name", where)
     if name is None:
         raise DeclarationError(f"{where}: name is required")
-    if not NAME.fullmatch(name):
-        raise DeclarationError(f"{where}: name {name!r} must be {NAME_RULE}")
     where = f"{where} {name!r}"
     unknown = sorted(set(entry) - _KEYS)
     if unknown:
         raise DeclarationError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KEYS))})")
     sha = _string(entry, "sha256", where)
-    if sha is not None and not _SHA256.fullmatch(sha.lower()):
-        raise DeclarationError(f"{where}: sha256 must be 64 hex digits")
-    root = _string(entry, "root", where)
-    if root is not None and "\0" in root:  # no path holds one (os calls raise ValueError on it)
-        raise DeclarationError(f"{where}: root must not contain a NUL character")
-    if root is not None and not os.path.isabs(os.path.expanduser(root)):
-        raise DeclarationError(f"{where}: root must be an absolute path, not {root!r}")
-    hosts = _strings(entry, "hosts", where)
-    try:
-        HostList(hosts)
-    except HostListError as exc:
-        raise DeclarationError(f"{where}: hosts: {exc}") from None
-    return Declaration(
+    timeout = entry.get("timeout")
+    fields = dict(
         name=name,
         source=_string(entry, "source", where) or "builtin",
-        sha256=sha.lower() if sha else None,
+        sha256=sha.lower() if sha is not None else None,  # "" pins nothing: refused, not taken as no pin
         capabilities=_strings(entry, "capabilities", where),
-        root=root,
-        hosts=hosts,
-        timeout=_timeout(entry, where),
+        root=_string(entry, "root", where),
+        hosts=_strings(entry, "hosts", where),
+        timeout=float(timeout) if is_timeout(timeout) else timeout,  # anything else: the Declaration says what
         memory=parse_memory(entry["memory"], f"{where}: memory") if "memory" in entry else None,
         env=_env(entry, where),
     )
+    try:
+        return Declaration(**fields)
+    except DeclarationError as exc:
+        raise DeclarationError(f"{where}: {exc}") from None
 
 
 def parse_declarations(text: str, origin: str = "declaration") -> list[Declaration]:

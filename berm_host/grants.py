@@ -94,13 +94,9 @@ def _linked(declaration: Declaration, extra: Mapping[str, GrantBuilder] | None) 
 
 
 def _root(declaration: Declaration) -> Root:
-    root = declaration.root
-    if not os.path.isabs(os.path.expanduser(root)):
-        # as a declarations file's is (found by a review: one made in code was taken from the current directory,
-        # and a process started in / granted the whole file system)
-        raise GrantError(f"harness {declaration.name!r}: root must be an absolute path, not {root!r}")
+    """The declaration's root (an absolute path: a Declaration holds no other) as a directory fs and exec work in."""
     try:
-        return Root(root)
+        return Root(declaration.root)
     except RootError as exc:
         raise GrantError(f"harness {declaration.name!r}: {exc}") from None
 

@@ -13,7 +13,7 @@ import pytest
 
 from berm_abi.frames import decode_frame, encode_frame
 from berm_host.capabilities import clock, kv
-from berm_host.declaration import Declaration
+from berm_host.declaration import Declaration, DeclarationError
 from berm_host.grants import GrantError, linker_for
 from berm_host.linker import CapabilityError
 from berm_host.running import interpreting
@@ -543,8 +543,9 @@ def test_a_page_after_many_keys_reads_from_where_it_starts(store):
 @pytest.mark.parametrize("name", [os.fsdecode(b"caf\xe9"), "../x"])
 def test_a_kv_namespace_a_declaration_could_not_name_is_refused_when_linked(tmp_path, name):
     """Found by a review: ``linker_for(harness_name=...)`` was never checked, and a name holding a lone surrogate (a
-    Latin-1 file name's stem on a UTF-8 system) made every kv call raise UnicodeEncodeError, a host bug."""
+    Latin-1 file name's stem on a UTF-8 system) made every kv call raise UnicodeEncodeError, a host bug. (A
+    Declaration of that name is refused as it is made.)"""
     with pytest.raises(GrantError, match="the kv namespace, must be 1-64 of"):
         linker_for(Declaration(name="h", capabilities=("kv",)), harness_name=name, data_dir=tmp_path)
-    with pytest.raises(GrantError, match="the kv namespace, must be 1-64 of"):
-        linker_for(Declaration(name=name, capabilities=("kv",)), data_dir=tmp_path)
+    with pytest.raises(DeclarationError, match="harness name .* must be 1-64 of"):
+        Declaration(name=name, capabilities=("kv",))
