@@ -409,6 +409,10 @@ class _Handler(socketserver.StreamRequestHandler):
         return any(events & (select.POLLHUP | select.POLLERR) for _, events in poll.poll(0))
 
     def _reply(self, reply: dict) -> bool:
+        """Write ``reply``; False when the client has gone. The line it answers gives its bytes back to the budget
+        first: a client that has read its reply finds them there (they went back only as the next line was read, and
+        a client sending its next long line at once was refused busy: seen in a test on a loaded machine)."""
+        self.lines.release()
         chunks = _reply_chunks(reply)
         try:
             first = next(chunks)  # every value but the long texts (valid Unicode, whole or in slices) encoded

@@ -723,6 +723,15 @@ def test_long_request_lines_share_one_budget_and_one_too_many_is_refused_busy(ma
     budget, and a line that finds it spent is refused rather than buffered."""
     monkeypatch.setattr(daemon_mod, "LINE_ALLOWANCE", 1000)
     monkeypatch.setattr(daemon_mod, "LINE_BUDGET", 8000)
+    answered, read_next = threading.Event(), daemon_mod._Lines.next
+
+    def next_line(lines):  # a connection's next line waits until the test has looked at the budget
+        if getattr(lines, "answered_one", False):
+            answered.wait(10)
+        lines.answered_one = True
+        return read_next(lines)
+
+    monkeypatch.setattr(daemon_mod._Lines, "next", next_line)
     daemon = make_daemon()
     event = json.dumps({"op": "publish", "topic": "t", "event": "x" * 6000}).encode()
     with socket.socket(socket.AF_UNIX) as first, socket.socket(socket.AF_UNIX) as second:
@@ -741,6 +750,10 @@ def test_long_request_lines_share_one_budget_and_one_too_many_is_refused_busy(ma
         assert refused.value.kind == "refused"
         first.sendall(event[-10:] + b"\n")
         assert json.loads(first.makefile("rb").readline()) == {"ok": True, "delivered": 0}
+        # given back before the reply was written: it went back only as the connection's next line was read, and
+        # a client sending its next long line at once was refused busy (seen on a loaded machine)
+        assert daemon._server.line_budget.left == 8000
+        answered.set()
     assert DaemonClient(daemon.config.socket).request(json.loads(event)) == {"delivered": 0}  # the budget came back
     wait_for(lambda: daemon._server.line_budget.left == 8000)
 
