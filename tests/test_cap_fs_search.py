@@ -320,6 +320,37 @@ def test_gitignore_rules_count_against_the_search_time(root, monkeypatch):
     assert compiled == []
 
 
+def test_grep_through_a_link_reads_the_ignore_files_above_its_target_however_they_are_named(tmp_path):
+    """Found by a review: the .gitignore files above the searched directory were read by opening each again by its
+    real path from the root. A directory reached through a link whose real path holds a name that is not UTF-8
+    raised UnicodeEncodeError (a host bug), and one whose real path is longer than a guest path may be was refused;
+    fs.read and fs.glob reached both. Each ancestor is now read through the descriptor the resolution holds."""
+    root = os.fsencode(tmp_path / "root")
+    os.makedirs(root + b"/d\xff/sub")
+    with open(root + b"/d\xff/.gitignore", "wb") as f:
+        f.write(b"skip.txt\n")
+    for name in (b"f.txt", b"skip.txt"):
+        with open(root + b"/d\xff/sub/" + name, "wb") as f:
+            f.write(b"needle\n")
+    os.symlink(b"d\xff/sub", root + b"/link")
+    names = [f"{i:02d}" + "a" * 240 for i in range(20)]  # 4,840 bytes of real path, under two 2,400-byte links
+    fd = os.open(root, os.O_RDONLY)  # made a directory at a time: the whole path is longer than PATH_MAX
+    for i, name in enumerate(names):
+        os.mkdir(name, dir_fd=fd)
+        below = os.open(name, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+        if i == 9:
+            os.symlink("/".join(names[10:]), "l2", dir_fd=fd)
+    with open(os.open("f.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as f:
+        f.write("needle\n")
+    os.close(fd)
+    os.symlink("/".join(names[:10]), root + b"/l1")
+    caps = fs_search.capabilities(Root(os.fsdecode(root)), timeout=10)
+    assert grep(caps, "needle", path="link") == ["d\\xff/sub/f.txt"]
+    assert grep(caps, "needle", path="l1/l2") == ["/".join([*names, "f.txt"])]
+
+
 def test_more_gitignore_rules_in_force_than_the_limit_is_an_error(root):
     caps = fs_search.capabilities(Root(root), timeout=120)  # 10,000 rules compiled per grep: ~3 s, 10 s+ under load
     (root / "d0").mkdir()

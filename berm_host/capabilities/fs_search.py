@@ -58,7 +58,7 @@ from ._request import Deadline, capability, fields, text
 from .fs import READ_CAP, read_upto
 from .gitignore import MAX_IGNORE_FILE, Ignore
 from .patterns import MAX_PATTERN, Glob, literal_prefix
-from .paths import MAX_DEPTH, Root
+from .paths import MAX_DEPTH, Resolved, Root
 
 #: At most this many paths (glob, grep files/count) or matching lines (grep content) per reply.
 RESULT_CAP = 1000
@@ -432,14 +432,15 @@ def _ignore_file(dir_fd: int) -> str:
     return data.decode("utf-8", "replace") if data else ""
 
 
-def _ancestor_ignores(root: Root, rel: str, deadline: Deadline) -> Ignore:
-    """The .gitignore rules of the root and every directory down to (not including) ``rel``."""
+def _ancestor_ignores(r: Resolved, deadline: Deadline) -> Ignore:
+    """The .gitignore rules of the root and every directory down to (not including) the directory ``r``, read
+    through the descriptors its resolution holds. Found by a review: each was opened again by its real path from the
+    root, which refused one longer than a guest path may be (reached through links), and raised UnicodeEncodeError
+    (a host bug) for one holding a name that is not UTF-8 (a link's target)."""
     ignore = Ignore()
-    parts = [] if rel == "." else rel.split("/")
-    for n in range(len(parts)):
-        prefix = "/".join(parts[:n])
-        with root.open_dir(prefix or ".") as r:
-            ignore = ignore.extended(_ignore_file(r.dir_fd), prefix, deadline)
+    parts = [] if r.rel == "." else r.rel.split("/")
+    for n, fd in enumerate(r.path_fds[:-1]):
+        ignore = ignore.extended(_ignore_file(fd), "/".join(parts[:n]), deadline)
     return ignore
 
 
@@ -450,7 +451,7 @@ def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool,
     is listed but not walked below: its root-relative path is added to ``too_deep``. A subdirectory swapped for
     something else after its parent was listed is skipped (``dirwalk``)."""
     with root.open_dir(base) as r:
-        ignores = {"": _ancestor_ignores(root, r.rel, deadline)} if gitignore else {}
+        ignores = {"": _ancestor_ignores(r, deadline)} if gitignore else {}
         for sub_dir, dirnames, leaves, dfd in dirwalk.walk(r.dir_fd, deadline):
             rel_dir = _join(r.rel, sub_dir)
             ignore = None
