@@ -195,14 +195,20 @@ class Daemon:
             for name, target in load_targets(self.config, self.queue).items():
                 self.queue.add(name, target)
             self._server = _listen(Path(self.config.socket), self)
+            self.queue.start()
+            self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                                            name="berm-control", daemon=True)
+            self._thread.start()
         except BaseException:
+            # Found by a review: a thread that could not start left the socket bound and both locks held (every
+            # later daemon refused, nothing serving), and stop() then waited for ever on a server never started.
+            if self._server is not None:
+                self._server.server_close()
+                self._server.unlink()
+                self._server = None
             self.queue.stop()
             self._release_locks()
             raise
-        self.queue.start()
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="berm-control", daemon=True)
-        self._thread.start()
         log.info("serving %d harnesses on %s", len(self.queue.harnesses()), self.config.socket)
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -213,6 +213,32 @@ def test_of_two_daemons_starting_on_one_stale_socket_the_second_is_refused(tmp_p
     second.stop()
 
 
+def test_a_start_failing_once_it_listens_lets_go_of_the_socket_and_the_state(tmp_path, monkeypatch):
+    """Found by a review: a thread that could not start (the process at its limit) after the socket was bound left
+    the socket and both locks held, so every later daemon was refused with nothing serving, and stop() waited for
+    ever on a server that was never started."""
+    decl = tmp_path / "agent.toml"
+    decl.write_text("")
+    config = DaemonConfig(declarations=decl, socket=tmp_path / "berm.sock", state_dir=tmp_path / "state")
+    failing = Daemon(config)
+
+    def no_thread() -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(failing.queue.scheduler, "start", no_thread)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        failing.start()
+    assert not config.socket.exists()
+    stopping = threading.Thread(target=failing.stop, daemon=True)
+    stopping.start()
+    stopping.join(10)  # a hang guard
+    assert not stopping.is_alive()
+    again = Daemon(config)
+    again.start()
+    assert DaemonClient(config.socket).request({"op": "harnesses"}) == {"harnesses": []}
+    again.stop()
+
+
 def test_a_stopping_daemon_leaves_a_socket_that_is_not_its_own(empty_daemon):
     """stop() removed whatever was at the socket's path: the live socket of another daemon that had taken the path
     over (found by a review)."""
