@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -430,6 +431,25 @@ def test_a_timeout_with_descriptors_numbered_past_1023_stops_the_command_and_clo
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_supervisor_reaped_while_its_children_are_killed_is_signalled_no_more(monkeypatch):
+    """Found by a review: when the supervisor's pidfd could not be opened, ``exited`` waits for it and so reaps it.
+    Reaped in the loop that kills its children, it was still sent SIGCONT: a ProcessLookupError, or a signal to
+    whatever process had taken its pid meanwhile. (The stop's steps, with the process and its children faked.)"""
+    killing, reaped, signals = [], [], []
+    monkeypatch.setattr(exec_cap, "_kill_children", lambda parent: killing.append(parent) or 1)
+    monkeypatch.setattr(exec_cap.os, "kill", lambda pid, sig: signals.append((sig, bool(reaped))))
+
+    def exited(seconds: float) -> bool:  # held stopped by its command until its children are killed, then gone
+        if killing:
+            reaped.append(True)
+        return bool(reaped)
+
+    exec_cap._stop(types.SimpleNamespace(pid=1 << 22), exited, time.monotonic() + 0.05)
+    assert killing and reaped
+    assert signals[0] == (signal.SIGTERM, False)
+    assert [sig for sig, after_reaping in signals if after_reaping] == []
 
 
 def test_a_supervisor_whose_pidfd_cannot_be_opened_is_stopped_not_left_running(root, monkeypatch):

@@ -194,7 +194,9 @@ def _stop(proc: subprocess.Popen, exited: Exited, until: float) -> None:
     os.kill(proc.pid, signal.SIGTERM)
     if _resume_until(proc.pid, exited, now + (until - now) / 2):
         return
-    while _kill_children(proc.pid) and not exited(0.001):
+    while _kill_children(proc.pid):
+        if exited(0.001):  # reaped, when its pidfd could not be opened (_reaped): its pid is no longer its own
+            return
         if time.monotonic() >= until:
             break
     if not _resume_until(proc.pid, exited, until):
