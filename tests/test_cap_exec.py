@@ -76,6 +76,14 @@ def test_environment_is_minimal_plus_declared_plus_call(root, monkeypatch):
     assert set(env) - {"PWD", "SHLVL", "_", "OLDPWD"} == {"PATH", "HOME", "LANG", "DECLARED", "CALL", "BOTH"}
 
 
+def test_a_host_home_that_is_not_utf8_still_runs_commands(root, monkeypatch):
+    """Found by a review: the environment's size was counted in UTF-8, and a host HOME holding another encoding's
+    bytes (a surrogate in Python's str) made every berm.exec.run raise UnicodeEncodeError, a host bug."""
+    monkeypatch.setenv("HOME", os.fsdecode(b"/home/caf\xe9"))
+    r = run(root, 'printf %s "$HOME"')
+    assert r["exit_code"] == 0 and r["stdout"] == "/home/caf\ufffd"  # output is UTF-8, replaced where not
+
+
 @pytest.mark.parametrize("name, value", [("A=B", "x"), ("", "x"), ("A", "x\0y")])
 def test_bad_environment_names_and_values_are_refused(root, name, value):
     """A name holding '=' or empty, a value holding a NUL: from the call and from the declaration alike."""

@@ -70,7 +70,7 @@ def _check_env(key: str, value: str) -> int:
     """The bytes ``key=value`` takes in a command's environment (its NUL included), or a CapabilityError."""
     if not key or "=" in key or "\0" in key or "\0" in value:
         raise CapabilityError(f"bad environment variable {key[:40]!r}")
-    size = len(key.encode()) + len(value.encode()) + 2
+    size = len(os.fsencode(key)) + len(os.fsencode(value)) + 2  # the host's own (HOME) may hold bytes not UTF-8
     if size > MAX_ENV_STRING:
         raise CapabilityError(f"environment variable {key[:40]!r} is longer than {MAX_ENV_STRING} bytes")
     return size
