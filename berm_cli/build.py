@@ -49,5 +49,5 @@ def run(args: argparse.Namespace) -> int:
         raise BuildError(f"{args.directory}: {what} (berm build takes a harness's source directory)")
     else:
         raise BuildError(f"{args.directory}: neither {TOML_NAME} (a C harness) nor Cargo.toml (a Rust crate)")
-    print(out)
+    print(shown(os.fspath(out)))  # a name that is not UTF-8 shown escaped, not a UnicodeEncodeError after the build
     return 0

@@ -60,8 +60,10 @@ def load_profile(sdk: Path = SDK_DIR) -> Profile:
         raise BuildError(f"{path}: the SDK's build profile is unreadable: {exc!r}") from None
 
 
-#: Characters of a source file's name the guest compiler cannot write into its dependency file.
+#: Characters of a source file's name the guest compiler cannot write into its dependency file, and of the names of
+#: the directories above it (a ``:`` or ``"`` there it takes).
 _UNSPEAKABLE = (":", "\\", '"', "\n")
+_UNSPEAKABLE_ABOVE = ("\\", "\n")
 #: How the names of an author's sources end, C's and Rust's (harness.toml, Cargo.toml and .lock, manifest.json).
 SOURCE_SUFFIXES = (".c", ".h", ".toml", ".lock", ".rs", ".json")
 
@@ -277,9 +279,10 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
     if not sources:
         raise BuildError(f"{directory}: no C sources (*.c in the directory or its src/)")
     for source in sources:  # zig cc then fails on its own dependency file, naming only that
-        if any(c in source.name for c in _UNSPEAKABLE):
+        if any(c in source.name for c in _UNSPEAKABLE) or any(c in str(source.parent) for c in _UNSPEAKABLE_ABOVE):
             raise BuildError(f"{escaped(str(source), lines=False)}: the guest compiler cannot take a file name "
-                             f"holding any of {' '.join(map(repr, _UNSPEAKABLE))}: rename it")
+                             f"holding any of {' '.join(map(repr, _UNSPEAKABLE))}, or a directory name holding "
+                             f"{' or '.join(map(repr, _UNSPEAKABLE_ABOVE))}: rename it")
     out = Path(out) if out is not None else Path.cwd() / f"{spec.name}.elf"
     check_output(out, directory)
     profile = load_profile()
@@ -321,7 +324,8 @@ def install_image(built: Path, out: Path) -> None:
             raise BuildError(f"cannot write {out}: it exists and is not a regular file")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        fd, staged = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+        # a prefix of its own, not out's name: a name of 242 to 255 bytes, legal itself, made the copy's too long
+        fd, staged = tempfile.mkstemp(dir=out.parent, prefix=".berm-image-", suffix=".tmp")
     except OSError as exc:
         raise _cannot_write(out, exc) from None
     try:

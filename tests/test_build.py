@@ -245,6 +245,35 @@ def test_a_source_name_the_compiler_cannot_take_is_named(tmp_path, name):
         build_harness(d, tmp_path / "x.elf")
 
 
+@pytest.mark.parametrize("above", ["back\\slash", "new\nline"])
+def test_a_directory_name_the_compiler_cannot_take_is_named(tmp_path, above):
+    """Found by a review: a backslash or a newline in a directory above the sources failed in zig's own dependency
+    file, naming a temporary file the author never saw (a ``:`` or ``"`` there it takes)."""
+    d = harness(tmp_path / above, tiny=HELLO)
+    with pytest.raises(BuildError, match="or a directory name holding '\\\\\\\\' or '\\\\n': rename it"):
+        build_harness(d, tmp_path / "x.elf")
+
+
+def test_an_output_name_of_the_longest_a_file_may_have_is_written(tmp_path):
+    """Found by a review: the staged copy was named after the output, 14 bytes longer, and an output name of 242 to
+    255 bytes, a legal name, was refused as too long."""
+    built = tmp_path / "built.elf"
+    built.write_bytes(b"\x7fELF the image")
+    out = tmp_path / ("a" * 251 + ".elf")
+    install_image(built, out)
+    assert out.read_bytes() == built.read_bytes()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_berm_build_prints_an_output_name_that_is_not_utf8_escaped(tmp_path, capsys):
+    """Found by a review: the image was written, then print() of its name ended the build in UnicodeEncodeError
+    (exit status 1) on a UTF-8 terminal (pytest's capture is as strict)."""
+    d = harness(tmp_path, tiny=HELLO)
+    out = tmp_path / os.fsdecode(b"caf\xe9.elf")
+    assert main(["build", str(d), "-o", str(out)]) == 0
+    assert capsys.readouterr().out == str(tmp_path) + "/caf\\xe9.elf\n" and out.is_file()
+
+
 def test_the_staged_copy_is_a_new_file_of_a_name_no_one_can_plant(tmp_path):
     """Found by a review: the copy was staged at the fixed name .{out}.{pid}.tmp and written with copyfile, so another
     user who could write the directory planted a link there (the copy wrote through it, over a file of the builder's)

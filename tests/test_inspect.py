@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 
 import pytest
@@ -41,6 +42,15 @@ def test_text(harness, capsys):
     text = [s for s in read_elf(data).sections if s.name == ".text"][0]
     assert ".text" in out and f"{text.addr:#010x}" in out and "r-x" in out
     assert "R_RISCV_PCREL_HI20" in out
+
+
+def test_a_file_name_that_is_not_utf8_is_shown_escaped(harness, tmp_path, capsys):
+    """Found by a review: the name reached print() as a lone surrogate, and berm inspect ended in UnicodeEncodeError
+    on a UTF-8 terminal (pytest's capture is as strict)."""
+    path = tmp_path / os.fsdecode(b"caf\xe9.elf")
+    path.write_bytes(harness[1])
+    assert main(["inspect", str(path)]) == 0
+    assert "caf\\xe9.elf" in capsys.readouterr().out
 
 
 def test_json(harness, capsys):

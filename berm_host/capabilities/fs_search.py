@@ -481,14 +481,11 @@ def walk(root: Root, base: str, deadline: Deadline, *, gitignore: bool,
                 yield Entry(rel, _join(sub_dir, leaf.name), dfd, leaf.name, st)
 
 
-#: A byte of a name that is not UTF-8 (os.scandir reads names with surrogateescape) shown as ``\\xNN``: the reply
-#: stays UTF-8, as ABI.md has every string (found by a review: such names went out as their raw bytes).
-_UNDECODABLE = {c: f"\\x{c - 0xDC00:02x}" for c in range(0xDC80, 0xDD00)}
-
-
 def _shown(rel: str) -> str:
-    """A root-relative path as a listing shows it, on one line of its own (see the module docstring)."""
-    shown = escaped(rel.replace("\\", "\\\\"), lines=False).translate(_UNDECODABLE)
+    """A root-relative path as a listing shows it, on one line of its own (see the module docstring). A byte of a
+    name that is not UTF-8 (os.scandir reads names with surrogateescape) is shown as ``\\xNN`` by ``escaped``: the
+    reply stays UTF-8, as ABI.md has every string (found by a review: such names went out as their raw bytes)."""
+    shown = escaped(rel.replace("\\", "\\\\"), lines=False)
     return "\\x5b" + shown[1:] if shown.startswith("[") else shown
 
 
