@@ -317,7 +317,11 @@ class CodeCache:
                 raise CompileError(f"cannot lock the code cache entry {path}: {exc}") from None
             _lock_fds.open.add(fd)
         try:
-            if stat.S_IMODE(os.fstat(fd).st_mode) != 0o600:
+            st = os.fstat(fd)
+            if st.st_uid != os.geteuid():  # (found by a review: narrowing it was a bare PermissionError)
+                raise CompileError(f"cannot lock the code cache entry {path}: the lock file belongs to uid "
+                                   f"{st.st_uid}, not to this user, who could hold it for ever: remove it")
+            if stat.S_IMODE(st.st_mode) != 0o600:
                 os.fchmod(fd, 0o600)
             _wait_for(fd, path)
             yield

@@ -78,7 +78,7 @@ class AotBackend:
             loaded = str(code[0])
         self.object_path = Path(code[0])
         self.memory = MemoryImage(self.layout, image_hull(self.image, self.layout),
-                                  load_code(loaded, code[1], windows, key), max_result)
+                                  load_code(loaded, code[1], windows, key, shown_as=str(code[0])), max_result)
         watchdog.ensure_started()
 
     def _to_compile(self, on_compile: Callable[[str], None] | None) -> Program:

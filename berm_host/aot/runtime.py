@@ -282,21 +282,24 @@ def _reply_bytes(reply: object) -> bytes:
     return bytes(reply)
 
 
-def load_code(path: str, prefix: str, windows: Windows, key: str | None = None) -> Code:
+def load_code(path: str, prefix: str, windows: Windows, key: str | None = None, shown_as: str | None = None) -> Code:
     """dlopen a translated object and return its program ``prefix``, once the core has checked it was translated
     for memory with ``windows`` and, given ``key``, compiled under that cache key (an entry renamed under another
-    image's key is refused)."""
+    image's key is refused). ``shown_as`` names the object in errors instead of ``path``: a code cache's object is
+    opened through a descriptor (``/proc/self/fd/N/…``), a name that means nothing outside this process (found by
+    a review: an error said to remove such a path)."""
     err = ffi.new("char[512]")
     layout = ffi.new("uint64_t[]", list(windows.values()))  # BERM_LAYOUT_WORDS of them (tests/test_aot_layout.py)
     frame = ffi.new("uint64_t *")
     handle = _slot("void **", lib.berm_unload)
     enter = lib.berm_load(path.encode(), (prefix + ENTRY_SYMBOL).encode(), (prefix + LAYOUT_SYMBOL).encode(),
                           layout, key.encode() if key is not None else ffi.NULL, frame, handle, err, 512)
+    shown = shown_as or path
     if enter == ffi.NULL:
-        raise HostError(f"cannot load translated code: {ffi.string(err).decode(errors='replace')}")
+        raise HostError(f"cannot load translated code: {ffi.string(err).decode(errors='replace').replace(path, shown)}")
     locator = lib.berm_object_symbol(handle[0], (prefix + LOCATOR_SYMBOL).encode())
     if locator == ffi.NULL:
-        raise HostError(f"cannot load translated code: {path} has no {prefix + LOCATOR_SYMBOL}")
+        raise HostError(f"cannot load translated code: {shown} has no {prefix + LOCATOR_SYMBOL}")
     return Code(enter, frame[0], handle, locator)
 
 
