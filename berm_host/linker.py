@@ -28,12 +28,13 @@ def exception_text(exc: BaseException) -> str:
     """``str(exc)``, or a stand-in when that raises: host code's exception, described for a trap or an error reply
     the same way on both engines (one whose ``__str__`` raised escaped the interpreter and was a trap of another
     text on translated code). A lone surrogate (a name read with surrogateescape) is written ``\\udcff``: a trap
-    message must encode as UTF-8 wherever an embedder writes it (found by a review)."""
+    message must encode as UTF-8 wherever an embedder writes it (found by a review). The encoding is inside the
+    ``try`` too: a ``__str__`` returning a str subclass whose ``encode`` raised escaped the interpreter's host calls
+    raw (found by a review)."""
     try:
-        text = str(exc)
+        return str.encode(str(exc), "utf-8", "backslashreplace").decode("utf-8")
     except Exception:  # noqa: BLE001 - anything its __str__ raises (a KeyboardInterrupt still goes through)
         return "(its message could not be read)"
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def failed_detail(what: str, exc: BaseException) -> str:

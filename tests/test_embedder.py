@@ -418,10 +418,27 @@ class UndecodableBug(Exception):
         return "no file b\udcff"  # a name read with surrogateescape
 
 
+class _EncodeRaises(str):
+    def encode(self, *args, **kwargs):
+        raise ValueError("encode boom")
+
+
+class TextOfItsOwnBug(Exception):
+    def __str__(self):
+        return _EncodeRaises("a text of its own")  # whose encode raised: escaped the interpreter (found by a review)
+
+
+class TextOfItsOwn(CapabilityError):
+    def __str__(self):
+        return _EncodeRaises("a text of its own")
+
+
 @pytest.mark.parametrize("raised, outcome", [
     (Unprintable, "E:(its message could not be read)"),
     (UnprintableBug, "host call failed: x.cap: UnprintableBug: (its message could not be read)"),
     (UndecodableBug, "host call failed: x.cap: UndecodableBug: no file b\\udcff"),  # the message encodes as UTF-8
+    (TextOfItsOwn, "E:a text of its own"),
+    (TextOfItsOwnBug, "host call failed: x.cap: TextOfItsOwnBug: a text of its own"),
 ])
 def test_an_exception_that_cannot_be_printed_is_described_alike(tmp_path, elf, raised, outcome):
     """Its __str__'s own RuntimeError escaped the interpreter, and translated code made a trap of another text
