@@ -326,6 +326,8 @@ class _Reader:
             flags = sh["sh_flags"]
             sec = Section(name=self.names[i], addr=sh["sh_addr"], size=sh["sh_size"], alloc=bool(flags & _SHF_ALLOC),
                           executable=bool(flags & _SHF_EXECINSTR), writable=bool(flags & _SHF_WRITE))
+            if sec.executable and flags & _SHF_TLS:  # code is code: a TLS flag skipped the checks below (a review)
+                raise ElfError(f"section {sec.name!r} is both executable and thread-local: no image has code there")
             if sec.alloc and sec.size and not flags & _SHF_TLS:
                 self._check_loaded(sec, segments)
                 loaded.append(sec)

@@ -224,6 +224,16 @@ def test_overlapping_sections():
         read_elf(_patch_section(data, ".rodata", "sh_addr", manifest_at + 8))
 
 
+def test_code_marked_thread_local_is_refused():
+    """Found by a review: the TLS flag on .text skipped the checks that sections lie in a segment and do not
+    overlap, and a second executable section 2 bytes into it was taken: the functions were found twice, and the
+    translated C did not compile (reported as a translator bug)."""
+    data = harness_elf(manifest_json(["a"]), ["a"])
+    flags = field(data, shdr_offsets(data)[".text"], SHDR_FIELDS, "sh_flags")
+    with pytest.raises(ElfError, match="section '.text' is both executable and thread-local"):
+        read_elf(_patch_section(data, ".text", "sh_flags", flags | 0x400))  # SHF_TLS
+
+
 def test_relocation_naming_a_missing_symbol(dispatch):
     rela = shdr_offsets(dispatch)[".rela.text"]
     first = field(dispatch, rela, SHDR_FIELDS, "sh_offset")
