@@ -102,6 +102,8 @@ class Declaration:
         image outside the harnesses directory. A DeclarationError names the field."""
         if not isinstance(self.name, str) or not NAME.fullmatch(self.name):
             raise DeclarationError(f"harness name {self.name!r} must be {NAME_RULE}")
+        if not isinstance(self.source, str):
+            raise DeclarationError(f"source must be a string, not {type(self.source).__name__}")
         if self.sha256 is not None and not (isinstance(self.sha256, str) and _SHA256.fullmatch(self.sha256)):
             raise DeclarationError(f"sha256 must be 64 hex digits (lowercase), not {self.sha256!r:.80}")
         _names(self.capabilities, "capabilities")
@@ -162,9 +164,7 @@ def _strings(entry: dict, key: str, where: str) -> tuple[str, ...]:
     value = entry.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise DeclarationError(f"{where}: {key} must be a list of strings")
-    if len(set(value)) != len(value):
-        raise DeclarationError(f"{where}: {key} lists the same entry twice")
-    return tuple(value)
+    return tuple(value)  # the same entry twice: the Declaration refuses it
 
 
 def is_timeout(value: object) -> bool:

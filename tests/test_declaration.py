@@ -111,6 +111,7 @@ def test_structural_errors(toml, words):
 
 @pytest.mark.parametrize("field, words", [
     ({"name": "../x"}, "harness name '../x' must be 1-64"),
+    ({"source": None}, "source must be a string"),
     ({"sha256": "A" * 64}, "sha256 must be 64 hex digits (lowercase)"),
     ({"capabilities": "fs"}, "capabilities must be a tuple of strings"),
     ({"capabilities": ("fs", "fs")}, "capabilities lists the same entry twice"),
