@@ -8,9 +8,10 @@ import sqlite3
 
 class WriteTransaction:
     """``BEGIN IMMEDIATE`` (the write lock at once) … ``COMMIT``, rolled back when the body raises or the COMMIT
-    fails: the connection never stays inside the transaction. Found by a review: a failed COMMIT of the kv store
-    (a full disk fails there in WAL mode, which writes its pages at COMMIT) left its connection in the transaction,
-    and every later write of that process failed with "cannot start a transaction within a transaction"."""
+    fails: the connection never stays inside the transaction. Found as the kv store's near-copy of the due-set's
+    transaction (a review's finding) was merged into this one: a failed COMMIT of the kv store (a full disk fails
+    there in WAL mode, which writes its pages at COMMIT) left its connection in the transaction, and every later
+    write of that process failed with "cannot start a transaction within a transaction"."""
 
     def __init__(self, db: sqlite3.Connection):
         self._db = db

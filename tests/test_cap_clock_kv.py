@@ -235,9 +235,10 @@ def test_a_full_disk_is_reported_as_such(store):
 
 
 def test_a_failed_commit_leaves_the_store_writable(store):
-    """Found by a review: a COMMIT that failed (as a full disk fails it in WAL mode) left the store's connection
-    inside the transaction, and every later write of the process failed ("cannot start a transaction within a
-    transaction"). Here a deferred foreign key, checked only at COMMIT, fails the write of one key."""
+    """Found as a review's duplicate was merged: a COMMIT that failed (as a full disk fails it in WAL mode) left the
+    store's connection inside the transaction, and every later write of the process failed ("cannot start a
+    transaction within a transaction"). Here a deferred foreign key, checked only at COMMIT, fails the write of one
+    key."""
     a = _kv(store, "a")
     a["set"]("before", "v")
     store._db.executescript("""
