@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from berm_abi.frames import decode_frame, encode_frame
 from berm_abi.names import CAPABILITY_CALLS, core_number
 from berm_host.capabilities import kv
+from berm_host.engine import Engine
 from berm_host.layout import MAX_FAIL_TEXT, failure_text
 from berm_host.linker import CapabilityError
 from berm_host.traps import ToolFailure
@@ -637,6 +638,24 @@ def test_a_small_allocation_takes_from_a_free_large_block_once_the_heap_is_full(
     assert more and big <= more < big + (16 << 20)
 
 
+def test_a_small_allocation_takes_from_a_free_block_of_a_larger_class_once_the_heap_is_full(lib):
+    """Found by a review: a small allocation with the heap's end reached tried its own class and free large blocks
+    only, so with the heap freed in 4 KiB blocks, each kept apart from the next by a live 16-byte one (no merging
+    helps), malloc(16) failed. A free block of a larger class is split for it, and its rest serves the next."""
+    lib.berm__heap_reset()
+    lib.malloc.restype = ctypes.c_void_p
+    pages = []
+    while (page := lib.malloc(ctypes.c_size_t(4096))) and lib.malloc(ctypes.c_size_t(16)):
+        pages.append(page)
+    while lib.malloc(ctypes.c_size_t(16)):  # the heap's end reached
+        pass
+    for page in pages:
+        lib.free(ctypes.c_void_p(page))
+    small = [lib.malloc(ctypes.c_size_t(16)) for _ in range(300)]  # more than one page's worth
+    assert None not in small and all(any(p <= s < p + 4096 for p in pages) for s in small)
+    assert len(set(small)) == len(small)
+
+
 def test_a_block_grown_by_a_fixed_step_grows_in_place_at_the_heaps_top(lib):
     """Found by a review: realloc always moved, so a buffer grown 8 KiB at a time ran the 32 MiB heap out at its 91st
     step with 745 KB live. The last block carved grows where it is, to the heap's end."""
@@ -719,6 +738,36 @@ def test_a_buffer_limited_to_size_max_grows_like_any(harness, tmp_path):
                                   .join(['#include "berm.h"\n', ""]))
     elf = build_harness(tmp_path, tmp_path / "u.elf").read_bytes()
     assert sdk_harness("aot", elf).call("unlimited") == "u" * 1000
+
+
+GROWN = """#include "berm.h"
+
+/* A buffer of no limit filled with as many bytes as the arguments say, 64 KiB at a time; how many it holds. */
+BERM_TOOL(grow) {
+    static const char *const known[] = {"bytes", NULL};
+    berm_arg_set a = berm_args_object(known);
+    int64_t n = 0;
+    berm_arg_int(&a, "bytes", true, 0, INT64_MAX, &n);
+    if (a.error) return berm_fail(a.error);
+    static char chunk[65536];
+    berm_buf b;
+    berm_buf_init(&b, SIZE_MAX);
+    for (int64_t put = 0; put < n; put += sizeof chunk) berm_buf_put(&b, chunk, sizeof chunk);
+    return berm_buf_ok(&b) ? berm_ok_str(berm_aprintf("%zu", b.len)) : berm_fail("out of memory");
+}
+"""
+
+
+def test_a_buffer_grows_to_what_the_heap_has_not_only_by_doubling(tmp_path):
+    """Found by a review: the buffer only ever doubled, so 40 MB of output in a 63 MB heap failed at the step from
+    32 to 64 MB. Here 2.5 MB in a 4 MiB guest: the step from 2 to 4 MB cannot be, and the buffer takes what it
+    needs instead."""
+    (tmp_path / "harness.toml").write_text('name = "grown"\nusage = "u"\n\n[[tools]]\nname = "grow"\n'
+                                           'description = "g"\nparameters = { type = "object" }\n')
+    (tmp_path / "grow.c").write_text(GROWN)
+    elf = build_harness(tmp_path, tmp_path / "g.elf").read_bytes()
+    grown = Engine(memory_size=4 << 20).load(elf).harness(name="grown")
+    assert grown.call("grow", '{"bytes": 2621440}') == "2621440"
 
 
 def test_failf_and_logf_format(harness):
