@@ -87,7 +87,8 @@ MAX_LINE = 16 << 20
 #: Bytes of a request line a connection may hold without drawing on LINE_BUDGET.
 LINE_ALLOWANCE = 1 << 20
 #: Bytes of the request lines past their LINE_ALLOWANCE held at once, all connections together, from the first
-#: byte read to the reply written: 64 clients sending 16 MiB lines held a GiB (a review). Room for 4 whole lines.
+#: byte read until the request is served (the line and the request are dropped before the reply is written): 64
+#: clients sending 16 MiB lines held a GiB (a review). Room for 4 whole lines.
 LINE_BUDGET = 4 * MAX_LINE
 #: The longest reply a client reads: a call's result (at most DEFAULT_MAX_RESULT bytes) with every character JSON's
 #: six-byte escape. Read to MAX_LINE, a result of 3 MiB of control characters was "no valid reply".
@@ -383,18 +384,24 @@ class _Handler(socketserver.StreamRequestHandler):
         try:
             while line := self.lines.next():
                 with self.server.replies:  # type: ignore[attr-defined]
-                    if not self._answer(daemon, line):
+                    reply, more = self._answer(daemon, line)
+                    # The line and its request dropped, their bytes go back to the budget before the reply is
+                    # written: a client that has read its reply finds them there (they went back only as the next
+                    # line was read, and one sending its next long line at once was refused busy: a test on a
+                    # loaded machine), and a client that reads no reply holds no line meanwhile.
+                    del line
+                    self.lines.release()
+                    if not (self._reply(reply) and more):
                         return
         except _Busy as exc:
             self._reply({"ok": False, "error": "refused", "message": str(exc)})
         finally:
             self.lines.release()
 
-    def _answer(self, daemon: Daemon, line: bytes) -> bool:
-        """Reply to one request line; False when the connection is done with (a line too long, the client gone)."""
+    def _answer(self, daemon: Daemon, line: bytes) -> tuple[dict, bool]:
+        """The reply to one request line, and whether the connection goes on after it (not after a line too long)."""
         if len(line) > MAX_LINE:
-            self._reply({"ok": False, "error": "protocol", "message": f"a request line is over {MAX_LINE} bytes"})
-            return False
+            return {"ok": False, "error": "protocol", "message": f"a request line is over {MAX_LINE} bytes"}, False
         try:
             # parsing a line can take ~27 times its size (a list of empty objects): the long ones one at a time
             with self.server.long_parse if len(line) > LINE_ALLOWANCE else contextlib.nullcontext():  # type: ignore
@@ -405,7 +412,7 @@ class _Handler(socketserver.StreamRequestHandler):
             reply = {"ok": False, "error": "protocol", "message": "the JSON is nested too deeply"}
         else:
             reply = daemon.handle(request, self._hung_up)
-        return self._reply(reply)
+        return reply, True
 
     def _hung_up(self) -> bool:
         """Whether the client has closed its end of the connection (POLLHUP: closed whole, not a half-close after
@@ -415,10 +422,7 @@ class _Handler(socketserver.StreamRequestHandler):
         return any(events & (select.POLLHUP | select.POLLERR) for _, events in poll.poll(0))
 
     def _reply(self, reply: dict) -> bool:
-        """Write ``reply``; False when the client has gone. The line it answers gives its bytes back to the budget
-        first: a client that has read its reply finds them there (they went back only as the next line was read, and
-        a client sending its next long line at once was refused busy: seen in a test on a loaded machine)."""
-        self.lines.release()
+        """Write ``reply``; False when the client has gone."""
         chunks = _reply_chunks(reply)
         try:
             first = next(chunks)  # every value but the long texts (valid Unicode, whole or in slices) encoded
@@ -461,8 +465,9 @@ class _LineBudget:
 class _Lines:
     """The request lines of one connection. A line must arrive whole within ``timeout`` of the wait for it
     starting, and the bytes it holds past LINE_ALLOWANCE are drawn from ``budget`` as they arrive and held until
-    the next line is asked for (its reply written): a line finding the budget spent raises _Busy. Waiting for
-    budget instead would let a few long lines, each holding part of it, wait on each other until their timeouts."""
+    ``release`` (its request served) or the next line is asked for: a line finding the budget spent raises _Busy.
+    Waiting for budget instead would let a few long lines, each holding part of it, wait on each other until their
+    timeouts."""
 
     def __init__(self, sock: socket.socket, timeout: float, budget: _LineBudget):
         self._sock = sock

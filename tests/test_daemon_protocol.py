@@ -235,7 +235,7 @@ def test_a_reply_json_cannot_hold_is_a_host_error_reply(caplog):
 
     from berm_host.daemon import _Handler
 
-    handler = types.SimpleNamespace(wfile=io.BytesIO(), lines=types.SimpleNamespace(release=lambda: None))
+    handler = types.SimpleNamespace(wfile=io.BytesIO())
     assert _Handler._reply(handler, {"ok": True, "entries": [{"payload": b"\x00"}]})
     reply = json.loads(handler.wfile.getvalue())
     assert reply["error"] == "host" and "could not be encoded" in reply["message"]
