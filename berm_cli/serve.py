@@ -81,15 +81,12 @@ def _marked(text: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from berm_host.capabilities.kv import data_dir
-
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneRecordALine("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
-    # No --state-dir: $BERM_DATA_DIR, else the user data directory (DaemonConfig resolves whichever it is given).
     config = DaemonConfig(
         declarations=args.declarations, socket=args.socket or default_socket(),
-        state_dir=data_dir(args.state_dir), harnesses_dir=args.harnesses_dir, engine=args.engine,
+        state_dir=args.state_dir, harnesses_dir=args.harnesses_dir, engine=args.engine,
         workers=args.workers, per_harness=args.per_harness, max_depth=args.max_depth, timeout=args.timeout,
         idle_timeout=args.idle_timeout)
     daemon = Daemon(config)

@@ -131,7 +131,7 @@ class RemoteError(BermError):
 class DaemonConfig:
     declarations: Path
     socket: Path
-    state_dir: Path  # the due-set and the kv store
+    state_dir: Path | None = None  # the due-set and the kv store; None: $BERM_DATA_DIR, else the user data directory
     harnesses_dir: Path | None = None  # None: berm_host.declaration.harnesses_dir()
     engine: str = "aot"
     workers: int = 4
@@ -143,7 +143,9 @@ class DaemonConfig:
     def __post_init__(self) -> None:
         # One path for all the state, resolved as the kv store resolves its directory (kv.data_dir): found by a
         # review, a config of "~/state" put the due-set and the lock under ./~/state and the kv store under
-        # $HOME/state, unless the CLI had resolved it first.
+        # $HOME/state, unless the CLI had resolved it first. "" is no directory (kv.data_dir took it for none).
+        if self.state_dir is not None and not os.fspath(self.state_dir):
+            raise ValueError("the state directory is empty: name one, or pass None for the user data directory")
         object.__setattr__(self, "state_dir", data_dir(self.state_dir))
 
 

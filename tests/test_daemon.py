@@ -171,6 +171,10 @@ def test_a_daemon_keeps_all_its_state_in_one_directory_however_it_is_named(tmp_p
     assert sorted(p.name for p in (tmp_path / "home" / "state").iterdir())[:2] == [daemon_mod.STATE_LOCK,
                                                                                    daemon_mod.DUE_DB]
     assert list((tmp_path / "cwd").iterdir()) == []
+    monkeypatch.setenv("BERM_DATA_DIR", str(tmp_path / "data"))
+    assert DaemonConfig(declarations=decl, socket=tmp_path / "berm.sock").state_dir == tmp_path / "data"
+    with pytest.raises(ValueError, match="the state directory is empty"):  # not "none given", as kv.data_dir took it
+        DaemonConfig(declarations=decl, socket=tmp_path / "berm.sock", state_dir="")
 
 
 def test_of_two_daemons_starting_on_one_stale_socket_the_second_is_refused(tmp_path, monkeypatch):
