@@ -101,7 +101,7 @@ class Declaration:
         current directory (a process started in / granted the whole file system), and one named ``../x`` read an
         image outside the harnesses directory. A DeclarationError names the field."""
         if not isinstance(self.name, str) or not NAME.fullmatch(self.name):
-            raise DeclarationError(f"harness name {self.name!r} must be {NAME_RULE}")
+            raise DeclarationError(f"harness name {self.name!r:.80} must be {NAME_RULE}")
         if not isinstance(self.source, str):
             raise DeclarationError(f"source must be a string, not {type(self.source).__name__}")
         if self.sha256 is not None and not (isinstance(self.sha256, str) and _SHA256.fullmatch(self.sha256)):
@@ -216,7 +216,7 @@ def declaration_from_table(entry: Any, where: str = "harness") -> Declaration:
     name = _string(entry, "name", where)
     if name is None:
         raise DeclarationError(f"{where}: name is required")
-    where = f"{where} {name!r}"
+    where = f"{where} {name!r}" if NAME.fullmatch(name) else where  # a bad one is named once, by the Declaration
     unknown = sorted(set(entry) - _KEYS)
     if unknown:
         raise DeclarationError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KEYS))})")
