@@ -119,8 +119,9 @@ _trusted_dir = partial(trusted_dir, cache="the code cache", error=CompileError)
 
 class CodeCache:
     def __init__(self, root: str | os.PathLike[str] | None = None):
-        """``root``: the cache directory, None for ``default_cache_dir()``. An empty one is a ValueError: "" is the
-        current directory, which a caller's unset variable filled with cache entries."""
+        """``root``: the cache directory, None for ``default_cache_dir()``. An empty one ("") is a ValueError: it
+        is the current directory, which a caller's unset variable filled with cache entries. (``Path("")`` cannot
+        be told from ``Path(".")``: the command line refuses "" before it becomes a Path, berm_cli/arguments.py.)"""
         if root is not None and not os.fspath(root):
             raise ValueError("the cache directory is empty: name one, or pass None for the user cache directory")
         # resolved once: a symlink its owner retargeted between the check of an object and its dlopen would load

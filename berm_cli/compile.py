@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("elf", nargs="*", type=arguments.path, help="harness images to compile")
     p.add_argument("--declarations", metavar="FILE", type=arguments.path, default=None,
                    help="also compile every harness this TOML declares ([[harnesses]]), each for its memory")
-    p.add_argument("--harnesses-dir", metavar="DIR", default=None,
+    p.add_argument("--harnesses-dir", metavar="DIR", type=arguments.path, default=None,
                    help="where declared images live (default: $BERM_HARNESSES_DIR or the user config directory)")
     p.add_argument("--memory", metavar="SIZE", default=str(DEFAULT_MEMORY),
                    help="the guest memory the images will run with: 65536, 64K, 64M, 1G (default 64M)")

@@ -17,6 +17,7 @@ from berm_aot.image import ElfImage
 from berm_aot.isa import BRANCHES
 from berm_aot.manifest import Manifest, load_manifest, tool_exports
 from berm_aot.program import Program
+from berm_cli import arguments
 from berm_cli.terminal import shown
 from berm_host.declaration import DeclarationError, load_declarations
 from berm_host.grants import DAEMON_GRANTS, LINKED, grant_report
@@ -27,14 +28,14 @@ SECTION_WIDTH = 24
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("elf", help="the harness image (an RV64 ELF)")
+    parser.add_argument("elf", type=arguments.path, help="the harness image (an RV64 ELF)")
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true",
                       help="print the manifest JSON with an \"image\" object of the facts below and \"grants\" "
                            "(null without --declaration) in place of any keys of those names")
     form.add_argument("--disassemble", action="store_true",
                       help="also print every function's reachable instructions")
-    parser.add_argument("--declaration", metavar="TOML",
+    parser.add_argument("--declaration", metavar="TOML", type=arguments.path,
                         help="an agent's [[harnesses]] file: also show what its entry for this harness would grant")
     parser.add_argument("--harness", metavar="NAME",
                         help="the entry to use from --declaration (default: the image's file name stem)")
@@ -48,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(_json_document({**manifest.raw, "image": facts, "grants": grants}))
     else:
-        print(shown(render_text(args.elf, manifest, facts)))
+        print(shown(render_text(str(args.elf), manifest, facts)))
         if grants is not None:
-            print(f"\ngrants (from {args.declaration}):")
+            print(f"\ngrants (from {escaped(str(args.declaration), lines=False)}):")
             print("\n".join(f"  {escaped(name, lines=False)}: {status}" for name, status in grants.items()) or "  none")
     if args.disassemble:
         print(shown(render_disassembly(image)))

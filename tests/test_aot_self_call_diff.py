@@ -5,7 +5,7 @@ the call that made the frame, and a back-edge whose every cycle passes such a ca
 functions, faults deep in a recursion, forged returns — must end exactly as on the interpreter. One compile for the
 batch (see test_aot_diff.py).
 
-The batch must really reach the feature: most programs must make a self-call, and a third of them must have a
+The batch must really reach the feature: a third of its programs must make a self-call, and a third must have a
 function translated with self-calls in its own C frame."""
 
 from __future__ import annotations

@@ -49,8 +49,11 @@ def test_a_file_name_that_is_not_utf8_is_shown_escaped(harness, tmp_path, capsys
     on a UTF-8 terminal (pytest's capture is as strict)."""
     path = tmp_path / os.fsdecode(b"caf\xe9.elf")
     path.write_bytes(harness[1])
-    assert main(["inspect", str(path)]) == 0
-    assert "caf\\xe9.elf" in capsys.readouterr().out
+    declaration = tmp_path / os.fsdecode(b"d\xe9.toml")
+    declaration.write_text('[[harnesses]]\nname = "caf"\ncapabilities = ["fs"]\nroot = "/"\n')
+    assert main(["inspect", str(path), "--declaration", str(declaration), "--harness", "caf"]) == 0
+    out = capsys.readouterr().out
+    assert "caf\\xe9.elf" in out and "grants (from " + str(tmp_path) + "/d\\xe9.toml):" in out
 
 
 def test_json(harness, capsys):

@@ -492,7 +492,7 @@ def _shown(rel: str) -> str:
 def _render(lines: list[str], note: str | None) -> bytes:
     if note:
         lines = lines + [f"[truncated: {note}]"]
-    return "\n".join(lines).encode("utf-8", "surrogateescape")
+    return "\n".join(lines).encode("utf-8")  # a name's bytes that are not UTF-8 are escaped (_shown)
 
 
 def _notes(*notes: str | None) -> str | None:

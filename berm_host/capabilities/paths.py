@@ -46,12 +46,15 @@ class Resolved:
     """A path resolved inside the root: the descriptor of its directory and the leaf's name there (``None``
     when the path names the root itself or, with ``want_dir``, the directory ``dir_fd`` itself). ``rel`` is the
     root-relative path, for messages and listings. ``path_fds`` are the descriptors of the root and of each
-    directory of ``rel`` in turn, down to ``dir_fd`` (the last): open, like it, until the resolution ends."""
+    directory of ``rel`` in turn, down to ``dir_fd`` (the last): open until the resolution ends."""
 
-    dir_fd: int
+    path_fds: tuple[int, ...]
     leaf: str | None
     rel: str
-    path_fds: tuple[int, ...]
+
+    @property
+    def dir_fd(self) -> int:
+        return self.path_fds[-1]
 
 
 class Root:
@@ -105,7 +108,7 @@ class Root:
         try:
             leaf = self._walk(path, stack, names, want_dir=want_dir, create_dirs=create_dirs)
             rel = "/".join(names + ([leaf] if leaf else [])) or "."
-            yield Resolved(stack[-1], leaf, rel, tuple(stack))
+            yield Resolved(tuple(stack), leaf, rel)
         finally:
             for fd in stack:
                 os.close(fd)
