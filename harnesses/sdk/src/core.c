@@ -118,9 +118,14 @@ static bool reserve(berm_buf *b, size_t extra) {
     while (cap < need) cap = cap <= SIZE_MAX / 2 ? cap * 2 : need;
     if (b->limit < SIZE_MAX && cap > b->limit + 1) cap = b->limit + 1;
     char *data = realloc(b->data, cap);
-    /* Doubled past what the heap has: just enough, then (found by a review: 40 MB of output in a 63 MB heap failed
-     * at the step from 32 to 64 MB). */
-    if (!data && cap > need) data = realloc(b->data, cap = need);
+    /* Doubled past what the heap has: the most it has between that and just enough, the difference halved at each
+     * try (found by a review: 40 MB of output in a 63 MB heap failed at the step from 32 to 64 MB). Just enough at
+     * once left no room, and every later put failed a doubling again, each failure a walk of the heap: 1 MiB more
+     * in 64-byte puts took 4.4 s with 200,000 small blocks live. */
+    while (!data && cap > need) {
+        cap = need + (cap - need) / 2;
+        data = realloc(b->data, cap);
+    }
     if (!data) {
         b->oom = true;
         return false;
