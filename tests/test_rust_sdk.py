@@ -352,6 +352,28 @@ def test_freed_neighbours_merge_to_serve_a_larger_request(kind):
     assert call(harness, "allocate", {"ops": ops}) == _live_sizes(ops)
 
 
+def test_the_bytes_skipped_to_align_a_block_are_freed_not_lost(kind):
+    """Found by a review: the bump pointer skipped bytes to align a block and they were lost for the invocation, so
+    sixteen-byte and 4 KiB blocks in turn filled a 64 MiB heap with 32 MB live, and once all were freed the runs
+    between the lost bytes could not be merged into one block. On 1 MiB of guest memory (a heap of 588 KiB from
+    0x2c000): a block aligned to 256 KiB skips about 80 KiB; both freed, a block of all the heap but the 64 KiB the
+    tool's own allocations may take fits only if the skipped bytes came back."""
+    memory = 1 << 20
+    heap = layout_for(read_elf(ELF), memory).heap_size
+    harness = Engine(kind=kind, memory_size=memory).load(ELF).harness(None, name="rust-sdk")
+    ops = [[0, 0, 16, 8], [0, 1, 4096, 1 << 18], [2, 1, 0, 8], [2, 0, 0, 8], [0, 0, (heap - (64 << 10)) & ~4095, 8]]
+    assert call(harness, "allocate", {"ops": ops}) == _live_sizes(ops)
+
+
+def test_a_block_shrinks_where_it_is_when_the_heap_is_full(kind):
+    """Found by a review: a shrink moved the block (a new one, a copy), so on a full heap shrink_to_fit panicked out
+    of memory though it would have freed memory. On 1 MiB of guest memory: 64 KiB, then the heap filled with pages
+    and then sixteen-byte blocks, then the first shrunk to 10 bytes."""
+    harness = Engine(kind=kind, memory_size=1 << 20).load(ELF).harness(None, name="rust-sdk")
+    ops = [[0, 0, 64 << 10, 8], [3, 1, 4096, 8], [3, 1, 16, 8], [1, 0, 10, 8]]
+    assert call(harness, "allocate", {"ops": ops}) == _live_sizes(ops)
+
+
 # a small request with the heap's end reached and memory free only in larger blocks (it failed, with merging alone:
 # the tool's own "out of memory" message could not be allocated, a panic)
 @example(ops=[[2, 5, 1439, 4096], [1, 3, 24795, 16], [2, 2, 199779, 8192], [0, 3, 193124, 4096], [0, 14, 24, 8],

@@ -164,7 +164,8 @@ unsafe fn out_of_memory(step: usize, slots: &mut [Option<Block>; 16]) -> String 
 }
 
 /// Runs `ops`, each `[op, slot, size, align]` on one of 16 slots: 0 allocates `size` bytes aligned to `align` into
-/// the slot (freeing what was there), 1 reallocates the slot's block to `size` bytes, 2 frees it. Every block is
+/// the slot (freeing what was there), 1 reallocates the slot's block to `size` bytes, 2 frees it, 3 fills the heap
+/// with blocks of that layout until one fails (kept to the call's end; the slot is left as it is). Every block is
 /// filled with its own byte; after each operation every live block must still hold it and be aligned, or the tool
 /// fails naming the step. The answer: the live blocks' sizes in slot order.
 fn allocate() -> Result<String, String> {
@@ -179,7 +180,7 @@ fn allocate() -> Result<String, String> {
         let Some(&[op, slot, size, align]) = numbers.as_deref() else {
             return Err(format!("op {step} is not [op, slot, size, align]"));
         };
-        let slot = usize::try_from(slot).ok().filter(|&s| s < 16).ok_or(format!("op {step}: no slot {slot}"))?;
+        let slot = usize::try_from(slot).ok().filter(|&s| s < 16).ok_or_else(|| format!("op {step}: no slot {slot}"))?;
         let layout = Layout::from_size_align(size.max(1) as usize, align as usize)
             .map_err(|_| format!("op {step}: no layout of {size} bytes aligned to {align}"))?;
         let fill = step as u8 ^ 0x5a;
@@ -211,6 +212,11 @@ fn allocate() -> Result<String, String> {
                     slots[slot] = Some(Block { ptr, layout, fill });
                 }
                 (2, Some(old)) => dealloc(old.ptr, old.layout),
+                (3, old) => {
+                    slots[slot] = old;
+                    // black_box: an allocation only tested for null and leaked is one LLVM may take as made
+                    while !core::hint::black_box(alloc(layout)).is_null() {}
+                }
                 (_, old) => slots[slot] = old,
             }
             for block in slots.iter().flatten() {
