@@ -25,8 +25,8 @@ def _image_file(text: str) -> Path:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", type=arguments.path, help="the harness directory: harness.toml and C sources, or a Rust "
-                                                     "crate (Cargo.toml)")
+    parser.add_argument("directory", type=arguments.path,
+                        help="the harness directory: harness.toml and C sources, or a Rust crate (Cargo.toml)")
     parser.add_argument("-o", "--output", type=_image_file, default=None,
                         help="the ELF to write (default ./{name}.elf: the harness's name, or the Rust binary's)")
     parser.add_argument("--bin", default=None, help="the Rust binary to build, when the crate has several")

@@ -48,8 +48,8 @@ def add_arguments(p) -> None:
     p.add_argument("--memory", metavar="SIZE", help="guest memory, e.g. 64M (default 64M)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="invocation deadline (default 60)")
     p.add_argument("--name", help="the harness name: its kv namespace (default: the image's file name stem)")
-    p.add_argument("--data-dir", type=arguments.path, help="where kv data lives (default: $BERM_DATA_DIR, else "
-                                                 f"{platformdirs.user_data_dir('berm')})")
+    p.add_argument("--data-dir", type=arguments.path,
+                   help=f"where kv data lives (default: $BERM_DATA_DIR, else {platformdirs.user_data_dir('berm')})")
     p.add_argument("--daemon", nargs="?", const="", metavar="SOCKET",
                    help="call the harness of that name in a running daemon (berm serve) over its control socket "
                         "(default socket: $BERM_SOCKET, $XDG_RUNTIME_DIR/berm.sock or the user state dir, as for "

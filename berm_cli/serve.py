@@ -43,8 +43,8 @@ def _seconds(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("declarations", type=arguments.path, help="TOML file with the [[harnesses]] to load")
-    p.add_argument("--socket", type=arguments.path, default=None, help="control socket path (default: $BERM_SOCKET, "
-                   "$XDG_RUNTIME_DIR/berm.sock or the user state dir)")
+    p.add_argument("--socket", type=arguments.path, default=None,
+                   help="control socket path (default: $BERM_SOCKET, $XDG_RUNTIME_DIR/berm.sock or the user state dir)")
     p.add_argument("--state-dir", type=arguments.path, default=None,
                    help="where the due-set and kv store live (default: the user data dir); one daemon at a time")
     p.add_argument("--harnesses-dir", type=arguments.path, default=None, help="where {name}.elf images are found")

@@ -6,10 +6,9 @@
  * bump pointer, with no gaps. Small blocks (<= 4 KiB) come in power-of-two classes and go back to the list of the
  * largest class they hold; larger ones are rounded to 4 KiB and reused best-fit, a larger free block split (its
  * rest freed; once the heap's end is reached, a small allocation takes from a free block of a larger class, small
- * or large, split alike). The top block freed goes back
- * to the bump pointer. When a request finds nothing, free neighbours are merged (one walk of the heap) and the
- * request tried again: guest memory is fresh for every invocation, so this is the only compaction needed.
- * Out of memory returns NULL. */
+ * or large, split alike). The top block freed goes back to the bump pointer. When a request finds nothing, free
+ * neighbours are merged (one walk of the heap) and the request tried again: guest memory is fresh for every
+ * invocation, so this is the only compaction needed. Out of memory returns NULL. */
 #include "berm.h"
 
 #define HEADER 16u
