@@ -28,6 +28,19 @@ def make_queue(tmp_path):
         yield make
 
 
+def test_a_wake_queued_behind_a_busy_worker_is_told_when_it_runs(make_queue):
+    """A wake's ``now`` was the instant the scheduler queued it: behind a busy worker it waited (up to an
+    invocation's timeout), and ran told it was on time (found by a review)."""
+    slow, late = RecordingTarget(work=1.0), RecordingTarget()
+    q = make_queue({"slow": slow, "late": late}, workers=1)
+    q.call("slow", "echo", "x")
+    wait_for(lambda: slow.active)
+    q.schedule("late", "w", now_ms(), "p")  # queued for the only worker, which the call holds
+    wait_for(lambda: late.wakes())
+    (wake,) = late.wakes()
+    assert wake["now"] >= int(slow.calls[0]["end"] * 1000)
+
+
 def test_wake_200ms_ahead_fires_never_early_and_idle_makes_no_wakeups(make_queue):
     t = RecordingTarget()
     q = make_queue({"h": t})

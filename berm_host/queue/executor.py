@@ -339,6 +339,7 @@ class Executor:
         """Run ``inv`` as this thread's current invocation: (outcome counter, result text, what it raised)."""
         result: str | None = None
         error: BaseException | None = None
+        inv = inv.started()
         previous = set_current(inv)
         try:
             result = self._invoke(inv, deadline)

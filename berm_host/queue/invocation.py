@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import enum
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 
 class Trigger(enum.Enum):
@@ -39,10 +40,15 @@ class Context:
 class Invocation:
     trigger: Trigger
     harness: str
-    args: bytes = b""
+    args: bytes | Callable[[], bytes] = b""  # a function: made as the invocation starts (``started``)
     tool: str | None = None  # CALL only
     context: Context = field(default_factory=Context)
     schedule_id: str | None = None  # WAKE only: the due-set id being delivered
+
+    def started(self) -> Invocation:
+        """This invocation as it starts: its arguments made, when a function makes them (a wake's carry the
+        instant it is delivered)."""
+        return replace(self, args=self.args()) if callable(self.args) else self
 
     @property
     def label(self) -> str:

@@ -28,6 +28,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -60,10 +61,14 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def wake_args(entry: Entry, now: int) -> bytes:
-    """The argument blob ``on_wake`` pulls with ``berm.args.*``."""
-    return json.dumps({"id": entry.id, "payload": entry.payload, "scheduled_at": entry.when_ms, "now": now},
+def wake_args(entry: Entry) -> Callable[[], bytes]:
+    """The argument blob ``on_wake`` pulls with ``berm.args.*``, made now but for its ``now``, which the function
+    returned adds as the wake starts (``Invocation.started``): a wake queued behind a busy worker waits up to an
+    invocation's timeout, and was told the time it was queued, so it could not see how late it ran (found by a
+    review). Made now, a row that cannot be rendered is dropped at once (``Scheduler._fire``)."""
+    head = json.dumps({"id": entry.id, "payload": entry.payload, "scheduled_at": entry.when_ms},
                       ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return lambda: b'%s,"now":%d}' % (head[:-1], now_ms())
 
 
 @dataclass(frozen=True)
@@ -223,7 +228,7 @@ class Scheduler:
         ready, trimmed = self._within_harness_limits(ready)
         self._held = full | trimmed
         for entry in ready[:budget]:
-            self._fire(entry, now)
+            self._fire(entry)
         if ready:
             self._count(drains=1)
         if len(ready) > budget or trimmed or self._waiting(now, full):  # a wait for their harness is a spill too
@@ -281,9 +286,9 @@ class Scheduler:
                 held.add(e.harness)
         return startable, frozenset(held)
 
-    def _fire(self, entry: Entry, now: int) -> None:
+    def _fire(self, entry: Entry) -> None:
         try:
-            inv = Invocation(Trigger.WAKE, entry.harness, wake_args(entry, now), context=Context(depth=entry.depth),
+            inv = Invocation(Trigger.WAKE, entry.harness, wake_args(entry), context=Context(depth=entry.depth),
                              schedule_id=entry.id)
             future = self._executor.submit(inv)
         except QueueClosed:
