@@ -100,6 +100,8 @@ def field_text(value: bytes, what: str) -> str:
 def field_int(value: bytes, what: str) -> int:
     """A field as a decimal integer, or a FrameError naming the field."""
     text = field_text(value, what)
-    if len(text) > 40 or not _DECIMAL.fullmatch(text):
-        raise FrameError(f"{what} is not a decimal integer: {text[:40]!r}")
+    if len(text) > 40:  # not "not a decimal integer": a 41-digit one is (found by a review)
+        raise FrameError(f"{what} is longer than 40 characters: {text[:40]!r}…")
+    if not _DECIMAL.fullmatch(text):
+        raise FrameError(f"{what} is not a decimal integer: {text!r}")
     return int(text)

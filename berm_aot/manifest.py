@@ -30,6 +30,12 @@ REQUEST_KEYS = ("capabilities", "hosts")
 #: Engine.load and berm inspect, found by a hostile review). A fixed bound, far under that limit, makes the answer
 #: independent of how deep the caller's own stack is. Tool schemas nest a few levels.
 MAX_NESTING = 100
+#: The most digits an integer in a manifest may have: below Python's least limit on converting integers to and from
+#: text (640, ``sys.set_int_max_str_digits``), so what is accepted does not hang on the interpreter's setting (with
+#: none, a 1 MiB integer took 25 s to read: quadratic), and a number accepted can always be written back out.
+MAX_INT_DIGITS = 600
+#: A manifest's text shown in an error (a key, a name, a version) is cut to this many characters.
+SHOWN = 80
 
 
 @dataclass(frozen=True)
@@ -63,10 +69,12 @@ def parse_manifest(data: bytes | None) -> Manifest:
     except UnicodeDecodeError as exc:
         raise ManifestEncodingError(f"the manifest is not UTF-8 (byte {exc.start})") from None
     try:
-        doc = json.loads(text, object_pairs_hook=unique_object)
+        doc = json.loads(text, object_pairs_hook=unique_object, parse_int=_integer)
     except RepeatedKey as exc:  # the last one was kept: a manifest with two "tools" read as the second
-        raise ManifestJsonError(f"the manifest names the key {exc.key!r} twice in one object") from None
-    except ValueError as exc:  # JSONDecodeError is a ValueError, as is an integer of 4300+ digits
+        raise ManifestJsonError(f"the manifest names the key {exc.key[:SHOWN]!r} twice in one object") from None
+    except LongInteger:
+        raise ManifestJsonError(f"the manifest holds an integer of more than {MAX_INT_DIGITS} digits") from None
+    except ValueError as exc:  # JSONDecodeError is a ValueError
         raise ManifestJsonError(f"the manifest is not valid JSON: {exc}") from None
     except RecursionError:
         raise ManifestJsonError(f"the manifest nests arrays and objects too deep to read; at most {MAX_NESTING} "
@@ -83,12 +91,24 @@ def parse_manifest(data: bytes | None) -> Manifest:
     if type(version) is not int:
         raise ManifestJsonError(f"the manifest's abi_version must be an integer, not {_json_type(version)}")
     if version != ABI_VERSION:
-        raise AbiVersionError(f"harness was built against ABI version {version}, this host speaks {ABI_VERSION}")
+        raise AbiVersionError(f"harness was built against ABI version {str(version)[:SHOWN]}, this host speaks "
+                              f"{ABI_VERSION}")
     usage = doc.get("usage", "")
     if not isinstance(usage, str):
         raise ManifestJsonError(f"the manifest's usage must be a string, not {_json_type(usage)}")
     return Manifest(abi_version=version, tools=_tools(doc.get("tools")), usage=usage, requests=_requests(doc),
                     raw=doc)
+
+
+class LongInteger(ValueError):
+    pass
+
+
+def _integer(digits: str) -> int:
+    """``json.loads``'s ``parse_int``: the integer, or LongInteger past MAX_INT_DIGITS."""
+    if len(digits) > MAX_INT_DIGITS + digits.startswith("-"):
+        raise LongInteger
+    return int(digits)
 
 
 def nesting_depth(doc) -> int:
@@ -107,7 +127,7 @@ def nesting_depth(doc) -> int:
 
 def _json_type(value) -> str:
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
-             float: "a fractional number"}
+             float: "a number with a fraction or an exponent"}
     return "null (or missing)" if value is None else names.get(type(value), type(value).__name__)
 
 
@@ -120,16 +140,18 @@ def _tools(value) -> tuple[ToolSpec, ...]:
             raise ManifestJsonError(f"tools[{i}] must be an object, not {_json_type(entry)}")
         name = entry.get("name")
         if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
-            raise ManifestJsonError(f"tools[{i}].name must be a string of letters, digits and '_', not {name!r}")
+            shown = repr(name[:SHOWN]) if isinstance(name, str) else _json_type(name)
+            raise ManifestJsonError(f"tools[{i}].name must be a string of letters, digits and '_', not {shown}")
         if name in seen:
-            raise ManifestJsonError(f"tool {name!r} is declared twice")
+            raise ManifestJsonError(f"tool {name[:SHOWN]!r} is declared twice")
         seen.add(name)
         description = entry.get("description", "")
         if not isinstance(description, str):
-            raise ManifestJsonError(f"tool {name!r}: description must be a string, not {_json_type(description)}")
+            raise ManifestJsonError(f"tool {name[:SHOWN]!r}: description must be a string, "
+                                    f"not {_json_type(description)}")
         parameters = entry.get("parameters", {})
         if not isinstance(parameters, dict):
-            raise ManifestJsonError(f"tool {name!r}: parameters must be a JSON Schema object, "
+            raise ManifestJsonError(f"tool {name[:SHOWN]!r}: parameters must be a JSON Schema object, "
                                     f"not {_json_type(parameters)}")
         tools.append(ToolSpec(name=name, description=description, parameters=parameters))
     return tuple(tools)
@@ -174,6 +196,6 @@ def load_manifest(image: ElfImage) -> Manifest:
         raise MissingExportError("the image exports no tools (no global function named berm_tool_<name>)")
     for tool in manifest.tools:
         if tool.name not in exports:
-            raise MissingExportError(f"the manifest declares tool {tool.name!r}, but the image does not export "
-                                     f"{TOOL_PREFIX}{tool.name}")
+            raise MissingExportError(f"the manifest declares tool {tool.name[:SHOWN]!r}, but the image does not "
+                                     f"export {TOOL_PREFIX}{tool.name[:SHOWN]}")
     return manifest

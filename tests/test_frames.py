@@ -22,8 +22,10 @@ def test_every_truncation_of_a_frame_is_an_error_not_a_shorter_field():
 
 def test_field_int_takes_forty_characters_at_most():
     assert field_int(b"-" + b"9" * 39, "n") == -int("9" * 39)
-    with pytest.raises(FrameError, match="n is not a decimal integer"):
+    with pytest.raises(FrameError, match="n is longer than 40 characters"):  # not "not a decimal integer"
         field_int(b"9" * 41, "n")
+    with pytest.raises(FrameError, match="n is not a decimal integer: '9x'"):
+        field_int(b"9x", "n")
 
 
 def test_field_text_names_the_offset_of_the_first_bad_byte():
