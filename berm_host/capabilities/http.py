@@ -7,7 +7,8 @@ URL; the guest may not set ``Host``, ``Content-Length`` or ``Transfer-Encoding``
 virtual hosts behind an allowed address). Redirects are returned as they are, never followed. A timer shuts the
 socket down when the call's time is up, so neither a slow server nor a trickle of bytes outlasts the timeout, and
 connecting happens in a helper thread the call stops waiting for, so neither does a hanging resolver. Bodies over
-``BODY_CAP`` are refused.
+``BODY_CAP`` are refused. Header values travel as UTF-8 both ways (ABI.md: strings are UTF-8), and each pair the
+guest gives is sent as given, a name given twice included.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ _FOLD = re.compile(r"\r?\n[ \t]+")
 #: the request, and a vertical tab or form feed is a separator to some lenient servers and proxies (a review).
 _CONTROL_IN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _HOST_CHARS = re.compile(r"[a-z0-9.*:_-]+|\[[0-9a-f:.]+\]")
+#: A host name as the resolver may be asked for it (an IPv6 address is checked apart).
+_RESOLVER_NAME = re.compile(r"[a-z0-9._-]+")
+#: Methods that carry a body, so that an empty one is sent as ``Content-Length: 0`` (as http.client does).
+_BODY_METHODS = frozenset({"PATCH", "POST", "PUT"})
 
 
 class HostListError(BermError):
@@ -69,6 +74,8 @@ class HostList:
             if not host or not _HOST_CHARS.fullmatch(host) or "*" in name or (
                     not name.startswith("[") and "" in name.split(".")):  # an empty label: "*..", "a..b"
                 raise HostListError(f"bad host entry {entry!r}")
+            if name.startswith("[") and not _is_ipv6(name[1:-1]):  # "[cafe]" granted the DNS name cafe (a review)
+                raise HostListError(f"bad host entry {entry!r}: brackets hold an IPv6 address")
             if ":" in name and not _is_ipv6(name.strip("[]")):  # "host:port", never matched (found by a review)
                 raise HostListError(f"bad host entry {entry!r}: not a host name or address (no port may be listed: "
                                     "a listed host is reached on any port)")
@@ -135,6 +142,8 @@ def _target(url: str, hosts: HostList) -> tuple[str, str, int, str]:
         host = resolver_form(parts.hostname)
     except UnicodeError as exc:
         raise CapabilityError(f"bad host name: {exc}") from None
+    if not _RESOLVER_NAME.fullmatch(host) and not _is_ipv6(host):  # IDNA makes a space of U+00A0 and others, which
+        raise CapabilityError(f"bad host name {host[:80]!r}")  # a wildcard let through to http.client (a review)
     if not hosts.allows(host):
         raise CapabilityError(f"host {host!r} is not in this harness's hosts")
     path = parts.path or "/"
@@ -191,6 +200,29 @@ def _unfolded(value: str) -> str:
     return _FOLD.sub(" ", value)
 
 
+def _received(value: str) -> str:
+    """A received header value as text: http.client reads header bytes as Latin-1, which made a UTF-8 value two
+    characters per byte, encoded twice on its way to the guest (found by a review). Bytes that are UTF-8 are read as
+    such; others stay Latin-1, so what the guest gets is always UTF-8."""
+    raw = value.encode("latin-1", "replace")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return value
+
+
+def _send_request(conn: http.client.HTTPConnection, method: str, target: str, body: bytes,
+                  headers: list[tuple[str, str]]) -> None:
+    """The request, each header pair sent as given: a name given twice is sent twice (a dict kept its last value
+    only: found by a review), and a value goes out as its UTF-8 bytes (http.client sent Latin-1)."""
+    conn.putrequest(method, target, skip_accept_encoding=any(n.lower() == "accept-encoding" for n, _ in headers))
+    for name, value in headers:
+        conn.putheader(name, value.encode("utf-8"))
+    if body or method.upper() in _BODY_METHODS:
+        conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders(body or None)
+
+
 def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tuple[str, str]], *,
           timeout: float = HTTP_TIMEOUT, cap: int = BODY_CAP) -> tuple[int, str, bytes]:
     if not _TOKEN.fullmatch(method):
@@ -203,18 +235,18 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
     scheme, host, port, target = _target(url, hosts)
     deadline = Deadline.within_invocation(timeout)
     seconds = max(deadline.seconds, 0.001)  # a socket timeout of 0 would make it non-blocking
-    if scheme == "https":
-        conn = http.client.HTTPSConnection(host, port, timeout=seconds, context=ssl.create_default_context())
-    else:
-        conn = http.client.HTTPConnection(host, port, timeout=seconds)
-    timer = watch = None
+    conn = timer = watch = None
     try:
+        if scheme == "https":
+            conn = http.client.HTTPSConnection(host, port, timeout=seconds, context=ssl.create_default_context())
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=seconds)
         _connect(conn, deadline)
         watch = _watch(conn)
         timer = threading.Timer(deadline.check(), _abort, (watch,))
         timer.daemon = True
         timer.start()
-        conn.request(method, target, body=body or None, headers=dict(headers))
+        _send_request(conn, method, target, body, headers)
         resp = conn.getresponse()
         if resp.msg.defects or resp.msg.get_payload():  # a line that is no header ended them, and what followed
             raise CapabilityError("malformed response headers")  # (framing included) was dropped without a word
@@ -228,8 +260,11 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
         deadline.check()
         if resp.length:  # read1 ends quietly where the connection did, short of the Content-Length
             raise CapabilityError(f"the connection closed with {resp.length} bytes of the body missing")
-        rendered = "".join(f"{k}: {_unfolded(v)}\n" for k, v in resp.getheaders())
+        rendered = "".join(f"{_received(k)}: {_received(_unfolded(v))}\n" for k, v in resp.getheaders())
         return resp.status, rendered, bytes(data)
+    except CapabilityError:  # what the timer's shutdown cut short may look malformed: a timeout is said as one
+        deadline.check()
+        raise
     except (http.client.HTTPException, ssl.SSLError, OSError, ValueError) as exc:
         deadline.check()
         if isinstance(exc, socket.gaierror):
@@ -241,7 +276,8 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
             timer.join()  # an _abort already running ends before its descriptor is closed
         if watch is not None:
             watch.close()
-        conn.close()
+        if conn is not None:
+            conn.close()
 
 
 def _check_length(resp: http.client.HTTPResponse) -> None:
