@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -100,6 +101,43 @@ def test_glob_output_is_capped_and_says_so(root):
     out = fs_search.glob(Root(root), "many/*", "", Deadline(10), cap=5).decode().split("\n")
     assert len(out) == 6
     assert out[-1] == "[truncated: 12 matches, showing the newest 5]"
+
+
+@pytest.mark.parametrize("call", ["glob", "files", "content", "count"])
+def test_a_reply_of_long_escaped_paths_is_cut_at_its_byte_cap(tmp_path, call):
+    """Found by a review: only the number of lines was capped, and a name's bytes shown as ``\\xNN`` take four
+    characters each: deep names of control bytes made one glob's reply 130 MB and its host 430 MB."""
+    root = tmp_path / "root"
+    deep = root / ("\x01" * 255) / ("\x01" * 255)
+    deep.mkdir(parents=True)
+    for i in range(600):  # each path shown in ~2,060 characters: 1.2 MB in all
+        (deep / f"f{i:03}").write_text("needle\n")
+    caps = fs_search.capabilities(Root(root), timeout=30)
+    out = glob(caps, "**/f*") if call == "glob" else grep(caps, "needle", mode=call)
+    size = len("\n".join(out).encode())
+    assert fs_search.REPLY_BYTES - 3000 < size <= fs_search.REPLY_BYTES + 200
+    assert out[-1].startswith("[truncated: ") and f"cut at {fs_search.REPLY_BYTES >> 10} KiB, after" in out[-1]
+    assert all(line.startswith("\\x01" * 255 + "/") for line in out[:-1])
+
+
+@pytest.mark.parametrize("call, request_fields", [
+    ("berm.fs.glob", ["x" * 300 + "/*", ""]), ("berm.fs.glob", ["*", "y" * 300]),
+    ("berm.fs.grep", ["a", "z" * 300, "", "files"])])
+def test_an_os_error_of_a_search_names_its_path(caps, call, request_fields):
+    """Found by a review: the guest was told "berm.fs.glob: File name too long", without the path (as fs.write
+    was once)."""
+    named = request_fields[1] or request_fields[0]
+    with pytest.raises(CapabilityError, match=f"^{re.escape(f'{call}: {named}: File name too long')}$"):
+        caps[call](encode_frame(request_fields))
+
+
+def test_a_search_worker_that_cannot_start_is_said_so(caps, workers, monkeypatch):
+    def no_fork(*args, **kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess, "Popen", no_fork)
+    with pytest.raises(CapabilityError, match="^berm.fs.grep: cannot start a search worker: Resource temporarily"):
+        grep(caps, "TODO")
 
 
 def test_glob_does_not_leave_the_root(root, tmp_path, caps):
@@ -546,6 +584,11 @@ def test_glob_classes_escapes_and_comment_lines(root, caps):
     assert Glob("[^a]*").match("b") and not Glob("[^a]*").match("a")  # ^ negates like !
     assert not Glob("x[!a]y").match("x/y") and not Glob("x[^a]y").match("x/y")  # nor a separator
     assert Glob("[]a]").match("]") and Glob("[]a]").match("a")  # ] first in a class is a member
+    # a range holding '/' holds the rest of it (found by a review: "a[.-0]b" matched "a/b", and "*[.-0]*.py" let
+    # one "*" match across a directory)
+    assert Glob("a[.-0]b").match("a.b") and Glob("a[.-0]b").match("a0b") and not Glob("a[.-0]b").match("a/b")
+    assert not Glob("*[.-0]*.py").match("src/x.py") and Glob("*[%-0]*.py").match("x.0.py")
+    assert Glob("[-.]").match("-") and Glob("[.-]").match("-") and not Glob("[.-]").match("/")  # '-' is itself
     assert Glob("a\\").match("a\\")  # a trailing backslash is itself
     assert glob(caps, r"\src/*.c") == ["src/main.c"]  # an escaped component is not a literal prefix
     (root / ".gitignore").write_text("#todo\n")

@@ -6,9 +6,10 @@ truncated frame, a wrong field count, invalid UTF-8 — may escape as any other 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from berm_abi.errors import FrameError
 from berm_abi.frames import decode_request, field_text
@@ -30,6 +31,16 @@ def text(value: bytes, what: str) -> str:
         return field_text(value, what)
     except FrameError as exc:
         raise CapabilityError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def naming(path: str) -> Iterator[None]:
+    """OS errors as CapabilityError naming the guest's path, as the refusals of paths do. Found by reviews: the
+    guest was told "berm.fs.write: File name too long" (and glob's likewise), without the path."""
+    try:
+        yield
+    except OSError as exc:
+        raise CapabilityError(f"{path}: {exc.strerror or exc}") from None
 
 
 def capability(name: str) -> Callable[[CapabilityFn], CapabilityFn]:

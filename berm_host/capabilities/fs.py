@@ -16,15 +16,13 @@ the request asks for them with the pair ``parents = 1``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import stat
-from collections.abc import Iterator
 
 from berm_host.linker import CapabilityError, CapabilityFn
 
-from ._request import capability, fields, text
+from ._request import capability, fields, naming, text
 from .paths import Root
 
 READ_CAP = 50 * 1024 * 1024
@@ -123,16 +121,6 @@ def _take_access(fd: int, old: os.stat_result) -> None:
     os.fchmod(fd, mode)
 
 
-@contextlib.contextmanager
-def _naming(path: str) -> Iterator[None]:
-    """OS errors as CapabilityError naming the guest's path, as the refusals above do. Found by a review: the guest
-    was told "berm.fs.write: File name too long", without the path."""
-    try:
-        yield
-    except OSError as exc:
-        raise CapabilityError(f"{path}: {exc.strerror or exc}") from None
-
-
 def _flag(value: bytes, what: str) -> bool:
     word = text(value, what).strip().lower()
     if word in ("1", "true", "yes"):
@@ -149,7 +137,7 @@ def capabilities(root: Root) -> dict[str, CapabilityFn]:
     def fs_read(request: bytes) -> bytes:
         (field,), _ = fields(request, ("path",))
         path = text(field, "path")
-        with _naming(path):
+        with naming(path):
             return read_file(root, path)
 
     @capability("berm.fs.write")
@@ -161,7 +149,7 @@ def capabilities(root: Root) -> dict[str, CapabilityFn]:
                 raise CapabilityError(f"unknown option {key[:40]!r} (known: parents)")
             parents = _flag(value, "parents")
         path = text(field, "path")
-        with _naming(path):
+        with naming(path):
             write_file(root, path, content, parents=parents)
         return b""
 

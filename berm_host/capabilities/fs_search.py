@@ -45,7 +45,7 @@ import string
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import regex
@@ -54,7 +54,7 @@ from berm_abi.text import escaped
 from berm_host.linker import CapabilityError, CapabilityFn
 
 from . import dirwalk, grep_worker
-from ._request import Deadline, capability, fields, text
+from ._request import Deadline, capability, fields, naming, text
 from .fs import READ_CAP, read_upto
 from .gitignore import MAX_IGNORE_FILE, Ignore
 from .patterns import MAX_PATTERN, Glob, literal_prefix
@@ -62,6 +62,9 @@ from .paths import MAX_DEPTH, Resolved, Root
 
 #: At most this many paths (glob, grep files/count) or matching lines (grep content) per reply.
 RESULT_CAP = 1000
+#: At most this many bytes of them: a path may be 128 directories of 255 bytes, each byte shown as 4 (``\xNN``), and
+#: RESULT_CAP of those made a glob's reply 130 MB and its host 430 MB (found by a review).
+REPLY_BYTES = 1 << 20
 #: A file whose first this many bytes hold a NUL is binary: grep skips it, having read only those.
 BINARY_PROBE = 8192
 MODES = ("files", "content", "count")
@@ -178,8 +181,11 @@ class _Worker:
     def __init__(self) -> None:
         # close_fds: the worker holds none of the host's descriptors (a granted root's directories among them), only
         # its pipes; its stderr is not the host's either.
-        self.proc = subprocess.Popen(WORKER, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, close_fds=True, bufsize=0)
+        try:  # its failure is no path's (berm.fs.grep names its path in the OS errors of the rest)
+            self.proc = subprocess.Popen(WORKER, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, close_fds=True, bufsize=0)
+        except OSError as exc:
+            raise CapabilityError(f"cannot start a search worker: {exc.strerror or exc}") from None
         self._stdin, self._stdout = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         os.set_blocking(self._stdin, False)
         os.set_blocking(self._stdout, False)
@@ -489,10 +495,18 @@ def _shown(rel: str) -> str:
     return "\\x5b" + shown[1:] if shown.startswith("[") else shown
 
 
-def _render(lines: list[str], note: str | None) -> bytes:
+def _render(lines: Iterable[str], note: str | None) -> bytes:
+    """The reply: ``lines`` (made as they are taken) up to REPLY_BYTES, and a last line for ``note`` and a cut."""
+    kept, size = [], 0
+    for line in lines:
+        size += len(line.encode("utf-8")) + 1  # a name's bytes that are not UTF-8 are escaped (_shown)
+        if size > REPLY_BYTES:
+            note = _notes(note, f"the reply is cut at {REPLY_BYTES >> 10} KiB, after {len(kept)} lines")
+            break
+        kept.append(line)
     if note:
-        lines = lines + [f"[truncated: {note}]"]
-    return "\n".join(lines).encode("utf-8")  # a name's bytes that are not UTF-8 are escaped (_shown)
+        kept.append(f"[truncated: {note}]")
+    return "\n".join(kept).encode("utf-8")
 
 
 def _notes(*notes: str | None) -> str | None:
@@ -534,7 +548,7 @@ def glob(root: Root, pattern: str, base: str, deadline: Deadline, cap: int = RES
             raise
     if note is None and total > cap:
         note = f"{total} matches, showing the newest {cap}"
-    return _render([_shown(rel) for _, rel in sorted(newest, key=lambda t: (-t[0], t[1]))],
+    return _render((_shown(rel) for _, rel in sorted(newest, key=lambda t: (-t[0], t[1]))),
                    _notes(note, _depth_note(too_deep)))
 
 
@@ -698,6 +712,7 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
     _check_pattern(pattern)
     matcher = Glob(include, basename_if_no_slash=True) if include else None
     lines: list[str] = []  # content and count modes: up to cap + 1, the extra one saying there is more
+    size = [0]  # ... and their characters, which past REPLY_BYTES _render would only drop
     hits: list[tuple[int, str]] = []  # files mode: every matching file, sorted newest first at the end
     note = None
     too_deep: list[str] = []  # the directories the walk did not walk below (MAX_DEPTH)
@@ -705,9 +720,11 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
     def record(entry: Entry, count: int, shown: list[str]) -> None:
         if count and mode == "files":
             hits.append((entry.st.st_mtime_ns, entry.rel))
-        elif count:
+        elif count and size[0] <= REPLY_BYTES:
             rel = _shown(entry.rel)
-            lines.extend([f"{rel}:{line}" for line in shown] if mode == "content" else [f"{rel}:{count}"])
+            new = [f"{rel}:{line}" for line in shown] if mode == "content" else [f"{rel}:{count}"]
+            lines.extend(new)
+            size[0] += sum(map(len, new))
 
     try:
         deadline.check()
@@ -715,7 +732,7 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
             worker.compile(pattern)
             sent: collections.deque[Entry] = collections.deque()  # searched, in order, the results not read yet
             for entry, data in _files_to_search(root, base, matcher, deadline, too_deep):
-                if len(lines) > cap:
+                if len(lines) > cap or size[0] > REPLY_BYTES:
                     break
                 if len(data) > READ_CAP:  # grown past the cap since its size was looked at
                     continue
@@ -727,7 +744,7 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
                     sent.append(entry)
                     while sent and (big or len(sent) > PIPELINE or worker.has_result()):  # big: within its share
                         record(sent.popleft(), *worker.result(deadline))
-            while sent and len(lines) <= cap:
+            while sent and len(lines) <= cap and size[0] <= REPLY_BYTES:
                 record(sent.popleft(), *worker.result(deadline))
             worker.compiled(deadline)  # with nothing searched, a pattern that does not compile is still an error
     except TimeoutError:
@@ -736,10 +753,11 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
         note = "the pattern needed too much memory (it backtracks too much: simplify it), the results so far"
     if mode == "files":
         hits.sort(key=lambda t: (-t[0], t[1]))
-        lines = [_shown(rel) for _, rel in hits[:cap + 1]]
+        if len(hits) > cap:
+            note = note or f"{len(hits)} matching files, showing the newest {cap}"
+        return _render((_shown(rel) for _, rel in hits[:cap]), _notes(note, _depth_note(too_deep)))
     if len(lines) > cap:
-        note = note or (f"{len(hits)} matching files, showing the newest {cap}" if mode == "files"
-                        else f"more than {cap} matching {'lines' if mode == 'content' else 'files'}")
+        note = note or f"more than {cap} matching {'lines' if mode == 'content' else 'files'}"
         lines = lines[:cap]
     return _render(lines, _notes(note, _depth_note(too_deep)))
 
@@ -750,12 +768,16 @@ def capabilities(root: Root, *, timeout: float = SEARCH_TIMEOUT) -> dict[str, Ca
     @capability("berm.fs.glob")
     def fs_glob(request: bytes) -> bytes:
         (pattern, path), _ = fields(request, ("pattern", "path"))
-        return glob(root, text(pattern, "pattern"), text(path, "path"), Deadline.within_invocation(timeout))
+        pattern, path = text(pattern, "pattern"), text(path, "path")
+        with naming(path or pattern):
+            return glob(root, pattern, path, Deadline.within_invocation(timeout))
 
     @capability("berm.fs.grep")
     def fs_grep(request: bytes) -> bytes:
         (pattern, path, include, mode), _ = fields(request, ("pattern", "path", "include", "mode"))
-        return grep(root, text(pattern, "pattern"), text(path, "path"), text(include, "include"),
-                    text(mode, "mode"), Deadline.within_invocation(timeout))
+        path = text(path, "path")
+        with naming(path or "."):
+            return grep(root, text(pattern, "pattern"), path, text(include, "include"), text(mode, "mode"),
+                        Deadline.within_invocation(timeout))
 
     return {"berm.fs.glob": fs_glob, "berm.fs.grep": fs_grep}

@@ -49,8 +49,30 @@ def _class(seg: str, i: int) -> tuple[str, int] | None:
         return None
     # a "]" first in the class is one of its characters (found by a review: "[!]a]" became "[^/]a]", whose "]"
     # closed the class)
-    body = seg[start:j].replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
-    return ("[^/" if negate else "[") + body + "]", j + 1
+    return ("[^/" if negate else "[") + _class_body(seg[start:j]) + "]", j + 1
+
+
+def _class_body(body: str) -> str:
+    """A class's characters and ranges as RE2 reads them, each character escaped, and '/' left out of every range:
+    the separator is no character of a component, and a range such as ``.-0`` holds it (found by a review:
+    ``a[.-0]b`` matched ``a/b``). A range that runs backwards stays one, for RE2 to refuse."""
+    items, k = [], 0
+    while k < len(body):
+        if k + 2 < len(body) and body[k + 1] == "-":
+            lo, hi = body[k], body[k + 2]
+            k += 3
+            if lo <= "/" <= hi:  # the two ranges either side of it, either maybe empty
+                items += [(a, b) for a, b in ((lo, "."), ("0", hi)) if a <= b]
+            else:
+                items.append((lo, hi))
+        else:
+            items.append((body[k], body[k]))
+            k += 1
+    return "".join(_class_char(lo) if lo == hi else f"{_class_char(lo)}-{_class_char(hi)}" for lo, hi in items)
+
+
+def _class_char(c: str) -> str:
+    return "\\" + c if c in "\\[]^-" else c
 
 
 def _braces(seg: str, i: int) -> tuple[list[str], int] | None:
