@@ -92,3 +92,16 @@ def test_a_writable_file_in_an_unwritable_directory_is_refused_saying_why(tmp_pa
     assert msg == ("berm.fs.write: shared.txt: permission denied: its directory is not writable (a write replaces "
                    "the file atomically, through a new file beside it)")
     assert f.read_text() == "old"
+
+
+def test_a_host_running_as_root_keeps_the_owner_of_a_file_it_rewrites(tmp_path):
+    """Found by a review: root's rewrite made another user's 0600 file root's, and its owner could no longer read
+    it. (This write runs in the test's own process, as root.)"""
+    from berm_abi.frames import encode_frame
+    from berm_host.capabilities import fs
+    from berm_host.capabilities.paths import Root
+
+    f = _file(tmp_path / "theirs.txt", mode=0o600, uid=OTHER, gid=OTHER)
+    fs.capabilities(Root(tmp_path))["berm.fs.write"](encode_frame(["theirs.txt", "new"]))
+    st = f.stat()
+    assert (f.read_text(), st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == ("new", OTHER, OTHER, 0o600)

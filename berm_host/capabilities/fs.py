@@ -9,9 +9,10 @@ bits (read, write, execute: never setuid, setgid or sticky, which the new file w
 ownership and the guest's content), both set before any of the new content is written. When the host user may not
 give the new file the old one's group (it is not a member), the file keeps the group it was made with (the host
 user's, or a setgid directory's), and its group and other bits are both cut to what the old file granted both, so
-that nobody gains access: 0640 becomes 0600, 0664 becomes 0644. The new file is the host user's: a file another user
-owned becomes the host's (a daemon running as root makes it root's). Missing parent directories are an error unless
-the request asks for them with the pair ``parents = 1``.
+that nobody gains access: 0640 becomes 0600, 0664 becomes 0644. A file another user owned keeps its owner where the
+host user may give it (a host running as root: a file it made root's locked its owner out of a 0600 file, found by a
+review), and otherwise becomes the host user's. Missing parent directories are an error unless the request asks for
+them with the pair ``parents = 1``.
 """
 
 from __future__ import annotations
@@ -105,11 +106,18 @@ def write_file(root: Root, path: str, content: bytes, *, parents: bool = False) 
 
 
 def _take_access(fd: int, old: os.stat_result) -> None:
-    """Give the empty temp file ``fd`` the group and permission bits of the file ``old`` it is to replace, before any
-    content is written: the new content of a 0600 file sat in a temp file of the umask's mode (0644) while it was
-    written, for another user to open (found by a review)."""
+    """Give the empty temp file ``fd`` the owner (where the host may), group and permission bits of the file ``old``
+    it is to replace, before any content is written: the new content of a 0600 file sat in a temp file of the
+    umask's mode (0644) while it was written, for another user to open (found by a review)."""
     mode = stat.S_IMODE(old.st_mode) & 0o777
-    if os.fstat(fd).st_gid != old.st_gid:
+    made = os.fstat(fd)
+    if made.st_uid != old.st_uid:
+        try:
+            os.fchown(fd, old.st_uid, old.st_gid)
+            made = os.fstat(fd)
+        except OSError:  # only root may give a file away: it stays the host user's
+            pass
+    if made.st_gid != old.st_gid:
         # Found by a review: a 0640 file of group G came back 0640 of the host user's group, readable by its members.
         try:
             os.fchown(fd, -1, old.st_gid)
