@@ -186,6 +186,18 @@ def test_edit_of_lines_as_read_shows_them_in_a_crlf_file_keeps_its_line_ends(os_
         "old_string not found"
 
 
+def test_edit_of_lines_that_occur_with_both_line_ends_is_not_unique(os_tools):
+    """read shows a block with CRLF and the same block with LF alike: edit replaced the LF one and said ok (found
+    by a review)."""
+    mixed = b"x = 1\r\ny = 2\r\n# copy\nx = 1\ny = 2\n"
+    (os_tools.root / "mixed.txt").write_bytes(mixed)
+    assert os_tools.fails("edit", path="mixed.txt", old_string="x = 1\ny = 2", new_string="x = 9\ny = 9") == \
+        "old_string is not unique, found 2 occurrences"
+    assert (os_tools.root / "mixed.txt").read_bytes() == mixed
+    assert os_tools("edit", path="mixed.txt", old_string="# copy\nx = 1", new_string="# kept\nx = 1") == "ok"
+    assert (os_tools.root / "mixed.txt").read_bytes() == mixed.replace(b"# copy", b"# kept")
+
+
 def test_edit_a_10_mb_file(fast_tools):
     body = b"0123456789abcdef" * (10 * 2**20 // 16)
     (fast_tools.root / "big").write_bytes(body[:5_000_000] + b"NEEDLE" + body[5_000_000:])

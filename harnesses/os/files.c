@@ -116,12 +116,21 @@ BERM_TOOL(edit) {
     if (file.error) return berm_fail(file.error);
     const char *hit = NULL;
     size_t count = occurrences(file.data, file.len, old, &hit);
-    if (count == 0 && memchr(old.ptr, '\n', old.len) && berm_memmem(file.data, file.len, "\r\n", 2)) {
-        /* read shows CRLF lines without their \r: match, and replace, with the file's own line ends */
-        old = with_crlf(old);
-        new = with_crlf(new);
-        if (!old.ptr || !new.ptr) return berm_failf("out of memory editing a %zu-byte file", file.len);
-        count = occurrences(file.data, file.len, old, &hit);
+    if (memchr(old.ptr, '\n', old.len) && berm_memmem(file.data, file.len, "\r\n", 2)) {
+        /* read shows CRLF lines without their \r: they match too, and are replaced with the file's own line ends.
+         * Where both forms occur, read shows both alike: not unique (found by a review: the bare one was
+         * replaced, and the edit said ok). */
+        berm_str crlf_old = with_crlf(old);
+        if (!crlf_old.ptr) return berm_failf("out of memory editing a %zu-byte file", file.len);
+        const char *crlf_hit = NULL;
+        size_t crlf_count = crlf_old.len == old.len ? 0 : occurrences(file.data, file.len, crlf_old, &crlf_hit);
+        if (count == 0 && crlf_count) {
+            old = crlf_old;
+            new = with_crlf(new);
+            if (!new.ptr) return berm_failf("out of memory editing a %zu-byte file", file.len);
+            hit = crlf_hit;
+        }
+        count += crlf_count;
     }
     if (count == 0) return berm_fail("old_string not found");
     if (count > 1) return berm_failf("old_string is not unique, found %zu occurrences", count);
