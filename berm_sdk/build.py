@@ -96,16 +96,16 @@ def harness_sources(directory: Path) -> list[Path]:
 
 def _c_names(top: Path, *, recurse: bool) -> list[Path]:
     """Whatever under ``top`` is named ``*.c`` (a directory or a FIFO too: ``_check_source`` refuses those by name),
-    descending into subdirectories when ``recurse``, never through a link. A directory that cannot be listed is a
-    BuildError naming it."""
+    descending into subdirectories when ``recurse``, never through a link. Hidden names are left out, as a shell's
+    ``*.c`` leaves them: an editor's lock (Emacs's dangling link ``.#a.c``, there while a.c has unsaved edits)
+    stopped the build (found by a review). A directory that cannot be listed is a BuildError naming it."""
     def refuse(exc: OSError) -> None:
         raise BuildError(f"{exc.filename or top}: cannot list the harness's sources: {exc.strerror or exc}")
 
     found: list[Path] = []
     for parent, dirs, files in os.walk(top, onerror=refuse):
-        found += [Path(parent, name) for name in (*dirs, *files) if name.endswith(".c")]
-        if not recurse:
-            dirs.clear()
+        found += [Path(parent, name) for name in (*dirs, *files) if name.endswith(".c") and not name.startswith(".")]
+        dirs[:] = [name for name in dirs if recurse and not name.startswith(".")]
     return found
 
 
@@ -137,6 +137,14 @@ def _check_source(root: Path, source: Path) -> None:
         raise BuildError(f"{source}: not a regular file (a source is read from a regular file only)")
 
 
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a byte that is not UTF-8, read with surrogateescape
+        return False
+    return True
+
+
 def check_output(out: Path, directory: Path) -> None:
     """Refuse to write the image of the harness in ``directory`` as one of its sources: a file inside it named like
     one (found by a review: ``-o h/tiny.c`` built, and tiny.c was the image; ``-o h/harness.toml`` too). ``out``'s
@@ -149,14 +157,15 @@ def check_output(out: Path, directory: Path) -> None:
                          "write it elsewhere")
 
 
-def _defined_tools(obj: Path) -> set[str]:
-    """Tool names whose ``berm_tool_<name>`` a compiled object defines as a global or weak symbol."""
+def _defined_tools(obj: Path) -> dict[str, bool]:
+    """Tool names whose ``berm_tool_<name>`` a compiled object defines as a global or weak symbol, each with whether
+    it is a function."""
     try:
         with obj.open("rb") as f:
             symtab = ELFFile(f).get_section_by_name(".symtab")
             if symtab is None:
-                return set()
-            return {s.name[len(TOOL_PREFIX):] for s in symtab.iter_symbols()
+                return {}
+            return {s.name[len(TOOL_PREFIX):]: s["st_info"]["type"] == "STT_FUNC" for s in symtab.iter_symbols()
                     if s.name.startswith(TOOL_PREFIX) and s["st_shndx"] != "SHN_UNDEF"
                     and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")}
     except (OSError, ELFError) as exc:
@@ -173,7 +182,10 @@ def check_tools_defined(spec: HarnessSpec, objects: dict[Path, Path]) -> None:
     """Every declared tool has a function, and every tool function is declared. ``objects``: source → object."""
     defined: dict[str, Path] = {}
     for source, obj in objects.items():
-        for tool in _defined_tools(obj):
+        for tool, function in _defined_tools(obj).items():
+            if not function:  # found by a review: "int berm_tool_t;" passed, and the image's check failed at the end
+                raise BuildError(f"{_line_in(source, tool)}: {TOOL_PREFIX}{tool} is not a function (write "
+                                 f"BERM_TOOL({tool}) {{ ... }})")
             if tool in defined:  # the linker would say only "duplicate symbol", of objects already deleted
                 raise BuildError(f"{_line_in(source, tool)}: {TOOL_PREFIX}{tool} is defined twice: also at "
                                  f"{_line_in(defined[tool], tool)}")
@@ -283,6 +295,8 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
             raise BuildError(f"{escaped(str(source), lines=False)}: the guest compiler cannot take a file name "
                              f"holding any of {' '.join(map(repr, _UNSPEAKABLE))}, or a directory name holding "
                              f"{' or '.join(map(repr, _UNSPEAKABLE_ABOVE))}: rename it")
+        if not _utf8(source.name):  # the image's symbol table names it: its check failed, naming no file (a review)
+            raise BuildError(f"{escaped(str(source), lines=False)}: a source's name must be UTF-8: rename it")
     out = Path(out) if out is not None else Path.cwd() / f"{spec.name}.elf"
     check_output(out, directory)
     profile = load_profile()

@@ -448,11 +448,38 @@ def test_a_blank_description_is_warned_about(tmp_path, capsys):
     assert f"{d / 'harness.toml'}:5: tool 'hello' has no description" in capsys.readouterr().err
 
 
-def test_a_diagnostic_naming_a_source_whose_name_is_no_utf8_is_shown(tmp_path):
+def test_a_diagnostic_naming_a_source_whose_path_is_no_utf8_is_shown(tmp_path):
     """Found by a review: the compiler's message, decoded as UTF-8, was a UnicodeDecodeError traceback."""
+    d = harness(tmp_path / os.fsdecode(b"bad\xff"), tiny="int broken(void) { return undefined_thing; }\n")
+    with pytest.raises(ToolchainError, match="bad\ufffd/h/tiny.c:1:.*use of undeclared identifier 'undefined_thing'"):
+        build_harness(d, tmp_path / "x.elf")
+
+
+def test_a_source_whose_name_is_no_utf8_is_refused_by_name(tmp_path):
+    """Found by a review: it compiled, and the image's own check then failed ("a name in the symbol-name table is
+    not UTF-8"), naming no file."""
     d = harness(tmp_path, tiny=HELLO)
-    (d / os.fsdecode(b"bad\xff.c")).write_text("int broken(void) { return undefined_thing; }\n")
-    with pytest.raises(ToolchainError, match="bad\ufffd.c:1:.*use of undeclared identifier 'undefined_thing'"):
+    (d / os.fsdecode(b"bad\xff.c")).write_text("int other;\n")
+    with pytest.raises(BuildError, match=r"h/bad\\xff\.c: a source's name must be UTF-8: rename it"):
+        build_harness(d, tmp_path / "x.elf")
+
+
+def test_hidden_files_are_no_sources(tmp_path):
+    """Found by a review: Emacs's lock beside a file with unsaved edits (a dangling link ``.#tiny.c``) was taken
+    for a source, and stopped the build; a shell's ``*.c`` leaves hidden names out, and so does the build."""
+    d = harness(tmp_path, tiny=HELLO)
+    (d / ".#tiny.c").symlink_to("someone@host.1234:1700000000")
+    (d / "src" / ".cache").mkdir()
+    (d / "src" / ".cache" / "old.c").write_text("this is no C\n")
+    build_harness(d, tmp_path / "x.elf")
+    assert engine_harness("interp", (tmp_path / "x.elf").read_bytes()).call("hello") == "hello"
+
+
+def test_a_global_named_like_a_tool_that_is_no_function_is_refused_by_line(tmp_path):
+    """Found by a review: ``int berm_tool_hello;`` counted as the tool, and the image's check failed at the end of
+    the build, naming no file."""
+    d = harness(tmp_path, tiny='#include "berm.h"\n\nint berm_tool_hello = 3;\n')
+    with pytest.raises(BuildError, match=rf"{d / 'tiny.c'}:3: berm_tool_hello is not a function"):
         build_harness(d, tmp_path / "x.elf")
 
 
