@@ -48,6 +48,7 @@ _TOOL_KEYS = {"name", "description", "parameters"}
 _REQUEST_KEYS = {"capabilities", "hosts"}
 #: Where an error is placed: patterns matched at a line's first character that is not a space or a tab.
 _TOOLS_HEADER = r"\[\[[ \t]*tools[ \t]*\]\]"
+_TOOLS_KEY = r"tools[ \t]*="
 _REQUESTS_KEY = r"\[?[ \t]*requests\b"
 _USAGE_KEY = r"usage[ \t]*="
 _NAME_VALUE = re.compile(r"""name[ \t]*=[ \t]*["']([^"']*)["']""")
@@ -107,23 +108,31 @@ def _line_of(lines: list[str], pattern: str, nth: int = 0) -> int | None:
 
 def _tool_lines(text: str, names: list[str]) -> list[int | None]:
     """The line of each tool's ``name = "…"``, searched in order from the first ``[[tools]]`` header (before it, a
-    harness named like a tool gave its own line): each the first after the line found for the tool before. One pass
-    over the lines, then a look-up a tool: a search of the rest of the file a tool was quadratic in a file of tools
-    whose name lines it could not find."""
+    harness named like a tool gave its own line), or in a file without one from its ``tools = [`` line, whose
+    inline tables' names may share lines (the search started at line 1, and found the harness's name: a review):
+    each the first after the one found for the tool before. One pass over the lines, then a look-up a tool: a
+    search of the rest of the file a tool was quadratic in a file of tools whose name lines it could not find."""
     lines = _stripped_lines(text)
-    header = _line_of(lines, _TOOLS_HEADER) or 0
-    naming: dict[str, list[int]] = {}
-    for number, line in enumerate(lines[header:], header + 1):
-        match = _NAME_VALUE.match(line)
-        if match:
-            naming.setdefault(match.group(1), []).append(number)
-    found, after = [], 0
+    header = _line_of(lines, _TOOLS_HEADER)
+    if header is not None:
+        seen = [(number, m.group(1)) for number, line in enumerate(lines[header:], header + 1)
+                if (m := _NAME_VALUE.match(line))]
+    else:
+        key = _line_of(lines, _TOOLS_KEY)
+        seen = [] if key is None else [(number, m.group(1)) for number, line in enumerate(lines[key - 1:], key)
+                                       for m in _NAME_VALUE.finditer(line)]
+    where: dict[str, list[int]] = {}  # each name's places in `seen`
+    for place, (_, name) in enumerate(seen):
+        where.setdefault(name, []).append(place)
+    found, after = [], -1
     for name in names:
-        numbers = naming.get(name, [])
-        i = bisect.bisect_right(numbers, after)
-        line = numbers[i] if i < len(numbers) else None
-        after = line or after
-        found.append(line)
+        places = where.get(name, [])
+        i = bisect.bisect_right(places, after)
+        if i < len(places):
+            after = places[i]
+            found.append(seen[after][0])
+        else:
+            found.append(None)
     return found
 
 

@@ -78,6 +78,10 @@ def test_entry_anchors_the_manifest_and_every_tool(tmp_path):
     ('name = "t"\n[[tools]]\nname = "t"\ndescription = ""\n[[tools]]\nname = "t"\ndescription = ""\n',
      r"harness.toml:6: tool 't' is declared twice"),
     ('name = "t"\n\n[[tools]]\nname = "t"\n', r"harness.toml:4: tool 't': description must be a string"),
+    # found by a review: tools as an inline array were searched for from line 1, which found the harness's name
+    ('name = "t"\ntools = [{name = "t", description = 1}]\n', r"harness.toml:2: tool 't': description must be"),
+    ('name = "t"\ntools = [\n  {name = "a", description = ""}, {name = "t"},\n]\n',
+     r"harness.toml:3: tool 't': description must be"),
     ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparams = {}\n', r"harness.toml:5: tool 't': unknown key 'params'"),
     ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = "object"\n',
      r"harness.toml:5: tool 't': parameters must be a table"),
