@@ -85,12 +85,8 @@ class HarnessSpec:
         return doc
 
     def manifest_bytes(self) -> bytes:
-        """The compact UTF-8 JSON stored in ``.berm.abi``."""
-        try:
-            return json.dumps(self.manifest(), separators=(",", ":"), ensure_ascii=False,
-                              allow_nan=False).encode("utf-8")
-        except (TypeError, ValueError) as exc:  # TOML dates and times, inf/nan have no JSON form
-            raise BuildError(f"{self.path}: a tool's parameters cannot be written as JSON: {exc}") from None
+        """The compact UTF-8 JSON stored in ``.berm.abi`` (what JSON cannot write was refused as it was read)."""
+        return json.dumps(self.manifest(), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def _stripped_lines(text: str) -> list[str]:
@@ -239,6 +235,11 @@ def load_harness_toml(path: Path) -> HarnessSpec:
             raise fail(f"tool {tname!r}: parameters nest {depth} deep; at most {MAX_PARAMETERS_NESTING} (the host "
                        f"reads a manifest {MAX_NESTING} deep, and a tool's parameters sit 3 down in it)",
                        _key_line(text, line, "parameters"))
+        try:  # the manifest's writing (manifest_bytes) said only that "a tool's parameters" could not be (a review)
+            json.dumps(parameters, allow_nan=False)
+        except (TypeError, ValueError):
+            raise fail(f"tool {tname!r}: parameters hold a value JSON has no form for (a TOML date or time, inf or "
+                       "nan)", _key_line(text, line, "parameters")) from None
         tools.append(ToolDecl(tname, description, parameters, line))
     spec = HarnessSpec(path=path, name=name, usage=usage, tools=tuple(tools), requests=_requests(doc, fail))
     # Found by a review: a manifest over the host's limit was refused only by the image's own check, after compiling.

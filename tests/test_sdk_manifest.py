@@ -78,6 +78,11 @@ def test_entry_anchors_the_manifest_and_every_tool(tmp_path):
     ('name = "t"\n[[tools]]\nname = "t"\ndescription = ""\n[[tools]]\nname = "t"\ndescription = ""\n',
      r"harness.toml:6: tool 't' is declared twice"),
     ('name = "t"\n\n[[tools]]\nname = "t"\n', r"harness.toml:4: tool 't': description must be a string"),
+    # found by a review: a date said only "a tool's parameters cannot be written as JSON", with no tool or line
+    ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = {type = "object", default = 1979-05-27}\n',
+     r"harness.toml:5: tool 't': parameters hold a value JSON has no form for \(a TOML date"),
+    ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = {type = "object", maximum = inf}\n',
+     r"harness.toml:5: tool 't': parameters hold a value JSON has no form for"),
     # found by a review: tools as an inline array were searched for from line 1, which found the harness's name
     ('name = "t"\ntools = [{name = "t", description = 1}]\n', r"harness.toml:2: tool 't': description must be"),
     ('name = "t"\ntools = [\n  {name = "a", description = ""}, {name = "t"},\n]\n',
@@ -92,8 +97,6 @@ def test_entry_anchors_the_manifest_and_every_tool(tmp_path):
      r"harness.toml:4: requests.capabilities: unknown capability 'teleport'"),
     ('name = "x"\nrequests = { capabilities = ["teleport"] }\n[[tools]]\nname = "t"\ndescription = ""\n',
      r"harness.toml:2: requests.capabilities: unknown capability 'teleport'"),
-    ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = { default = 1979-05-27 }\n',
-     r"harness.toml: a tool's parameters cannot be written as JSON"),
     # a newcomer's walkthrough: a typo in the schema reached the manifest without a word
     ('name = "x"\n[[tools]]\nname = "t"\ndescription = ""\nparameters = { type = "object", properties = '
      '{ name = { type = "strin" } } }\n', r"harness.toml:5: tool 't': parameters are not a JSON Schema: 'strin' is "
