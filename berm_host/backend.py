@@ -30,12 +30,18 @@ class RunRequest:
     max_result: int | None = None  # with read_result: a result longer than this is not copied (result None)
     snapshot: tuple[tuple[int, int], ...] = ()  # (addr, length) ranges of guest memory to copy out at the end
 
-
-def check_int_args(request: RunRequest) -> None:
-    """A HostError for more integer arguments than a0..a7 hold (on either engine: translated code raised a
-    ValueError, found by a review)."""
-    if len(request.int_args) > 8:
-        raise HostError(f"at most 8 integer arguments fit a0..a7, not {len(request.int_args)}")
+    def __post_init__(self) -> None:
+        """A HostError for what no guest could be run with, the same on either engine. Found by reviews: for more
+        integer arguments than a0..a7 hold, translated code raised a ValueError; for an entry outside [0, 2**64) or
+        args given as text, cffi's OverflowError or a TypeError (the interpreter trapped at the entry, or ran)."""
+        if not isinstance(self.entry, int) or not 0 <= self.entry < 1 << 64:
+            raise HostError(f"the entry must be a guest address, an int in [0, 2**64), not {self.entry!r:.60}")
+        if not isinstance(self.args, (bytes, bytearray, memoryview)):
+            raise HostError(f"the arguments must be bytes, not {type(self.args).__name__}")
+        if len(self.int_args) > 8:
+            raise HostError(f"at most 8 integer arguments fit a0..a7, not {len(self.int_args)}")
+        if not all(isinstance(v, int) for v in self.int_args):
+            raise HostError("the integer arguments must be ints")
 
 
 @dataclass(frozen=True)

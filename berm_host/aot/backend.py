@@ -15,7 +15,7 @@ from berm_aot.cache import CodeCache
 from berm_aot.image import ElfImage, read_segments
 from berm_aot.locator import Locator
 from berm_aot.program import Program
-from berm_host.backend import RunRequest, RunResult, check_int_args
+from berm_host.backend import RunRequest, RunResult
 from berm_host import watchdog
 from berm_host.image_facts import ElfFacts
 from berm_host.layout import DEFAULT_MEMORY, Layout, layout_for
@@ -111,7 +111,6 @@ class AotBackend:
     # -- one invocation -----------------------------------------------------------------------------------------
 
     def run(self, request: RunRequest) -> RunResult:
-        check_int_args(request)
         memory = self.memory
         region = memory.acquire()
         for i, v in enumerate(request.int_args):

@@ -13,7 +13,7 @@ from itertools import repeat
 
 from berm_aot.isa import checks_sp
 from berm_aot.program import Program
-from berm_host.backend import LogSink, RunRequest, RunResult, check_int_args
+from berm_host.backend import LogSink, RunRequest, RunResult
 from berm_host.layout import DEFAULT_MEMORY, TRACE_KEEP, Layout, layout_for
 from berm_host.linker import Linker
 from berm_host.running import NESTED_DETAIL, interpreting
@@ -95,7 +95,6 @@ class InterpBackend:
         return h
 
     def run(self, request: RunRequest) -> RunResult:
-        check_int_args(request)
         mem = GuestMemory(self.program.image, self.layout)
         try:
             st = RunState(mem, request.args, request.linker, request.log, request.deadline)
