@@ -38,7 +38,7 @@ from .errors import BuildError
 from .harness_toml import TOML_NAME, HarnessSpec, load_harness_toml, requests_problem
 from .header import calls_header, write_calls_header
 from .schemas import schema_problem
-from .toolchain import GUEST_CFLAGS, Toolchain, compile_object, guest_toolchain, link
+from .toolchain import GUEST_CFLAGS, Toolchain, ToolchainError, compile_object, guest_toolchain, link
 
 #: Parallel compiler processes; the machines are small and shared.
 JOBS = 2
@@ -314,7 +314,13 @@ def build_harness(directory: Path, out: Path | None = None, *, warn: Callable[[s
         check_tools_defined(spec, own)  # before compiling the SDK: a missing tool is the commonest mistake
         generated = _compile_all([entry], work / "entry", profile, include)
         objects = [*own.values(), *generated.values(), *_sdk_objects(work, profile)]
-        linked = link(objects, work / "harness.elf", linker_script=profile.linker_script)
+        try:
+            linked = link(objects, work / "harness.elf", linker_script=profile.linker_script)
+        except ToolchainError as exc:  # it named the objects, in a directory gone once the error shows (a review)
+            said = str(exc)
+            for source, obj in own.items():
+                said = said.replace(str(obj), str(source))
+            raise ToolchainError(said) from None
         verify_image(linked, spec)
         install_image(linked, out)
     return out

@@ -162,8 +162,9 @@ def _read_text(path: Path) -> str:
         raise BuildError(f"{path} {exc}{f', over {MAX_TOML_BYTES >> 20} MiB' if exc.oversized else ''}") from None
     try:
         return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BuildError(f"{path}: cannot read: {exc}") from None
+    except UnicodeDecodeError as exc:  # at its line (it said "position 20": found by a review)
+        line, column = data.count(b"\n", 0, exc.start) + 1, exc.start - data.rfind(b"\n", 0, exc.start)
+        raise BuildError(f"{path}:{line}: not UTF-8 (byte {column} of the line)") from None
 
 
 def load_harness_toml(path: Path) -> HarnessSpec:

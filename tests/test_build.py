@@ -475,6 +475,15 @@ def test_hidden_files_are_no_sources(tmp_path):
     assert engine_harness("interp", (tmp_path / "x.elf").read_bytes()).call("hello") == "hello"
 
 
+def test_a_link_error_names_the_authors_source_not_its_object(tmp_path):
+    """Found by a review: the linker's message cited /tmp/berm-build-…/own/000-tiny.o, gone once it showed."""
+    d = harness(tmp_path, tiny='#include "berm.h"\nint missing(void);\n'
+                               'BERM_TOOL(hello) { return berm_ok_str(missing() ? "a" : "b"); }\n')
+    with pytest.raises(ToolchainError, match="undefined symbol: missing") as caught:
+        build_harness(d, tmp_path / "x.elf")
+    assert str(d / "tiny.c") in str(caught.value) and ".o" not in str(caught.value).replace("tiny.c", "")
+
+
 def test_a_global_named_like_a_tool_that_is_no_function_is_refused_by_line(tmp_path):
     """Found by a review: ``int berm_tool_hello;`` counted as the tool, and the image's check failed at the end of
     the build, naming no file."""

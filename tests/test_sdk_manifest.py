@@ -109,6 +109,14 @@ def test_errors_name_file_and_line(tmp_path, text, message):
         load_harness_toml(write(tmp_path, text)).manifest_bytes()
 
 
+def test_a_harness_toml_that_is_not_utf8_is_placed_at_its_line(tmp_path):
+    """Found by a review: the error gave the byte's position in the file, not its line."""
+    path = tmp_path / "harness.toml"
+    path.write_bytes(b'name = "x"\n[[tools]]\nname = "t"\ndescription = "caf\xe9"\n')
+    with pytest.raises(BuildError, match=r"harness.toml:4: not UTF-8 \(byte 19 of the line\)$"):
+        load_harness_toml(path)
+
+
 def test_missing_harness_toml(tmp_path):
     with pytest.raises(BuildError, match="no such file"):
         load_harness_toml(tmp_path / "harness.toml")
