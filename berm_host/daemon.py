@@ -186,6 +186,7 @@ class Daemon:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()  # set as stop() begins: connections still open are refused from then
         self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()  # one stop() at a time: a second waits for the first to end
         self._locks: list[int] = []  # flock descriptors: the state directory's, the socket's
 
     def start(self) -> None:
@@ -218,8 +219,13 @@ class Daemon:
         return self._stopped.wait(timeout)
 
     def stop(self) -> None:
-        if self._stopped.is_set():
-            return
+        """Stop serving, once: a call from a second thread while one stops waits for that stop to end (both ran
+        every step, raced to release the locks, and one could return before the daemon had stopped)."""
+        with self._stop_lock:
+            if not self._stopped.is_set():
+                self._stop()
+
+    def _stop(self) -> None:
         self._stopping.set()
         self.queue.scheduler.stop()  # first: no wake starts while the socket winds down
         if self._server is not None:

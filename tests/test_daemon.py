@@ -243,6 +243,32 @@ def test_a_start_failing_once_it_listens_lets_go_of_the_socket_and_the_state(tmp
     again.stop()
 
 
+def test_a_stop_from_a_second_thread_waits_for_the_first(empty_daemon, monkeypatch):
+    """Two threads stopping at once each ran every step (and raced to release the locks): the second now waits for
+    the first's stop to end, and does nothing more."""
+    inside, release, stops = threading.Event(), threading.Event(), []
+    real_stop = empty_daemon.queue.stop
+
+    def slow_stop(**kwargs):
+        stops.append(kwargs)
+        inside.set()
+        release.wait(10)
+        real_stop(**kwargs)
+
+    monkeypatch.setattr(empty_daemon.queue, "stop", slow_stop)
+    first = threading.Thread(target=empty_daemon.stop)
+    first.start()
+    assert inside.wait(10)
+    second = threading.Thread(target=empty_daemon.stop)
+    second.start()
+    second.join(0.3)
+    assert second.is_alive() and not empty_daemon.wait(0)  # waiting, while the first is still stopping
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert empty_daemon.wait(0) and len(stops) == 1
+
+
 def test_a_stopping_daemon_leaves_a_socket_that_is_not_its_own(empty_daemon):
     """stop() removed whatever was at the socket's path: the live socket of another daemon that had taken the path
     over (found by a review)."""
