@@ -245,14 +245,17 @@ def test_echo_reads_what_python_writes(value, ascii_only, indent):
     (b"1.", "invalid JSON at byte 2: expected a digit after '.'"),
     (b"-", "invalid JSON at byte 1: expected a digit"),
     (b"1e+", "invalid JSON at byte 3: expected a digit in the exponent"),
-    (b'"a\x01"', "invalid JSON at byte 3: a control character in a string"),
-    (b'"\\x"', "invalid JSON at byte 3: an unknown escape"),
+    # the byte at fault, as the C SDK says (found by a review: the byte after it, or past the closing quote)
+    (b'"a\x01"', "invalid JSON at byte 2: a control character in a string"),
+    (b'"\\x"', "invalid JSON at byte 1: an unknown escape"),
     (b'"\\u12"', "invalid JSON at byte 3: a short \\u escape"),
     (b'"\\u12g4"', "invalid JSON at byte 3: a \\u escape that is not four hex digits"),
     (b'"\\ud800"', "invalid JSON at byte 7: a high surrogate without its low one"),
     (b'"\\ud800\\u0041"', "invalid JSON at byte 13: a high surrogate without its low one"),
     (b'"\\udc00"', "invalid JSON at byte 7: a lone low surrogate"),
-    (b'"caf\xe9"', "invalid JSON at byte 6: a string that is not UTF-8"),
+    (b'"caf\xe9"', "invalid JSON at byte 4: a string that is not UTF-8"),
+    (b'"ab\xffcd"', "invalid JSON at byte 3: a string that is not UTF-8"),
+    (b'"\xe2\x82"', "invalid JSON at byte 1: a string that is not UTF-8"),
     (b'"open', "invalid JSON at byte 5: a string with no closing quote"),
     (b'{"a": 1, "a": 2}', 'invalid JSON at byte 16: key "a" repeated'),
     (b"[" * 65 + b"]" * 65, "invalid JSON at byte 64: nested too deeply"),
@@ -260,6 +263,20 @@ def test_echo_reads_what_python_writes(value, ascii_only, indent):
 def test_json_errors_say_what_and_where(kind, text, message):
     with pytest.raises(ToolFailure, match=f"^{re.escape(message)}$"):
         sdk(kind).call("echo", text)
+
+
+@pytest.mark.parametrize("arguments", [
+    b'{"path": "' + b"x" * 700_000 + b'"}',  # a string was grown by doubling: twice its size at the end
+    b'{"path": [' + b",".join([b"0"] * 100_000) + b"]}",  # a value per element, in a vector grown by doubling
+    b'{"path": "' + b"x" * 3_000_000 + b'"}',  # more than the heap: the arguments' own buffer
+])
+def test_arguments_the_heap_cannot_hold_are_an_error_not_a_trap(kind, arguments):
+    """Found by a review: the parser's allocations panicked (a trap), where the C SDK's tool fails with this
+    message; on 2 MiB of guest memory."""
+    harness = Engine(kind=kind, memory_size=2 << 20).load(ELF).harness(None, name="rust-sdk")
+    with pytest.raises(ToolFailure, match=f"^invalid arguments: out of memory reading {len(arguments)} bytes of "
+                                          "arguments$"):
+        harness.call("read", arguments)
 
 
 def test_an_object_of_many_keys_is_checked_for_repeats_in_n_log_n():

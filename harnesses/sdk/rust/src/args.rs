@@ -34,16 +34,24 @@ fn shown(text: &str, cap: usize) -> String {
 }
 
 /// Parses the invocation's arguments as a JSON object whose keys are all in `known` (empty arguments count as
-/// `{}`).
+/// `{}`). Arguments the heap cannot hold are an error, as in the C SDK.
 pub fn object(known: &[&str]) -> Result<Args, String> {
-    parse_object(&crate::args(), known)
+    let text = crate::tool::read_args().map_err(out_of_memory)?;
+    parse_object(&text, known)
+}
+
+fn out_of_memory(len: usize) -> String {
+    invalid(format!("out of memory reading {len} bytes of arguments"))
 }
 
 /// `object` of the given text.
 pub fn parse_object(text: &[u8], known: &[&str]) -> Result<Args, String> {
     let value = match text {
         b"" => Value::Object(Vec::new()),
-        _ => json::parse(text).map_err(|e| invalid(format!("not JSON: {e}")))?,
+        _ => json::parse_value(text).map_err(|e| match e {
+            json::Error::Invalid(message) => invalid(format!("not JSON: {message}")),
+            json::Error::OutOfMemory => out_of_memory(text.len()),
+        })?,
     };
     let Value::Object(members) = value else {
         return Err(invalid(format!("expected a JSON object, not {}", value.type_name())));

@@ -1,7 +1,9 @@
 //! JSON for tool arguments and results: a parser into `Value` (at most `MAX_DEPTH` levels of nesting, numbers
-//! kept as their text) and a string writer. Errors say where the text went wrong, for a model to act on.
+//! kept as their text) and a string writer. Errors say where the text went wrong, for a model to act on. A heap
+//! too small for the value is an error too, never the allocator's panic (a trap): each string takes one exact
+//! allocation, as the C SDK's parser does (found by a review: a string grown by doubling needed twice its size,
+//! and 700 kB of argument trapped where the C SDK parsed it).
 
-use alloc::borrow::ToOwned;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -60,8 +62,23 @@ impl Value {
     }
 }
 
+/// Why a text was not parsed.
+pub(crate) enum Error {
+    /// What is wrong with the text, and at which byte.
+    Invalid(String),
+    /// The heap cannot hold the value.
+    OutOfMemory,
+}
+
 /// The JSON value of `text` (surrounding whitespace allowed), or what is wrong with it and at which byte.
 pub fn parse(text: &[u8]) -> Result<Value, String> {
+    parse_value(text).map_err(|e| match e {
+        Error::Invalid(message) => message,
+        Error::OutOfMemory => format!("out of memory parsing {} bytes of JSON", text.len()),
+    })
+}
+
+pub(crate) fn parse_value(text: &[u8]) -> Result<Value, Error> {
     let mut parser = Parser { text, at: 0 };
     let value = parser.value(0)?;
     parser.space();
@@ -69,6 +86,11 @@ pub fn parse(text: &[u8]) -> Result<Value, String> {
         return Err(parser.error("text after the value"));
     }
     Ok(value)
+}
+
+/// Room for `n` more items in `v`, or `Error::OutOfMemory`.
+fn room<T>(v: &mut Vec<T>, n: usize) -> Result<(), Error> {
+    v.try_reserve(n).map_err(|_| Error::OutOfMemory)
 }
 
 /// Appends `s` to `out` as a JSON string, quotes included.
@@ -126,8 +148,8 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn error(&self, what: &str) -> String {
-        format!("invalid JSON at byte {}: {what}", self.at)
+    fn error(&self, what: &str) -> Error {
+        Error::Invalid(format!("invalid JSON at byte {}: {what}", self.at))
     }
 
     fn space(&mut self) {
@@ -146,14 +168,14 @@ impl Parser<'_> {
         found
     }
 
-    fn expect(&mut self, byte: u8) -> Result<(), String> {
+    fn expect(&mut self, byte: u8) -> Result<(), Error> {
         if self.eat(byte) {
             return Ok(());
         }
         Err(self.error(&format!("expected '{}'", byte as char)))
     }
 
-    fn value(&mut self, depth: usize) -> Result<Value, String> {
+    fn value(&mut self, depth: usize) -> Result<Value, Error> {
         self.space();
         match self.peek() {
             Some(b'{' | b'[') if depth == MAX_DEPTH => Err(self.error("nested too deeply")),
@@ -174,7 +196,7 @@ impl Parser<'_> {
         }
     }
 
-    fn array(&mut self, depth: usize) -> Result<Value, String> {
+    fn array(&mut self, depth: usize) -> Result<Value, Error> {
         self.at += 1;
         let mut items = Vec::new();
         self.space();
@@ -182,7 +204,9 @@ impl Parser<'_> {
             return Ok(Value::Array(items));
         }
         loop {
-            items.push(self.value(depth)?);
+            let item = self.value(depth)?;
+            room(&mut items, 1)?;
+            items.push(item);
             self.space();
             if self.eat(b']') {
                 return Ok(Value::Array(items));
@@ -191,7 +215,7 @@ impl Parser<'_> {
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<Value, String> {
+    fn object(&mut self, depth: usize) -> Result<Value, Error> {
         self.at += 1;
         let mut members: Vec<(String, Value)> = Vec::new();
         self.space();
@@ -207,6 +231,7 @@ impl Parser<'_> {
             self.space();
             self.expect(b':')?;
             let value = self.value(depth)?;
+            room(&mut members, 1)?;
             members.push((key, value));
             self.space();
             if self.eat(b'}') {
@@ -218,8 +243,10 @@ impl Parser<'_> {
 
     /// The object of `members`, or an error naming a key it repeats. Sorted, not compared pairwise: an object of
     /// 40,000 keys took 13 s to check key by key, past a tool's deadline (found by a review).
-    fn unique(&self, members: Vec<(String, Value)>) -> Result<Value, String> {
-        let mut keys: Vec<&str> = members.iter().map(|(k, _)| k.as_str()).collect();
+    fn unique(&self, members: Vec<(String, Value)>) -> Result<Value, Error> {
+        let mut keys: Vec<&str> = Vec::new();
+        room(&mut keys, members.len())?;
+        keys.extend(members.iter().map(|(k, _)| k.as_str()));
         keys.sort_unstable();
         if let Some(pair) = keys.windows(2).find(|pair| pair[0] == pair[1]) {
             return Err(self.error(&format!("key \"{}\" repeated", pair[0])));
@@ -235,7 +262,7 @@ impl Parser<'_> {
         self.at - start
     }
 
-    fn number(&mut self) -> Result<Value, String> {
+    fn number(&mut self) -> Result<Value, Error> {
         let start = self.at;
         self.eat(b'-');
         let leading_zero = self.peek() == Some(b'0');
@@ -254,11 +281,14 @@ impl Parser<'_> {
                 return Err(self.error("expected a digit in the exponent"));
             }
         }
+        let mut text = String::new();
+        text.try_reserve_exact(self.at - start).map_err(|_| Error::OutOfMemory)?;
         // the bytes are ASCII digits and signs, so this cannot fail
-        Ok(Value::Number(core::str::from_utf8(&self.text[start..self.at]).unwrap_or_default().to_owned()))
+        text.push_str(core::str::from_utf8(&self.text[start..self.at]).unwrap_or_default());
+        Ok(Value::Number(text))
     }
 
-    fn hex4(&mut self) -> Result<u32, String> {
+    fn hex4(&mut self) -> Result<u32, Error> {
         let digits = self.text.get(self.at..self.at + 4).ok_or_else(|| self.error("a short \\u escape"))?;
         let value = core::str::from_utf8(digits).ok().and_then(|d| u32::from_str_radix(d, 16).ok());
         let value = value.filter(|_| digits.iter().all(u8::is_ascii_hexdigit));
@@ -267,41 +297,78 @@ impl Parser<'_> {
         Ok(value)
     }
 
-    fn string(&mut self) -> Result<String, String> {
+    /// A string's text, from its opening quote: one allocation of the bytes to its closing quote (which its
+    /// escapes only shorten), each run of plain bytes checked as UTF-8 where it stands, and an error placed at the
+    /// byte at fault (the one after it, or past the closing quote for bad UTF-8, before: found by a review).
+    fn string(&mut self) -> Result<String, Error> {
         self.at += 1;
         let mut out = Vec::new();
+        room(&mut out, self.span())?;
         loop {
-            let Some(byte) = self.peek() else { return Err(self.error("a string with no closing quote")) };
-            self.at += 1;
-            match byte {
-                b'"' => break,
-                b'\\' => {
-                    let escaped = self.peek().ok_or_else(|| self.error("a string with no closing quote"))?;
+            let run = self.at;
+            while matches!(self.peek(), Some(b) if b != b'"' && b != b'\\' && b >= 0x20) {
+                self.at += 1;
+            }
+            if let Err(e) = core::str::from_utf8(&self.text[run..self.at]) {
+                self.at = run + e.valid_up_to(); // a run ends at an ASCII byte: cut short is as bad as wrong
+                return Err(self.error("a string that is not UTF-8"));
+            }
+            out.extend_from_slice(&self.text[run..self.at]);
+            match self.peek() {
+                None => return Err(self.error("a string with no closing quote")),
+                Some(b'"') => {
                     self.at += 1;
-                    let c = match escaped {
-                        b'"' => '"',
-                        b'\\' => '\\',
-                        b'/' => '/',
-                        b'b' => '\u{8}',
-                        b'f' => '\u{c}',
-                        b'n' => '\n',
-                        b'r' => '\r',
-                        b't' => '\t',
-                        b'u' => self.unicode_escape()?,
-                        _ => return Err(self.error("an unknown escape")),
-                    };
+                    break;
+                }
+                Some(b'\\') => {
+                    let c = self.escape()?;
                     let mut utf8 = [0u8; 4];
                     out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
                 }
-                0..=0x1f => return Err(self.error("a control character in a string")),
-                _ => out.push(byte),
+                Some(_) => return Err(self.error("a control character in a string")),
             }
         }
-        String::from_utf8(out).map_err(|_| self.error("a string that is not UTF-8"))
+        // every run was UTF-8, and every escape a character
+        Ok(String::from_utf8(out).unwrap_or_default())
+    }
+
+    /// How many bytes lie between here, inside a string, and its closing quote (to the text's end without one).
+    fn span(&self) -> usize {
+        let mut i = self.at;
+        while let Some(&b) = self.text.get(i) {
+            match b {
+                b'"' => break,
+                b'\\' => i += 2,
+                _ => i += 1,
+            }
+        }
+        i.min(self.text.len()) - self.at
+    }
+
+    /// The character of the escape at the backslash here; an error is placed at the backslash.
+    fn escape(&mut self) -> Result<char, Error> {
+        let at = self.at;
+        let Some(&escaped) = self.text.get(at + 1) else { return Err(self.error("a string with no closing quote")) };
+        self.at += 2;
+        Ok(match escaped {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => self.unicode_escape()?,
+            _ => {
+                self.at = at;
+                return Err(self.error("an unknown escape"));
+            }
+        })
     }
 
     /// The character of a `\u` escape whose `\u` was just read; a surrogate pair is one character.
-    fn unicode_escape(&mut self) -> Result<char, String> {
+    fn unicode_escape(&mut self) -> Result<char, Error> {
         let first = self.hex4()?;
         let code = if (0xd800..0xdc00).contains(&first) {
             if !self.text[self.at..].starts_with(b"\\u") {

@@ -2,16 +2,23 @@
 
 use crate::calls::{host_call, ARGS_LEN, ARGS_READ, FAIL, LOG};
 use alloc::string::String;
-use alloc::vec;
 use alloc::vec::Vec;
 
-/// The invocation's arguments: the JSON text the caller sent, as it is (a string argument keeps its quotes).
+/// The invocation's arguments: the JSON text the caller sent, as it is (a string argument keeps its quotes). Panics
+/// (a trap) when the heap cannot hold them; `args::object` says so as an error instead.
 pub fn args() -> Vec<u8> {
+    read_args().unwrap_or_else(|len| panic!("out of memory reading {len} bytes of arguments"))
+}
+
+/// The arguments, or their length when the heap cannot hold them.
+pub(crate) fn read_args() -> Result<Vec<u8>, usize> {
     // SAFETY: both calls only read the argument blob; the second writes at most `len` bytes into `buf`.
     let len = unsafe { host_call(ARGS_LEN, 0, 0) } as usize;
-    let mut buf = vec![0u8; len];
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(len).map_err(|_| len)?;
+    buf.resize(len, 0);
     unsafe { host_call(ARGS_READ, buf.as_mut_ptr() as u64, len as u64) };
-    buf
+    Ok(buf)
 }
 
 /// A host-side log line, tagged with the harness.
