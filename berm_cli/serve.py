@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     def on_signal(signum: int, frame: object) -> None:
         if not stop.is_set():
             stop.set()
+            daemon.request_stop()  # a start in progress (loading, compiling) serves nothing
             return
         # Found by a review: a second signal was ignored, and shutdown waits for running guests' deadlines (with
         # --timeout 86400, a day). The due-set commits synchronously, and a wake cut short stays due and runs
@@ -108,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    daemon.start()
+    if not daemon.start():
+        print("berm serve: stopped before serving (a signal came while it started)", file=sys.stderr, flush=True)
+        return 0
     print(f"berm serve: listening on {config.socket}", file=sys.stderr, flush=True)
     stop.wait()
     print("berm serve: stopping (a second signal exits at once)", file=sys.stderr, flush=True)

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from berm_abi.errors import BermError
+from berm_abi.json_objects import RepeatedKey, unique_object
 from berm_abi.text import escaped
 from berm_host.capabilities.kv import data_dir
 from berm_host.declaration import load_declarations
@@ -81,6 +82,8 @@ STATE_LOCK = "daemon.lock"
 #: Seconds a start waits to connect to a socket found at its path, to tell a live daemon from one a kill left: a
 #: daemon that does not accept (stopped) with a full backlog held `berm serve` in connect for ever, silently.
 ALIVE_TIMEOUT = 1.0
+#: The size of a Unix socket address's path on Linux (``sun_path``), its terminating NUL included.
+SOCKET_PATH_MAX = 108
 #: Seconds between connects while a listening socket's backlog is full.
 CONNECT_RETRY = 0.01
 MAX_LINE = 16 << 20
@@ -149,15 +152,24 @@ class DaemonConfig:
         object.__setattr__(self, "state_dir", data_dir(self.state_dir))
 
 
-def load_targets(config: DaemonConfig, queue: Queue) -> dict[str, Target]:
-    """Load every declared harness (its image verified, its linker built from its grants) as a queue target."""
+def load_targets(config: DaemonConfig, queue: Queue, until: Callable[[], bool] = lambda: False) -> dict[str, Target]:
+    """Load every declared harness (its image verified, its linker built from its grants) as a queue target; those
+    loaded so far once ``until()`` is true (a load may compile for minutes)."""
     from berm_host.queue.harness import Loader  # the engine: heavy imports, only when something is declared
 
     loader = Loader(config.engine, timeout=config.timeout, log=_guest_log)
     targets = {}
-    for decl in load_declarations(config.declarations):
-        linker = linker_for(decl, data_dir=config.state_dir, extra=_queue_grants(queue))
-        targets[decl.name] = loader.load(decl, decl.load_image(config.harnesses_dir), linker)
+    declarations = load_declarations(config.declarations)
+    if not declarations:  # (a "[harness]" typo is another table of the agent's: found by a review)
+        log.warning("%s declares no harnesses ([[harnesses]] tables): serving none", config.declarations)
+    for i, decl in enumerate(declarations):
+        if until():
+            break
+        try:
+            linker = linker_for(decl, data_dir=config.state_dir, extra=_queue_grants(queue))
+            targets[decl.name] = loader.load(decl, decl.load_image(config.harnesses_dir), linker)
+        except BermError as exc:  # which file declares it (found by a review: "unknown capability 'fsx'" alone)
+            raise DaemonError(f"{config.declarations}: harnesses[{i}]: {exc}") from None
         log.info("loaded harness %s (%s)", decl.name, ", ".join(linker.names()) or "no capabilities")
     return targets
 
@@ -177,6 +189,10 @@ def _queue_grants(queue: Queue) -> dict:
             "call": lambda decl: {c.name: c.fn for c in call_capabilities(queue)}}
 
 
+class _StopRequested(Exception):
+    """Raised inside Daemon.start once request_stop has been called: the start is undone."""
+
+
 class Daemon:
     def __init__(self, config: DaemonConfig):
         self.config = config
@@ -185,25 +201,31 @@ class Daemon:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()  # set as stop() begins: connections still open are refused from then
+        self._stop_requested = threading.Event()  # request_stop(): a start() in progress serves nothing
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()  # one stop() at a time: a second waits for the first to end
         self._locks: list[int] = []  # flock descriptors: the state directory's, the socket's
 
-    def start(self) -> None:
+    def start(self) -> bool:
         """Take the state directory and the socket's lock, load the harnesses, start the scheduler (due wakes from
-        before the restart drain now) and listen. The socket's lock comes before the harnesses: a second daemon on
-        the socket compiled every image it declared, or stopped at one it could not load, before it was refused."""
+        before the restart drain now) and listen; whether it serves (not when ``request_stop`` came first). The
+        socket's lock comes before the harnesses: a second daemon on the socket compiled every image it declared,
+        or stopped at one it could not load, before it was refused."""
         try:
             self._locks.append(_lock_state(self.config.state_dir))
             self._locks.append(_lock_socket(Path(self.config.socket)))
-            for name, target in load_targets(self.config, self.queue).items():
+            for name, target in load_targets(self.config, self.queue, until=self._stop_requested.is_set).items():
                 self.queue.add(name, target)
+            if self._stop_requested.is_set():
+                raise _StopRequested
             self._server = _listen(Path(self.config.socket), self)
+            if self._stop_requested.is_set():
+                raise _StopRequested
             self.queue.start()
             self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                             name="berm-control", daemon=True)
             self._thread.start()
-        except BaseException:
+        except BaseException as exc:
             # Found by a review: a thread that could not start left the socket bound and both locks held (every
             # later daemon refused, nothing serving), and stop() then waited for ever on a server never started.
             if self._server is not None:
@@ -212,8 +234,19 @@ class Daemon:
                 self._server = None
             self.queue.stop()
             self._release_locks()
+            if isinstance(exc, _StopRequested):
+                self._stopped.set()
+                log.info("stopped before serving: asked to stop while it started")
+                return False
             raise
         log.info("serving %d harnesses on %s", len(self.queue.harnesses()), self.config.socket)
+        return True
+
+    def request_stop(self) -> None:
+        """Ask a start() in progress (a signal handler's call while it loads) to stop before it serves: it stops
+        loading and returns False, listening on nothing and starting no scheduler. Found by a review: a SIGTERM
+        while harnesses compiled was put off until the start ended, and wakes that had come due ran meanwhile."""
+        self._stop_requested.set()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
@@ -413,7 +446,9 @@ class _Handler(socketserver.StreamRequestHandler):
         try:
             # parsing a line can take ~27 times its size (a list of empty objects): the long ones one at a time
             with self.server.long_parse if len(line) > LINE_ALLOWANCE else contextlib.nullcontext():  # type: ignore
-                request = json.loads(line)
+                request = json.loads(line, object_pairs_hook=unique_object)
+        except RepeatedKey as exc:  # the last one won: {"op": "stats", "op": "harnesses"} was answered (a review)
+            reply = {"ok": False, "error": "protocol", "message": f"a request names the key {exc.key[:80]!r} twice"}
         except (ValueError, UnicodeDecodeError) as exc:
             reply = {"ok": False, "error": "protocol", "message": f"not a JSON line: {exc}"}
         except RecursionError:
@@ -642,8 +677,14 @@ def _lock_socket(path: Path) -> int:
     """The descriptor holding ``<path>.lock``, or a DaemonError when another daemon holds it. Found by a review: two
     daemons starting on one socket where a killed one had left it both found it dead; the second removed the
     first's fresh socket and bound its own, and the first, listening where no client reached it, deleted the live
-    one's socket as it stopped. Held from before the check of what is at ``path`` until the daemon stops."""
+    one's socket as it stopped. Held from before the check of what is at ``path`` until the daemon stops. A path no
+    socket can be bound at is refused here, before any harness is loaded (found by a review: it was refused after
+    every image had compiled)."""
+    if len(os.fsencode(path)) >= SOCKET_PATH_MAX:
+        raise DaemonError(f"cannot listen on {path}: a Unix socket's path has at most {SOCKET_PATH_MAX - 1} bytes, "
+                          f"and this one has {len(os.fsencode(path))}")
     try:
+        _refuse_other_file(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         return _flock(path.with_name(path.name + ".lock"), f"another daemon is serving or starting on {path}")
     except OSError as exc:
@@ -668,8 +709,7 @@ def _listen(path: Path, daemon: Daemon) -> _Server:
     traceback, and a path too long for a Unix socket said "None": found by a review)."""
     try:
         if path.exists() or path.is_symlink():
-            if not stat.S_ISSOCK(path.lstat().st_mode):
-                raise DaemonError(f"{path} exists and is not a socket; refusing to replace it")
+            _refuse_other_file(path)
             if _alive(path):
                 raise DaemonError(f"a daemon is already listening on {path}")
             path.unlink()  # left behind by a daemon that was killed
@@ -682,6 +722,16 @@ def _listen(path: Path, daemon: Daemon) -> _Server:
     except OSError as exc:
         raise DaemonError(f"cannot listen on {path}: {exc.strerror or exc}") from None
     return server
+
+
+def _refuse_other_file(path: Path) -> None:
+    """A DaemonError when something other than a socket is at ``path`` (never replaced)."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise DaemonError(f"{path} exists and is not a socket; refusing to replace it")
 
 
 def _alive(path: Path) -> bool:

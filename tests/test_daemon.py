@@ -411,7 +411,7 @@ def test_berm_serve_stops_cleanly_on_sigterm(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "berm_cli.main", "serve", str(decl), "--socket", str(sock),
                              "--state-dir", str(tmp_path / "state")], stderr=subprocess.PIPE, text=True)
     try:
-        assert "listening on" in proc.stderr.readline()
+        assert "declares no harnesses" in proc.stderr.readline() and "listening on" in proc.stderr.readline()
         assert DaemonClient(sock).request({"op": "harnesses"}) == {"harnesses": []}
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
@@ -431,7 +431,7 @@ def test_berm_serve_closes_a_connection_silent_for_its_idle_timeout(tmp_path):
                              "--state-dir", str(tmp_path / "state"), "--idle-timeout", "0.3"],
                             stderr=subprocess.PIPE, text=True)
     try:
-        assert "listening on" in proc.stderr.readline()
+        assert "declares no harnesses" in proc.stderr.readline() and "listening on" in proc.stderr.readline()
         with socket.socket(socket.AF_UNIX) as s:
             s.settimeout(30)  # a hang guard: the default idle timeout is 60 s
             s.connect(str(sock))
@@ -455,7 +455,7 @@ def test_berm_serve_keeps_all_its_state_in_one_directory_given_with_a_tilde(tmp_
                              "--state-dir", "~/state"], stderr=subprocess.PIPE, text=True, cwd=cwd,
                             env={**os.environ, "HOME": str(home)})
     try:
-        assert "listening on" in proc.stderr.readline()
+        assert "declares no harnesses" in proc.stderr.readline() and "listening on" in proc.stderr.readline()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     finally:
@@ -598,6 +598,60 @@ def test_a_declared_harness_without_an_image_stops_the_start_clearly(tmp_path):
     with pytest.raises(BermError, match="harness 'missing': no image at"):
         Daemon(config).start()
     assert not config.socket.exists()
+
+
+def test_a_stop_asked_while_the_daemon_starts_serves_nothing(tmp_path, monkeypatch):
+    """Found by a review: a SIGTERM while the harnesses loaded (minutes of compiling) was put off until the start
+    ended: the socket was bound, the scheduler started, and wakes that had come due ran after the stop was asked."""
+    decl = tmp_path / "agent.toml"
+    decl.write_text("")
+    config = DaemonConfig(declarations=decl, socket=tmp_path / "berm.sock", state_dir=tmp_path / "state")
+    daemon = Daemon(config)
+    woken = RecordingTarget()
+    due = daemon_mod.Queue(config.state_dir / daemon_mod.DUE_DB)
+    due.add("h", woken)
+    due.schedule("h", "came-due", int(time.time() * 1000) - 1000)  # due while the daemon was down
+
+    def loading(config, queue, until):  # the signal arrives while the harnesses load
+        daemon.request_stop()
+        return {"h": woken}
+
+    monkeypatch.setattr(daemon_mod, "load_targets", loading)
+    assert daemon.start() is False
+    assert not config.socket.exists() and daemon.wait(0)
+    time.sleep(0.3)
+    assert woken.wakes() == [] and [e.id for e in due.list()] == ["came-due"]  # still due, for the next start
+    monkeypatch.undo()
+    again = Daemon(config)  # the locks went with it
+    assert again.start() is True
+    again.stop()
+
+
+def test_loading_stops_before_the_next_harness_once_a_stop_is_asked(tmp_path):
+    decl = tmp_path / "agent.toml"
+    decl.write_text('[[harnesses]]\nname = "never"\n')  # no image: loading it would fail
+    config = DaemonConfig(declarations=decl, socket=tmp_path / "berm.sock", state_dir=tmp_path / "state")
+    assert daemon_mod.load_targets(config, Daemon(config).queue, until=lambda: True) == {}
+
+
+def test_a_harness_that_cannot_load_is_named_with_its_declarations_file(tmp_path):
+    """Found by a review: an unknown capability, a missing image or a wrong digest was said without the file."""
+    decl = tmp_path / "agent.toml"
+    decl.write_text('[[harnesses]]\nname = "missing"\ncapabilities = ["clock"]\n')
+    config = DaemonConfig(declarations=decl, socket=tmp_path / "berm.sock", state_dir=tmp_path / "state",
+                          harnesses_dir=tmp_path / "images")
+    with pytest.raises(DaemonError, match=f"^{re.escape(str(decl))}: harnesses\\[0\\]: harness 'missing': no image"):
+        Daemon(config).start()
+
+
+def test_a_request_naming_a_key_twice_is_a_protocol_error(empty_daemon):
+    """Found by a review: the last one won, so {"op": "stats", "op": "harnesses"} was answered as harnesses, and a
+    proxy that checked a call's first "args" was passed by."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(empty_daemon.config.socket))
+        s.sendall(b'{"op": "stats", "op": "harnesses"}\n')
+        reply = json.loads(s.makefile("rb").readline())
+    assert reply == {"ok": False, "error": "protocol", "message": "a request names the key 'op' twice"}
 
 
 def test_an_invocation_ending_in_system_exit_is_a_host_error_reply(empty_daemon):
