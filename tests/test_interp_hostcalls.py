@@ -5,6 +5,7 @@ memory per run, concurrent runs."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -27,6 +28,17 @@ def call(name: str, a0: int = 0, a1: int = 0, keep: int | None = None) -> list[O
     """``a0, a1 = …; a7 = number(name); ecall`` and, with ``keep``, copy the result into that register."""
     ops = [*li(A0, a0), *li(A1, a1), *li(17, fnv1a64(name)), Op("ecall")]
     return ops + ([Op("addi", rd=keep, rs1=A0)] if keep else [])
+
+
+@pytest.mark.parametrize("name", ["berm.args.read", "berm.result.read"])
+def test_a_copy_into_guest_memory_looks_at_the_clock(name):
+    """Found by a review: a copy counted as one instruction however long, so a guest copying 64 MiB in a loop ran
+    a thousand copies between the run loop's looks at the clock, 33 s past a 0.3 s deadline. Here the deadline has
+    passed before the run starts: the first copy ends it, before the count in s0 goes up."""
+    body = [*call(name, BUF, 8), Op("addi", rd=S0, rs1=S0, imm=1)]
+    r = run_snippet([*body, Op("jal", rd=0, imm=-4 * len(body))], args=b"x" * 64, data=bytes(128),
+                    deadline=time.monotonic() - 1)
+    assert r.trap is not None and r.trap.kind is TrapKind.INTERRUPTED and r.regs[S0] == 0
 
 
 def test_args_len_and_read():
