@@ -55,9 +55,18 @@ def _run(args: argparse.Namespace) -> int:
         print(f"berm {args.command}: {shown(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # waiting for the daemon's reply (a guest run here ends at interruptible's Ctrl-C)
-        maybe = " (the daemon may have made the change: berm schedule list shows)" if args.command == "schedule" else ""
-        print(f"berm {args.command}: interrupted{maybe}", file=sys.stderr)
+        print(f"berm {args.command}: interrupted{_left_with_the_daemon(args)}", file=sys.stderr)
         return INTERRUPTED
+
+
+def _left_with_the_daemon(args: argparse.Namespace) -> str:
+    """What an interrupted client leaves the daemon doing. Found by a review: a call's Ctrl-C said only
+    "interrupted", and its guest ran on in the daemon to its deadline, holding its harness's slot."""
+    if args.command == "schedule":
+        return " (the daemon may have made the change: berm schedule list shows)"
+    if args.command == "call" and getattr(args, "daemon", None) is not None:
+        return " (a call the daemon had started runs on there until it ends or reaches its deadline)"
+    return ""
 
 
 if __name__ == "__main__":

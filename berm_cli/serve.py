@@ -80,6 +80,11 @@ def _marked(text: str) -> str:
     return "\n".join("  | " + escaped(line, lines=False) for line in text.splitlines())
 
 
+def _running(daemon: Daemon) -> str:
+    running = daemon.queue.executor.load()["busy"]
+    return f"{running} running invocation{'' if running == 1 else 's'}"
+
+
 def run(args: argparse.Namespace) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneRecordALine("%(asctime)s %(name)s %(levelname)s %(message)s"))
@@ -102,9 +107,7 @@ def run(args: argparse.Namespace) -> int:
         # again at the next start (at least once); the locks end with the process, the next start takes over the
         # socket left behind, and grep workers and exec's supervisors end as their host does.
         # os.write: print could be in the middle of a write of the main thread's to stderr (a reentrant call).
-        running = daemon.queue.executor.load()["busy"]
-        os.write(2, f"berm serve: second signal: exiting now, without waiting for {running} running "
-                    f"invocation{'' if running == 1 else 's'}\n".encode())
+        os.write(2, f"berm serve: second signal: exiting now, without waiting for {_running(daemon)}\n".encode())
         os._exit(128 + signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -114,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"berm serve: listening on {config.socket}", file=sys.stderr, flush=True)
     stop.wait()
-    print("berm serve: stopping (a second signal exits at once)", file=sys.stderr, flush=True)
+    # what it waits for, up to --timeout (a review: it was not said)
+    print(f"berm serve: stopping, waiting for {_running(daemon)} (a second signal exits at once)", file=sys.stderr,
+          flush=True)
     daemon.stop()
     print("berm serve: stopped", file=sys.stderr, flush=True)
     return 0

@@ -158,12 +158,16 @@ def test_a_traps_message_is_one_line_whatever_the_guests_failure_text_holds():
                                 "  called from main+0x4"]
 
 
-@pytest.mark.parametrize("command, said", [("call", "berm call: interrupted\n"),
-                                           ("schedule", "berm schedule: interrupted (the daemon may have made the "
-                                                        "change: berm schedule list shows)\n")])
-def test_ctrl_c_while_waiting_for_the_daemon_is_one_line_and_status_130(capsys, command, said):
+@pytest.mark.parametrize("command, daemon, said", [
+    ("call", "", "berm call: interrupted (a call the daemon had started runs on there until it ends or reaches its "
+                 "deadline)\n"),
+    ("call", None, "berm call: interrupted\n"),
+    ("schedule", None, "berm schedule: interrupted (the daemon may have made the change: berm schedule list "
+                       "shows)\n")])
+def test_ctrl_c_while_waiting_for_the_daemon_is_one_line_and_status_130(capsys, command, daemon, said):
     """Found by a review: Ctrl-C while ``berm call --daemon`` or ``berm schedule`` waited for the daemon's reply
-    printed a KeyboardInterrupt traceback, status -2 (a call run here ends at its own Ctrl-C, interrupt.py)."""
+    printed a KeyboardInterrupt traceback, status -2 (a call run here ends at its own Ctrl-C, interrupt.py); and
+    then ``berm call --daemon`` did not say that the daemon ran the call on (a later review)."""
     import argparse
     import types
 
@@ -172,7 +176,7 @@ def test_ctrl_c_while_waiting_for_the_daemon_is_one_line_and_status_130(capsys, 
     def run(args):
         raise KeyboardInterrupt
 
-    args = argparse.Namespace(command=command, _module=types.SimpleNamespace(run=run))
+    args = argparse.Namespace(command=command, daemon=daemon, _module=types.SimpleNamespace(run=run))
     assert _run(args) == 130
     assert capsys.readouterr().err == said
 

@@ -415,7 +415,9 @@ def test_berm_serve_stops_cleanly_on_sigterm(tmp_path):
         assert DaemonClient(sock).request({"op": "harnesses"}) == {"harnesses": []}
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-        assert "stopped" in proc.stderr.read()
+        assert proc.stderr.read().splitlines() == [
+            "berm serve: stopping, waiting for 0 running invocations (a second signal exits at once)",
+            "berm serve: stopped"]
         assert not sock.exists()
     finally:
         if proc.poll() is None:
