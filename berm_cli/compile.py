@@ -33,10 +33,13 @@ from berm_host.layout import DEFAULT_MEMORY, layout_for
 DESCRIPTION = ("Translate and compile images into the code cache ahead of time (what a package manager runs at "
                "install), so a daemon only loads them. Prints, per image, its digest, the ELF size, the object size "
                "and the time taken (\"cached\" when it was already there).")
+#: What its status means (README, "Commands").
+EXIT_STATUS = ("exit status: 0 every image is in the cache; 2 a usage error, or an image that could not be compiled "
+               "(the others still are); 130 interrupted; 141 the output's reader went away")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="berm-compile", description=DESCRIPTION)
+    p = argparse.ArgumentParser(prog="berm-compile", description=DESCRIPTION, epilog=EXIT_STATUS)
     p.add_argument("elf", nargs="*", type=arguments.path, help="harness images to compile")
     p.add_argument("--declarations", metavar="FILE", type=arguments.path, default=None,
                    help="also compile every harness this TOML declares ([[harnesses]]), each for its memory")

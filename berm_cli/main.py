@@ -25,12 +25,18 @@ SUBCOMMANDS = {
 }
 
 
+#: What every command's status means (README, "Commands"). Found by a review: it was said nowhere a user looks.
+EXIT_STATUS = ("exit status: 0 done; 1 the tool failed (berm.fail), or nothing to cancel; 2 a usage error, an error "
+               "of Berm's or the host's, or a guest's trap; 130 interrupted; 141 the output's reader went away")
+
+
 def _parser(chosen: str | None) -> argparse.ArgumentParser:
     """The parser; only ``chosen``'s module is imported and given its arguments (the others show their help)."""
-    parser = argparse.ArgumentParser(prog="berm", description="Run untrusted RV64IMAC harnesses, translated to C.")
+    parser = argparse.ArgumentParser(prog="berm", description="Run untrusted RV64IMAC harnesses, translated to C.",
+                                     epilog=EXIT_STATUS)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, epilog=EXIT_STATUS)
         if name == chosen:
             module = importlib.import_module(f"berm_cli.{module_name}")
             module.add_arguments(p)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from berm_cli import compile as compile_cli
-from berm_cli.main import main
+from berm_cli.main import SUBCOMMANDS, main
 
 
 @pytest.mark.parametrize("entry, argv, option", [
@@ -33,3 +33,18 @@ def test_an_empty_path_is_refused_before_anything_is_made(entry, argv, option, t
     assert exit_.value.code == 2
     assert f"argument {option}: an empty path would be the current directory" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], *([name, "--help"] for name in SUBCOMMANDS)])
+def test_every_commands_help_says_what_its_exit_status_means(argv, capsys):
+    """Found by a review: the statuses were said only in module docstrings."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    said = " ".join(capsys.readouterr().out.split())
+    assert exit_.value.code == 0 and "exit status: 0 done; 1 the tool failed" in said
+
+
+def test_berm_compiles_help_says_what_its_exit_status_means(capsys):
+    with pytest.raises(SystemExit):
+        compile_cli.main(["--help"])
+    assert "exit status: 0 every image is in the cache; 2 a usage error" in " ".join(capsys.readouterr().out.split())
