@@ -65,9 +65,16 @@ _BOUND_OPTIONS = {"root": "--root DIR", "hosts": "--host HOST"}
 
 def _declaration(args):
     for cap in dict.fromkeys(args.grant):
+        if cap in DAEMON_GRANTS:  # it said the host did not know them (found by a review)
+            raise BermError(f"--grant {cap}: {_daemon_only(cap)}")
         bound = BOUNDS.get(cap)
         if bound and not (args.root if bound == "root" else args.host):
             raise BermError(f"--grant {cap} needs {_BOUND_OPTIONS[bound]}: without it the grant gives nothing")
+    for bound, given in (("root", args.root is not None), ("hosts", bool(args.host))):
+        bounded = sorted(cap for cap, b in BOUNDS.items() if b == bound)
+        if given and not set(bounded) & set(args.grant):  # taken without a word (found by a review)
+            raise BermError(f"{_BOUND_OPTIONS[bound].split()[0]} bounds only "
+                            f"{' or '.join(f'--grant {cap}' for cap in bounded)}: without one it gives nothing")
     table = {"name": _name(args), "capabilities": list(dict.fromkeys(args.grant)),
              "hosts": list(dict.fromkeys(args.host))}
     if args.root is not None:
@@ -204,13 +211,17 @@ def run(args) -> int:
     return 0
 
 
+def _daemon_only(grant: str) -> str:
+    return f"only a declaration under berm serve grants {grant}: call the harness through the daemon (--daemon)"
+
+
 def _grant_hint(trap: Trap) -> str | None:
     """How to grant the capability a trap says the harness was not granted (a newcomer's walkthrough: the trap named
     it, not the option that grants it)."""
     name = KNOWN_NAMES.get(trap.info.addr) if trap.kind is TrapKind.UNKNOWN_HOST_CALL else None
     grant = grant_for(name) if name else None
     if grant in DAEMON_GRANTS:
-        return f"only a declaration under berm serve grants {grant}: call the harness through the daemon (--daemon)"
+        return _daemon_only(grant)
     if grant:
         bound = {"root": " --root DIR", "hosts": " --host HOST"}.get(BOUNDS.get(grant, ""), "")
         return f"to grant {name}, add --grant {grant}{bound}"

@@ -52,7 +52,7 @@ def test_tool_failure_exits_1_with_the_message_on_stderr(berm_call, root):
 
 
 def test_an_ungranted_capability_is_a_trap_exit_2(berm_call, root):
-    code, out, err = berm_call("read", '"hello.txt"', "--root", str(root))
+    code, out, err = berm_call("read", '"hello.txt"')
     assert (code, out) == (2, "")
     assert "no host function for call" in err and "berm.fs.read, not granted to this harness" in err
     # how to grant it, the last line (a newcomer's walkthrough: the trap named the call, not the option)
@@ -78,7 +78,11 @@ def test_a_trap_exits_2(berm_call):
     (["echo", "{not json"], "not valid JSON"),
     (["echo", "--grant", "teleport"], "does not know"),
     (["echo", "--memory", "3M"], "power of two"),
-    (["echo", "--host", "bad host"], "bad host entry"),
+    (["echo", "--host", "bad host", "--grant", "http"], "bad host entry"),
+    # found by a review: taken without a word, though they bound nothing; and daemon-only grants said unknown
+    (["echo", "--root", "."], "--root bounds only --grant exec or --grant fs: without one it gives nothing"),
+    (["echo", "--host", "example.org"], "--host bounds only --grant http: without one it gives nothing"),
+    (["echo", "--grant", "call"], "--grant call: only a declaration under berm serve grants call: call the harness"),
     (["echo", "--grant", "fs", "--root", "/definitely/not/here"], "not an existing directory"),
     (["nosuchtool"], "nosuchtool"),
 ])
