@@ -23,7 +23,7 @@ from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 
 from berm_aot import attributes
-from berm_aot.errors import ElfError
+from berm_aot.errors import ElfError, about_file
 from berm_aot.image import ElfImage, Relocation, Section, Segment, Symbol
 from berm_aot.regular_file import FileRefused, read_regular
 
@@ -97,8 +97,11 @@ def reloc_type_name(rtype: int) -> str:
 
 
 def read_elf_file(path: str | os.PathLike) -> ElfImage:
-    """Read and validate the ELF file at ``path``; an unreadable file is an ElfError too."""
-    return read_elf(read_file(path))
+    """Read and validate the ELF file at ``path``; an unreadable file is an ElfError too, and every error names the
+    file."""
+    data = read_file(path)
+    with about_file(path):
+        return read_elf(data)
 
 
 def read_file(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> bytes:

@@ -1,5 +1,9 @@
 """Errors of reading, decoding and translating an image. All derive from ``berm_abi.errors.BermError``."""
 
+import contextlib
+import os
+from collections.abc import Iterator
+
 from berm_abi.errors import BermError
 
 
@@ -37,3 +41,14 @@ class DecodeError(BermError):
 
 class CompileError(BermError):
     """The C compiler failed on emitted code, or the cache could not be written."""
+
+
+@contextlib.contextmanager
+def about_file(path: str | os.PathLike) -> Iterator[None]:
+    """What is wrong with the image in the file ``path`` (an ElfError, a ManifestError or a DecodeError), said with
+    the file's name first, whichever command reads it (found by a review: ``berm inspect`` and ``berm run`` said
+    "not an ELF file (bad magic)" where ``berm call`` named the file)."""
+    try:
+        yield
+    except (ElfError, ManifestError, DecodeError) as exc:
+        raise type(exc)(f"{os.fspath(path)}: {exc}") from None

@@ -13,6 +13,7 @@ from berm_abi.text import escaped
 from berm_aot.demangle import shown_name, shown_text
 from berm_aot.disasm import disassemble
 from berm_aot.elf import read_elf_file
+from berm_aot.errors import about_file
 from berm_aot.image import ElfImage
 from berm_aot.isa import BRANCHES
 from berm_aot.manifest import Manifest, load_manifest, tool_exports
@@ -43,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     image = read_elf_file(args.elf)
-    manifest = load_manifest(image)
+    with about_file(args.elf):
+        manifest = load_manifest(image)
     facts = image_facts(image)
     grants = declared_grants(args, image, manifest)
     if args.json:

@@ -16,6 +16,7 @@ import time
 
 from berm_abi.errors import BermError
 from berm_aot.elf import read_elf_file
+from berm_aot.errors import about_file
 from berm_aot.program import Program
 from berm_cli import arguments
 from berm_cli.interrupt import interruptible
@@ -70,7 +71,9 @@ def _load(args):
     but the program); translated code comes from ``berm_host.engine`` (compiled on a cache miss)."""
     size = parse_memory(args.memory, "--memory")
     if args.engine == "interp":
-        program = Program.from_image(read_elf_file(args.elf))
+        image = read_elf_file(args.elf)
+        with about_file(args.elf):
+            program = Program.from_image(image)
         return program, InterpBackend(program, size)
     from berm_host.engine import Engine
 

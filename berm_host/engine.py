@@ -23,7 +23,7 @@ from pathlib import Path
 from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
 from berm_aot.elf import file_limit, read_file
-from berm_aot.errors import DecodeError, ElfError, ManifestError, NoManifestError
+from berm_aot.errors import ManifestError, NoManifestError, about_file
 from berm_aot.image import ElfImage
 from berm_aot.manifest import Manifest, lifecycle_exports, load_manifest, tool_exports
 from berm_aot.program import Program
@@ -100,10 +100,8 @@ class Engine:
         if isinstance(source, (bytes, bytearray, memoryview)):
             return self._load(bytes(source))
         data = read_file(source, file_limit(self.memory_size))  # its errors name the file
-        try:
+        with about_file(source):  # which file, for whoever reads the message
             return self._load(data)
-        except (ElfError, ManifestError, DecodeError) as exc:  # which file, for whoever reads the message
-            raise type(exc)(f"{os.fspath(source)}: {exc}") from None
 
     def _load(self, data: bytes) -> Image:
         digest = hashlib.sha256(data).hexdigest()

@@ -266,4 +266,4 @@ def test_a_section_name_in_an_error_is_quoted_on_one_line(tmp_path, capsys):
     (tmp_path / "h.elf").write_bytes(data)
     assert main(["inspect", str(tmp_path / "h.elf")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("berm inspect: section 'X\\nberm OK' [0x10, ")
+    assert err.count("\n") == 1 and err.startswith(f"berm inspect: {tmp_path / 'h.elf'}: section 'X\\nberm OK' [0x10, ")

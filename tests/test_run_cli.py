@@ -157,3 +157,14 @@ def test_an_argument_that_is_not_plainly_decimal_or_hex_is_refused(elf, capsys, 
         main(["run", elf, "add", "--", arg, "1"])
     err = capsys.readouterr().err
     assert ("does not fit 64 bits" if arg.isdigit() and arg.isascii() else "is not a decimal or 0x-hex integer") in err
+
+
+@pytest.mark.parametrize("argv", [["inspect", "{f}"], ["run", "{f}", "f"], ["run", "{f}", "f", "--engine", "aot"],
+                                  ["call", "{f}", "t"]])
+def test_what_is_wrong_with_an_image_names_its_file_in_every_command(tmp_path, capsys, argv):
+    """Found by a review: berm inspect and berm run (interp) said "not an ELF file (bad magic)" where berm call and
+    berm run --engine aot named the file."""
+    bad = tmp_path / "notelf"
+    bad.write_bytes(b"hello\n")
+    assert main([a.format(f=bad) for a in argv]) == 2
+    assert capsys.readouterr().err == f"berm {argv[0]}: {bad}: not an ELF file (bad magic)\n"
