@@ -22,6 +22,7 @@ from pathlib import Path
 from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
 from berm_aot.elf import file_limit, read_elf, read_file
+from berm_aot.errors import CompileError, about_file
 from berm_aot.program import Program
 from berm_cli import arguments
 from berm_cli.terminal import reader_may_leave, shown
@@ -67,7 +68,8 @@ def jobs_for(elves: list[Path], declarations: Path | None, harnesses: str | None
     """The images named on the command line (for ``memory``), then every declared harness for the memory the
     daemon runs it with: its declared ``memory``, else the default (berm_host/queue/harness.py), whatever
     ``--memory`` says; its pinned digest is checked when it is read."""
-    jobs = [Job(path.name, partial(read_file, path, file_limit(memory)), memory) for path in elves]
+    # each named as given: two files of one name in two directories were told apart by nothing (found by a review)
+    jobs = [Job(str(path), partial(read_file, path, file_limit(memory)), memory) for path in elves]
     if declarations is not None:
         jobs += [Job(decl.name, partial(decl.load_image, harnesses), decl.memory_size)
                  for decl in load_declarations(declarations)]
@@ -75,12 +77,16 @@ def jobs_for(elves: list[Path], declarations: Path | None, harnesses: str | None
 
 
 def compile_one(job: Job, cache: CodeCache, jobs: int) -> str:
-    """Compile ``job``'s image for its memory into ``cache``; the report line."""
+    """Compile ``job``'s image for its memory into ``cache``; the report line. Every error names the image."""
     start = time.perf_counter()
-    data = job.read()
-    image = read_elf(data)
-    windows = layout_for(image, job.memory).windows()
-    so, built = cached_object(image, windows, cache, lambda: Program.from_image(image), jobs=jobs)
+    data = job.read()  # its errors name the file
+    with about_file(job.label):
+        image = read_elf(data)
+        windows = layout_for(image, job.memory).windows()
+        try:
+            so, built = cached_object(image, windows, cache, lambda: Program.from_image(image), jobs=jobs)
+        except CompileError as exc:
+            raise CompileError(f"{job.label}: {exc}") from None
     took = time.perf_counter() - start
     status = f"compiled in {took:.2f} s" if built else "cached"
     return (f"{image.sha256[:16]}  {job.label}: elf {len(data):,} B, memory {job.memory >> 10:,} KiB, "
@@ -159,8 +165,8 @@ def _main(argv: list[str] | None) -> int:
             print(f"[{i}/{len(todo)}] compiling {shown(job.label)}…", end="\r", flush=True)
         try:
             line = compile_one(job, cache, args.jobs)
-        except BermError as exc:
-            line, status = f"{job.label}: {exc}", 2
+        except BermError as exc:  # (without berm-compile's name, unlike its other errors: a review)
+            line, status = f"berm-compile: {exc}", 2
             _erase_progress(tty)
             print(shown(line), file=sys.stderr)
             continue

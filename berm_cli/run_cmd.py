@@ -43,15 +43,23 @@ def parse_int_arg(text: str) -> int:
     """A 64-bit argument: decimal or 0x-hex, optionally negative (two's complement)."""
     match = _INT_ARG.fullmatch(text)
     if match is None:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a decimal or 0x-hex integer")
+        raise argparse.ArgumentTypeError(f"{_cut(text)!r} is not a decimal or 0x-hex integer")
     sign, hex_digits, decimal = match.groups()
-    if len(hex_digits or decimal) > 64:  # not read by int(), whose limit is 4,300 digits: it cannot fit anyway
-        raise argparse.ArgumentTypeError(f"{text[:40]} does not fit 64 bits")
-    value = int(hex_digits, 16) if hex_digits else int(decimal, 10)
+    # not read by int(), whose limit is 4,300 digits: it cannot fit anyway; leading zeros are no digits of it (found
+    # by a review: 1 with 67 zeros before it was said not to fit)
+    digits = (hex_digits or decimal).lstrip("0") or "0"
+    if len(digits) > 64:
+        raise argparse.ArgumentTypeError(f"{_cut(text)} does not fit 64 bits")
+    value = int(digits, 16 if hex_digits else 10)
     value = -value if sign else value
     if not -(1 << 63) <= value <= MASK64:
-        raise argparse.ArgumentTypeError(f"{text[:40]} does not fit 64 bits")
+        raise argparse.ArgumentTypeError(f"{_cut(text)} does not fit 64 bits")
     return value & MASK64
+
+
+def _cut(text: str) -> str:
+    """At most 40 characters of ``text``, marked when cut (a review: 70 hex digits were shown as 38, unmarked)."""
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def add_arguments(p) -> None:

@@ -35,6 +35,17 @@ def test_an_empty_path_is_refused_before_anything_is_made(entry, argv, option, t
     assert list(tmp_path.iterdir()) == []
 
 
+def test_berm_calls_empty_image_is_refused_too(tmp_path, monkeypatch, capsys):
+    """A bundled name or a path, so no path option: it was the one "" still taken as the current directory (a
+    review)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["call", "", "echo"])
+    assert exit_.value.code == 2
+    assert "argument elf: an empty name: name a bundled harness or the path of a harness image" in \
+        capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [["--help"], *([name, "--help"] for name in SUBCOMMANDS)])
 def test_every_commands_help_says_what_its_exit_status_means(argv, capsys):
     """Found by a review: the statuses were said only in module docstrings."""

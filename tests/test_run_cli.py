@@ -105,6 +105,16 @@ def test_unparsable_arguments_are_usage_errors(elf, capsys, arg):
     assert "berm run: error: argument ARG" in capsys.readouterr().err
 
 
+def test_leading_zeros_are_no_digits_of_an_argument_and_a_long_one_is_shown_cut(elf, capsys):
+    """Found by a review: 1 written with 67 zeros before it was refused as not fitting 64 bits, and 0x with 70 f's
+    was echoed as 38 of them, with no sign of the cut."""
+    assert main(["run", elf, "add", "0" * 5000 + "40", "0x" + "0" * 100 + "2"]) == 0
+    assert capsys.readouterr().out == "a0=0x2a a1=0x2\n"
+    with pytest.raises(SystemExit):
+        main(["run", elf, "add", "0x" + "f" * 70])
+    assert f"argument ARG: 0x{'f' * 38}… does not fit 64 bits" in capsys.readouterr().err
+
+
 def test_not_an_elf(tmp_path, capsys):
     bad = tmp_path / "bad.elf"
     bad.write_bytes(b"not an elf at all")
