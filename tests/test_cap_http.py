@@ -3,6 +3,7 @@ not followed, slow and trickling servers bounded by the timeout, body cap."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -159,6 +160,16 @@ def test_an_address_never_matches_a_wildcard_entry():
     for bad in ["", "a b", "*", "*.", "a*.example.org", "ex*ample.org", "http://x", "*..", "a..b", "*.a..b", ".a"]:
         with pytest.raises(HostListError):
             HostList([bad])
+
+
+@pytest.mark.parametrize("entry, why", [
+    ("b\u00fccher.example", "a name that is not ASCII is listed in the form the resolver is asked for, "
+                            "'xn--bcher-kva.example'"),
+    ("http://example.org", "a host name or address, not a URL")])
+def test_a_refused_host_entry_says_what_it_is_instead(entry, why):
+    """Found by a review: only "bad host entry", and nothing pointed at the xn-- form a name is listed in."""
+    with pytest.raises(HostListError, match=f"^bad host entry {re.escape(repr(entry))}: {re.escape(why)}$"):
+        HostList([entry])
 
 
 def test_brackets_in_a_host_entry_hold_an_ipv6_address():

@@ -73,12 +73,12 @@ class HostList:
             name = host.removeprefix("*.")
             if not host or not _HOST_CHARS.fullmatch(host) or "*" in name or (
                     not name.startswith("[") and "" in name.split(".")):  # an empty label: "*..", "a..b"
-                raise HostListError(f"bad host entry {entry!r}")
-            if name.startswith("[") and not _is_ipv6(name[1:-1]):  # "[cafe]" granted the DNS name cafe (a review)
-                raise HostListError(f"bad host entry {entry!r}: brackets hold an IPv6 address")
+                raise HostListError(f"bad host entry {entry!r}{_why_not(host)}")
             if ":" in name and not _is_ipv6(name.strip("[]")):  # "host:port", never matched (found by a review)
                 raise HostListError(f"bad host entry {entry!r}: not a host name or address (no port may be listed: "
                                     "a listed host is reached on any port)")
+            if name.startswith("[") and not _is_ipv6(name[1:-1]):  # "[cafe]" granted the DNS name cafe (a review)
+                raise HostListError(f"bad host entry {entry!r}: brackets hold an IPv6 address")
             if host.startswith("*."):
                 self.suffixes.add(host[1:])  # ".example.org"
             else:
@@ -94,6 +94,19 @@ class HostList:
         if host in self.exact:
             return True
         return not _is_address(host) and any(host.endswith(s) and len(host) > len(s) for s in self.suffixes)
+
+
+def _why_not(host: str) -> str:
+    """What a refused host entry is instead of a host, when that is plain (a review: only "bad host entry")."""
+    if "/" in host:
+        return ": a host name or address, not a URL"
+    if not host.isascii():
+        try:
+            return f": a name that is not ASCII is listed in the form the resolver is asked for, " \
+                   f"{resolver_form(host)!r}"
+        except UnicodeError:
+            return ": not a host name IDNA can write in ASCII"
+    return ""
 
 
 def _is_address(host: str) -> bool:
