@@ -98,7 +98,7 @@ def _refused(inv, call):
 
 @pytest.mark.parametrize("request_, error", [
     (["nobody", "echo", "x"], "no harness named 'nobody'"),
-    (["b", "nothing", "x"], "harness 'b' has no tool 'nothing'"),
+    (["b", "nothing", "x"], "harness 'b' has no tool 'nothing' (it has: "),
     (["b", "fail", "x"], "b.fail failed: no"),
     (["b", "trap", "x"], "b.trap trapped: "),
 ])
