@@ -269,7 +269,8 @@ def test_json_errors_say_what_and_where(kind, text, message):
     b'{"path": "' + b"x" * 700_000 + b'"}',  # a string was grown by doubling: twice its size at the end
     b'{"path": [' + b",".join([b"0"] * 100_000) + b"]}",  # a value per element, in a vector grown by doubling
     b'{"path": "' + b"x" * 3_000_000 + b'"}',  # more than the heap: the arguments' own buffer
-])
+], ids=["a long string", "a long array", "more than the heap"])  # (an id of 3 MB, in PYTEST_CURRENT_TEST, was an
+# environment too large for the C compiler)
 def test_arguments_the_heap_cannot_hold_are_an_error_not_a_trap(kind, arguments):
     """Found by a review: the parser's allocations panicked (a trap), where the C SDK's tool fails with this
     message; on 2 MiB of guest memory."""
