@@ -34,13 +34,14 @@ class RunRequest:
         """A HostError for what no guest could be run with, the same on either engine. Found by reviews: for more
         integer arguments than a0..a7 hold, translated code raised a ValueError; for an entry outside [0, 2**64) or
         args given as text, cffi's OverflowError or a TypeError (the interpreter trapped at the entry, or ran)."""
-        if not isinstance(self.entry, int) or not 0 <= self.entry < 1 << 64:
-            raise HostError(f"the entry must be a guest address, an int in [0, 2**64), not {self.entry!r:.60}")
-        if not isinstance(self.args, (bytes, bytearray, memoryview)):
-            raise HostError(f"the arguments must be bytes, not {type(self.args).__name__}")
-        if len(self.int_args) > 8:
-            raise HostError(f"at most 8 integer arguments fit a0..a7, not {len(self.int_args)}")
-        if not all(isinstance(v, int) for v in self.int_args):
+        entry, args, ints = self.entry, self.args, self.int_args  # (every invocation pays for these: cheap first)
+        if type(entry) is not int and not isinstance(entry, int) or entry < 0 or entry >> 64:
+            raise HostError(f"the entry must be a guest address, an int in [0, 2**64), not {entry!r:.60}")
+        if type(args) is not bytes and not isinstance(args, (bytearray, memoryview)):
+            raise HostError(f"the arguments must be bytes, not {type(args).__name__}")
+        if ints and len(ints) > 8:
+            raise HostError(f"at most 8 integer arguments fit a0..a7, not {len(ints)}")
+        if ints and not all(isinstance(v, int) for v in ints):
             raise HostError("the integer arguments must be ints")
 
 
