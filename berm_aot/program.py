@@ -140,11 +140,17 @@ class Program:
         """Analyse ``image``. Raises ``DecodeError`` when reachable code holds an F/D, CSR or privileged
         instruction, and ``ElfError`` when it has more than ``MAX_FUNCTIONS`` functions."""
         codemap = _CodeMap(image)
-        in_code = codemap.section_of
+
+        def in_code(addr: int) -> bool:
+            """Whether an instruction may start at ``addr``: in an executable section, and even (a jalr clears the
+            target's bit 0, so no jump reaches an odd address; code entered at an odd FUNC symbol made a call whose
+            link was odd, which translated code took for the return the interpreter refused: found by a review)."""
+            return not addr & 1 and bool(codemap.section_of(addr))
+
         targets = frozenset(t for t in _legal_targets(image) if in_code(t))
         starts = {s.value for s in image.symbols
                   if s.kind == "func" and s.section in codemap.names and _is_label(s) and in_code(s.value)}
-        starts |= {s.addr for s in codemap.sections}
+        starts |= {s.addr for s in codemap.sections if in_code(s.addr)}
         starts |= _call_targets(image) & targets
         code = codemap.descend(starts | targets)
         starts = _close_starts(starts, code, codemap)

@@ -205,7 +205,8 @@ def test_fall_through_out_of_an_instruction_holding_an_odd_function_start():
     """Found by a review: a function starting at an odd address inside an instruction only made that instruction's
     fall-through address a start when the start lay at the middle of a 4-byte instruction. At f0+1, inside a 4-byte
     ``addi``, a 2-byte ``c.li`` or a call, the next instruction lay in the middle of the odd function: the
-    translated code trapped there (illegal instruction) while the interpreter ran on."""
+    translated code trapped there (illegal instruction) while the interpreter ran on. (Since a later review, an odd
+    address starts no function at all, test_hostile_guests.py: the engines must still agree.)"""
 
     ret = Op("jalr", rs1=1)
     g = progen.Function("g", [Op("addi", rd=7, imm=3), ret])
@@ -216,7 +217,7 @@ def test_fall_through_out_of_an_instruction_holding_an_odd_function_start():
                               9, (g,))]
     for gen in gens:
         starts = Program.from_image(gen.image).function_starts
-        assert any(a % 2 for a in starts)
+        assert not any(a % 2 for a in starts)
     for gen, expected, results in run_both(gens):
         assert expected.trap is None and expected.regs[6] == 2
         assert_same(gen, expected, results[0])

@@ -23,6 +23,7 @@ from berm_host.layout import DEPTH_DETAIL, SP_BELOW_STACK, layout_for
 from berm_host.linker import Linker
 from berm_host.traps import HostError, TrapKind
 from tests.bounded import GRACE, ends_within
+from tests.elf_samples import ASM_PRELUDE
 from tests.guests import guest_elf, raw_harness_elf
 
 MEMORY = 1 << 20
@@ -347,3 +348,40 @@ def test_no_signal_handler_is_installed(tmp_path):
     out = subprocess.run([sys.executable, "-c", _SIGNALS_CAUGHT, str(elf), str(tmp_path / "cache")], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.stdout.split("\n") == ["[]", "MEMORY_FAULT", "STACK_EXHAUSTED", "[]", ""], out.stderr
+
+
+ODD_FUNCTION = ASM_PRELUDE + r"""
+    .globl oddf, oddg
+    .p2align 2
+    .byte 0
+    .type oddf, @function
+oddf:
+    addi sp, sp, -16
+    sd ra, 8(sp)
+    jal oddg
+    addi a0, a0, 100
+    ld ra, 8(sp)
+    addi sp, sp, 16
+    ret
+    .type oddg, @function
+oddg:
+    addi a0, a0, 1
+    ret
+"""
+
+
+def test_a_function_symbol_at_an_odd_address_is_no_function(tmp_path):
+    """Found by a review: code entered at an odd FUNC symbol made a call whose link was odd; the callee's ret went
+    back there on translated code (its return compared the unmasked sum with the link) and trapped on the
+    interpreter (the target's bit 0 cleared, it was no frame's return address). No jump reaches an odd address (a
+    jalr clears bit 0) and no instruction starts at one: it starts no function, and entering there traps alike."""
+    elf = guest_elf(ODD_FUNCTION, suffix=".S", keep=("oddf", "oddg"))
+    program = Program.from_image(read_elf(elf))
+    odd = program.symbol("oddf")
+    assert odd & 1 and odd not in program.function_starts and not any(a & 1 for a in program.code)
+    images = (Engine(memory_size=MEMORY, cache_dir=tmp_path).load(elf),
+              Engine(kind="interp", memory_size=MEMORY).load(elf))
+    aot, interp = (image.backend.run(RunRequest(entry=odd, int_args=(5,))) for image in images)
+    assert aot.trap == interp.trap and aot.regs == interp.regs
+    assert aot.trap.kind is TrapKind.ILLEGAL_INSTRUCTION
+    assert aot.trap.detail == f"entered at {odd:#x}, which is not the start of a function"
