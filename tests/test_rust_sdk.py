@@ -245,18 +245,20 @@ def test_echo_reads_what_python_writes(value, ascii_only, indent):
     (b"1.", "invalid JSON at byte 2: expected a digit after '.'"),
     (b"-", "invalid JSON at byte 1: expected a digit"),
     (b"1e+", "invalid JSON at byte 3: expected a digit in the exponent"),
-    # the byte at fault, as the C SDK says (found by a review: the byte after it, or past the closing quote)
+    # the byte at fault, where the C SDK's parser places it (found by reviews: the byte after it, or past the
+    # closing quote; a \u escape's error past its digits; a string that never closes at the end of the text)
     (b'"a\x01"', "invalid JSON at byte 2: a control character in a string"),
     (b'"\\x"', "invalid JSON at byte 1: an unknown escape"),
-    (b'"\\u12"', "invalid JSON at byte 3: a short \\u escape"),
-    (b'"\\u12g4"', "invalid JSON at byte 3: a \\u escape that is not four hex digits"),
-    (b'"\\ud800"', "invalid JSON at byte 7: a high surrogate without its low one"),
-    (b'"\\ud800\\u0041"', "invalid JSON at byte 13: a high surrogate without its low one"),
-    (b'"\\udc00"', "invalid JSON at byte 7: a lone low surrogate"),
+    (b'"\\u12"', "invalid JSON at byte 1: a short \\u escape"),
+    (b'"\\u12g4"', "invalid JSON at byte 1: a \\u escape that is not four hex digits"),
+    (b'"\\ud800"', "invalid JSON at byte 1: a high surrogate without its low one"),
+    (b'"\\ud800\\u0041"', "invalid JSON at byte 1: a high surrogate without its low one"),
+    (b'"\\udc00"', "invalid JSON at byte 1: a lone low surrogate"),
     (b'"caf\xe9"', "invalid JSON at byte 4: a string that is not UTF-8"),
     (b'"ab\xffcd"', "invalid JSON at byte 3: a string that is not UTF-8"),
     (b'"\xe2\x82"', "invalid JSON at byte 1: a string that is not UTF-8"),
-    (b'"open', "invalid JSON at byte 5: a string with no closing quote"),
+    (b'"open', "invalid JSON at byte 0: a string with no closing quote"),
+    (b'["ab\\', "invalid JSON at byte 1: a string with no closing quote"),
     (b'{"a": 1, "a": 2}', 'invalid JSON at byte 16: key "a" repeated'),
     (b"[" * 65 + b"]" * 65, "invalid JSON at byte 64: nested too deeply"),
 ])
@@ -278,6 +280,15 @@ def test_arguments_the_heap_cannot_hold_are_an_error_not_a_trap(kind, arguments)
     with pytest.raises(ToolFailure, match=f"^invalid arguments: out of memory reading {len(arguments)} bytes of "
                                           "arguments$"):
         harness.call("read", arguments)
+
+
+def test_a_long_string_that_never_closes_is_a_syntax_error_not_out_of_memory(kind):
+    """Its room was reserved before its closing quote was looked for: 900 kB unclosed, on 2 MiB of guest memory, was
+    "out of memory" (found by a review)."""
+    harness = Engine(kind=kind, memory_size=2 << 20).load(ELF).harness(None, name="rust-sdk")
+    with pytest.raises(ToolFailure, match="^invalid arguments: not JSON: invalid JSON at byte 9: a string with no "
+                                          "closing quote$"):
+        harness.call("read", b'{"path": "' + b"x" * 900_000)
 
 
 def test_an_object_of_many_keys_is_checked_for_repeats_in_n_log_n():

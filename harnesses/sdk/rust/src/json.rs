@@ -1,8 +1,7 @@
 //! JSON for tool arguments and results: a parser into `Value` (at most `MAX_DEPTH` levels of nesting, numbers
-//! kept as their text) and a string writer. Errors say where the text went wrong, for a model to act on. A heap
-//! too small for the value is an error too, never the allocator's panic (a trap): each string takes one exact
-//! allocation, as the C SDK's parser does (found by a review: a string grown by doubling needed twice its size,
-//! and 700 kB of argument trapped where the C SDK parsed it).
+//! kept as their text) and a string writer. Errors say at which byte the text went wrong, for a model to act on,
+//! at the byte the C SDK's parser names. A heap too small for the value is an error too, never the allocator's
+//! panic (a trap): each string takes one exact allocation, as in the C SDK.
 
 use alloc::format;
 use alloc::string::String;
@@ -288,22 +287,25 @@ impl Parser<'_> {
         Ok(Value::Number(text))
     }
 
-    fn hex4(&mut self) -> Result<u32, Error> {
-        let digits = self.text.get(self.at..self.at + 4).ok_or_else(|| self.error("a short \\u escape"))?;
+    /// The four hex digits here, read; what is wrong with them (the caller places it).
+    fn hex4(&mut self) -> Result<u32, &'static str> {
+        let digits = self.text.get(self.at..self.at + 4).ok_or("a short \\u escape")?;
         let value = core::str::from_utf8(digits).ok().and_then(|d| u32::from_str_radix(d, 16).ok());
         let value = value.filter(|_| digits.iter().all(u8::is_ascii_hexdigit));
-        let value = value.ok_or_else(|| self.error("a \\u escape that is not four hex digits"))?;
+        let value = value.ok_or("a \\u escape that is not four hex digits")?;
         self.at += 4;
         Ok(value)
     }
 
     /// A string's text, from its opening quote: one allocation of the bytes to its closing quote (which its
-    /// escapes only shorten), each run of plain bytes checked as UTF-8 where it stands, and an error placed at the
-    /// byte at fault (the one after it, or past the closing quote for bad UTF-8, before: found by a review).
+    /// escapes only shorten), each run of plain bytes checked as UTF-8 where it stands. An error names the byte at
+    /// fault: the opening quote of a string that never closes, the backslash of a bad escape, the first byte of a
+    /// run that is not UTF-8, a control character.
     fn string(&mut self) -> Result<String, Error> {
+        let Some(span) = self.span() else { return Err(self.error("a string with no closing quote")) };
         self.at += 1;
         let mut out = Vec::new();
-        room(&mut out, self.span())?;
+        room(&mut out, span)?;
         loop {
             let run = self.at;
             while matches!(self.peek(), Some(b) if b != b'"' && b != b'\\' && b >= 0x20) {
@@ -315,7 +317,6 @@ impl Parser<'_> {
             }
             out.extend_from_slice(&self.text[run..self.at]);
             match self.peek() {
-                None => return Err(self.error("a string with no closing quote")),
                 Some(b'"') => {
                     self.at += 1;
                     break;
@@ -325,64 +326,64 @@ impl Parser<'_> {
                     let mut utf8 = [0u8; 4];
                     out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
                 }
-                Some(_) => return Err(self.error("a control character in a string")),
+                _ => return Err(self.error("a control character in a string")), // (span saw the closing quote)
             }
         }
         // every run was UTF-8, and every escape a character
         Ok(String::from_utf8(out).unwrap_or_default())
     }
 
-    /// How many bytes lie between here, inside a string, and its closing quote (to the text's end without one).
-    fn span(&self) -> usize {
-        let mut i = self.at;
-        while let Some(&b) = self.text.get(i) {
-            match b {
-                b'"' => break,
+    /// How many bytes lie between the opening quote here and its closing quote, None when it has none.
+    fn span(&self) -> Option<usize> {
+        let mut i = self.at + 1;
+        loop {
+            match self.text.get(i)? {
+                b'"' => return Some(i - self.at - 1),
                 b'\\' => i += 2,
                 _ => i += 1,
             }
         }
-        i.min(self.text.len()) - self.at
     }
 
-    /// The character of the escape at the backslash here; an error is placed at the backslash.
+    /// The character of the escape at the backslash here; an error names the backslash.
     fn escape(&mut self) -> Result<char, Error> {
         let at = self.at;
-        let Some(&escaped) = self.text.get(at + 1) else { return Err(self.error("a string with no closing quote")) };
         self.at += 2;
-        Ok(match escaped {
-            b'"' => '"',
-            b'\\' => '\\',
-            b'/' => '/',
-            b'b' => '\u{8}',
-            b'f' => '\u{c}',
-            b'n' => '\n',
-            b'r' => '\r',
-            b't' => '\t',
-            b'u' => self.unicode_escape()?,
-            _ => {
-                self.at = at;
-                return Err(self.error("an unknown escape"));
-            }
+        let c = match self.text[at + 1] {
+            b'"' => Ok('"'),
+            b'\\' => Ok('\\'),
+            b'/' => Ok('/'),
+            b'b' => Ok('\u{8}'),
+            b'f' => Ok('\u{c}'),
+            b'n' => Ok('\n'),
+            b'r' => Ok('\r'),
+            b't' => Ok('\t'),
+            b'u' => self.unicode_escape(),
+            _ => Err("an unknown escape"),
+        };
+        c.map_err(|what| {
+            self.at = at;
+            self.error(what)
         })
     }
 
-    /// The character of a `\u` escape whose `\u` was just read; a surrogate pair is one character.
-    fn unicode_escape(&mut self) -> Result<char, Error> {
+    /// The character of a `\u` escape whose `\u` was just read (a surrogate pair is one character); what is wrong
+    /// with it (the caller places it).
+    fn unicode_escape(&mut self) -> Result<char, &'static str> {
         let first = self.hex4()?;
         let code = if (0xd800..0xdc00).contains(&first) {
             if !self.text[self.at..].starts_with(b"\\u") {
-                return Err(self.error("a high surrogate without its low one"));
+                return Err("a high surrogate without its low one");
             }
             self.at += 2;
             let second = self.hex4()?;
             if !(0xdc00..0xe000).contains(&second) {
-                return Err(self.error("a high surrogate without its low one"));
+                return Err("a high surrogate without its low one");
             }
             0x10000 + ((first - 0xd800) << 10) + (second - 0xdc00)
         } else {
             first
         };
-        char::from_u32(code).ok_or_else(|| self.error("a lone low surrogate"))
+        char::from_u32(code).ok_or("a lone low surrogate")
     }
 }
