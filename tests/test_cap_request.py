@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from berm_abi.frames import encode_frame
 from berm_host.capabilities._request import Deadline, capability
 from berm_host.linker import CapabilityError
 from berm_host.running import interpreting
@@ -37,3 +38,18 @@ def test_a_timeout_reads_as_such_with_its_reason():
 
     with pytest.raises(CapabilityError, match=r"^berm.test.slow: timed out \(took longer than 0.5 s\)$"):
         slow(b"")
+
+
+def test_naming_a_path_leaves_a_timeout_one(monkeypatch):
+    """A TimeoutError is an OSError: naming() made a glob's timeout "f/x/*: took longer than 10 s", where the
+    capability says it timed out (found by a review)."""
+    from berm_host.capabilities import fs_search
+    from berm_host.capabilities.paths import Root
+
+    def slow(*args):
+        raise TimeoutError("took longer than 10 s")
+
+    monkeypatch.setattr(fs_search, "_leads_nowhere", slow)
+    glob = fs_search.capabilities(Root("/tmp"), timeout=10)["berm.fs.glob"]
+    with pytest.raises(CapabilityError, match=r"^berm.fs.glob: timed out \(took longer than 10 s\)$"):
+        glob(encode_frame(["no-such-dir-here/x/*", ""]))

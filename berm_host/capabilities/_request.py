@@ -39,6 +39,8 @@ def naming(path: str) -> Iterator[None]:
     guest was told "berm.fs.write: File name too long" (and glob's likewise), without the path."""
     try:
         yield
+    except TimeoutError:  # an OSError too, but no path's: the capability says it timed out
+        raise
     except OSError as exc:
         raise CapabilityError(f"{path}: {exc.strerror or exc}") from None
 
