@@ -9,6 +9,25 @@ import json
 from collections import Counter
 
 
+#: The most digits an integer Berm reads from JSON may have: below Python's least limit on converting integers to and
+#: from text (640, ``sys.set_int_max_str_digits``), so what is accepted does not hang on the interpreter's setting
+#: (with none, a 1 MiB integer took 25 s to read: quadratic; with the default, 4,300 digits were a ValueError
+#: quoting that function), and a number accepted can always be written back out.
+MAX_INT_DIGITS = 600
+
+
+class LongInteger(ValueError):
+    def __init__(self) -> None:
+        super().__init__(f"an integer of more than {MAX_INT_DIGITS} digits")
+
+
+def bounded_int(digits: str) -> int:
+    """``json.loads``'s ``parse_int``: the integer, or LongInteger past MAX_INT_DIGITS."""
+    if len(digits) > MAX_INT_DIGITS + digits.startswith("-"):
+        raise LongInteger
+    return int(digits)
+
+
 class RepeatedKey(ValueError):
     def __init__(self, key: str):
         super().__init__(f"the key {key!r} is given twice in an object")

@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from berm_abi.json_objects import RepeatedKey, unique_object, unsayable
+from berm_abi.json_objects import LongInteger, RepeatedKey, bounded_int, unique_object, unsayable
 from berm_abi.names import ABI_VERSION
 from berm_aot.errors import (AbiVersionError, ManifestEncodingError, ManifestJsonError, MissingExportError,
                              NoManifestError)
@@ -30,10 +30,6 @@ REQUEST_KEYS = ("capabilities", "hosts")
 #: Engine.load and berm inspect, found by a hostile review). A fixed bound, far under that limit, makes the answer
 #: independent of how deep the caller's own stack is. Tool schemas nest a few levels.
 MAX_NESTING = 100
-#: The most digits an integer in a manifest may have: below Python's least limit on converting integers to and from
-#: text (640, ``sys.set_int_max_str_digits``), so what is accepted does not hang on the interpreter's setting (with
-#: none, a 1 MiB integer took 25 s to read: quadratic), and a number accepted can always be written back out.
-MAX_INT_DIGITS = 600
 #: A manifest's text shown in an error (a key, a name, a version) is cut to this many characters.
 SHOWN = 80
 
@@ -69,11 +65,11 @@ def parse_manifest(data: bytes | None) -> Manifest:
     except UnicodeDecodeError as exc:
         raise ManifestEncodingError(f"the manifest is not UTF-8 (byte {exc.start})") from None
     try:
-        doc = json.loads(text, object_pairs_hook=unique_object, parse_int=_integer)
+        doc = json.loads(text, object_pairs_hook=unique_object, parse_int=bounded_int)
     except RepeatedKey as exc:  # the last one was kept: a manifest with two "tools" read as the second
         raise ManifestJsonError(f"the manifest names the key {exc.key[:SHOWN]!r} twice in one object") from None
-    except LongInteger:
-        raise ManifestJsonError(f"the manifest holds an integer of more than {MAX_INT_DIGITS} digits") from None
+    except LongInteger as exc:
+        raise ManifestJsonError(f"the manifest holds {exc}") from None
     except ValueError as exc:  # JSONDecodeError is a ValueError
         raise ManifestJsonError(f"the manifest is not valid JSON: {exc}") from None
     except RecursionError:
@@ -98,17 +94,6 @@ def parse_manifest(data: bytes | None) -> Manifest:
         raise ManifestJsonError(f"the manifest's usage must be a string, not {_json_type(usage)}")
     return Manifest(abi_version=version, tools=_tools(doc.get("tools")), usage=usage, requests=_requests(doc),
                     raw=doc)
-
-
-class LongInteger(ValueError):
-    pass
-
-
-def _integer(digits: str) -> int:
-    """``json.loads``'s ``parse_int``: the integer, or LongInteger past MAX_INT_DIGITS."""
-    if len(digits) > MAX_INT_DIGITS + digits.startswith("-"):
-        raise LongInteger
-    return int(digits)
 
 
 def nesting_depth(doc) -> int:

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from berm_abi.errors import BermError
-from berm_abi.json_objects import RepeatedKey, unique_object
+from berm_abi.json_objects import LongInteger, RepeatedKey, bounded_int, unique_object
 from berm_abi.text import escaped
 from berm_host.capabilities.kv import data_dir
 from berm_host.declaration import load_declarations
@@ -446,9 +446,11 @@ class _Handler(socketserver.StreamRequestHandler):
         try:
             # parsing a line can take ~27 times its size (a list of empty objects): the long ones one at a time
             with self.server.long_parse if len(line) > LINE_ALLOWANCE else contextlib.nullcontext():  # type: ignore
-                request = json.loads(line, object_pairs_hook=unique_object)
+                request = json.loads(line, object_pairs_hook=unique_object, parse_int=bounded_int)
         except RepeatedKey as exc:  # the last one won: {"op": "stats", "op": "harnesses"} was answered (a review)
             reply = {"ok": False, "error": "protocol", "message": f"a request names the key {exc.key[:80]!r} twice"}
+        except LongInteger as exc:  # (the interpreter's own limit was quoted: a review)
+            reply = {"ok": False, "error": "protocol", "message": f"a request holds {exc}"}
         except (ValueError, UnicodeDecodeError) as exc:
             reply = {"ok": False, "error": "protocol", "message": f"not a JSON line: {exc}"}
         except RecursionError:

@@ -656,6 +656,16 @@ def test_a_request_naming_a_key_twice_is_a_protocol_error(empty_daemon):
     assert reply == {"ok": False, "error": "protocol", "message": "a request names the key 'op' twice"}
 
 
+def test_a_request_holding_a_long_integer_is_a_protocol_error_in_berms_words(empty_daemon):
+    """It was answered "not a JSON line: Exceeds the limit (4300 digits) … use sys.set_int_max_str_digits()", the
+    interpreter's own words, of a line that is JSON (found by a review)."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(empty_daemon.config.socket))
+        s.sendall(b'{"op": "stats", "n": ' + b"9" * 5000 + b"}\n")
+        reply = json.loads(s.makefile("rb").readline())
+    assert reply == {"ok": False, "error": "protocol", "message": "a request holds an integer of more than 600 digits"}
+
+
 def test_an_invocation_ending_in_system_exit_is_a_host_error_reply(empty_daemon):
     class Exits:
         tools, exports = frozenset({"quit"}), frozenset()

@@ -12,8 +12,8 @@ import pytest
 from berm_aot.elf import read_elf
 from berm_aot.errors import (AbiVersionError, ManifestEncodingError, ManifestError, ManifestJsonError,
                              MissingExportError, NoManifestError)
-from berm_aot.manifest import (MAX_INT_DIGITS, MAX_NESTING, ToolSpec, lifecycle_exports, load_manifest, parse_manifest,
-                               tool_exports)
+from berm_abi.json_objects import MAX_INT_DIGITS
+from berm_aot.manifest import MAX_NESTING, ToolSpec, lifecycle_exports, load_manifest, parse_manifest, tool_exports
 from berm_cli.main import main as berm_main
 from berm_host.engine import Engine
 from tests.elf_samples import ASM_PRELUDE, SHDR_FIELDS, field, harness_elf, manifest_json, patched, shdr_offsets
