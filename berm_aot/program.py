@@ -11,8 +11,8 @@ Decisions this module makes where SEMANTICS leaves room:
   encoding. It continues after calls (``jal``/``jalr`` with rd ≠ x0) and ``ecall``.
 - Fall-through off the end of an executable section reaches no code; a 4-byte encoding that would straddle the
   section end decodes as illegal ("truncated").
-- Legal indirect targets are kept at their exact address (an odd one can never be reached, since ``jalr``
-  clears bit 0).
+- No instruction starts at an odd address: a ``jalr`` clears bit 0 of its target, and every other transfer is an
+  even offset from an even pc. An odd function symbol, section start or relocation target starts nothing.
 """
 
 from __future__ import annotations
@@ -141,16 +141,16 @@ class Program:
         instruction, and ``ElfError`` when it has more than ``MAX_FUNCTIONS`` functions."""
         codemap = _CodeMap(image)
 
-        def in_code(addr: int) -> bool:
+        def may_start(addr: int) -> bool:
             """Whether an instruction may start at ``addr``: in an executable section, and even (a jalr clears the
             target's bit 0, so no jump reaches an odd address; code entered at an odd FUNC symbol made a call whose
             link was odd, which translated code took for the return the interpreter refused: found by a review)."""
             return not addr & 1 and bool(codemap.section_of(addr))
 
-        targets = frozenset(t for t in _legal_targets(image) if in_code(t))
+        targets = frozenset(t for t in _legal_targets(image) if may_start(t))
         starts = {s.value for s in image.symbols
-                  if s.kind == "func" and s.section in codemap.names and _is_label(s) and in_code(s.value)}
-        starts |= {s.addr for s in codemap.sections if in_code(s.addr)}
+                  if s.kind == "func" and s.section in codemap.names and _is_label(s) and may_start(s.value)}
+        starts |= {s.addr for s in codemap.sections if may_start(s.addr)}
         starts |= _call_targets(image) & targets
         code = codemap.descend(starts | targets)
         starts = _close_starts(starts, code, codemap)
@@ -210,8 +210,8 @@ class Program:
 def _close_starts(starts: set[int], code: dict[int, Instruction], codemap: _CodeMap) -> set[int]:
     """Add direct call targets, then close: a direct jump or branch whose target lies in another function than its
     source makes the target a function start; adding a start splits a function, so a start may make more jumps
-    cross a boundary. Fall-through counts as a jump: an instruction straddling a function start (at any byte inside
-    it: a symbol or a relocation may name an odd address) falls into the middle of that function, so its
+    cross a boundary. Fall-through counts as a jump: an instruction straddling a function start (a symbol or a
+    relocation may name the middle of a 4-byte instruction) falls into the middle of that function, so its
     fall-through address becomes a start too — a call's as well, since its callee returns there.
 
     Both ends of a jump lie in code, and every section start is a function start, so a jump crosses a boundary

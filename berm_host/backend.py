@@ -39,10 +39,11 @@ class RunRequest:
             raise HostError(f"the entry must be a guest address, an int in [0, 2**64), not {entry!r:.60}")
         if type(args) is not bytes and not isinstance(args, (bytearray, memoryview)):
             raise HostError(f"the arguments must be bytes, not {type(args).__name__}")
-        if ints and len(ints) > 8:
-            raise HostError(f"at most 8 integer arguments fit a0..a7, not {len(ints)}")
-        if ints and not all(isinstance(v, int) for v in ints):
-            raise HostError("the integer arguments must be ints")
+        if ints:
+            if len(ints) > 8:
+                raise HostError(f"at most 8 integer arguments fit a0..a7, not {len(ints)}")
+            if bad := [v for v in ints if not isinstance(v, int)]:
+                raise HostError(f"the integer arguments must be ints, not {type(bad[0]).__name__}")
 
 
 @dataclass(frozen=True)

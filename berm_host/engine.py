@@ -241,7 +241,8 @@ class Harness:
         shorten the engine's own deadline."""
         entry = self._entries.get(tool) if type(tool) is str else None
         if entry is None:
-            raise HostError(f"harness {self.name} has no tool {tool!r:.80} (it has: {', '.join(self._entries)})")
+            shown = repr(tool[:80] if type(tool) is str else tool)[:90]  # any object a caller passed
+            raise HostError(f"harness {self.name} has no tool {shown} (it has: {', '.join(self._entries)})")
         blob = args if type(args) is bytes else tool_args(args)
         timeout = self._engine._deadline if deadline is None else self._timeout(deadline)  # the common case inline
         if self._call_tool is not None:

@@ -354,7 +354,8 @@ def test_more_integer_arguments_than_a0_to_a7_hold_is_a_host_error_on_either_eng
     ({"entry": 1 << 64}, r"the entry must be a guest address, an int in \[0, 2\*\*64\), not 18446744073709551616"),
     ({"entry": -4}, "the entry must be a guest address"), ({"entry": 4.0}, "the entry must be a guest address"),
     ({"args": "text"}, "the arguments must be bytes, not str"),
-    ({"int_args": (1, "2")}, "the integer arguments must be ints")])
+    ({"int_args": (1, "2")}, "the integer arguments must be ints, not str"),
+    ({"int_args": (0.0,)}, "the integer arguments must be ints, not float")])
 def test_a_request_no_guest_could_run_with_is_a_host_error(fields, message):
     """Found by a review: translated code raised cffi's OverflowError or a TypeError (a region taken and not given
     back), where the interpreter trapped at the entry, or ran with text for arguments."""

@@ -712,19 +712,23 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
     _check_pattern(pattern)
     matcher = Glob(include, basename_if_no_slash=True) if include else None
     lines: list[str] = []  # content and count modes: up to cap + 1, the extra one saying there is more
-    size = [0]  # ... and their characters, which past REPLY_BYTES _render would only drop
+    size = 0  # ... and their characters, which past REPLY_BYTES _render would only drop
     hits: list[tuple[int, str]] = []  # files mode: every matching file, sorted newest first at the end
     note = None
     too_deep: list[str] = []  # the directories the walk did not walk below (MAX_DEPTH)
 
+    def full() -> bool:
+        return len(lines) > cap or size > REPLY_BYTES
+
     def record(entry: Entry, count: int, shown: list[str]) -> None:
+        nonlocal size
         if count and mode == "files":
             hits.append((entry.st.st_mtime_ns, entry.rel))
-        elif count and size[0] <= REPLY_BYTES:
+        elif count and not full():
             rel = _shown(entry.rel)
             new = [f"{rel}:{line}" for line in shown] if mode == "content" else [f"{rel}:{count}"]
             lines.extend(new)
-            size[0] += sum(map(len, new))
+            size += sum(map(len, new))
 
     try:
         deadline.check()
@@ -732,7 +736,7 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
             worker.compile(pattern)
             sent: collections.deque[Entry] = collections.deque()  # searched, in order, the results not read yet
             for entry, data in _files_to_search(root, base, matcher, deadline, too_deep):
-                if len(lines) > cap or size[0] > REPLY_BYTES:
+                if full():
                     break
                 if len(data) > READ_CAP:  # grown past the cap since its size was looked at
                     continue
@@ -744,7 +748,7 @@ def grep(root: Root, pattern: str, base: str, include: str, mode: str, deadline:
                     sent.append(entry)
                     while sent and (big or len(sent) > PIPELINE or worker.has_result()):  # big: within its share
                         record(sent.popleft(), *worker.result(deadline))
-            while sent and len(lines) <= cap and size[0] <= REPLY_BYTES:
+            while sent and not full():
                 record(sent.popleft(), *worker.result(deadline))
             worker.compiled(deadline)  # with nothing searched, a pattern that does not compile is still an error
     except TimeoutError:

@@ -41,7 +41,8 @@ _CONTROL_IN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _HOST_CHARS = re.compile(r"[a-z0-9.*:_-]+|\[[0-9a-f:.]+\]")
 #: A host name as the resolver may be asked for it (an IPv6 address is checked apart).
 _RESOLVER_NAME = re.compile(r"[a-z0-9._-]+")
-#: Methods that carry a body, so that an empty one is sent as ``Content-Length: 0`` (as http.client does).
+#: Methods that carry a body, so that an empty one is sent as ``Content-Length: 0``: http.client's own
+#: ``request()`` does so for these (its ``_METHODS_EXPECTING_BODY``, a private name, so not imported).
 _BODY_METHODS = frozenset({"PATCH", "POST", "PUT"})
 
 

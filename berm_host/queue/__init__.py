@@ -7,7 +7,7 @@ from .errors import (ChainDepthError, HarnessBusy, LimitError, QueueClosed, Queu
                      UnknownHarness)
 from .executor import Executor, HarnessStats
 from .invocation import Context, Invocation, Trigger, current_invocation
-from .scheduler import Scheduler, SchedulerStats, wake_args
+from .scheduler import Scheduler, SchedulerStats
 from .service import Cancel, Queue
 from .subscriptions import Subscription, Subscriptions
 from .target import Target
@@ -16,5 +16,5 @@ __all__ = [
     "Cancel", "ChainDepthError", "Context", "DueSet", "Entry", "Executor", "HarnessBusy", "HarnessStats", "Invocation",
     "LimitError", "Queue", "QueueClosed", "QueueError", "ScheduleError", "Scheduler", "SchedulerStats", "Subscription",
     "Subscriptions", "Target", "Trigger", "UnknownHarness", "call_capabilities", "current_invocation",
-    "schedule_capabilities", "wake_args",
+    "schedule_capabilities",
 ]

@@ -78,8 +78,8 @@ class Queue:
     def _with_tool(self, harness: str, tool: str) -> Target:
         target = self.target(harness)
         if tool not in target.tools:
-            raise QueueError(f"harness {harness!r} has no tool {tool!r:.80} "  # as Harness.call says it
-                             f"(it has: {', '.join(sorted(target.tools))})")
+            has = ", ".join(sorted(target.tools))
+            raise QueueError(f"harness {harness!r} has no tool {tool[:80]!r} (it has: {has})")
         return target
 
     def call_nested(self, harness: str, tool: str, args: bytes, context: Context) -> str:
