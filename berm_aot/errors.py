@@ -45,10 +45,10 @@ class CompileError(BermError):
 
 @contextlib.contextmanager
 def about_file(path: str | os.PathLike) -> Iterator[None]:
-    """What is wrong with the image in the file ``path`` (an ElfError, a ManifestError or a DecodeError), said with
-    the file's name first, whichever command reads it (found by a review: ``berm inspect`` and ``berm run`` said
-    "not an ELF file (bad magic)" where ``berm call`` named the file)."""
+    """What is wrong with the image in the file ``path``, or with its compile (an ElfError, ManifestError,
+    DecodeError or CompileError), said with the file's name first, whichever command reads it (found by a review:
+    ``berm inspect`` and ``berm run`` said "not an ELF file (bad magic)" where ``berm call`` named the file)."""
     try:
         yield
-    except (ElfError, ManifestError, DecodeError) as exc:
+    except (ElfError, ManifestError, DecodeError, CompileError) as exc:
         raise type(exc)(f"{os.fspath(path)}: {exc}") from None

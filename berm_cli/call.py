@@ -64,18 +64,23 @@ _LOCAL_ONLY = ("grant", "root", "host", "memory", "timeout", "name", "data_dir",
 _BOUND_OPTIONS = {"root": "--root DIR", "hosts": "--host HOST"}
 
 
+def _given(args, bound: str):
+    """What the command line gives for a grant's bound (BOUNDS: "root" or "hosts")."""
+    return args.root if bound == "root" else args.host
+
+
 def _declaration(args):
     for cap in dict.fromkeys(args.grant):
         if cap in DAEMON_GRANTS:  # it said the host did not know them (found by a review)
             raise BermError(f"--grant {cap}: {_daemon_only(cap)}")
         bound = BOUNDS.get(cap)
-        if bound and not (args.root if bound == "root" else args.host):
+        if bound and not _given(args, bound):
             raise BermError(f"--grant {cap} needs {_BOUND_OPTIONS[bound]}: without it the grant gives nothing")
-    for bound, given in (("root", args.root is not None), ("hosts", bool(args.host))):
+    for bound, option in _BOUND_OPTIONS.items():
         bounded = sorted(cap for cap, b in BOUNDS.items() if b == bound)
-        if given and not set(bounded) & set(args.grant):  # taken without a word (found by a review)
-            raise BermError(f"{_BOUND_OPTIONS[bound].split()[0]} bounds only "
-                            f"{' or '.join(f'--grant {cap}' for cap in bounded)}: without one it gives nothing")
+        if _given(args, bound) and not set(bounded) & set(args.grant):  # taken without a word (found by a review)
+            raise BermError(f"{option.split()[0]} bounds only {' or '.join(f'--grant {cap}' for cap in bounded)}: "
+                            "without one it gives nothing")
     table = {"name": _name(args), "capabilities": list(dict.fromkeys(args.grant)),
              "hosts": list(dict.fromkeys(args.host))}
     if args.root is not None:
@@ -232,6 +237,6 @@ def _grant_hint(trap: Trap) -> str | None:
     if grant in DAEMON_GRANTS:
         return _daemon_only(grant)
     if grant:
-        bound = {"root": " --root DIR", "hosts": " --host HOST"}.get(BOUNDS.get(grant, ""), "")
+        bound = f" {_BOUND_OPTIONS[BOUNDS[grant]]}" if grant in BOUNDS else ""
         return f"to grant {name}, add --grant {grant}{bound}"
     return None

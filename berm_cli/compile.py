@@ -22,7 +22,7 @@ from pathlib import Path
 from berm_abi.errors import BermError
 from berm_aot.cache import CodeCache
 from berm_aot.elf import file_limit, read_elf, read_file
-from berm_aot.errors import CompileError, about_file
+from berm_aot.errors import about_file
 from berm_aot.program import Program
 from berm_cli import arguments
 from berm_cli.terminal import reader_may_leave, shown
@@ -35,8 +35,9 @@ DESCRIPTION = ("Translate and compile images into the code cache ahead of time (
                "install), so a daemon only loads them. Prints, per image, its digest, the ELF size, the object size "
                "and the time taken (\"cached\" when it was already there).")
 #: What its status means (README, "Commands").
-EXIT_STATUS = ("exit status: 0 every image is in the cache; 2 a usage error, or an image that could not be compiled "
-               "(the others still are); 130 interrupted; 141 the output's reader went away")
+EXIT_STATUS = ("exit status: 0 every image is in the cache; 1 the output could not be written; 2 a usage error, or "
+               "an image that could not be compiled (the others still are); 128 + the signal's number when stopped by "
+               "one (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); 141 the output's reader went away")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,10 +84,7 @@ def compile_one(job: Job, cache: CodeCache, jobs: int) -> str:
     with about_file(job.label):
         image = read_elf(data)
         windows = layout_for(image, job.memory).windows()
-        try:
-            so, built = cached_object(image, windows, cache, lambda: Program.from_image(image), jobs=jobs)
-        except CompileError as exc:
-            raise CompileError(f"{job.label}: {exc}") from None
+        so, built = cached_object(image, windows, cache, lambda: Program.from_image(image), jobs=jobs)
     took = time.perf_counter() - start
     status = f"compiled in {took:.2f} s" if built else "cached"
     return (f"{image.sha256[:16]}  {job.label}: elf {len(data):,} B, memory {job.memory >> 10:,} KiB, "
@@ -165,7 +163,7 @@ def _main(argv: list[str] | None) -> int:
             print(f"[{i}/{len(todo)}] compiling {shown(job.label)}…", end="\r", flush=True)
         try:
             line = compile_one(job, cache, args.jobs)
-        except BermError as exc:  # (without berm-compile's name, unlike its other errors: a review)
+        except BermError as exc:
             line, status = f"berm-compile: {exc}", 2
             _erase_progress(tty)
             print(shown(line), file=sys.stderr)

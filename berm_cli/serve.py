@@ -8,7 +8,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 
 from berm_abi.text import escaped
 from berm_cli import arguments
@@ -95,11 +94,9 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers, per_harness=args.per_harness, max_depth=args.max_depth, timeout=args.timeout,
         idle_timeout=args.idle_timeout)
     daemon = Daemon(config)
-    stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
-        if not stop.is_set():
-            stop.set()
+        if not daemon.stop_requested():
             daemon.request_stop()  # a start in progress (loading, compiling) serves nothing
             return
         # Found by a review: a second signal was ignored, and shutdown waits for running guests' deadlines (with
@@ -116,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         print("berm serve: stopped before serving (a signal came while it started)", file=sys.stderr, flush=True)
         return 0
     print(f"berm serve: listening on {config.socket}", file=sys.stderr, flush=True)
-    stop.wait()
+    daemon.stop_requested(wait=True)
     # what it waits for, up to --timeout (a review: it was not said)
     print(f"berm serve: stopping, waiting for {_running(daemon)} (a second signal exits at once)", file=sys.stderr,
           flush=True)

@@ -243,10 +243,17 @@ class Daemon:
         return True
 
     def request_stop(self) -> None:
-        """Ask a start() in progress (a signal handler's call while it loads) to stop before it serves: it stops
-        loading and returns False, listening on nothing and starting no scheduler. Found by a review: a SIGTERM
-        while harnesses compiled was put off until the start ended, and wakes that had come due ran meanwhile."""
+        """Ask the daemon to stop (berm serve's signal handler does): a start() in progress stops loading and
+        returns False, listening on nothing and starting no scheduler (found by a review: a SIGTERM while harnesses
+        compiled was put off until the start ended, and wakes that had come due ran meanwhile); whoever waits in
+        ``stop_requested(wait=True)`` goes on, to call stop()."""
         self._stop_requested.set()
+
+    def stop_requested(self, wait: bool = False) -> bool:
+        """Whether request_stop has been called (with ``wait``, once it has: berm serve's main thread waits so)."""
+        if wait:
+            self._stop_requested.wait()
+        return self._stop_requested.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)

@@ -198,15 +198,12 @@ def odd_start_program(ops: list, offset: int, helpers: tuple = ()) -> progen.Gen
     text = image.symbols[0].value
     odd = Symbol("odd", text + offset, 1, "func", "global", ".text")
     image = dataclasses.replace(image, symbols=(*image.symbols, odd))
-    return progen.GenProgram(image, text, f"f0 with a function start at f0+{offset}")
+    return progen.GenProgram(image, text, f"f0 with a FUNC symbol at f0+{offset}")
 
 
-def test_fall_through_out_of_an_instruction_holding_an_odd_function_start():
-    """Found by a review: a function starting at an odd address inside an instruction only made that instruction's
-    fall-through address a start when the start lay at the middle of a 4-byte instruction. At f0+1, inside a 4-byte
-    ``addi``, a 2-byte ``c.li`` or a call, the next instruction lay in the middle of the odd function: the
-    translated code trapped there (illegal instruction) while the interpreter ran on. (Since a later review, an odd
-    address starts no function at all, test_hostile_guests.py: the engines must still agree.)"""
+def test_an_odd_function_symbol_inside_an_instruction_starts_nothing_and_the_engines_agree():
+    """A FUNC symbol at an odd address inside an instruction (a 4-byte ``addi``, a 2-byte ``c.li``, a call): no
+    function starts there (no instruction starts at an odd address), and both engines run the code as written."""
 
     ret = Op("jalr", rs1=1)
     g = progen.Function("g", [Op("addi", rd=7, imm=3), ret])

@@ -255,14 +255,29 @@ def test_a_stop_from_a_second_thread_waits_for_the_first(empty_daemon, monkeypat
         release.wait(10)
         real_stop(**kwargs)
 
+    class Watched:
+        """The daemon's stop lock, counting the threads that have come to take it."""
+
+        def __init__(self, lock):
+            self.lock, self.comers = lock, []
+
+        def __enter__(self):
+            self.comers.append(threading.current_thread())
+            return self.lock.__enter__()
+
+        def __exit__(self, *exc):
+            return self.lock.__exit__(*exc)
+
+    lock = Watched(empty_daemon._stop_lock)
+    monkeypatch.setattr(empty_daemon, "_stop_lock", lock)
     monkeypatch.setattr(empty_daemon.queue, "stop", slow_stop)
     first = threading.Thread(target=empty_daemon.stop)
     first.start()
     assert inside.wait(10)
     second = threading.Thread(target=empty_daemon.stop)
     second.start()
-    second.join(0.3)
-    assert second.is_alive() and not empty_daemon.wait(0)  # waiting, while the first is still stopping
+    wait_for(lambda: len(lock.comers) == 2)
+    assert second.is_alive() and not empty_daemon.wait(0)  # at the lock, while the first is still stopping
     release.set()
     first.join(10)
     second.join(10)
@@ -619,10 +634,11 @@ def test_a_stop_asked_while_the_daemon_starts_serves_nothing(tmp_path, monkeypat
         return {"h": woken}
 
     monkeypatch.setattr(daemon_mod, "load_targets", loading)
+    started = []
+    monkeypatch.setattr(daemon.queue, "start", lambda: started.append("the queue and its scheduler"))
     assert daemon.start() is False
-    assert not config.socket.exists() and daemon.wait(0)
-    time.sleep(0.3)
-    assert woken.wakes() == [] and [e.id for e in due.list()] == ["came-due"]  # still due, for the next start
+    assert not config.socket.exists() and daemon.wait(0) and started == []
+    assert [e.id for e in due.list()] == ["came-due"]  # still due, for the next start
     monkeypatch.undo()
     again = Daemon(config)  # the locks went with it
     assert again.start() is True
