@@ -331,6 +331,9 @@ class _Reader:
                           executable=bool(flags & _SHF_EXECINSTR), writable=bool(flags & _SHF_WRITE))
             if sec.executable and flags & _SHF_TLS:  # code is code: a TLS flag skipped the checks below (a review)
                 raise ElfError(f"section {sec.name!r} is both executable and thread-local: no image has code there")
+            if sec.executable and sec.addr & 1:  # its start would start a function no instruction can start
+                raise ElfError(f"executable section {sec.name!r} starts at the odd address {sec.addr:#x}: no "
+                               "instruction starts at one")
             if sec.alloc and sec.size and not flags & _SHF_TLS:
                 self._check_loaded(sec, segments)
                 loaded.append(sec)

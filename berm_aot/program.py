@@ -12,7 +12,8 @@ Decisions this module makes where SEMANTICS leaves room:
 - Fall-through off the end of an executable section reaches no code; a 4-byte encoding that would straddle the
   section end decodes as illegal ("truncated").
 - No instruction starts at an odd address: a ``jalr`` clears bit 0 of its target, and every other transfer is an
-  even offset from an even pc. An odd function symbol, section start or relocation target starts nothing.
+  even offset from an even pc. An odd function symbol or relocation target starts nothing (an executable section
+  at an odd address is refused with the ELF).
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ class Program:
         targets = frozenset(t for t in _legal_targets(image) if may_start(t))
         starts = {s.value for s in image.symbols
                   if s.kind == "func" and s.section in codemap.names and _is_label(s) and may_start(s.value)}
-        starts |= {s.addr for s in codemap.sections if may_start(s.addr)}
+        starts |= {s.addr for s in codemap.sections}  # all even: the ELF reader refuses an odd one
         starts |= _call_targets(image) & targets
         code = codemap.descend(starts | targets)
         starts = _close_starts(starts, code, codemap)

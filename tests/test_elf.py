@@ -201,6 +201,9 @@ def _many_loads(data):
     (lambda d: _patch_section(d, ".symtab", "sh_link", 1), "not a string table"),
     (lambda d: _patch_section(d, ".symtab", "sh_type", 1), "no symbol table"),
     (lambda d: _patch_section(d, ".text", "sh_addr", 0x10), "not inside any loadable segment"),
+    # every section start is a function start (berm_aot/program.py), and none starts at an odd address
+    (lambda d: _patch_section(d, ".text", "sh_addr", field(d, shdr_offsets(d)[".text"], SHDR_FIELDS, "sh_addr") + 1),
+     "executable section '.text' starts at the odd address"),
     (lambda d: _patch_section(d, ".bss", "sh_size", 0x20000), "section '.bss' .* is not inside any loadable segment"),
     (lambda d: _patch_section(_patch_section(d, ".rela.text", "sh_type", 1), ".rela.rodata", "sh_type", 1),
      "link it with --emit-relocs"),
