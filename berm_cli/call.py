@@ -11,7 +11,6 @@ stderr); 2 on a trap or any host error.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -33,8 +32,9 @@ from berm_host.traps import ToolFailure, Trap, TrapKind
 
 
 def add_arguments(p) -> None:
-    p.add_argument("elf", type=_named, help="the name of a bundled harness (e.g. os), or the path of a harness image "
-                                            "(./os for a file named like a bundled harness)")
+    p.add_argument("elf", type=arguments.image,
+                   help="the name of a bundled harness (e.g. os), or the path of a harness image (./os for a file named "
+                        "like a bundled harness)")
     p.add_argument("tool", help="the tool to call (berm_tool_<TOOL>)")
     p.add_argument("json", nargs="?", default="{}",
                    help="the tool's arguments as JSON (default {}); - reads them from stdin (for arguments longer "
@@ -127,14 +127,6 @@ def json_problem(text: str) -> str | None:
     except ValueError as exc:
         return f"valid JSON: {exc}"
     return f"valid JSON: it holds {problem}" if problem else None
-
-
-def _named(text: str) -> str:
-    """The image argument, which may not be empty (the path options' rule, berm_cli/arguments.py: "" was taken as
-    the current directory, found by a review)."""
-    if not text:
-        raise argparse.ArgumentTypeError("an empty name: name a bundled harness or the path of a harness image")
-    return text
 
 
 def _image(elf: str) -> Path:
