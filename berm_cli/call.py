@@ -33,8 +33,8 @@ from berm_host.traps import ToolFailure, Trap, TrapKind
 
 def add_arguments(p) -> None:
     p.add_argument("elf", type=arguments.image,
-                   help="the name of a bundled harness (e.g. os), or the path of a harness image (./os for a file named "
-                        "like a bundled harness)")
+                   help="the name of a bundled harness (e.g. os), or the path of a harness image (./os for a file "
+                        "named like a bundled harness)")
     p.add_argument("tool", help="the tool to call (berm_tool_<TOOL>)")
     p.add_argument("json", nargs="?", default="{}",
                    help="the tool's arguments as JSON (default {}); - reads them from stdin (for arguments longer "
