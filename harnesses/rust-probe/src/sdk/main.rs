@@ -307,6 +307,32 @@ mod tests {
         assert!(call.result.unwrap().starts_with("3 rounds, "));
     }
 
+    #[test]
+    #[should_panic(expected = "no host function for call 6966279491837799356 (berm.fs.read): no stand-in capability")]
+    fn a_capability_with_no_stand_in_fails_its_test_alone() {
+        // A panic inside the tool's host call aborted the whole test binary (extern "C" cannot unwind).
+        Host::new().call(berm_tool_read, br#"{"path": "a.txt"}"#);
+    }
+
+    #[test]
+    #[should_panic(expected = "the stand-in's own assertion")]
+    fn a_stand_in_that_panics_fails_its_test_with_its_own_panic() {
+        let host = Host::new().capability("berm.fs.read", |_| panic!("the stand-in's own assertion"));
+        host.call(berm_tool_read, br#"{"path": "a.txt"}"#);
+    }
+
+    #[test]
+    fn a_stand_in_may_call_a_tool_in_turn() {
+        // berm.call served by calling echo natively: the nested Host::call keeps the outer call's state (it took it,
+        // and the outer tool's berm.result.read found no call in progress).
+        let host = Host::new().capability("berm.call", |fields| {
+            assert_eq!(fields[..2], [b"self".to_vec(), b"echo".to_vec()]);
+            Host::new().call(berm_tool_echo, &fields[2]).result.map(String::into_bytes)
+        });
+        let call = host.call(berm_tool_call, br#"{"harness": "self", "tool": "echo", "args": "[1, 2]"}"#);
+        assert_eq!(call.result, Ok("[1,2]".into()));
+    }
+
     fn frame_of(fields: &[&[u8]]) -> Vec<u8> {
         berm::frame::encode(fields)
     }

@@ -17,30 +17,41 @@ pub const fn fnv1a64(name: &str) -> u64 {
 /// Bit 63 of a capability's return value: the staged bytes are an error message, not a reply.
 pub const ERROR: u64 = 1 << 63;
 
-// Always present (never granted).
-pub const LOG: u64 = fnv1a64("berm.log");
-pub const ARGS_LEN: u64 = fnv1a64("berm.args.len");
-pub const ARGS_READ: u64 = fnv1a64("berm.args.read");
-pub const FAIL: u64 = fnv1a64("berm.fail");
-pub const RESULT_READ: u64 = fnv1a64("berm.result.read");
-pub const HEAP_START: u64 = fnv1a64("berm.heap.start");
-pub const HEAP_SIZE: u64 = fnv1a64("berm.heap.size");
+/// Each host call's number, derived from its name, and `NAMES`, every name (to name a number in a message).
+macro_rules! host_calls {
+    ($($number:ident = $name:literal;)*) => {
+        $(pub const $number: u64 = fnv1a64($name);)*
+        /// Every host call's name.
+        pub const NAMES: &[&str] = &[$($name),*];
+    };
+}
 
-// Capabilities: present only when the declaration grants them (crate::caps wraps each).
-pub const FS_READ: u64 = fnv1a64("berm.fs.read");
-pub const FS_WRITE: u64 = fnv1a64("berm.fs.write");
-pub const FS_GLOB: u64 = fnv1a64("berm.fs.glob");
-pub const FS_GREP: u64 = fnv1a64("berm.fs.grep");
-pub const EXEC_RUN: u64 = fnv1a64("berm.exec.run");
-pub const HTTP_FETCH: u64 = fnv1a64("berm.http.fetch");
-pub const CLOCK_NOW: u64 = fnv1a64("berm.clock.now");
-pub const KV_GET: u64 = fnv1a64("berm.kv.get");
-pub const KV_SET: u64 = fnv1a64("berm.kv.set");
-pub const KV_DELETE: u64 = fnv1a64("berm.kv.delete");
-pub const KV_LIST: u64 = fnv1a64("berm.kv.list");
-pub const SCHEDULE_AT: u64 = fnv1a64("berm.schedule.at");
-pub const SCHEDULE_CANCEL: u64 = fnv1a64("berm.schedule.cancel");
-pub const CALL: u64 = fnv1a64("berm.call");
+host_calls! {
+    // Always present (never granted).
+    LOG = "berm.log";
+    ARGS_LEN = "berm.args.len";
+    ARGS_READ = "berm.args.read";
+    FAIL = "berm.fail";
+    RESULT_READ = "berm.result.read";
+    HEAP_START = "berm.heap.start";
+    HEAP_SIZE = "berm.heap.size";
+
+    // Capabilities: present only when the declaration grants them (crate::caps wraps each).
+    FS_READ = "berm.fs.read";
+    FS_WRITE = "berm.fs.write";
+    FS_GLOB = "berm.fs.glob";
+    FS_GREP = "berm.fs.grep";
+    EXEC_RUN = "berm.exec.run";
+    HTTP_FETCH = "berm.http.fetch";
+    CLOCK_NOW = "berm.clock.now";
+    KV_GET = "berm.kv.get";
+    KV_SET = "berm.kv.set";
+    KV_DELETE = "berm.kv.delete";
+    KV_LIST = "berm.kv.list";
+    SCHEDULE_AT = "berm.schedule.at";
+    SCHEDULE_CANCEL = "berm.schedule.cancel";
+    CALL = "berm.call";
+}
 
 /// One host call: the number in a7, two arguments in a0/a1, the result from a0. Built for the host, the call goes to
 /// `testing::Host` instead.
