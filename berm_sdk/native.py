@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from berm_abi.errors import BermError
-from berm_abi.names import CORE_BY_NAME, fnv1a64
+from berm_abi.names import CORE_BY_NAME, KNOWN_NAMES, fnv1a64
 from berm_host.layout import failure_text
 from berm_host.linker import CapabilityError
 from berm_host.traps import HostError, ToolFailure
@@ -79,6 +79,7 @@ class NativeHarness:
         self.logs: list[bytes] = []
         self._staged = ctypes.create_string_buffer(0)
         self._error: BaseException | None = None
+        self._unserved: int | None = None  # a capability the tool called with no stand-in: its panic's number
         self._host = _HOST_FN(self._serve)
         self.lib.berm_shim_invoke.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
                                               ctypes.POINTER(_Result)]
@@ -96,6 +97,7 @@ class NativeHarness:
                 return True
             fn = self.capabilities.get(number)
             if fn is None:
+                self._unserved = number
                 return False
             try:
                 reply, is_error = bytes(fn(data)), False
@@ -116,11 +118,15 @@ class NativeHarness:
             raise HostError(f"the library exports no tool {tool!r}") from None
         blob = args.encode("utf-8") if isinstance(args, str) else bytes(args)
         out = _Result()
-        self._error = None
+        self._error = self._unserved = None
         self.lib.berm_shim_set_host(self._host)
         status = self.lib.berm_shim_invoke(ctypes.cast(fn, ctypes.c_void_p), blob, len(blob), ctypes.byref(out))
         if self._error is not None:
             raise self._error
+        if status == 2 and self._unserved is not None:
+            name = KNOWN_NAMES.get(self._unserved, "a name Berm does not know")
+            raise NativePanic(f"{tool} panicked: no host function for call {self._unserved} ({name}): "
+                              "no stand-in capability for it")
         if status == 2:
             raise NativePanic(f"{tool} panicked: {self.lib.berm_shim_panic_text().decode('utf-8', 'replace')}")
         if status == 1:
