@@ -122,6 +122,11 @@ def _known_symbols(program: Program, name: str) -> str:
     return f"it has {', '.join(map(repr, names[:SYMBOLS_SHOWN]))}{more}"
 
 
+#: Found by a review: a function of the author's source missing from a ``berm build`` image is the linker's doing.
+GC_HINT = ("; a function no tool reaches is left out of an image linked with --gc-sections, as berm build links it: "
+           "in C, __attribute__((used, retain)) keeps it")
+
+
 def run(args) -> int:
     if len(args.args) > 8:
         raise BermError(f"at most 8 integer arguments fit a0..a7, not {len(args.args)}")
@@ -130,7 +135,8 @@ def run(args) -> int:
     program, backend = _load(args)
     entry = program.symbol(args.symbol)
     if entry is None:
-        raise BermError(f"{args.elf} has no global symbol {args.symbol!r} ({_known_symbols(program, args.symbol)})")
+        known = _known_symbols(program, args.symbol)
+        raise BermError(f"{args.elf} has no global symbol {args.symbol!r} ({known}){GC_HINT}")
     request = RunRequest(entry=entry, int_args=tuple(args.args), deadline=time.monotonic() + args.timeout)
     result = interruptible(lambda: backend.run(request))
     if result.trap is not None:
