@@ -122,8 +122,11 @@ def build_rust_harness(directory: Path, out: Path | None = None, *, binary: str 
     images, said = _images(done.stdout)
     if done.returncode != 0:
         errors = [text.rstrip() for level, text in said if level == "error"]
-        tail = "\n".join(done.stderr.splitlines()[-_TAIL:])
-        raise BuildError(f"{directory}: cargo build failed (exit {done.returncode}):\n" + ("\n".join(errors) or tail))
+        said_text = "\n".join(errors) or "\n".join(done.stderr.splitlines()[-_TAIL:])
+        if "`--offline`" in said_text:  # cargo's advice to retry without it (found by a review): berm build cannot
+            said_text += (f"\nberm build is offline, always: a dependency must be a path dependency or a crate "
+                          f"vendored with Debian's Rust sources ({vendor}); crates.io is never reached")
+        raise BuildError(f"{directory}: cargo build failed (exit {done.returncode}):\n" + said_text)
     if warn is not None:
         for level, text in said:
             if level == "warning":

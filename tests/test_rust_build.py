@@ -122,6 +122,17 @@ def test_a_crate_that_does_not_compile_is_a_build_error_with_rustcs_message(tmp_
     assert "cargo build failed (exit 101)" in err and "error[E0308]: mismatched types" in err
 
 
+def test_a_crates_io_dependency_is_said_to_be_out_of_reach(tmp_path, rust, cargo_target, monkeypatch, capsys):
+    """Found by a review: cargo's advice to retry without --offline was all a crates.io dependency got, and berm
+    build always passes --offline."""
+    crate = _crate(tmp_path, cargo_target, monkeypatch, "#![no_std]\n#![no_main]\n")
+    with (crate / "Cargo.toml").open("a") as manifest:
+        manifest.write('\n[dependencies.no-such-crate-anywhere]\nversion = "1"\n')
+    assert berm_main(["build", str(crate), "-o", str(tmp_path / "greeter.elf")]) == 2
+    assert "berm build is offline, always: a dependency must be a path dependency or a crate vendored with " \
+           "Debian's Rust sources (/usr/src/rustc-" in capsys.readouterr().err
+
+
 def test_an_image_that_fails_the_hosts_check_is_a_build_error(tmp_path, rust, cargo_target, monkeypatch, capsys):
     """A tool the manifest declares but the image does not export (not listed in harness!, so dropped)."""
     crate = _crate(tmp_path, cargo_target, monkeypatch, _readme_example())
