@@ -26,7 +26,7 @@ from berm_abi.text import escaped
 from berm_cli import arguments
 from berm_cli.interrupt import interruptible
 from berm_cli.terminal import compile_notice, failure_text, print_result, shown
-from berm_host.declaration import NAME, NAME_RULE, declaration_from_table
+from berm_host.declaration import NAME, NAME_RULE, declaration_from_table, parse_memory
 from berm_host.grants import BOUNDS, DAEMON_GRANTS, grant_for, linker_for
 from berm_host.traps import ToolFailure, Trap, TrapKind
 
@@ -47,7 +47,7 @@ def add_arguments(p) -> None:
     p.add_argument("--engine", choices=("aot", "interp"), help="execution engine (default aot; with --daemon, the "
                                                                    "daemon's)")
     p.add_argument("--memory", metavar="SIZE", help="guest memory, e.g. 64M (default 64M)")
-    p.add_argument("--timeout", type=float, metavar="SECONDS", help="invocation deadline (default 60)")
+    p.add_argument("--timeout", type=arguments.seconds, metavar="SECONDS", help="invocation deadline (default 60)")
     p.add_argument("--name", help="the harness name: its kv namespace (default: the image's file name stem)")
     p.add_argument("--data-dir", type=arguments.path,
                    help=f"where kv data lives (default: $BERM_DATA_DIR, else {platformdirs.user_data_dir('berm')})")
@@ -86,7 +86,7 @@ def _declaration(args):
     if args.root is not None:
         table["root"] = os.path.abspath(args.root)
     if args.memory is not None:
-        table["memory"] = args.memory
+        table["memory"] = parse_memory(args.memory, "--memory")  # not "command line 'name': memory: …"
     if args.timeout is not None:
         table["timeout"] = args.timeout
     return declaration_from_table(table, "command line")

@@ -22,7 +22,7 @@ from berm_cli import arguments
 from berm_cli.interrupt import interruptible
 from berm_cli.terminal import compile_notice, failure_text, shown
 from berm_host.backend import RunRequest, RunResult
-from berm_host.declaration import MAX_TIMEOUT, is_timeout, parse_memory
+from berm_host.declaration import parse_memory
 from berm_host.interp import InterpBackend
 from berm_host.layout import DEFAULT_MEMORY
 from berm_host.traps import Trap
@@ -71,7 +71,7 @@ def add_arguments(p) -> None:
     p.add_argument("--engine", choices=("interp", "aot"), default="interp", help="execution engine (default interp)")
     p.add_argument("--memory", metavar="SIZE", default=str(DEFAULT_MEMORY),
                    help="guest memory: 65536, 64K, 64M, 1G (default 64M)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="deadline (default 60)")
+    p.add_argument("--timeout", type=arguments.seconds, default=60.0, metavar="SECONDS", help="deadline (default 60)")
 
 
 def _load(args):
@@ -130,8 +130,6 @@ GC_HINT = ("; a function no tool reaches is left out of an image linked with --g
 def run(args) -> int:
     if len(args.args) > 8:
         raise BermError(f"at most 8 integer arguments fit a0..a7, not {len(args.args)}")
-    if not is_timeout(args.timeout):
-        raise BermError(f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {args.timeout}")
     program, backend = _load(args)
     entry = program.symbol(args.symbol)
     if entry is None:

@@ -12,7 +12,6 @@ import sys
 from berm_abi.text import escaped
 from berm_cli import arguments
 from berm_host.daemon import IDLE_TIMEOUT, Daemon, DaemonConfig, default_socket
-from berm_host.declaration import MAX_TIMEOUT, is_timeout
 
 
 def _at_least(least: int):
@@ -29,17 +28,6 @@ def _at_least(least: int):
     return parse
 
 
-def _seconds(text: str) -> float:
-    """An argparse type: a number of seconds a declaration's ``timeout`` could hold too."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not is_timeout(value):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {text}")
-    return value
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("declarations", type=arguments.path, help="TOML file with the [[harnesses]] to load")
     p.add_argument("--socket", type=arguments.path, default=None,
@@ -47,14 +35,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", type=arguments.path, default=None,
                    help="where the due-set and kv store live (default: the user data dir); one daemon at a time")
     p.add_argument("--harnesses-dir", type=arguments.path, default=None, help="where {name}.elf images are found")
-    p.add_argument("--engine", choices=("aot", "interp"), default="aot")
-    p.add_argument("--workers", type=_at_least(1), default=4, help="worker threads (the most guests running at once)")
+    p.add_argument("--engine", choices=("aot", "interp"), default="aot", help="default aot")
+    p.add_argument("--workers", type=_at_least(1), default=4,
+                   help="worker threads, the most guests running at once (default 4)")
     p.add_argument("--per-harness", type=_at_least(1), default=None, help="most invocations of one harness at once "
                    "(default: one fewer than --workers, so with two or more one harness never holds every worker)")
-    p.add_argument("--timeout", type=_seconds, default=60.0, help="per-invocation deadline in seconds (at most a day)")
+    p.add_argument("--timeout", type=arguments.seconds, default=60.0,
+                   help="per-invocation deadline in seconds, at most a day (default 60)")
     p.add_argument("--max-depth", type=_at_least(0), default=8,
-                   help="chain depth past which harness-caused work is refused (0: a harness causes none)")
-    p.add_argument("--idle-timeout", type=_seconds, default=IDLE_TIMEOUT,
+                   help="chain depth past which harness-caused work is refused (0: a harness causes none; default 8)")
+    p.add_argument("--idle-timeout", type=arguments.seconds, default=IDLE_TIMEOUT,
                    help=f"seconds a control connection may stay silent before it is closed (default {IDLE_TIMEOUT:g})")
     p.add_argument("-v", "--verbose", action="store_true", help="log every invocation-level event")
 

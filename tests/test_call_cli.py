@@ -77,7 +77,7 @@ def test_a_trap_exits_2(berm_call):
 @pytest.mark.parametrize("args, words", [
     (["echo", "{not json"], "not valid JSON"),
     (["echo", "--grant", "teleport"], "does not know"),
-    (["echo", "--memory", "3M"], "power of two"),
+    (["echo", "--memory", "3M"], "berm call: --memory: guest memory must be a power of two"),  # not "command line"
     (["echo", "--host", "bad host", "--grant", "http"], "bad host entry"),
     # found by a review: taken without a word, though they bound nothing; and daemon-only grants said unknown
     (["echo", "--root", "."], "--root bounds only --grant exec or --grant fs: without one it gives nothing"),
