@@ -101,17 +101,22 @@ class Locator:
     # -- the form written into a translated object ---------------------------------------------------------------
 
     def dumps(self) -> list[str]:
-        """The lines of a JSON text, one per section and function (ASCII: names are escaped), for ``loads``.
-        Function ends are not written: each ends at the next function's start or its section's end."""
+        """The lines of a JSON text, one per section, name and function (ASCII: names are escaped), for ``loads``.
+        Each name is written once and functions refer to it by index: symbols may share one long name, and a
+        review's 1,000 functions sharing one 300 KB name made 300 MB of it. Function ends are not written: each
+        ends at the next function's start or its section's end."""
+        names = {name: index for index, name in enumerate(dict.fromkeys(f.name for f in self.functions))}
         return ['{"sections": [', *_items([[s.addr, len(s.data)] for s in self.code.sections]), '],',
-                '"functions": [', *_items([[f.start, f.name] for f in self.functions]), ']}']
+                '"names": [', *_items(list(names)), '],',
+                '"functions": [', *_items([[f.start, names[f.name]] for f in self.functions]), ']}']
 
     @classmethod
     def loads(cls, text: str, read: Callable[[int, int], bytes]) -> Locator:
         """The locator ``dumps`` wrote, its sections' bytes from ``read(addr, size)`` (the image's segments)."""
         table = json.loads(text)
         code = CodeSections(CodeSection(addr, read(addr, size)) for addr, size in table["sections"])
-        return cls(code, partition(code, {start: name for start, name in table["functions"]}))
+        names = table["names"]
+        return cls(code, partition(code, {start: names[index] for start, index in table["functions"]}))
 
 
 def _items(rows: list) -> list[str]:

@@ -92,6 +92,17 @@ def test_a_locator_reads_back_as_it_was_written(sections, named, data):
         (locator.symbolize(pc), locator.in_code(pc), locator.instruction(pc))
 
 
+def test_a_name_many_functions_share_is_written_once():
+    """Found by a review: 1,000 functions whose symbols shared one 300 KB name wrote it 1,000 times into the object."""
+    code = CodeSections([CodeSection(0x1000, bytes(400))])
+    long_name = "n" * 10_000
+    locator = Locator(code, partition(code, {0x1000 + 4 * k: long_name for k in range(100)}))
+    text = "\n".join(locator.dumps())
+    assert text.count(long_name) == 1
+    back = Locator.loads(text, lambda a, n: bytes(n))
+    assert back.functions == locator.functions and len(back.functions) == 100
+
+
 #: ``lui t0, 0xef0`` (its second half, 0x00ef, ends in 0b11), ``c.jalr a0``, ``c.nop``: read from 0x1002, the
 #: second half of the lui and the c.jalr make ``jal ra, …``, a 4-byte call right before the c.jalr's return address.
 AMBIGUOUS = bytes.fromhex("b702ef00" "0295" "0100")

@@ -18,7 +18,7 @@ from berm_aot.program import Program
 
 from .chunks import Chunks, chunk_plan
 from .function import FunctionEmitter, fn_name
-from .insn import comment, lit
+from .insn import lit, name_comment
 from .slowrun import declarations, runner
 from berm_aot.windows import C_NAMES, Windows
 
@@ -188,7 +188,7 @@ def _enter_chunks(plan: Chunks, prefix: str) -> list[str]:
     for another function, which the caller's dispatch loop runs. So a transfer between chunks costs a return, a
     choice among the chunks by address, and the chunk's choice among its entries."""
     f = plan.whole
-    lines = [f"/* {comment(f.func.name)} [{f.start:#x}, {f.end:#x}): {len(f.insns)} instructions, translated as "
+    lines = [f"/* {name_comment(f.func.name)} [{f.start:#x}, {f.end:#x}): {len(f.insns)} instructions, translated as "
              f"{len(plan.parts)} chunks (berm_aot/emit/chunks.py), run one after another by this loop */"]
     lines += [prototype(plan.name(prefix, k)) for k in range(1, len(plan.parts))]
     lines += [f"BERM_HIDDEN uint64_t {fn_name(prefix, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{",
@@ -203,7 +203,8 @@ def _enter_chunks(plan: Chunks, prefix: str) -> list[str]:
               "        if (t != BERM_TAIL) return t;",
               "    }",
               "}",
-              f"/* whether t is a legal target of the indirect jumps of {comment(f.func.name)} (Chunks.legal_name) */",
+              f"/* whether t is a legal target of the indirect jumps of {name_comment(f.func.name)} "
+              "(Chunks.legal_name) */",
               f"BERM_HIDDEN int {plan.legal_name(prefix)}(uint64_t t) {{",
               "    switch (t) {",
               *(f"    case {lit(t)}:" for t in f.local_targets),

@@ -42,7 +42,7 @@ from .loops import CountedLoop, counted_loops
 from .sites import dynamic_jumps, jump_targets
 from .stackptr import stack_pointers
 from .synced import synced_registers
-from .insn import BRANCH_CONDS, CHECKED, comment, compute, dst, lit, reg
+from .insn import BRANCH_CONDS, CHECKED, comment, compute, dst, lit, name_comment, reg
 from .slowrun import RunTable
 
 #: Core calls answered by a field of ctx, with no call at all when the number is known at translation time.
@@ -258,16 +258,16 @@ class FunctionEmitter:
         out = self.out
         out += self.runs.definition()
         if self.resume:
-            out.append(f"/* {comment(f.func.name)} [{f.start:#x}, {f.end:#x}), resumed at a local target `at` */")
+            out.append(f"/* {name_comment(f.func.name)} [{f.start:#x}, {f.end:#x}), resumed at a local target `at` */")
             out.append(f"static uint64_t {resume_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth, "
                        "uint64_t at, uint64_t exp, uint32_t depth0) {")
         elif self.chunks is not None:
             whole = self.chunks.whole
-            out.append(f"/* {comment(f.func.name)} [{whole.start:#x}, {whole.end:#x}), its chunk {self.part} of "
+            out.append(f"/* {name_comment(f.func.name)} [{whole.start:#x}, {whole.end:#x}), its chunk {self.part} of "
                        f"{len(self.chunks.parts)}: [{f.start:#x}, {f.end:#x}), entered at ctx->next */")
             out.append(f"BERM_HIDDEN uint64_t {self.name}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{")
         else:
-            out.append(f"/* {comment(f.func.name)} [{f.start:#x}, {f.end:#x}) */")
+            out.append(f"/* {name_comment(f.func.name)} [{f.start:#x}, {f.end:#x}) */")
             out.append(f"BERM_HIDDEN uint64_t {fn_name(self.p, f.start)}(berm_ctx *ctx, uint64_t ret, uint32_t depth) {{")
         out.append("    BERM_LOCALS;")
         out.append("    uint64_t zz = 0, jt_ = 0, jpc_ = 0, fa_ = 0; uint32_t fd_ = 0; "
@@ -484,7 +484,8 @@ class FunctionEmitter:
             return
         self._call_prologue(insn)
         self.callees.add(target)
-        out.append(f"        uint64_t t_ = {fn_name(self.p, target)}(ctx, {lit(insn.next_pc)}, depth + 1);")
+        out.append(f"        uint64_t t_ = {fn_name(self.p, target)}(ctx, {lit(insn.next_pc)}, depth + 1); "
+                   f"/* {name_comment(self.by_start[target].func.name)} */")
         self._after_call(insn, set(self.by_start[target].writes_closure))
 
     def _self_call(self, insn: Instruction) -> None:

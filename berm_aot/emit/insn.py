@@ -8,6 +8,7 @@ before the instruction has any effect.
 
 from __future__ import annotations
 
+from berm_aot.demangle import shown_name
 from berm_aot.isa import Instruction
 
 MASK = (1 << 64) - 1
@@ -25,6 +26,13 @@ def comment(text: str) -> str:
     if not (text.isascii() and text.isprintable()):  # printable ASCII is exactly " " to "~"
         text = "".join(c if " " <= c <= "~" else "?" for c in text)
     return text.replace("*/", "*?/")
+
+
+def name_comment(name: str) -> str:
+    """A function's name inside a C comment, as messages show it: demangled, and cut to ``MAX_NAME`` characters
+    (found by a review: whole, a long name shared by a thousand functions' symbols was written at each of them,
+    600 MB of C from a 400 KB image)."""
+    return comment(shown_name(name))
 
 
 def reg(n: int) -> str:
