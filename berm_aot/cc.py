@@ -419,7 +419,8 @@ def _finish(proc: subprocess.Popen, deadline: float) -> str:
 
 
 def _timeout() -> CompileError:
-    return CompileError(f"cc took longer than {COMPILE_TIMEOUT} s")
+    # the units are translated as they are compiled (a review: "cc took longer" blamed the compiler for both)
+    return CompileError(f"translating and compiling took longer than {COMPILE_TIMEOUT} s, all units together")
 
 
 class _Pool:
