@@ -177,6 +177,41 @@ def test_unopenable_file_is_a_clear_error(tmp_path):
         DueSet(tmp_path / "dir.db")
 
 
+def _damage_the_time_index(path) -> None:
+    """Overwrite the root page of the due-set's time index, its table left whole."""
+    db = sqlite3.connect(path)
+    (root,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name='due_by_time'").fetchone()
+    (size,) = db.execute("PRAGMA page_size").fetchone()
+    db.close()
+    with open(path, "r+b") as f:
+        f.seek((root - 1) * size)
+        f.write(b"\xff" * size)
+
+
+def _due_set_of_many(path) -> None:
+    ds = DueSet(path)
+    ds.put_many([("h", f"w{i}", i, "p" * 200, 0) for i in range(3000)])
+    ds.close()  # the last connection: its pages are in the file
+
+
+def test_a_damaged_due_set_is_refused_at_open(tmp_path):
+    """Found by a review: with its time index damaged (the table whole) a due-set opened, and the daemon ran every due
+    wake, deleted none and ran them all again at its next start."""
+    _due_set_of_many(tmp_path / "due.db")
+    _damage_the_time_index(tmp_path / "due.db")
+    with pytest.raises(QueueError, match=r"the due-set .*due\.db is damaged \(SQLite's quick_check: .+\): restore it"):
+        DueSet(tmp_path / "due.db")
+
+
+def test_a_read_of_a_damaged_due_set_is_a_queue_error(tmp_path):
+    """It was SQLite's DatabaseError, which reached a daemon client as a host error."""
+    _due_set_of_many(tmp_path / "due.db")
+    ds = DueSet(tmp_path / "due.db")
+    _damage_the_time_index(tmp_path / "due.db")
+    with pytest.raises(QueueError, match="cannot read the due-set .*: database disk image is malformed"):
+        ds.list()
+
+
 _WRITER = textwrap.dedent("""
     import sys
     from berm_host.queue import DueSet

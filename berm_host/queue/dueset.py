@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from berm_host.private_files import private_database
-from berm_host.sqlite_writes import WriteTransaction
+from berm_host.sqlite_writes import WriteTransaction, damage
 
 from .errors import QueueClosed, QueueError, ScheduleError
 
@@ -113,6 +113,12 @@ class DueSet:
                                        timeout=BUSY_TIMEOUT)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
+            # found by a review: with its time index damaged (the table whole) a due-set opened, every due wake ran,
+            # none could be deleted, and each ran again at every start of the daemon
+            found = damage(self._db)
+            if found is not None:
+                raise QueueError(f"the due-set {self.path} is damaged (SQLite's quick_check: {found}): restore it "
+                                 "from a backup, or move it aside to start with no wakes")
             self._db.executescript(_SCHEMA)
             with _Transaction(self._db, self.path):
                 self._count()
@@ -151,7 +157,10 @@ class DueSet:
     def _reading(self) -> Iterator[sqlite3.Connection]:
         with self._read_lock:
             self._check_open()
-            yield self._reader
+            try:
+                yield self._reader
+            except sqlite3.Error as exc:  # a QueueError as writes are (it reached clients as a host error)
+                raise QueueError(f"cannot read the due-set {self.path}: {exc}") from None
 
     # --- writes ---------------------------------------------------------------------------------------------
 
