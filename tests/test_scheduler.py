@@ -575,6 +575,29 @@ def test_a_rearm_written_while_the_deletion_fails_still_comes_due(make_queue, mo
     assert [w["payload"] for w in t.wakes()] == ["first", "second"]
 
 
+def test_a_failed_drain_is_retried_after_its_pause_whatever_wakes_the_scheduler(make_queue, monkeypatch, caplog):
+    """Found by a review: on a damaged due-set every wake ending while the drain failed retried it at once (~240
+    tracebacks a second); a failure waits RETRY_AFTER whatever else wakes the scheduler, and a stop ends the wait."""
+    monkeypatch.setattr(scheduler_module, "RETRY_AFTER", 600.0)
+    q = make_queue({"h": RecordingTarget()}, start=False)
+    reads = []
+
+    def unreadable(*args, **kwargs):
+        reads.append(1)
+        raise QueueError("the due-set is damaged")
+
+    monkeypatch.setattr(q.dueset, "due", unreadable)
+    q.start()
+    wait_for(lambda: reads)
+    for _ in range(20):  # what an ending wake does: wake the scheduler
+        with q.scheduler._cond:
+            q.scheduler._cond.notify()
+        time.sleep(0.01)
+    assert len(reads) == 1
+    ends_within(GRACE, q.scheduler.stop)  # a stop ends the pause
+    assert "the scheduler's drain failed; retrying in 600 s" in caplog.text
+
+
 def test_a_damaged_row_is_dropped_and_the_other_wakes_run(tmp_path, make_queue):
     """Found by a review: a row with a column of the wrong type (a text depth) raised a TypeError out of the drain,
     which retried every second and never delivered any wake again."""
