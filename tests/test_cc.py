@@ -8,6 +8,7 @@ a disk that takes no more is a CompileError."""
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
@@ -135,7 +136,8 @@ def test_another_assembler_earlier_on_path_is_another_identity(tmp_path, monkeyp
 def fresh_versions(monkeypatch):
     """What a new process knows of compilers: nothing (the memos emptied, and put back after the test)."""
     monkeypatch.setattr(cc, "_found_versions", {})
-    memos = (cc._found, cc._version)  # (a test may replace cc._version)
+    monkeypatch.setattr(cc, "_toolchains", {})
+    memos = (cc._found, cc._version, cc._absolute)  # (a test may replace cc._version)
     for memo in memos:
         memo.cache_clear()
     yield
@@ -218,6 +220,80 @@ def test_a_fifo_on_path_is_no_program_to_read(tmp_path, monkeypatch, fresh_versi
     fifo.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fifo.parent}{os.pathsep}{os.environ['PATH']}")
     assert cc.identity() and cc._found(tuple(cc.compiler()), os.environ["PATH"])[1].elf is False
+
+
+def _next_process() -> None:
+    """Forget what this process found of compilers, as a new process knows nothing of them."""
+    cc._toolchains.clear()
+    cc._found_versions.clear()
+    for memo in (cc._found, cc._version, cc._absolute):
+        memo.cache_clear()
+
+
+@pytest.fixture
+def early_path(tmp_path, monkeypatch, fresh_versions):
+    """PATH with an empty directory of the test's searched first, and a code cache: (the directory, the cache)."""
+    from berm_aot.cache import CodeCache
+    early = tmp_path / "early"
+    early.mkdir()
+    monkeypatch.setenv("PATH", f"{early}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("BERM_CC", raising=False)
+    return early, CodeCache(tmp_path / "cache")
+
+
+def test_the_toolchain_is_kept_for_the_next_process(early_path, monkeypatch):
+    """A fresh process's first cached load found cc, as and ld on PATH and read the version line the cache keeps: a
+    third of its time. The next process reads what the first found, checked against the file system, and comes to
+    the same identity without a PATH search."""
+    _, store = early_path
+    first = cc.identity(store=store)
+    assert first == cc.identity()  # what a process finds with no cache
+    _next_process()
+    monkeypatch.setattr(cc, "_found_toolchain", lambda store: pytest.fail("the toolchain was searched again"))
+    assert cc.identity(store=store) == first != cc.identity(("-O0",), store=store)
+
+
+def test_a_compiler_put_earlier_on_path_is_seen_by_the_next_process(early_path):
+    early, store = early_path
+    first = cc.identity(store=store)
+    wrapper = early / "cc"
+    wrapper.write_text(f'#!/bin/sh\nexec {cc.shutil.which("cc")} "$@"\n')
+    wrapper.chmod(0o755)
+    _next_process()
+    assert cc.identity(store=store) != first
+    assert json.loads(cc.identity(store=store))[0] == [str(wrapper)]
+
+
+def test_a_file_made_executable_earlier_on_path_is_seen_by_the_next_process(early_path):
+    """``shutil.which`` passes over a ``cc`` that is not executable, and making it so changes no directory's status:
+    with one there, no memo is kept."""
+    early, store = early_path
+    wrapper = early / "as"
+    wrapper.write_text(f'#!/bin/sh\nexec {cc.shutil.which("as")} "$@"\n')
+    first = cc.identity(store=store)
+    wrapper.chmod(0o755)
+    _next_process()
+    assert cc.identity(store=store) != first
+
+
+def test_a_compiler_replaced_in_place_is_seen_by_the_next_process(tmp_path, monkeypatch, fresh_versions):
+    from berm_aot.cache import CodeCache
+    compiler, store = _copy_of_cc(tmp_path), CodeCache(tmp_path / "cache")
+    monkeypatch.setenv("BERM_CC", str(compiler))
+    first = cc.identity(store=store)
+    compiler.write_bytes(compiler.read_bytes() + b"\0")
+    _next_process()
+    assert cc.identity(store=store) != first
+
+
+def test_a_damaged_toolchain_memo_is_found_again(early_path):
+    _, store = early_path
+    first = cc.identity(store=store)
+    (memo,) = store.root.rglob(cc.TOOLCHAIN_BLOB)
+    for damaged in (b"{", b'{"found": [["cc"], "two\\nlines", []], "statuses": []}', b"[]"):
+        memo.write_bytes(damaged)
+        _next_process()
+        assert cc.identity(store=store) == first
 
 
 def test_a_stored_line_that_no_compiler_printed_is_asked_again(tmp_path, fresh_versions):

@@ -225,8 +225,9 @@ def measure_boundary(runners: dict, plan: Plan) -> tuple[list[Row], list[str]]:
                      f"p50: {what}", "≤ 1 ms", 1e-3)
         first = Row(f"… its first load in a fresh process (wall clock, timed in the child after its imports), p50 of "
                     f"{plan.first_loads} processes", "≤ 1 ms", 1e-3,
-                    note="what a process does at its first load only: find cc, as and ld on PATH and read the "
-                         "compiler's version line the cache keeps, for the cache key; start the watchdog thread")
+                    note="what a process does at its first load only: read the toolchain the code cache keeps "
+                         "(compiler, version line, as and ld) and check it against the file system, for the cache "
+                         "key; start the watchdog thread")
         measure(steady, "aot", lambda: bb.cached_load_p50(elf.read_bytes(), cache, plan.loads))
         measure(first, "aot", lambda: bb.first_load_p50(elf, cache, plan.first_loads))
         objects = sum(p.stat().st_size for p in cache.rglob("*.so"))

@@ -142,7 +142,7 @@ print(time.perf_counter() - t0)
 def first_load_p50(elf: Path, cache: Path, runs: int) -> float:
     """The median wall time of the first load of ``elf`` from ``cache`` (which must hold it) in each of ``runs``
     fresh Python processes (``_FIRST_LOAD``). A RuntimeError when a child fails or writes to the cache: it compiled
-    (the image was not in the cache), or ran the compiler for its version line (berm_aot/cc.py, ``version``), and the
+    (the image was not in the cache), or found the toolchain anew (berm_aot/cc.py, ``_toolchain``), and the
     figure would not be a cached load."""
     before = set(cache.rglob("*"))
     times = []
