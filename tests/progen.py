@@ -12,12 +12,18 @@ Two layers:
   compressed forms, direct and table-driven indirect calls, ``switch`` loops through jump tables (with an index run
   into the next table and a return forged to a case: what the translator runs in a resume copy), and (optionally)
   one access at an edge of the memory layout that may fault; with ``self_calls``, calls of a function by itself,
-  bounded by the stack's depth. The entry function ends with ``ret`` to 0.
+  bounded by the stack's depth. The entry function ends with ``ret`` to 0. The shapes of ``_Reach`` come on top:
+  groups of accesses and counted loops through an ordinary register against the edges of the memory layout
+  (``window_group``, ``window_walk``), sp moved inside a function (``stack_excursion``), tail calls and calls that
+  link through t0 (``tail_call``, ``t0_call``), host calls the translator serves inline (``host_query``), and
+  corner cases of single instructions (division edges, hints, loads into their own base, atomics off the happy
+  path); with ``berm_only=False`` none of what only Berm defines, for a comparison with an emulator.
 
-Register conventions of generated code: ``ra``, ``sp`` behave as the ABI says; ``gp`` points at ``DATA + 2048``
-and ``tp`` at ``RODATA`` (set by the entry function and never written again); function ``fi`` counts its loops in
-``x(31-i)`` (so a call inside a loop leaves the caller's counter alone); every other register (x5..x27) is random
-data, seeded by ``li`` at entry. Functions keep ``ra`` in their frame
+Register conventions of generated code: ``ra``, ``sp`` behave as the ABI says (``stack_excursion`` moves sp
+and puts it back); ``gp`` points at ``DATA + 2048`` and ``tp`` at ``RODATA`` (set by the entry function and never
+written again); function ``fi`` counts its loops in ``x(31-i)`` (so a call inside a loop leaves the caller's counter
+alone; top-level shapes use it as scratch too); every other register (x5..x27) is random data, seeded by ``li`` at
+entry (``t0``, x5, also links calls of the t0 leaf). Functions keep ``ra`` in their frame
 (``0(sp)``, frame ``FRAME`` bytes); random stack accesses use offsets ``8 … FRAME-8`` of the current frame.
 """
 
@@ -25,10 +31,11 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
+from berm_abi.names import core_number
 from berm_aot.image import ElfImage, Relocation, Section, Segment, Symbol
 from tests import rvenc
 from tests.rvenc import Label, Op, la, li
@@ -42,7 +49,7 @@ FRAME = 256
 GP_BIAS = 2048  # gp = DATA + 2048, so 12-bit offsets reach the whole data page
 MEMORY_SIZE = 1 << 20  # the generated programs' guest memory size (small: cheap for every engine)
 
-RA, SP, GP, TP, A7 = 1, 2, 3, 4, 17
+RA, SP, GP, TP, T0, A0, A7 = 1, 2, 3, 4, 5, 10, 17
 MAX_FUNCTIONS = 4
 COUNTERS = tuple(31 - i for i in range(MAX_FUNCTIONS))  # loop counter of each function
 FREE = tuple(range(5, 32 - MAX_FUNCTIONS))  # random destinations/sources
@@ -119,7 +126,7 @@ class GenProgram:
     #: of the stack alone missed a store to the wrong place near the heap's end or the stack's base: a review)
     @property
     def snapshot(self) -> tuple[tuple[int, int], ...]:
-        stack = guard_lo() + 4096  # the guard page between the heap and the stack is never written (nor mapped by
+        stack = stack_lo()  # the guard page between the heap and the stack is never written (nor mapped by
         return ((DATA, guard_lo() - DATA), (stack, MEMORY_SIZE - stack))  # tests/test_unicorn_diff.py)
 
 
@@ -218,17 +225,19 @@ def compressed_memory_op(draw) -> list[Op]:
 
 
 @st.composite
-def atomic_op(draw) -> list[Op]:
-    """An aligned lr/sc/AMO on the data page, through a freshly set pointer register."""
+def atomic_op(draw, avoid: frozenset[int] = frozenset()) -> list[Op]:
+    """An aligned lr/sc/AMO on the data page, through a freshly set pointer register; nothing it writes is in
+    ``avoid`` (a register that must live across it)."""
     name = draw(st.sampled_from(rvenc.AMO_OPS))
     size = 4 if name.endswith(".w") else 8
-    ptr = draw(st.sampled_from(FREE))
+    ptr = draw(st.sampled_from([r for r in FREE if r not in avoid]))
     off = size * draw(st.integers(-GP_BIAS // size, GP_BIAS // size - 1))
-    rd = draw(_dst)
+    rd = draw(st.sampled_from([r for r in (0, *FREE) if r not in avoid]))
     rs2 = 0 if name.startswith("lr") else draw(_src)
     ops = [Op("addi", rd=ptr, rs1=GP, imm=off)]
     if name.startswith("sc"):  # real harts (and unicorn) need the reservation; Berm's single hart never fails sc
-        ops.append(Op(f"lr.{name[-1]}", rd=draw(st.sampled_from([r for r in FREE if r != ptr])), rs1=ptr))
+        ops.append(Op(f"lr.{name[-1]}", rd=draw(st.sampled_from([r for r in FREE if r not in {ptr, *avoid}])),
+                      rs1=ptr))
     return ops + [Op(name, rd=rd, rs1=ptr, rs2=rs2, aq=draw(st.booleans()), rl=draw(st.booleans()))]
 
 
@@ -320,10 +329,13 @@ class _Switches:
 
 @st.composite
 def block(draw, labels: _Labels, callees: tuple[int, ...], counter: int, in_loop: bool,
-          switches: _Switches | None = None) -> list:
+          switches: _Switches | None = None, reach: _Reach | None = None) -> list:
     choices = ["simple"] * 6 + ["branch"] * 2 + (["call"] if callees else []) + ([] if in_loop else ["loop", "stride"])
     choices += switches.choices() if switches else []
-    kind = draw(st.sampled_from(choices))
+    extra = reach.choices(callees, in_loop) if reach else []
+    kind = draw(st.sampled_from(choices * 2 + extra if extra else choices))  # the older kinds each twice as likely
+    if kind in extra:
+        return draw(reach.shape(kind, labels, callees, counter))
     if kind == "simple":
         return draw(simple_op())
     if kind == "branch":
@@ -335,7 +347,8 @@ def block(draw, labels: _Labels, callees: tuple[int, ...], counter: int, in_loop
     if kind == "stride":
         return draw(strided_loop(labels, counter))
     head = labels("loop")
-    body = [x for _ in range(draw(st.integers(1, 5))) for x in draw(block(labels, callees, counter, True, switches))]
+    body = [x for _ in range(draw(st.integers(1, 5)))
+            for x in draw(block(labels, callees, counter, True, switches, reach))]
     return [*li(counter, draw(st.integers(1, 4))), Label(head), *body, Op("addi", rd=counter, rs1=counter, imm=-1),
             Op("bne", rs1=counter, rs2=0, target=head)]
 
@@ -442,6 +455,442 @@ def switch(draw, labels: _Labels, counter: int, switches: _Switches, in_loop: bo
     return code + [Op("bne", rs1=counter, rs2=0, target=head)]
 
 
+# --- shapes against the layout's edges, sp moved, tail and t0 calls, host calls, corner cases --------------------
+
+#: The kinds of block ``_Reach`` adds, each also the feature of a program that drew one.
+REACH_KINDS = ("window group", "window walk", "stack pointer", "tail call", "t0 call", "host call", "corner case")
+
+
+class _Reach:
+    """What the blocks of one program may draw beyond the shapes above (``choices``), and the features they drew:
+    ``leaf`` names the function that returns through t0 (None: the program has none); ``berm_only`` allows what
+    only Berm defines and an emulator would not match (host calls it serves, an ``sc`` that always succeeds, a
+    misaligned atomic as a memory fault, the sp-below-stack trap: docs/SEMANTICS.md)."""
+
+    def __init__(self, berm_only: bool, leaf: str | None):
+        self.berm_only = berm_only
+        self.leaf = leaf
+        self.features: set[str] = set()
+
+    def choices(self, callees: tuple[int, ...], in_loop: bool) -> list[str]:
+        """The kinds of ``REACH_KINDS`` a block may be here: those that use the function's counter or end the
+        function only outside loops."""
+        barred = {"t0 call": not self.leaf, "host call": not self.berm_only, "tail call": in_loop or not callees,
+                  "window walk": in_loop, "stack pointer": in_loop}
+        return [kind for kind in REACH_KINDS if not barred.get(kind)]
+
+    def shape(self, kind: str, labels: _Labels, callees: tuple[int, ...], counter: int) -> st.SearchStrategy:
+        """The strategy of a block of ``kind`` (one of ``choices``), noted as a feature of the program."""
+        self.features.add(kind)
+        if kind == "window group":
+            return window_group(self)
+        if kind == "window walk":
+            return window_walk(labels, counter, self)
+        if kind == "stack pointer":
+            return stack_excursion(labels, counter, self)
+        if kind == "tail call":
+            return tail_call(labels, callees)
+        if kind == "t0 call":
+            return t0_call(self.leaf)
+        if kind == "host call":
+            return host_query()
+        return st.one_of(division_edge(), hint(), own_base_load(), stray_atomic(self.berm_only))
+
+
+def stack_lo() -> int:
+    """The stack's lowest address (the guard page is below it)."""
+    return guard_lo() + 4096
+
+
+def window_edges(stores: bool = False) -> dict[str, tuple[int, str]]:
+    """The addresses where what a load may touch changes (berm_host/layout.py), each with the side of it a load is
+    valid on: ``"above"``, ``"below"``, ``"both"`` (a segment's end inside a window) or ``"neither"`` (the top of
+    the address space, whose addresses wrap to page zero). With ``stores``, the sides a store is valid on, and
+    only the edges where that is some side or none is: no store is valid on either side of the text's or the
+    read-only page's start (accesses that store there would all fault; ``edge_probe`` and ``stray_atomic`` still
+    go there)."""
+    edges = {"image": (TEXT, "above"), "read-only": (RODATA, "both"), "writable": (DATA, "both"),
+             "end of data": (DATA + DATA_SIZE, "both"), "guard": (guard_lo(), "below"),
+             "stack": (stack_lo(), "above"), "end of memory": (MEMORY_SIZE, "below"), "wrap": (1 << 64, "neither")}
+    if stores:
+        del edges["image"], edges["read-only"]
+        edges["writable"] = (DATA, "above")
+    return edges
+
+
+def _edge_names(stores: bool) -> st.SearchStrategy[str]:
+    return st.sampled_from(sorted(window_edges(stores)))
+
+
+def _stores(ops: list[Op]) -> bool:
+    return any(op.name in _STORE_SIZE for op in ops)
+
+
+@st.composite
+def beside(draw, edge: str, lo: int, hi: int, stores: bool) -> int:
+    """A base address for accesses spanning ``[base + lo, base + hi)``, loads and (``stores``) stores, at the
+    layout edge named ``edge`` (``window_edges``): on its valid side, up against it or a few bytes off (three
+    times in five), across it (any of the accesses, or of a loop's turns, may be the one that crosses), or on the
+    other side."""
+    at, valid = window_edges(stores)[edge]
+    place = draw(st.sampled_from(["inside", "inside", "inside", "across", "outside"]))
+    if place == "across" and hi - lo > 1:
+        return (at - lo - draw(st.integers(1, hi - lo - 1))) & rvenc.MASK64
+    gap = draw(st.sampled_from([0, 0, 1, 4]) | st.integers(0, 64))
+    below = (place == "inside") == (valid != "above")
+    return (at - hi - gap if below else at - lo + gap) & rvenc.MASK64
+
+
+_ACCESS_SIZE = {**_LOAD_SIZE, **_STORE_SIZE}
+_LOAD_OF = {"sb": "lbu", "sh": "lhu", "sw": "lwu", "sd": "ld"}
+#: Where a store lands on unicorn, which maps the image's whole hull writable and write-protects only its segments'
+#: pages, but faults on Berm (no store window below the data): from the text's second page (generated text is
+#: mostly shorter than one) to the read-only page.
+_UNICORN_ONLY_WRITABLE = range(TEXT + 4096, RODATA)
+
+
+def _through(ops: list[Op], base: int) -> list[tuple[Op, int]]:
+    """Each load or store through ``base`` among ``ops``, with its offset from the value ``base`` has before them
+    (an ``addi base, base, step`` among them moves the later ones)."""
+    out, moved = [], 0
+    for op in ops:
+        if op.name == "addi" and op.rd == op.rs1 == base:
+            moved += op.imm
+        elif op.rs1 == base and op.name in _ACCESS_SIZE:
+            out.append((op, moved + op.imm))
+    return out
+
+
+def _span(ops: list[Op], base: int) -> tuple[int, int]:
+    """The offsets from ``base``'s value before ``ops`` of the first byte their accesses through it touch and of
+    one past the last."""
+    accesses = _through(ops, base)
+    return min(off for _, off in accesses), max(off + _ACCESS_SIZE[op.name] for op, off in accesses)
+
+
+def _for_emulator(ops: list[Op], base: int, addr: int, reach: _Reach) -> list[Op]:
+    """``ops``, which access through ``base`` = ``addr``; but when an emulator runs them (not ``reach.berm_only``)
+    and the first store would land where only unicorn may write, each store made a load of its size into x0. (The
+    first is enough: each later store is less than a page from one before it, and the pages on either side of that
+    range, the text's first and the read-only one, fault on both.)"""
+    stores = [off for op, off in _through(ops, base) if op.name in _STORE_SIZE]
+    if reach.berm_only or not stores or (addr + stores[0]) & rvenc.MASK64 not in _UNICORN_ONLY_WRITABLE:
+        return ops
+    return [Op(_LOAD_OF[op.name], rs1=op.rs1, imm=op.imm) if op.name in _STORE_SIZE else op for op in ops]
+
+
+@st.composite
+def _access(draw, base: int, dest: st.SearchStrategy[int], lo: int, hi: int) -> Op:
+    """A load (into a register ``dest`` draws) or a store through ``base``, at an offset from ``lo`` to ``hi``."""
+    imm = draw(st.integers(lo, hi))
+    if draw(st.booleans()):
+        return Op(draw(st.sampled_from(rvenc.LOAD_OPS)), rd=draw(dest), rs1=base, imm=imm)
+    return Op(draw(st.sampled_from(rvenc.STORE_OPS)), rs1=base, rs2=draw(_src), imm=imm)
+
+
+@st.composite
+def window_group(draw, reach: _Reach) -> list[Op]:
+    """Two to six loads and stores through one ordinary register set against a layout edge (``beside``), with no
+    label, transfer or write of the register among them: one group (berm_aot/emit/groups.py), its range checked
+    once at its first member, which may cross the edge, so that a member in the middle faults after earlier ones
+    stored. Maybe an AMO or lr/sc on the data page between two members (a step of the group's checked run, not a
+    member), and maybe the last member loads into the base itself (which ends a group)."""
+    base = draw(st.sampled_from(FREE))
+    others = [r for r in (0, *FREE) if r != base]
+    members = draw(st.lists(_access(base, st.sampled_from(others), -48, 48), min_size=2, max_size=6))
+    if draw(st.integers(0, 3)) == 0:
+        members[-1] = Op(draw(st.sampled_from(rvenc.LOAD_OPS)), rd=base, rs1=base, imm=members[-1].imm)
+    stores = _stores(members)
+    addr = draw(beside(draw(_edge_names(stores)), *_span(members, base), stores))
+    members = _for_emulator(members, base, addr, reach)
+    if draw(st.booleans()):
+        at = draw(st.integers(1, len(members) - 1))
+        members[at:at] = draw(atomic_op(frozenset({base})))
+    return [*li(base, addr), *members]
+
+
+@st.composite
+def window_walk(draw, labels: _Labels, counter: int, reach: _Reach) -> list:
+    """A counted loop (berm_aot/emit/loops.py: the range of all its turns checked once, at entry) whose pointer
+    steps by 1 to 2047 bytes (or -2048), 1 to 40 times, mostly toward a layout edge, the whole walk placed by
+    ``beside``: any turn may reach the edge, so the loop leaves its window in the middle. One to four loads and
+    stores through the pointer, before and after its step, maybe one more through gp, tp or sp (a member whose base
+    does not step); the loop closed on the pointer or on the function's counter (``_loop_exit``)."""
+    ptr, bound = draw(st.permutations(FREE))[:2]
+    dest = st.sampled_from([r for r in (0, *FREE) if r not in (ptr, bound)])
+    body = draw(st.lists(_access(ptr, dest, -32, 32), min_size=1, max_size=4))
+    stores = _stores(body)
+    edge = draw(_edge_names(stores))
+    toward = {"below": 1, "above": -1}.get(window_edges(stores)[edge][1]) or draw(st.sampled_from([1, -1]))
+    size = draw(st.sampled_from([1, 2, 4, 8, 16, 2047]) | st.integers(1, 2048))
+    step = max(-2048, min(2047, size * (toward if draw(st.integers(0, 3)) else -toward)))
+    turns = draw(st.integers(1, 40))
+    body.insert(draw(st.integers(0, len(body))), Op("addi", rd=ptr, rs1=ptr, imm=step))
+    lo, hi = _span(body, ptr)
+    travel = (turns - 1) * step
+    start = draw(beside(edge, lo + min(travel, 0), hi + max(travel, 0), stores))
+    body = _for_emulator(body, ptr, start, reach)
+    if draw(st.booleans()):
+        still = draw(memory_op().filter(lambda ops: len(ops) == 1 and ops[0].rd not in (ptr, bound)))
+        body.insert(draw(st.integers(0, len(body))), still[0])
+    init = li(ptr, start)
+    if draw(st.booleans()):  # the pointer ends the loop
+        iv, first, by = ptr, start, step
+    else:  # the counter does, counting up from 0 or down to 0
+        by = draw(st.sampled_from([1, 2, -1, -3]))
+        iv, first = counter, (0 if by > 0 else -by * turns)
+        init += li(counter, first)
+        body.insert(draw(st.integers(0, len(body))), Op("addi", rd=counter, rs1=counter, imm=by))
+    head = labels("walk")
+    setup, close = draw(_loop_exit(iv, bound, first, by, turns, head))
+    return [*init, *setup, Label(head), *body, close]
+
+
+@st.composite
+def _loop_exit(draw, iv: int, bound: int, first: int, step: int, turns: int, head: str) -> tuple[list[Op], Op]:
+    """How a loop whose ``iv`` is ``first`` at entry and moves by ``step`` once a turn ends after ``turns`` turns:
+    the ops that set ``bound`` (once ``iv`` is set) and the closing branch to ``head``. Mostly ``bne`` either way
+    round (what berm_aot/emit/loops.py counts); when every value compared lies in [0, 2^63), so that neither order
+    wraps, maybe ``blt``/``bltu`` while short of the end or ``bge``/``bgeu`` while not past the last turn's value
+    (mirrored for a falling ``iv``): loops the translator does not count."""
+    end = first + turns * step
+    if draw(st.integers(0, 2)) or not all(0 <= v < 1 << 63 for v in (first + step, end)):
+        near = -2048 <= turns * step < 2048 and draw(st.booleans())
+        a, b = draw(st.permutations((iv, bound)))
+        return ([Op("addi", rd=bound, rs1=iv, imm=turns * step)] if near else li(bound, end),
+                Op("bne", rs1=a, rs2=b, target=head))
+    name = draw(st.sampled_from(["blt", "bltu", "bge", "bgeu"]))
+    rising = step > 0
+    if name.startswith("blt"):
+        limit, (a, b) = end, ((iv, bound) if rising else (bound, iv))
+    else:
+        limit, (a, b) = (end - 1, (bound, iv)) if rising else (end + 1, (iv, bound))
+    return li(bound, limit), Op(name, rs1=a, rs2=b, target=head)
+
+
+def _sp_step(by: int) -> st.SearchStrategy[Op]:
+    """``addi sp, sp, by``, or ``c.addi16sp`` where it reaches."""
+    return st.sampled_from([Op("addi", rd=SP, rs1=SP, imm=by)] + ([Op("c.addi16sp", imm=by)] if -512 <= by <= 496
+                                                                   else []))
+
+
+#: The compressed sp-relative form of a load or store, and its largest offset.
+_SP_FORMS = {"ld": ("c.ldsp", 504), "lw": ("c.lwsp", 252), "sd": ("c.sdsp", 504), "sw": ("c.swsp", 252)}
+
+
+@st.composite
+def _stack_access(draw, base: int, base_off: int, lowered: int, dest: st.SearchStrategy[int]) -> Op:
+    """A load or store at sp + off through ``base`` (sp itself, or a register holding sp + ``base_off``), sp
+    ``lowered`` bytes below the function's frame: a store below the frame's saved ra (at sp + ``lowered``, which
+    the epilogue returns through) or above it inside the frame, a load anywhere from 64 bytes below sp to the
+    frame's top; through sp, in a compressed form when one fits."""
+    store = draw(st.booleans())
+    name = draw(st.sampled_from(rvenc.STORE_OPS if store else rvenc.LOAD_OPS))
+    size = _ACCESS_SIZE[name]
+    lo, hi = max(-64, base_off - 2048), min(lowered + FRAME, base_off + 2048) - size
+    if store:
+        above = [st.integers(lowered + 8, hi)] if lowered + 8 <= hi else []
+        off = draw(st.one_of(st.integers(lo, min(lowered - size, hi)), *above))
+        op = Op(name, rs1=base, rs2=draw(_src), imm=off - base_off)
+    else:
+        op = Op(name, rd=draw(dest), rs1=base, imm=draw(st.integers(lo, hi)) - base_off)
+    short, top = _SP_FORMS.get(name, ("", -1))
+    if base == SP and 0 <= op.imm <= top and op.imm % size == 0 and (store or op.rd) and draw(st.booleans()):
+        return replace(op, name=short)
+    return op
+
+
+@st.composite
+def _deep_drop(draw, reach: _Reach) -> int:
+    """How far a ``sub`` lowers sp (a multiple of 16): with ``reach.berm_only`` to within 128 bytes of the stack's
+    lowest address seen from a function 0 to 4 frames deep (f0 is 1 deep: past that address, the sp-below-stack
+    trap; just above it, accesses below sp cross into the guard page); else no lower than 16 KiB above that address,
+    which no generated call chain comes near."""
+    room = INITIAL_SP - stack_lo()
+    if reach.berm_only:
+        return room - FRAME * draw(st.integers(0, 4)) + 16 * draw(st.integers(-8, 8))
+    return room - 16384 - 16 * draw(st.integers(0, 1024))
+
+
+@st.composite
+def stack_excursion(draw, labels: _Labels, counter: int, reach: _Reach) -> list[Op]:
+    """sp moved inside a function, as alloca and pushes move it (berm_aot/emit/stackptr.py; the stack's low-water
+    mark; the sp-below-stack trap of docs/SEMANTICS.md): lowered by 16 to 1920 bytes (``c.addi16sp``/``addi``,
+    unchecked) or by a ``sub`` deep into the stack (checked: ``_deep_drop``); loads and stores through sp and
+    through a copy of it, maybe a push loop whose induction variable is sp (``_push_loop``); sp restored at the
+    end."""
+    live: set[int] = set()
+    if draw(st.integers(0, 3)):
+        lowered = 16 * draw(st.integers(1, 120))
+        ops, restore = [draw(_sp_step(-lowered))], [draw(_sp_step(lowered))]
+    else:
+        lowered, held = draw(_deep_drop(reach)), draw(st.sampled_from(FREE))
+        ops, restore = [*li(held, lowered), Op("sub", rd=SP, rs1=SP, rs2=held)], [Op("add", rd=SP, rs1=SP, rs2=held)]
+        live.add(held)
+    dest = st.sampled_from([r for r in (0, *FREE) if r not in live])
+    ops += draw(st.lists(_stack_access(SP, 0, lowered, dest), max_size=4))
+    if draw(st.booleans()):  # through a copy of sp, the last access maybe loading into it
+        copy = draw(st.sampled_from([r for r in FREE if r not in live]))
+        at = 8 * draw(st.integers(0, min(lowered + FRAME, 2040) // 8))
+        rest = st.sampled_from([r for r in (0, *FREE) if r not in live | {copy}])
+        ops += [Op("addi", rd=copy, rs1=SP, imm=at),
+                *draw(st.lists(_stack_access(copy, at, lowered, rest), min_size=1, max_size=3)),
+                draw(_stack_access(copy, at, lowered, st.sampled_from([copy])))]
+    if draw(st.booleans()):
+        ops += draw(_push_loop(labels, counter, frozenset(live)))
+    return ops + restore
+
+
+@st.composite
+def _push_loop(draw, labels: _Labels, counter: int, live: frozenset[int]) -> list:
+    """1 to 40 pushes of 8 to 48 bytes in a counted loop whose induction variable is sp (``addi sp, sp, -size`` to
+    a limit computed from sp), each storing before or after its step and maybe reading its slot back; then sp put
+    back by a checked write (``add`` of the counter, or ``addi`` from the limit)."""
+    size, turns = draw(st.sampled_from([8, 16, 32, 48])), draw(st.integers(1, 40))
+    limit = draw(st.sampled_from([r for r in FREE if r not in live]))
+    value = draw(_src)
+    push = draw(st.sampled_from([[Op("addi", rd=SP, rs1=SP, imm=-size), Op("sd", rs1=SP, rs2=value)],
+                                 [Op("sd", rs1=SP, rs2=value, imm=-size), Op("addi", rd=SP, rs1=SP, imm=-size)]]))
+    if draw(st.booleans()):
+        dest = st.sampled_from([r for r in (0, *FREE) if r not in live | {limit}])
+        push.append(draw(_access(SP, dest, 0, size - 8).filter(lambda op: op.name in _LOAD_SIZE)))
+    head = labels("push")
+    a, b = draw(st.permutations((SP, limit)))
+    loop = [*li(counter, -turns * size), Op("add", rd=limit, rs1=SP, rs2=counter), Label(head), *push,
+            Op("bne", rs1=a, rs2=b, target=head)]
+    if turns * size < 2048 and draw(st.booleans()):
+        return loop + [Op("addi", rd=SP, rs1=limit, imm=turns * size)]
+    return loop + [*li(counter, turns * size), Op("add", rd=SP, rs1=SP, rs2=counter)]
+
+
+@st.composite
+def tail_call(draw, labels: _Labels, callees: tuple[int, ...]) -> list:
+    """Unless a random branch skips it, the function's epilogue but its return, then a jump to a later function,
+    which returns to this one's caller: a tail call by ``jal x0`` (a direct transfer out of the function), or by
+    ``jalr x0``/``c.jr`` to an address loaded from the function table or made by ``la`` (an indirect jump to a
+    function start, which keeps the frame: docs/SEMANTICS.md)."""
+    k, stay = draw(st.sampled_from(callees)), labels("stay")
+    how, ptr = draw(st.sampled_from(["jal", "table", "la"])), draw(st.sampled_from(CREGS))
+    if how == "jal":
+        jump = [Op("jal", target=f"f{k}")]
+    else:
+        address = [Op("ld", rd=ptr, rs1=TP, imm=8 * (k - 1))] if how == "table" else la(ptr, f"f{k}")
+        jump = [*address, draw(st.sampled_from([Op("c.jr", rs1=ptr), Op("jalr", rs1=ptr)]))]
+    branch = Op(draw(st.sampled_from(rvenc.BRANCH_OPS)), rs1=draw(_src), rs2=draw(_src), target=stay)
+    return [branch, *_restore(), *jump, Label(stay)]
+
+
+@st.composite
+def t0_leaf(draw, name: str) -> Function:
+    """A leaf function that returns through t0, as millicode does (``jal t0, __riscv_save_0``): a few ALU
+    instructions that leave t0 alone, then ``jr t0`` (a return: t0 holds the top frame's return address)."""
+    return Function(name, [*draw(_work(frozenset({T0}))), draw(st.sampled_from([Op("c.jr", rs1=T0),
+                                                                                  Op("jalr", rs1=T0)]))])
+
+
+@st.composite
+def t0_call(draw, leaf: str) -> list[Op]:
+    """A call of the t0 leaf (``t0_leaf``) that links through t0: ``jal t0`` or ``jalr t0`` after an ``la``."""
+    if draw(st.booleans()):
+        return [Op("jal", rd=T0, target=leaf)]
+    ptr = draw(st.sampled_from(FREE))
+    return [*la(ptr, leaf), Op("jalr", rd=T0, rs1=ptr)]
+
+
+#: Core host calls that read and write no buffer, which the translator serves inline when it knows a7 at the
+#: ``ecall`` (berm_aot/emit/consts.py).
+QUERIES = ("berm.heap.start", "berm.heap.size", "berm.args.len")
+
+
+@st.composite
+def host_query(draw) -> list[Op]:
+    """An ``ecall`` of one of ``QUERIES``, a7 set by ``li`` or by an ``xori`` of another constant (which the
+    translator must fold as such), between a load and a store of a0 through gp, which the ecall keeps in two
+    groups; inside loops too."""
+    number, mask = core_number(draw(st.sampled_from(QUERIES))), draw(st.just(0) | st.integers(1, 2047))
+    number_in_a7 = [*li(A7, number ^ mask), Op("xori", rd=A7, rs1=A7, imm=mask)] if mask else li(A7, number)
+    load = Op(draw(st.sampled_from(rvenc.LOAD_OPS)), rd=draw(_dst), rs1=GP, imm=draw(st.integers(-GP_BIAS, 2040)))
+    store = Op(draw(st.sampled_from(rvenc.STORE_OPS)), rs1=GP, rs2=A0, imm=draw(st.integers(-GP_BIAS, 2040)))
+    return [load, *number_in_a7, Op("ecall"), store]
+
+
+_DIVIDENDS = (1 << 63, -(1 << 31) & rvenc.MASK64, 1 << 31, 0x1_8000_0000, rvenc.MASK64, 0, 7)
+_DIVISORS = (rvenc.MASK64, 0, 0xFFFF_FFFF, 1 << 32, 0x1_FFFF_FFFF, 1)  # -1 and 0, as 64 bits and as the low word
+_DIVISIONS = ("div", "divu", "rem", "remu", "divw", "divuw", "remw", "remuw")
+
+
+@st.composite
+def division_edge(draw) -> list[Op]:
+    """A division at its edges, INT_MIN by -1 and anything by 0 (defined results, no trap), 64-bit and w-forms,
+    with one register maybe both operands and the destination maybe one of them."""
+    a, b = draw(st.permutations(FREE))[:2]
+    rs1, rs2 = draw(st.sampled_from([(a, b), (a, a), (b, b), (b, a)]))
+    return [*li(a, draw(st.sampled_from(_DIVIDENDS))), *li(b, draw(st.sampled_from(_DIVISORS))),
+            Op(draw(st.sampled_from(_DIVISIONS)), rd=draw(st.sampled_from((a, b, 0, *FREE))), rs1=rs1, rs2=rs2)]
+
+
+@st.composite
+def hint(draw) -> list[Op]:
+    """A HINT: an instruction that writes x0 (or ``c.addi`` of 0), compressed mostly, which must do nothing."""
+    r, imm = draw(st.sampled_from(FREE)), draw(st.integers(1, 31))
+    return [draw(st.sampled_from([Op("c.li", imm=imm), Op("c.mv", rs2=r), Op("c.add", rs2=r), Op("c.slli", imm=imm),
+                                  Op("c.lui", imm=imm << 12), Op("c.addi", imm=-imm), Op("c.nop", imm=imm),
+                                  Op("c.addi", rd=r), Op("addi", rs1=r, imm=imm), Op("lui", imm=imm << 12),
+                                  Op("auipc", imm=imm << 12)]))]
+
+
+@st.composite
+def own_base_load(draw) -> list[Op]:
+    """A load into its own base register (``ld a0, 8(a0)``: a list's walk) from the data page, plain or
+    compressed."""
+    ptr = draw(st.sampled_from(CREGS))
+    setup = Op("addi", rd=ptr, rs1=GP, imm=8 * draw(st.integers(-GP_BIAS // 8 + 8, (GP_BIAS - 256) // 8)))
+    name = draw(st.sampled_from(rvenc.LOAD_OPS + ("c.lw", "c.ld")))
+    if name.startswith("c."):
+        size = 8 if name == "c.ld" else 4
+        return [setup, Op(name, rd=ptr, rs1=ptr, imm=size * draw(st.integers(0, (124 if size == 4 else 248) // size)))]
+    return [setup, Op(name, rd=ptr, rs1=ptr, imm=draw(st.integers(-64, 64)))]
+
+
+@st.composite
+def stray_atomic(draw, berm_only: bool) -> list[Op]:
+    """An atomic off the happy path: on the read-only page or the text (its store faults; an lr only loads),
+    aligned at a layout edge, or on the data with its destination its own address register; with ``berm_only``
+    (an emulator differs: docs/SEMANTICS.md) also misaligned, or an ``sc`` with no ``lr`` before it or after one
+    at another address, which Berm's single hart lets succeed."""
+    w = draw(st.sampled_from("wd"))
+    size = 4 if w == "w" else 8
+    place = draw(st.sampled_from(["read-only", "text", "edge", "data"] + (["misaligned"] if berm_only else [])))
+    if place == "read-only":
+        addr = RODATA + size * draw(st.integers(0, RODATA_SIZE // size - 1))
+    elif place == "text":
+        addr = TEXT + size * draw(st.integers(0, 64))
+    elif place == "edge":
+        at, _ = window_edges(stores=True)[draw(_edge_names(stores=True))]
+        addr = (at + size * draw(st.integers(-2, 1))) & rvenc.MASK64
+    else:
+        addr = DATA + size * draw(st.integers(0, DATA_SIZE // size - 2)) + (
+            draw(st.integers(1, size - 1)) if place == "misaligned" else 0)
+    ptr = draw(st.sampled_from(FREE))
+    rd, others = draw(st.sampled_from((ptr, 0, *FREE))), [r for r in FREE if r != ptr]
+    sc = Op(f"sc.{w}", rd=rd, rs1=ptr, rs2=draw(_src))
+    kind = draw(st.sampled_from(["amo", "lr", "lr then sc"] + (["sc alone", "sc elsewhere"] if berm_only else [])))
+    if kind == "amo":
+        name = draw(st.sampled_from([n for n in rvenc.AMO_OPS if n.endswith(w) and n[:2] not in ("lr", "sc")]))
+        ops = [Op(name, rd=rd, rs1=ptr, rs2=draw(_src), aq=draw(st.booleans()), rl=draw(st.booleans()))]
+    elif kind == "lr":
+        ops = [Op(f"lr.{w}", rd=rd, rs1=ptr)]
+    elif kind == "lr then sc":
+        ops = [Op(f"lr.{w}", rd=draw(st.sampled_from(others)), rs1=ptr), sc]
+    elif kind == "sc alone":
+        ops = [sc]
+    else:
+        elsewhere = draw(st.sampled_from(others))
+        ops = [*li(elsewhere, DATA + size * draw(st.integers(0, DATA_SIZE // size - 1))),
+               Op(f"lr.{w}", rd=draw(st.sampled_from([r for r in others if r != elsewhere])), rs1=elsewhere), sc]
+    return [*li(ptr, addr), *ops]
+
+
 _EDGES = {
     "null": lambda: 0,
     "below image": lambda: TEXT - 8,
@@ -501,6 +950,11 @@ def _prologue() -> list[Op]:
     return [Op("addi", rd=SP, rs1=SP, imm=-FRAME), Op("sd", rs1=SP, rs2=RA)]
 
 
+def _restore() -> list[Op]:
+    """What an epilogue does before it returns: ``ra`` and ``sp`` as the caller had them."""
+    return [Op("ld", rd=RA, rs1=SP), Op("addi", rd=SP, rs1=SP, imm=FRAME)]
+
+
 def _epilogue(index: int, flip: bool) -> list[Op]:
     """The return of function ``index``: ``ret`` or ``c.jr ra`` for an even index; for an odd one, through an odd
     target that ``jalr`` clears bit 0 of — ``ra`` made odd, or an offset of 1 (a return compares the unmasked target
@@ -510,20 +964,24 @@ def _epilogue(index: int, flip: bool) -> list[Op]:
         ret = [Op("c.jr", rs1=RA) if flip else Op("jalr", rs1=RA)]
     else:
         ret = [Op("ori", rd=RA, rs1=RA, imm=1), Op("jalr", rs1=RA)] if flip else [Op("jalr", rs1=RA, imm=1)]
-    return [Op("ld", rd=RA, rs1=SP), Op("addi", rd=SP, rs1=SP, imm=FRAME), *ret]
+    return [*_restore(), *ret]
 
 
 @st.composite
-def programs(draw, *, faults: bool = True, endings: bool = True, max_blocks: int = 12, switches: int = 1,
-             self_calls: bool = False) -> GenProgram:
-    """A random program: ``f0`` (the entry) and helpers ``f1…fN``; ``fi`` calls only ``fj`` with ``j > i``.
-    ``faults``: ``f0`` may end in a probe; ``endings``: in any kind of trap (``ending_probe``), not only a memory
-    fault (``edge_probe``: what an emulator without Berm's host calls and CFI can be compared on).
-    ``switches``: the weight of a ``switch`` construct among a block's other kinds (about 10; 0: none, and then the
-    programs are those drawn before switches existed). ``self_calls``: each function may also call itself
-    (``self_call``, between its top-level blocks, where no loop counts in its counter register)."""
+def programs(draw, *, faults: bool = True, endings: bool = True, max_blocks: int = 15, switches: int = 1,
+             self_calls: bool = False, berm_only: bool = True) -> GenProgram:
+    """A random program: ``f0`` (the entry) and helpers ``f1…fN``; ``fi`` calls only ``fj`` with ``j > i`` (and
+    maybe tail-calls one: ``tail_call``); half the programs also have a leaf that returns through t0
+    (``t0_leaf``). ``faults``: ``f0`` may end in a probe; ``endings``: in any kind of trap (``ending_probe``), not
+    only a memory fault (``edge_probe``: what an emulator without Berm's host calls and CFI can be compared on).
+    ``switches``: the weight of a ``switch`` construct among a block's other kinds (about 20; 0: none).
+    ``self_calls``: each function may also call itself (``self_call``, between its top-level blocks, where no loop
+    counts in its counter register). ``berm_only``: blocks may also do what only Berm defines (``_Reach``); an
+    emulator's comparison turns it off. (A block's kinds grew from 12 to 18 with the shapes of ``_Reach``, and
+    ``max_blocks`` from 12 to 15, so that a program holds about as many blocks of the older kinds as before.)"""
     labels = _Labels()
     n_funcs = draw(st.integers(1, MAX_FUNCTIONS))
+    reach = _Reach(berm_only, "leaf" if draw(st.booleans()) else None)
     functions = []
     jump_tables: list[tuple[str, tuple[str, ...]]] = []
     features: set[str] = set()
@@ -535,9 +993,9 @@ def programs(draw, *, faults: bool = True, endings: bool = True, max_blocks: int
             body += li(GP, DATA + GP_BIAS) + li(TP, RODATA)
             for r in draw(st.lists(st.sampled_from(FREE), unique=True, max_size=len(FREE))):
                 body += li(r, draw(VALUES))
-        sites = draw(st.integers(0, MAX_SELF_CALLS)) if self_calls else 0
+        sites = draw(st.integers(1, MAX_SELF_CALLS)) if self_calls else 0  # so that most programs have one
         for _ in range(draw(st.integers(1, max_blocks))):
-            body += draw(block(labels, callees, COUNTERS[i], False, own))
+            body += draw(block(labels, callees, COUNTERS[i], False, own, reach))
             if sites and draw(st.booleans()):
                 body += draw(self_call(labels, f"f{i}"))
                 sites -= 1
@@ -549,6 +1007,9 @@ def programs(draw, *, faults: bool = True, endings: bool = True, max_blocks: int
         functions.append(Function(f"f{i}", _prologue() + body + _epilogue(i, draw(st.booleans()))))
         jump_tables += own.tables
         features |= own.features
+    if reach.leaf:
+        functions.append(draw(t0_leaf(reach.leaf)))
+    features |= reach.features
     table = tuple(f"f{k}" for k in range(1, n_funcs))
     fill = random.Random(draw(st.integers(0, 1 << 32)))  # page contents: a seed, not 5 KiB of hypothesis data
     slots = len(table) + sum(len(entries) for _, entries in jump_tables)

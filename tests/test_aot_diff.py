@@ -91,7 +91,10 @@ def test_aot_matches_interpreter():
     # asks the probes themselves, and test_each_ending_the_generator_draws_traps_alike runs each.
     assert {None, TrapKind.MEMORY_FAULT} <= kinds, kinds
     drawn = set().union(*(g.features for g in gens))
-    assert {"edge probe", "switch", "forged return"} <= drawn, drawn
+    # and the shapes against the layout's edges, sp moved, host calls, corner cases (in 15 batches of 80, 9 programs
+    # at least drew each); not tail and t0 calls, which need a second function or a t0 leaf (a batch held none)
+    assert {"edge probe", "switch", "forged return", "window group", "window walk", "stack pointer", "host call",
+            "corner case"} <= drawn, drawn
 
 
 def test_the_generator_draws_every_ending():
