@@ -300,6 +300,49 @@ def test_a_missed_daily_occurrence_is_delivered_late_once_and_rearmed_ahead(setu
     assert any(b"(delivered late)" in line for line in harness.logs)
 
 
+def test_add_arms_the_wake_before_it_stores_the_reminder(setup, monkeypatch):
+    """Found by a review: `add` stored the reminder, then armed its wake, and a host killed between the two left a
+    reminder listed for ever that no wake would deliver. Between the writes now, only the wake is there (a wake
+    that finds no reminder is gone)."""
+    q, _ = setup()
+    real, seen = kv.KvStore.set, []
+
+    def set_seeing_the_due_set(self, ns, key, value):
+        if key.startswith(b"reminder/"):
+            seen.append([(e.id, e.payload) for e in q.list()])
+        real(self, ns, key, value)
+
+    monkeypatch.setattr(kv.KvStore, "set", set_seeing_the_due_set)
+    call(q, "add", {"text": "pills", "at": "2099-01-01T00:00:00Z"})
+    assert seen == [[("r1", "new")]]
+
+
+def test_a_reminder_that_cannot_be_stored_takes_its_wake_back(setup, monkeypatch):
+    q, _ = setup()
+    real = kv.KvStore.set
+
+    def failing_for_reminders(self, ns, key, value):
+        if key.startswith(b"reminder/"):
+            raise CapabilityError("database or disk is full")
+        real(self, ns, key, value)
+
+    monkeypatch.setattr(kv.KvStore, "set", failing_for_reminders)
+    with pytest.raises(ToolFailure, match="add: storing the reminder failed: berm.kv.set: database or disk is full"):
+        q.call("reminders", "add", json.dumps({"text": "pills", "at": "2099-01-01T00:00:00Z"})).result(10)
+    assert q.list() == [] and call(q, "list") == []
+
+
+def test_a_new_wake_that_finds_no_reminder_looks_once_more(setup):
+    """A wake `add` armed may run beside it, before the reminder is stored: it looks again 30 s later, and then a
+    reminder still missing (its `add` was killed) is gone."""
+    q, harness = setup()
+    wake = {"id": "r7", "payload": "new", "scheduled_at": 1, "now": 2}
+    assert harness.call("wake", json.dumps(wake)) == b"not stored yet: woken again in 30 s"
+    (again,) = q.list()
+    assert (again.id, again.when_ms, again.payload) == ("r7", 2 + 30_000, "")
+    assert harness.call("wake", json.dumps({**wake, "payload": ""})) == b"gone"
+
+
 def test_a_cancelled_reminder_wakes_to_nothing(setup):
     q, harness = setup()
     wake = {"id": "r7", "payload": "", "scheduled_at": 1, "now": 2}

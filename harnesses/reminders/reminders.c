@@ -14,6 +14,10 @@
 #define TEXT_MAX 2000
 #define REMINDER_PREFIX "reminder/"
 #define OUTBOX_PREFIX "outbox/"
+/* The payload of the wake `add` arms, and how long after it finds no reminder it looks again (`add` stores the
+ * reminder after arming its wake: on_wake). */
+#define NEW_WAKE "new"
+#define RECHECK_MS (30 * 1000LL)
 
 typedef struct {
     char id[32];
@@ -212,18 +216,21 @@ BERM_TOOL(add) {
     char *error = next_id(r.id, sizeof r.id);
     if (error) return berm_failf("add: choosing an id failed: %s", error);
 
+    /* The wake first, then the reminder: a host killed between the two leaves a wake that finds no reminder (gone,
+     * as the unanswered `add` may be), never a reminder listed for ever with no wake (found by a review). Its
+     * payload says it is new: run beside this `add` (due at once), it finds no reminder yet and looks again. */
+    berm_reply armed = berm_schedule_at(when, berm_cstr(r.id), BERM_STR(NEW_WAKE));
+    if (armed.error) return berm_failf("add: scheduling the reminder failed: %s", armed.error);
     berm_buf stored;
     berm_buf_init(&stored, 0);
     write_reminder(&stored, &r, when, false);
     char keybuf[64];
     berm_str key = key_of(REMINDER_PREFIX, berm_cstr(r.id), keybuf, sizeof keybuf);
     berm_reply set = berm_kv_set(key, (berm_str){stored.data, stored.len});
-    if (set.error) return berm_failf("add: storing the reminder failed: %s", set.error);
-    berm_reply armed = berm_schedule_at(when, berm_cstr(r.id), BERM_STR(""));
-    if (armed.error) {
-        berm_reply_free(&set);
-        set = berm_kv_delete(key);
-        return berm_failf("add: scheduling the reminder failed: %s", armed.error);
+    if (set.error) {
+        berm_reply_free(&armed);
+        armed = berm_schedule_cancel(berm_cstr(r.id));
+        return berm_failf("add: storing the reminder failed: %s", set.error);
     }
     berm_buf out;
     berm_buf_init(&out, 0);
@@ -381,7 +388,16 @@ BERM_ON_WAKE {
         free(error);
         return failed;
     }
-    if (error) {  /* cancelled between arming and waking: nothing to deliver */
+    if (error && wake.payload.len == strlen(NEW_WAKE) && !memcmp(wake.payload.ptr, NEW_WAKE, wake.payload.len)) {
+        /* armed by an `add` that may not have stored the reminder yet: once more in a while */
+        berm_reply again = berm_schedule_at(wake.now + RECHECK_MS, wake.id, BERM_STR(""));
+        berm_result_t result = again.error ? berm_failf("on_wake: %s (%s)", error, again.error)
+                                           : berm_ok_str("not stored yet: woken again in 30 s");
+        berm_reply_free(&again);
+        free(error);
+        return result;
+    }
+    if (error) {  /* cancelled between arming and waking, or its `add` never stored it: nothing to deliver */
         berm_logf("on_wake: %s", error);
         return berm_ok_str("gone");
     }
