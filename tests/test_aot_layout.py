@@ -89,6 +89,17 @@ def test_windows_values_are_the_fields_in_order():
     assert Windows(*range(6)).values() == tuple(range(6)) and len(fields) == 6
 
 
+def test_a_read_only_segment_above_writable_data_is_refused_for_either_engine():
+    """Stores are allowed from one address up (``writable_lo``): a read-only segment above writable data would be
+    writable. Found untested by a review."""
+    data = SimpleNamespace(vaddr=0x10000, memsz=0x100, end=0x10100, writable=True)
+    code = SimpleNamespace(vaddr=0x11000, memsz=0x100, end=0x11100, writable=False)
+    with pytest.raises(ElfError, match="read-only segment at 0x11000 lies above writable data at 0x10000"):
+        layout_for(SimpleNamespace(segments=[data, code]), 1 << 20)
+    above = SimpleNamespace(vaddr=0x12000, memsz=0x100, end=0x12100, writable=True)
+    assert layout_for(SimpleNamespace(segments=[code, above]), 1 << 20).writable_lo == 0x12000
+
+
 def test_a_window_of_one_to_seven_bytes_is_refused_for_either_engine():
     """Translated code's windows cannot hold 1..7 bytes. The refusal was in ``windows``, which only the translated
     engine asks for, so the interpreter ran the image (found by a review); ``layout_for`` serves both."""

@@ -223,8 +223,9 @@ def test_return_to_a_forged_address(images):
     bad_target(images, "forged_return", 0x1234, addr=0x1234)
 
 
-def test_infinite_loop_hits_the_deadline(images):
-    r = ends_within(GRACE, lambda: run(images[0], "spin", deadline=time.monotonic() + 0.2))
+@pytest.mark.parametrize("engine", [0, 1], ids=["aot", "interp"])  # a review: the interpreter's went untried
+def test_infinite_loop_hits_the_deadline(images, engine):
+    r = ends_within(GRACE, lambda: run(images[engine], "spin", deadline=time.monotonic() + 0.2))
     assert r.trap is not None and r.trap.kind is TrapKind.INTERRUPTED
     assert "spin" in r.trap.where
 
@@ -242,8 +243,9 @@ def test_a_frame_larger_than_the_stack_is_stack_exhausted_not_a_write_into_the_h
     assert both(images, "fitting_frame", 0).a0 == 3
 
 
-def test_unbounded_tail_recursion_hits_the_deadline(images):
-    r = ends_within(GRACE, lambda: run(images[0], "tail_a", 0, deadline=time.monotonic() + 0.2))
+@pytest.mark.parametrize("engine", [0, 1], ids=["aot", "interp"])
+def test_unbounded_tail_recursion_hits_the_deadline(images, engine):
+    r = ends_within(GRACE, lambda: run(images[engine], "tail_a", 0, deadline=time.monotonic() + 0.2))
     assert r.trap is not None and r.trap.kind is TrapKind.INTERRUPTED
 
 
@@ -264,8 +266,9 @@ def test_illegal_instruction(images):
     assert both(images, "illegal").trap.kind is TrapKind.ILLEGAL_INSTRUCTION
 
 
-def test_result_outside_memory(images):
-    h = images[0].harness(Linker(), name="hostile")
+@pytest.mark.parametrize("engine", [0, 1], ids=["aot", "interp"])
+def test_result_outside_memory(images, engine):
+    h = images[engine].harness(Linker(), name="hostile")
     with pytest.raises(HostError, match="not inside guest memory"):
         h.call("outside")
     with pytest.raises(HostError, match="not inside guest memory"):
@@ -273,9 +276,10 @@ def test_result_outside_memory(images):
     assert h.call("hello") == "hello"  # the host is fine afterwards
 
 
-def test_result_not_utf8(images):
+@pytest.mark.parametrize("engine", [0, 1], ids=["aot", "interp"])
+def test_result_not_utf8(images, engine):
     with pytest.raises(HostError, match="not UTF-8"):
-        images[0].harness(Linker(), name="hostile").call("not_utf8")
+        images[engine].harness(Linker(), name="hostile").call("not_utf8")
 
 
 #: A function whose symbol name closes a C comment and opens a preprocessor line: the translator wrote names into
