@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from berm_host.backend import RunRequest
 from berm_host.interp import InterpBackend
 from berm_host.traps import TrapKind
 from tests import progen
-from tests.rvenc import Op, li
+from tests.rvenc import Label, Op, encode, la, li
 
 PROGRAMS = 80
 
@@ -316,3 +317,19 @@ def test_every_way_of_writing_sp_below_the_stack_traps_alike():
             assert expected.regs[2] >= lowest and expected.regs[11] == 0, name  # sp as it was; nothing ran after
         if name == "amo":  # its store stands: the check follows the instruction
             assert expected.snapshot[0][:8] == (0x55).to_bytes(8, "little")
+
+
+def test_a_store_into_writable_code_changes_what_loads_read_not_what_runs():
+    """docs/SEMANTICS.md: both engines run the image's instructions, decoded once. A store over the next instruction
+    of code in a writable segment (flags a review found untested) is read back by a load, and the instruction the
+    image holds runs."""
+    T1, T2, A0, A1 = 6, 7, 10, 11
+    new_word = int.from_bytes(encode(Op("addi", rd=A0, imm=42)), "little")
+    image = progen.build_image([progen.Function("f0", [
+        *li(T2, new_word), *la(T1, "target"), Op("sw", rs1=T1, rs2=T2), Op("lwu", rd=A1, rs1=T1),
+        Label("target"), Op("addi", rd=A0, imm=1), Op("jalr", rs1=1)])])
+    writable = tuple(replace(s, writable=True) for s in image.segments)  # text, rodata and data: one store window
+    image = replace(image, segments=writable, sections=tuple(replace(s, writable=True) for s in image.sections))
+    ((_, expected, (got,)),) = run_both([progen.GenProgram(image, image.entry, "self-modifying")])
+    for run in (expected, got):
+        assert run.trap is None and (run.regs[A0], run.regs[A1]) == (1, new_word)
