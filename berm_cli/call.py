@@ -159,6 +159,11 @@ def _through_daemon(args) -> int:
         print(f"berm call: {', '.join(given)} cannot be combined with --daemon: the daemon's declarations grant, "
               "and it runs them with its own engine", file=sys.stderr)
         return 2
+    if args.daemon and os.sep not in args.daemon and not os.path.lexists(args.daemon):  # found by a review
+        print(f"berm call: --daemon {args.daemon}: no socket of that name here. --daemon takes the socket's path when "
+              "a word follows it: put --daemon after the image, tool and arguments, or write --daemon=SOCKET",
+              file=sys.stderr)
+        return 2
     client = DaemonClient(Path(args.daemon) if args.daemon else default_socket())
     try:
         result = client.call(str(args.elf), args.tool, args.json)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .build import check_image, check_output, install_image
-from .cache import SDK_DIR
+from .cache import SDK_DIR, cache_root
 from .errors import BuildError
 
 RUSTC = Path("/usr/bin/rustc")
@@ -67,6 +67,16 @@ def cargo_command(vendor: Path, binary: str) -> tuple[list[str], dict[str, str]]
                "--config", f'source.std-vendor.directory="{vendor}"', "--config", 'profile.release.strip="none"',
                "--config", 'profile.release.panic="abort"', "--bin", binary]
     return command, env
+
+
+def _target_dir(directory: Path, env: dict[str, str]) -> list[str]:
+    """cargo's ``--target-dir`` for the crate in ``directory``: none (its own ``target/``, or ``CARGO_TARGET_DIR``),
+    but for one of the harnesses installed inside this package (a wheel carries them) the SDK cache: a build there
+    left 117 MB beside the package's files that uninstalling Berm did not remove, or, for another user, failed on
+    permissions (found by a review)."""
+    if "CARGO_TARGET_DIR" in env or Path(__file__).resolve().parent not in directory.resolve().parents:
+        return []
+    return ["--target-dir", str(cache_root() / "cargo-target")]
 
 
 def _binaries(directory: Path) -> list[str]:
@@ -118,6 +128,7 @@ def build_rust_harness(directory: Path, out: Path | None = None, *, binary: str 
     out = Path(out) if out is not None else Path.cwd() / f"{name}.elf"
     check_output(out, directory)
     command, env = cargo_command(vendor, name)
+    command += _target_dir(directory, env)
     done = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True)
     images, said = _images(done.stdout)
     if done.returncode != 0:

@@ -162,6 +162,16 @@ def test_a_traps_message_is_one_line_whatever_the_guests_failure_text_holds():
                                 "  called from main+0x4"]
 
 
+def test_a_daemon_option_that_took_the_image_for_its_socket_says_so(capsys, tmp_path, monkeypatch):
+    """Found by a review: ``berm call --daemon os read '{…}'`` took ``os`` for the socket ("no daemon is listening
+    on os"): --daemon takes a path when a word follows it."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["call", "--daemon", "os", "read", '{"path": "README.md"}']) == 2
+    assert capsys.readouterr().err == (
+        "berm call: --daemon os: no socket of that name here. --daemon takes the socket's path when a word follows "
+        "it: put --daemon after the image, tool and arguments, or write --daemon=SOCKET\n")
+
+
 @pytest.mark.parametrize("command, daemon, said", [
     ("call", "", "berm call: interrupted (a call the daemon had started runs on there until it ends or reaches its "
                  "deadline)\n"),

@@ -122,6 +122,19 @@ def test_a_crate_that_does_not_compile_is_a_build_error_with_rustcs_message(tmp_
     assert "cargo build failed (exit 101)" in err and "error[E0308]: mismatched types" in err
 
 
+def test_a_harness_installed_inside_the_package_is_built_into_the_sdk_cache(tmp_path, monkeypatch):
+    """A wheel carries the bundled harnesses inside berm_sdk: cargo wrote their target/ there (117 MB that pip
+    uninstall left, or a permission error for another user: found by a review). A crate elsewhere keeps its own."""
+    from berm_sdk import rust_build
+    from berm_sdk.cache import cache_root
+
+    monkeypatch.delenv("CARGO_TARGET_DIR", raising=False)
+    inside = Path(rust_build.__file__).resolve().parent / "harnesses" / "rust-probe"
+    assert rust_build._target_dir(inside, dict(os.environ)) == ["--target-dir", str(cache_root() / "cargo-target")]
+    assert rust_build._target_dir(inside, {"CARGO_TARGET_DIR": "/t"}) == []
+    assert rust_build._target_dir(ROOT / "harnesses" / "rust-probe", dict(os.environ)) == []
+
+
 def test_a_crates_io_dependency_is_said_to_be_out_of_reach(tmp_path, rust, cargo_target, monkeypatch, capsys):
     """Found by a review: cargo's advice to retry without --offline was all a crates.io dependency got, and berm
     build always passes --offline."""

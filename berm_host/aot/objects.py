@@ -73,7 +73,7 @@ def _supervisor() -> Path:
     from berm_host.capabilities.exec import SUPERVISOR
 
     if not os.access(SUPERVISOR, os.X_OK):
-        raise CompileError(f"{SUPERVISOR} is missing: Berm's install is incomplete (run ./setup.sh)")
+        raise CompileError(f"{SUPERVISOR} is missing: Berm's install is incomplete (reinstall it; in a source tree, run ./setup.sh)")
     return SUPERVISOR
 
 

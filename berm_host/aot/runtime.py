@@ -24,7 +24,7 @@ try:
     from ._core import ffi, lib
     from . import _invoke
 except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ImportError("the Berm runtime core is not built: run `pip install -e .` "
+    raise ImportError("the Berm runtime core is not built: reinstall Berm; in a source tree, run ./setup.sh "
                       f"(or `python berm_host/aot/_build.py`): {exc}") from None
 
 # The harness fast path (invoke.c, used by AotBackend.call_tool) calls the core's berm_run through this pointer

@@ -108,7 +108,7 @@ def _start(command: str, cwd: str, env: Mapping[str, str]) -> subprocess.Popen:
     if bash is None:
         raise FileNotFoundError(errno.ENOENT, "bash is not on the command's PATH")
     if not os.access(SUPERVISOR, os.X_OK):
-        raise CapabilityError(f"{SUPERVISOR} is missing: Berm's install is incomplete (run ./setup.sh)")
+        raise CapabilityError(f"{SUPERVISOR} is missing: Berm's install is incomplete (reinstall it; in a source tree, run ./setup.sh)")
     return subprocess.Popen([SUPERVISOR, bash, "bash", "-c", command], cwd=cwd, env=dict(env),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
