@@ -114,6 +114,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+import berm_aot
 from berm_aot.errors import CompileError
 
 #: x86-64 only (the option belongs to GNU as for x86): see above.
@@ -265,8 +266,9 @@ def _version_key(cmd: tuple[str, ...], program: _Program | str) -> str | None:
 
 
 class _Program(NamedTuple):
-    """A program as ``_found`` found it: its real path, its status, whether it is an ELF file."""
+    """A program as ``_found`` found it: the path PATH gave, its real path, its status, whether it is an ELF file."""
 
+    where: str
     real: str
     st: os.stat_result
     elf: bool
@@ -288,7 +290,7 @@ def _program(where: str) -> _Program | str:
         fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:  # executable but not readable (0711): still a file with a status, not one to read
         try:
-            return _Program(os.path.realpath(where), os.stat(where), False)
+            return _Program(where, os.path.realpath(where), os.stat(where), False)
         except OSError:
             return where
     try:
@@ -302,7 +304,7 @@ def _program(where: str) -> _Program | str:
         return where
     finally:
         os.close(fd)
-    return _Program(real, st, head == b"\x7fELF")
+    return _Program(where, real, st, head == b"\x7fELF")
 
 
 def _programs(cmd: tuple[str, ...], path: str | None) -> tuple[tuple[str, int, int] | str, ...]:
@@ -333,17 +335,24 @@ def _toolchain(store: BlobStore) -> _Toolchain:
     process before it left in ``store`` (``TOOLCHAIN_BLOB``) and checks it against the file system. Finding the
     compiler, ``as`` and ``ld`` on PATH, reading each file's status and the version line the cache keeps was a third
     of a fresh process's first cached load (0.39 of ~1.1 ms on a 2-core AMD EPYC Zen 5, 2026-12-04); checking the
-    memo stats the PATH directories searched and reads the three programs' status again (~0.1 ms)."""
+    memo stats the PATH directories searched and the three programs again (~0.1 ms). The memo's key covers the
+    translator's sources (this module among them): another version of this code never reads it."""
     path, given = os.environ.get("PATH"), os.environ.get("BERM_CC")
     here = (path, given, os.getcwd(), store.root)
     found = _toolchains.get(here)
     if found is not None:
         return found
-    key = hashlib.sha256(json.dumps([TOOLCHAIN_BLOB, path, given]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([TOOLCHAIN_BLOB, berm_aot.SOURCES_DIGEST, path, given]).encode()).hexdigest()
     found = _checked_memo(store.read_blob(key, TOOLCHAIN_BLOB))
     if found is None:
+        # the directories before the search, so that a change during it shows at the next check; and the search
+        # anew, not this process's lookups, which may be of files replaced since (found by a review: a memo paired
+        # a replaced compiler's version line with its successor's status, for every later process)
+        directories = {entry: _status(entry) for entry in (path or "").split(os.pathsep)}
+        _found.cache_clear()
+        _absolute.cache_clear()
         found = _found_toolchain(store)
-        memo = _memo(found, path, given)
+        memo = _memo(found, path, given, directories)
         if memo is not None:
             store.write_blob(key, TOOLCHAIN_BLOB, memo)
     _toolchains[here] = found
@@ -356,23 +365,29 @@ def _found_toolchain(store: BlobStore | None) -> _Toolchain:
 
 
 def _status(where: str) -> list[int] | None:
-    """The status of the file or directory ``where`` names, symbolic links followed, as the memo keeps it: what
-    changes when the file is replaced or written (its inode, size, times), when a symbolic link on the way is
-    pointed elsewhere (another inode), or when a name in the directory is added, removed or renamed (its
-    modification time)."""
+    """The status of the file or directory ``where`` names, symbolic links followed, as the memo keeps it
+    (``_stat_facts``), or None when there is none."""
     try:
-        st = os.stat(where)
+        return _stat_facts(os.stat(where))
     except OSError:
         return None
+
+
+def _stat_facts(st: os.stat_result) -> list[int]:
+    """What changes when a file is replaced or written (its inode, size, times), when a symbolic link on the way to
+    it is pointed elsewhere (another inode), or when a name in a directory is added, removed or renamed (its
+    modification time)."""
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def _memo(found: _Toolchain, path: str | None, given: str | None) -> bytes | None:
-    """The memo of ``found`` (``_toolchain``), or None when it could not be checked by status alone: a compiler or
-    PATH entry found from the working directory, a version line not kept across processes (a wrapper, a script,
-    several words: ``_version_key``), a program not found, or a file named like one of them in a PATH directory
-    searched before its own (``shutil.which`` passes over one that is not executable, and making it so changes no
-    directory's status)."""
+def _memo(found: _Toolchain, path: str | None, given: str | None,
+          directories: dict[str, list[int] | None]) -> bytes | None:
+    """The memo of ``found`` (``_toolchain``), its programs' status as the search saw it and the PATH directories' as
+    ``directories`` saw them before it; None when status could not tell a change: a compiler or PATH entry found
+    from the working directory, a version line not kept across processes (a wrapper, a script, several words:
+    ``_version_key``), a program not found, or a file named like one of them in a PATH directory searched before
+    its own (``shutil.which`` passes over one that is not executable, and making it so changes no directory's
+    status)."""
     cmd, line, programs = found
     entries = (path or "").split(os.pathsep)
     if given is not None and os.sep in given and not os.path.isabs(given) or not all(map(os.path.isabs, entries)):
@@ -381,30 +396,39 @@ def _memo(found: _Toolchain, path: str | None, given: str | None) -> bytes | Non
     if not all(isinstance(f, _Program) for f in files) or _version_key(cmd, files[0]) is None:
         return None
     searched = 0  # the PATH entries searched, up to the last one a program was found in
-    for name in ("as", "ld") if given is not None and os.sep in given else (given or "cc", "as", "ld"):
-        where = shutil.which(name, path=path)
-        home = next((k for k, entry in enumerate(entries) if os.path.join(entry, name) == where), None)
+    named = zip(("as", "ld"), files[1:]) if given is not None and os.sep in given else \
+        zip((given or "cc", "as", "ld"), files)
+    for name, file in named:
+        home = next((k for k, entry in enumerate(entries) if os.path.join(entry, name) == file.where), None)
         if home is None or any(os.path.lexists(os.path.join(entry, name)) for entry in entries[:home]):
             return None
         searched = max(searched, home + 1)
-    wheres = [shutil.which(name, path=path) for name in (cmd[0], "as", "ld")]
-    searched_entries = dict.fromkeys(entries[:searched])
-    return json.dumps({"found": [cmd, line, programs],
-                       "statuses": [[where, _status(where)] for where in [*wheres, *searched_entries]]}).encode()
+    statuses = [[f.where, _stat_facts(f.st)] for f in files]
+    statuses += [[entry, directories[entry]] for entry in dict.fromkeys(entries[:searched])]
+    return json.dumps({"found": [cmd, line, programs], "statuses": statuses}).encode()
 
 
 def _checked_memo(data: bytes | None) -> _Toolchain | None:
     """The toolchain a memo holds if the file system still finds it: the same programs' files, and no name added to or
     taken from the PATH directories searched; None otherwise, or for anything ``_memo`` could not have written."""
+    if data is None:
+        return None
     try:
-        memo = json.loads(data) if data is not None else None
+        memo = json.loads(data)
         (cmd, line, programs), statuses = memo["found"], memo["statuses"]
-        if not isinstance(line, str) or _stored_line(line.encode()) is None:
+        program = [str, int, int]
+        if not (isinstance(cmd, list) and len(cmd) == 1 and isinstance(cmd[0], str) and os.path.isabs(cmd[0])
+                and isinstance(line, str) and _stored_line(line.encode()) is not None
+                and isinstance(programs, list) and len(programs) == 3
+                and all(list(map(type, p)) == program for p in programs)
+                and isinstance(statuses, list) and len(statuses) > 3
+                and all(isinstance(where, str) and os.path.isabs(where)
+                        and (status is None or list(map(type, status)) == [int] * 5) for where, status in statuses)):
             return None
         if any(_status(where) != status for where, status in statuses):
             return None
-        return tuple(cmd), line, tuple(tuple(p) if isinstance(p, list) else p for p in programs)
-    except (ValueError, TypeError, KeyError):
+        return tuple(cmd), line, tuple(map(tuple, programs))
+    except (ValueError, TypeError, KeyError, RecursionError):
         return None
 
 

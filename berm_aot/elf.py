@@ -52,10 +52,11 @@ MAX_CODE_BYTES = 4 << 20
 #: (a 45 MB file of two million symbols took 590 MB and 9 s to read, and a 4 GiB file would have taken ~50 GB).
 MAX_SYMBOLS = 1 << 20
 MAX_RELOCATIONS = 1 << 21
-#: The characters of the names of one string table's entries, in all, a name counted once for every entry naming
-#: it: names at many offsets into one long unterminated run would each copy it (65,535 section names into a 100 MB
-#: run: 6.5 TB), and every function named by one long name repeats it in the translator's output (a review: a 400 KB
-#: image of 1,000 functions sharing one 300 KB name made 600 MB of C, 1.5 GB of host memory, a 294 MB object).
+#: The bytes of the names of one string table's entries, in all, a name counted once for every entry naming it:
+#: names at many offsets into one long unterminated run would each copy it (65,535 section names into a 100 MB run:
+#: 6.5 TB), and a name many entries share is theirs in whatever repeats it per entry. A backstop: the translator
+#: writes each name once (berm_aot/locator.py) and cuts it in comments (a review found a 400 KB image of 1,000
+#: functions sharing one 300 KB name making 600 MB of C before it did).
 MAX_NAME_BYTES = 64 << 20
 #: The manifest and the build attributes are parsed whole: a real manifest is a few KB, real attributes ~100
 #: bytes (a 100 MB manifest of empty JSON objects makes two GB of them).
@@ -158,13 +159,13 @@ class _StringTable:
 
     def __init__(self, raw: bytes, what: str):
         self._raw, self._what = raw, what
-        self._names: dict[int, str] = {}
+        self._names: dict[int, tuple[str, int]] = {}  # by offset: the name and its bytes
         self._read = 0  # bytes of the names decoded so far (MAX_NAME_BYTES)
 
     def get(self, offset: int) -> str:
         """The name at ``offset``, for one entry: every call counts its length (MAX_NAME_BYTES)."""
-        name = self._names.get(offset)
-        if name is None:
+        known = self._names.get(offset)
+        if known is None:
             if offset >= len(self._raw):
                 raise ElfError(f"a name at offset {offset:#x} lies past the end of {self._what} "
                                f"({len(self._raw)} bytes)")
@@ -173,19 +174,18 @@ class _StringTable:
                 raise ElfError(f"{self._what} is not NUL-terminated")
             self._count(end - offset)
             try:
-                name = self._raw[offset:end].decode("utf-8")
+                known = self._names[offset] = (self._raw[offset:end].decode("utf-8"), end - offset)
             except UnicodeDecodeError:
                 raise ElfError(f"a name in {self._what} at offset {offset:#x} is not UTF-8") from None
-            self._names[offset] = name
         else:
-            self._count(len(name))
-        return name
+            self._count(known[1])
+        return known[0]
 
     def _count(self, size: int) -> None:
         self._read += size
         if self._read > MAX_NAME_BYTES:
-            raise ElfError(f"the names of {self._what}'s entries come to more than {MAX_NAME_BYTES} characters in "
-                           "all (a name counts once for every entry naming it)")
+            raise ElfError(f"the names of {self._what}'s entries come to more than {MAX_NAME_BYTES} bytes in all "
+                           "(a name counts once for every entry naming it)")
 
 
 class _Reader:

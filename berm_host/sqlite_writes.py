@@ -38,6 +38,7 @@ class WriteTransaction:
 
 def damage(db: sqlite3.Connection) -> str | None:
     """What SQLite's ``quick_check`` finds wrong with ``db`` (its first finding, on one line), or None when it finds
-    nothing: every page of every table and index is read (a due-set of 3,000 wakes: under 1 ms)."""
+    nothing: every page of every table and index is read (a due-set of 3,000 wakes: under 1 ms; of 300,000, 90 MB:
+    0.1-0.16 s)."""
     (first,) = db.execute("PRAGMA quick_check(1)").fetchone()
     return None if first == "ok" else " ".join(first.split())

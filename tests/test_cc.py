@@ -232,11 +232,15 @@ def _next_process() -> None:
 
 @pytest.fixture
 def early_path(tmp_path, monkeypatch, fresh_versions):
-    """PATH with an empty directory of the test's searched first, and a code cache: (the directory, the cache)."""
+    """PATH of the test's own: an empty directory, then one holding links to this machine's cc, as and ld (whatever
+    the machine's PATH holds); and a code cache: (the empty directory, the cache)."""
     from berm_aot.cache import CodeCache
-    early = tmp_path / "early"
+    early, tools = tmp_path / "early", tmp_path / "tools"
     early.mkdir()
-    monkeypatch.setenv("PATH", f"{early}{os.pathsep}{os.environ['PATH']}")
+    tools.mkdir()
+    for name in ("cc", "as", "ld"):
+        (tools / name).symlink_to(os.path.realpath(cc.shutil.which(name)))
+    monkeypatch.setenv("PATH", f"{early}{os.pathsep}{tools}")
     monkeypatch.delenv("BERM_CC", raising=False)
     return early, CodeCache(tmp_path / "cache")
 
@@ -276,6 +280,22 @@ def test_a_file_made_executable_earlier_on_path_is_seen_by_the_next_process(earl
     assert cc.identity(store=store) != first
 
 
+def test_a_memo_written_by_a_process_that_looked_before_is_of_the_files_there_now(tmp_path, monkeypatch,
+                                                                                    fresh_versions):
+    """Found by a review: a process whose memo no longer matched (here: its working directory changed) searched
+    again through its own lookups, of the compiler replaced since, and wrote them beside the new file's status:
+    every later process took the old compiler's identity for the new one's."""
+    from berm_aot.cache import CodeCache
+    compiler, store = _copy_of_cc(tmp_path), CodeCache(tmp_path / "cache")
+    monkeypatch.setenv("BERM_CC", str(compiler))
+    first = cc.identity(store=store)
+    compiler.write_bytes(compiler.read_bytes() + b"\0")
+    monkeypatch.chdir(tmp_path)
+    now = cc.identity(store=store)
+    _next_process()
+    assert now != first and cc.identity(store=store) == now == cc.identity()
+
+
 def test_a_compiler_replaced_in_place_is_seen_by_the_next_process(tmp_path, monkeypatch, fresh_versions):
     from berm_aot.cache import CodeCache
     compiler, store = _copy_of_cc(tmp_path), CodeCache(tmp_path / "cache")
@@ -290,7 +310,8 @@ def test_a_damaged_toolchain_memo_is_found_again(early_path):
     _, store = early_path
     first = cc.identity(store=store)
     (memo,) = store.root.rglob(cc.TOOLCHAIN_BLOB)
-    for damaged in (b"{", b'{"found": [["cc"], "two\\nlines", []], "statuses": []}', b"[]"):
+    lying = json.dumps({"found": [["/usr/bin/true"], "other 1.0", [["/x", 1, 2]] * 3], "statuses": []}).encode()
+    for damaged in (b"{", b'{"found": [["cc"], "two\\nlines", []], "statuses": []}', b"[]", lying, b"[" * 100_000):
         memo.write_bytes(damaged)
         _next_process()
         assert cc.identity(store=store) == first

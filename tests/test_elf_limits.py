@@ -133,5 +133,5 @@ def test_names_at_many_offsets_into_one_long_run(dispatch, shared):
         data = patched(data, headers[section] + SHDR_FIELDS["sh_offset"][0], "<Q", offset)
         data = patched(data, headers[section] + SHDR_FIELDS["sh_size"][0], "<Q", size)
     with pytest.raises(ElfError, match=f"the names of the symbol-name table's entries come to more than "
-                                       f"{MAX_NAME_BYTES} characters in all"):
+                                       f"{MAX_NAME_BYTES} bytes in all"):
         read_elf(data)

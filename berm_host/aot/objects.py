@@ -53,8 +53,8 @@ TRANSLATOR_DIGEST = source_digest(berm_aot.SOURCES_DIGEST)
 
 
 def object_key(image: ElfImage, windows: Windows, prefix: str = "", cache: CodeCache | None = None) -> str:
-    """The code cache key of ``image``'s object for memory with ``windows``; ``cache`` keeps the C compiler's
-    version line across processes (``cc.version``)."""
+    """The code cache key of ``image``'s object for memory with ``windows``; ``cache`` keeps what identifies the C
+    compiler across processes (``cc.identity``: the toolchain found on PATH and its version line)."""
     layout = ",".join(f"{v:#x}" for v in windows.values())
     return cache_key("berm-aot", image.sha256, TRANSLATOR_DIGEST, cc.identity(store=cache), layout, prefix)
 
@@ -70,10 +70,10 @@ def compile_programs(programs: list[tuple[Program, Windows, str]], out: Path, *,
 
 def _supervisor() -> Path:
     """berm-supervise, which exec's commands run under too: the compilers die with the host."""
-    from berm_host.capabilities.exec import SUPERVISOR
+    from berm_host.capabilities.exec import SUPERVISOR, SUPERVISOR_MISSING
 
     if not os.access(SUPERVISOR, os.X_OK):
-        raise CompileError(f"{SUPERVISOR} is missing: Berm's install is incomplete (reinstall it; in a source tree, run ./setup.sh)")
+        raise CompileError(SUPERVISOR_MISSING)
     return SUPERVISOR
 
 

@@ -57,6 +57,9 @@ MAX_ENV_STRING = 128 * 1024
 MAX_ENV_TOTAL = 1024 * 1024
 #: Built by setup.py from supervise.c.
 SUPERVISOR = Path(__file__).with_name("berm-supervise")
+#: What a missing SUPERVISOR means, for whoever finds it missing (exec here; the compiler runs under it too).
+SUPERVISOR_MISSING = (f"{SUPERVISOR} is missing: Berm's install is incomplete (reinstall it; in a source tree, run "
+                      "./setup.sh)")
 
 
 def base_environment() -> dict[str, str]:
@@ -108,7 +111,7 @@ def _start(command: str, cwd: str, env: Mapping[str, str]) -> subprocess.Popen:
     if bash is None:
         raise FileNotFoundError(errno.ENOENT, "bash is not on the command's PATH")
     if not os.access(SUPERVISOR, os.X_OK):
-        raise CapabilityError(f"{SUPERVISOR} is missing: Berm's install is incomplete (reinstall it; in a source tree, run ./setup.sh)")
+        raise CapabilityError(SUPERVISOR_MISSING)
     return subprocess.Popen([SUPERVISOR, bash, "bash", "-c", command], cwd=cwd, env=dict(env),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)

@@ -117,6 +117,7 @@ class DueSet:
             # none could be deleted, and each ran again at every start of the daemon
             found = damage(self._db)
             if found is not None:
+                self._db.close()
                 raise QueueError(f"the due-set {self.path} is damaged (SQLite's quick_check: {found}): restore it "
                                  "from a backup, or move it aside to start with no wakes")
             self._db.executescript(_SCHEMA)
