@@ -15,9 +15,12 @@
 #define REMINDER_PREFIX "reminder/"
 #define OUTBOX_PREFIX "outbox/"
 /* The payload of the wake `add` arms, and how long after it finds no reminder it looks again (`add` stores the
- * reminder after arming its wake: on_wake). */
+ * reminder after arming its wake: on_wake; a reminder due at once, its wake run beside its `add`, is delivered that
+ * much later, and so recorded in the outbox). A daily reminder's later wakes carry it on, and find their reminder. */
 #define NEW_WAKE "new"
 #define RECHECK_MS (30 * 1000LL)
+/* The payload of a wake that only takes a delivered reminder's record away (removed). */
+#define DELIVERED_WAKE "delivered"
 
 typedef struct {
     char id[32];
@@ -311,11 +314,13 @@ BERM_TOOL(cancel) {
     bool store_failed;
     char *error = load_reminder(ids, &r, &store_failed);
     if (error) return berm_failf("cancel: %s", error);
-    berm_reply unarmed = berm_schedule_cancel(ids);
-    if (unarmed.error) return berm_failf("cancel: %s", unarmed.error);
+    /* the reminder first, then its wake: a host killed between the two leaves a wake that finds nothing, not a
+     * reminder listed for ever with no wake (as `add` arms first: found by a review) */
     char keybuf[64];
     berm_reply deleted = berm_kv_delete(key_of(REMINDER_PREFIX, ids, keybuf, sizeof keybuf));
     if (deleted.error) return berm_failf("cancel: %s", deleted.error);
+    berm_reply unarmed = berm_schedule_cancel(ids);
+    if (unarmed.error) return berm_failf("cancel: %s", unarmed.error);
     berm_buf out;
     berm_buf_init(&out, 0);
     berm_buf_puts(&out, "{\"cancelled\":");
@@ -374,6 +379,21 @@ static berm_result_t deliver(const berm_wake *wake, void *ctx) {
     return berm_ok_str("delivered");
 }
 
+static bool is(berm_str payload, const char *what) {
+    return payload.len == strlen(what) && !memcmp(payload.ptr, what, payload.len);
+}
+
+/* A delivered one-shot's record taken away; when the store cannot, a wake a minute later tries again (delivering
+ * nothing): a record left behind was a reminder listed for ever with no wake (found by a review). */
+static berm_result_t removed(const berm_wake *wake) {
+    char keybuf[64];
+    berm_reply deleted = berm_kv_delete(key_of(REMINDER_PREFIX, wake->id, keybuf, sizeof keybuf));
+    if (!deleted.error) return berm_ok_str("delivered");
+    berm_reply again = berm_schedule_at(wake->now + BERM_MINUTE_MS, wake->id, BERM_STR(DELIVERED_WAKE));
+    return berm_failf("on_wake: delivered, but removing it failed: %s (%s)", deleted.error,
+                      again.error ? again.error : "tried again in a minute");
+}
+
 BERM_ON_WAKE {
     berm_wake wake = berm_wake_args();
     if (wake.error) return berm_failf("on_wake: %s", wake.error);
@@ -388,7 +408,7 @@ BERM_ON_WAKE {
         free(error);
         return failed;
     }
-    if (error && wake.payload.len == strlen(NEW_WAKE) && !memcmp(wake.payload.ptr, NEW_WAKE, wake.payload.len)) {
+    if (error && is(wake.payload, NEW_WAKE)) {
         /* armed by an `add` that may not have stored the reminder yet: once more in a while */
         berm_reply again = berm_schedule_at(wake.now + RECHECK_MS, wake.id, BERM_STR(""));
         berm_result_t result = again.error ? berm_failf("on_wake: %s (%s)", error, again.error)
@@ -402,9 +422,14 @@ BERM_ON_WAKE {
         return berm_ok_str("gone");
     }
     if (r.daily) return berm_recurring_daily(&wake, r.hour, r.minute, deliver, &r);
-    berm_result_t result = deliver(&wake, &r);
-    char keybuf[64];
-    berm_reply deleted = berm_kv_delete(key_of(REMINDER_PREFIX, wake.id, keybuf, sizeof keybuf));
-    berm_reply_free(&deleted);
-    return result;
+    if (!is(wake.payload, DELIVERED_WAKE)) {
+        berm_result_t result = deliver(&wake, &r);
+        if (result.len == 0) {  /* failed (it says so): the reminder kept, delivered again in a minute */
+            berm_reply again = berm_schedule_at(wake.now + BERM_MINUTE_MS, wake.id, wake.payload);
+            if (again.error) berm_logf("on_wake: arming the next try failed: %s", again.error);
+            berm_reply_free(&again);
+            return result;
+        }
+    }
+    return removed(&wake);
 }
