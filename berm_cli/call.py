@@ -152,21 +152,22 @@ def _log(name: str, line: bytes) -> None:
 
 
 def _through_daemon(args) -> int:
-    from berm_host.daemon import DaemonClient, RemoteError, default_socket
+    from berm_host.daemon import DaemonClient, DaemonError, RemoteError, default_socket
 
     given = [f"--{o.replace('_', '-')}" for o in _LOCAL_ONLY if getattr(args, o) not in (None, [])]
     if given:
         print(f"berm call: {', '.join(given)} cannot be combined with --daemon: the daemon's declarations grant, "
               "and it runs them with its own engine", file=sys.stderr)
         return 2
-    if args.daemon and os.sep not in args.daemon and not os.path.lexists(args.daemon):  # found by a review
-        print(f"berm call: --daemon {args.daemon}: no socket of that name here. --daemon takes the socket's path when "
-              "a word follows it: put --daemon after the image, tool and arguments, or write --daemon=SOCKET",
-              file=sys.stderr)
-        return 2
     client = DaemonClient(Path(args.daemon) if args.daemon else default_socket())
     try:
         result = client.call(str(args.elf), args.tool, args.json)
+    except DaemonError as exc:
+        if args.daemon and os.sep not in args.daemon and not os.path.lexists(args.daemon):  # found by a review
+            raise DaemonError(f"{exc}; if {args.daemon!r} was meant for the image, put --daemon after the image, "
+                              "tool and arguments, or write --daemon=SOCKET: --daemon takes the word after it "
+                              "for its socket") from None
+        raise
     except RemoteError as exc:  # as a direct call prints them: a tool's failure as it is, the rest as berm call's
         if exc.kind == "failure":
             print(failure_text(str(exc)), file=sys.stderr)

@@ -134,7 +134,8 @@ def run(args) -> int:
     entry = program.symbol(args.symbol)
     if entry is None:
         known = _known_symbols(program, args.symbol)
-        raise BermError(f"{args.elf} has no global symbol {args.symbol!r} ({known}){GC_HINT}")
+        hint = "" if known.startswith("did you mean") else GC_HINT  # a near name is more likely a typo
+        raise BermError(f"{args.elf} has no global symbol {args.symbol!r} ({known}){hint}")
     request = RunRequest(entry=entry, int_args=tuple(args.args), deadline=time.monotonic() + args.timeout)
     result = interruptible(lambda: backend.run(request))
     if result.trap is not None:

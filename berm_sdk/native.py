@@ -123,12 +123,12 @@ class NativeHarness:
         status = self.lib.berm_shim_invoke(ctypes.cast(fn, ctypes.c_void_p), blob, len(blob), ctypes.byref(out))
         if self._error is not None:
             raise self._error
-        if status == 2 and self._unserved is not None:
-            name = KNOWN_NAMES.get(self._unserved, "a name Berm does not know")
-            raise NativePanic(f"{tool} panicked: no host function for call {self._unserved} ({name}): "
-                              "no stand-in capability for it")
         if status == 2:
-            raise NativePanic(f"{tool} panicked: {self.lib.berm_shim_panic_text().decode('utf-8', 'replace')}")
+            said = self.lib.berm_shim_panic_text().decode("utf-8", "replace")
+            if self._unserved is not None:  # the shim's "no host function for call N", named
+                name = KNOWN_NAMES.get(self._unserved, "a name Berm does not know")
+                said += f" ({name}): no stand-in capability for it"
+            raise NativePanic(f"{tool} panicked: {said}")
         if status == 1:
             n, asked = ctypes.c_size_t(), ctypes.c_size_t()
             head = ctypes.string_at(self.lib.berm_shim_failure(ctypes.byref(n), ctypes.byref(asked)), n.value)

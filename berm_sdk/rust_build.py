@@ -70,11 +70,12 @@ def cargo_command(vendor: Path, binary: str) -> tuple[list[str], dict[str, str]]
 
 
 def _target_dir(directory: Path, env: dict[str, str]) -> list[str]:
-    """cargo's ``--target-dir`` for the crate in ``directory``: none (its own ``target/``, or ``CARGO_TARGET_DIR``),
+    """cargo's ``--target-dir`` for the crate in ``directory``: none (its own ``target/``, or the environment's),
     but for one of the harnesses installed inside this package (a wheel carries them) the SDK cache: a build there
     left 117 MB beside the package's files that uninstalling Berm did not remove, or, for another user, failed on
     permissions (found by a review)."""
-    if "CARGO_TARGET_DIR" in env or Path(__file__).resolve().parent not in directory.resolve().parents:
+    chosen = "CARGO_TARGET_DIR" in env or "CARGO_BUILD_TARGET_DIR" in env  # the user's own choice stands
+    if chosen or Path(__file__).resolve().parent not in directory.resolve().parents:
         return []
     return ["--target-dir", str(cache_root() / "cargo-target")]
 
@@ -134,7 +135,7 @@ def build_rust_harness(directory: Path, out: Path | None = None, *, binary: str 
     if done.returncode != 0:
         errors = [text.rstrip() for level, text in said if level == "error"]
         said_text = "\n".join(errors) or "\n".join(done.stderr.splitlines()[-_TAIL:])
-        if "`--offline`" in said_text:  # cargo's advice to retry without it (found by a review): berm build cannot
+        if "--offline" in said_text:  # cargo's advice to retry without it (found by a review): berm build cannot
             said_text += (f"\nberm build is offline, always: a dependency must be a path dependency or a crate "
                           f"vendored with Debian's Rust sources ({vendor}); crates.io is never reached")
         raise BuildError(f"{directory}: cargo build failed (exit {done.returncode}):\n" + said_text)

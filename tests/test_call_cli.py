@@ -168,8 +168,11 @@ def test_a_daemon_option_that_took_the_image_for_its_socket_says_so(capsys, tmp_
     monkeypatch.chdir(tmp_path)
     assert main(["call", "--daemon", "os", "read", '{"path": "README.md"}']) == 2
     assert capsys.readouterr().err == (
-        "berm call: --daemon os: no socket of that name here. --daemon takes the socket's path when a word follows "
-        "it: put --daemon after the image, tool and arguments, or write --daemon=SOCKET\n")
+        "berm call: no daemon is listening on os (start one with `berm serve`); if 'os' was meant for the image, put "
+        "--daemon after the image, tool and arguments, or write --daemon=SOCKET: --daemon takes the word after it "
+        "for its socket\n")
+    assert main(["call", "read", "t", "--daemon", "socket/path"]) == 2  # a path: no such hint
+    assert "meant for the image" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command, daemon, said", [

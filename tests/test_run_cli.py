@@ -87,7 +87,7 @@ def test_berm_fail_exits_1_with_the_text(elf, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["nope"], "has no global symbol 'nope' (it has "),
     (["nope"], "; a function no tool reaches is left out of an image linked with --gc-sections"),  # a review: no hint
-    (["ad"], "has no global symbol 'ad' (did you mean 'add'"),  # a newcomer's walkthrough: it named no symbol
+    (["ad"], "has no global symbol 'ad' (did you mean 'add', 'load'?)\n"),  # a walkthrough: it named none; no gc hint
     (["add", *["1"] * 9], "at most 8 integer arguments"),
     (["add", "1", "--memory", "3M"], "power of two"),
     (["add", "1", "--memory", "lots"], "size like"),

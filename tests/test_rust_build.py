@@ -127,12 +127,26 @@ def test_a_harness_installed_inside_the_package_is_built_into_the_sdk_cache(tmp_
     uninstall left, or a permission error for another user: found by a review). A crate elsewhere keeps its own."""
     from berm_sdk import rust_build
     from berm_sdk.cache import cache_root
+    from berm_sdk.errors import BuildError
 
     monkeypatch.delenv("CARGO_TARGET_DIR", raising=False)
+    monkeypatch.delenv("CARGO_BUILD_TARGET_DIR", raising=False)
     inside = Path(rust_build.__file__).resolve().parent / "harnesses" / "rust-probe"
     assert rust_build._target_dir(inside, dict(os.environ)) == ["--target-dir", str(cache_root() / "cargo-target")]
     assert rust_build._target_dir(inside, {"CARGO_TARGET_DIR": "/t"}) == []
+    assert rust_build._target_dir(inside, {"CARGO_BUILD_TARGET_DIR": "/t"}) == []
     assert rust_build._target_dir(ROOT / "harnesses" / "rust-probe", dict(os.environ)) == []
+    # and the build passes it on
+    ran = []
+    monkeypatch.setattr(rust_build, "_target_dir", lambda directory, env: ["--target-dir", "/chosen"])
+    monkeypatch.setattr(rust_build, "_vendored_sources", lambda: Path("/v"))
+    monkeypatch.setattr(rust_build, "_binaries", lambda directory: ["h"])
+    monkeypatch.setattr(rust_build.subprocess, "run", lambda command, **kw: ran.append(command) or
+                        subprocess.CompletedProcess(command, 101, "", "error: stopped here"))
+    (tmp_path / "Cargo.toml").write_text("")
+    with pytest.raises(BuildError, match="stopped here"):
+        rust_build.build_rust_harness(tmp_path, tmp_path / "h.elf")
+    assert ran[-1][-2:] == ["--target-dir", "/chosen"]
 
 
 def test_a_crates_io_dependency_is_said_to_be_out_of_reach(tmp_path, rust, cargo_target, monkeypatch, capsys):
