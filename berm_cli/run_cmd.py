@@ -110,21 +110,17 @@ def format_trap(program, result: RunResult) -> list[str]:
 
 
 def _known_symbols(program: Program, name: str) -> str:
-    """What a misnamed symbol might have been: the closest names, else the first few (a newcomer's walkthrough: the
-    error named none, and berm inspect lists no symbols)."""
+    """What a misnamed symbol might have been, in parentheses: the closest names (a typo, likely), else the first few
+    (a newcomer's walkthrough: the error named none, and berm inspect lists no symbols) and why a function of the
+    author's own might be missing (found by a review: ``berm build`` links with --gc-sections)."""
     names = program.global_names()
     close = difflib.get_close_matches(name, names, n=3)
     if close:
-        return f"did you mean {', '.join(map(repr, close))}?"
-    if not names:
-        return "it has none"
+        return f"(did you mean {', '.join(map(repr, close))}?)"
     more = f", … {len(names)} in all" if len(names) > SYMBOLS_SHOWN else ""
-    return f"it has {', '.join(map(repr, names[:SYMBOLS_SHOWN]))}{more}"
-
-
-#: Found by a review: a function of the author's source missing from a ``berm build`` image is the linker's doing.
-GC_HINT = ("; a function no tool reaches is left out of an image linked with --gc-sections, as berm build links it: "
-           "in C, __attribute__((used, retain)) keeps it")
+    listed = f"it has {', '.join(map(repr, names[:SYMBOLS_SHOWN]))}{more}" if names else "it has none"
+    return (f"({listed}); a function no tool reaches is left out of an image linked with --gc-sections, as berm "
+            "build links it: in C, __attribute__((used, retain)) keeps it")
 
 
 def run(args) -> int:
@@ -133,9 +129,7 @@ def run(args) -> int:
     program, backend = _load(args)
     entry = program.symbol(args.symbol)
     if entry is None:
-        known = _known_symbols(program, args.symbol)
-        hint = "" if known.startswith("did you mean") else GC_HINT  # a near name is more likely a typo
-        raise BermError(f"{args.elf} has no global symbol {args.symbol!r} ({known}){hint}")
+        raise BermError(f"{args.elf} has no global symbol {args.symbol!r} {_known_symbols(program, args.symbol)}")
     request = RunRequest(entry=entry, int_args=tuple(args.args), deadline=time.monotonic() + args.timeout)
     result = interruptible(lambda: backend.run(request))
     if result.trap is not None:

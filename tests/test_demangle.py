@@ -66,24 +66,24 @@ def _base62(value: int) -> str:
 def test_back_references_to_back_references_cannot_take_exponential_time():
     """Each tuple refers twice to the one before it: 40 of them expand to 2^40 nodes. A name from a hostile ELF is
     shown in trap messages, so the expansion is bounded; past it the name stays as it is."""
+    name = _doubling(40)
+    assert demangle(name) == name
+
+
+def _doubling(levels: int) -> str:
+    """A v0 name of ``levels`` tuples, each referring twice to the one before it: 2^levels nodes expanded."""
     text, previous = "YT", None
-    for _ in range(40):
+    for _ in range(levels):
         start = len(text)
         text += "TuuE" if previous is None else f"TB{_base62(previous)}B{_base62(previous)}E"
         previous = start
-    name = "_R" + text + "E" + "Cs_3abc"
-    assert demangle(name) == name
+    return "_R" + text + "E" + "Cs_3abc"
 
 
 def test_the_work_on_a_short_name_is_in_proportion_to_its_length():
     """Found by a review: distinct 190-character names of back-references to back-references took 9 ms each (10,000
     nodes) to give up on, for every function of an image the translator names in its comments."""
-    text, previous = "YT", None
-    for _ in range(12):
-        start = len(text)
-        text += "TuuE" if previous is None else f"TB{_base62(previous)}B{_base62(previous)}E"
-        previous = start
-    name = "_R" + text + "E" + "Cs_3abc"
+    name = _doubling(12)
     parser = demangle_module._Parser(name[2:])
     with pytest.raises(demangle_module._Unsupported):
         parser.path()
