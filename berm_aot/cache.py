@@ -16,8 +16,9 @@
   an old cache written under umask 002, is rebuilt). An entry just built passes the same checks before it is
   returned. Entries are readable by everyone, so a cache filled by ``berm-compile`` as root serves a daemon
   running as another user.
-- A compile killed midway leaves its temporary directory; the next builder of the key (holding its lock, so no
-  one else can be writing there) removes it.
+- A compile killed midway leaves its temporary directory (the translated C, objects: megabytes for a large image);
+  the next compile of any key removes it, under the lock of the key it was for (taken without waiting: a key whose
+  lock is held is being built, and what lies beside its entry is at work).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import stat
 import struct
@@ -52,6 +54,9 @@ MAX_OBJECT = 1 << 30
 _PT_LOAD = 1
 #: Seconds beyond the compile timeout to wait for an entry's lock (``lock_wait``).
 LOCK_MARGIN = 120
+#: What builders and discarders of a key leave beside its entry while they work: ``.KEY-…`` (a build's temporary
+#: directory, ``get_or_build``) and ``.bad-KEY-…`` (a damaged entry moved aside, ``_discard``).
+_AT_WORK = re.compile(r"\.(?:bad-)?([0-9a-f]{64})-")
 #: What a lookup meets in a damaged entry (missing files, a symlink where a file was, a directory): it is rebuilt.
 _DAMAGED = (errno.ENOENT, errno.ELOOP, errno.EISDIR, errno.ENOTDIR)
 
@@ -238,6 +243,7 @@ class CodeCache:
             if found:
                 return found, False
             self._sweep(key)
+            self._sweep_abandoned(key)
             if found is False:
                 self._discard(d)
             try:
@@ -307,7 +313,9 @@ class CodeCache:
             pass
 
     @contextmanager
-    def _locked(self, path: Path):
+    def _locked(self, path: Path, *, wait: bool = True):
+        """Hold the lock file ``path`` (see ``_wait_for``); with ``wait`` false, yield whether it was free, held
+        only then."""
         # 0600, and an older 0644 one narrowed: flock needs only a descriptor, and another user who could open the
         # lock read-only held it for ever, so the owner's next rebuild of the entry waited for ever in silence
         # (found by a review)
@@ -324,8 +332,7 @@ class CodeCache:
                                    f"{st.st_uid}, not to this user, who could hold it for ever: remove it")
             if stat.S_IMODE(st.st_mode) != 0o600:
                 os.fchmod(fd, 0o600)
-            _wait_for(fd, path)
-            yield
+            yield _wait_for(fd, path) if wait else _take(fd)
         finally:
             with _lock_fds.guard:
                 if fd in _lock_fds.open:  # not when this is a child that closed it (a fork inside a build)
@@ -355,23 +362,53 @@ class CodeCache:
                 else:
                     left.unlink(missing_ok=True)
 
+    def _sweep_abandoned(self, key: str) -> None:
+        """Sweep what builders of other keys, killed midway, left anywhere in the cache: a key that is never built
+        again kept its killed compile's megabytes for ever. Each key's leftovers are removed under its lock, taken
+        without waiting (a key being built is skipped: what lies beside its entry is at work); called by a builder,
+        whose compile takes seconds, so listing the shards (at most 256) costs nothing it would notice."""
+        try:
+            shards = [e.path for e in os.scandir(self.root) if len(e.name) == 2 and e.is_dir(follow_symlinks=False)]
+        except OSError:
+            return
+        for shard in shards:
+            try:
+                names = os.listdir(shard)
+            except OSError:
+                continue
+            keys = {m.group(1) for m in map(_AT_WORK.match, names) if m} - {key}
+            for other in sorted(k for k in keys if self.entry(k).parent == Path(shard)):
+                try:
+                    with self._locked(Path(shard) / f"{other}.lock", wait=False) as free:
+                        if free:
+                            self._sweep(other)
+                except CompileError:  # its lock is another user's: not ours to judge
+                    continue
 
-def _wait_for(fd: int, path: Path) -> None:
+
+def _take(fd: int) -> bool:
+    """Take the lock ``fd`` if it is free, without waiting; whether it was."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _wait_for(fd: int, path: Path) -> bool:
     """Take the lock ``fd`` (the lock file ``path``), waiting at most ``lock_wait()`` seconds: a holder compiling
     is done by then, so one still holding it is stuck, stopped (a berm-compile suspended with Ctrl-Z) or someone
-    keeping it on purpose, and waiting for it blocked every later rebuild of the entry with no word."""
+    keeping it on purpose, and waiting for it blocked every later rebuild of the entry with no word. True once
+    taken."""
     wait = lock_wait()
     deadline, pause = time.monotonic() + wait, 0.01
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise CompileError(f"the code cache entry's lock {path} is held by another process (waited "
-                                   f"{wait:.0f} s; a compile of it stopped or stuck?)") from None
+    while not _take(fd):
+        if time.monotonic() >= deadline:
+            raise CompileError(f"the code cache entry's lock {path} is held by another process (waited "
+                               f"{wait:.0f} s; a compile of it stopped or stuck?)")
         time.sleep(pause)
         pause = min(pause * 2, 0.5)
+    return True
 
 
 def lock_wait() -> float:

@@ -583,6 +583,10 @@ class _Pool:
             said = output.decode(errors="replace")
             if said.startswith(_SUPERVISOR_FAILED):  # the compiler never ran: the translation is not to blame
                 raise CompileError(f"the C compiler could not be started: {said.strip()[-4000:]}")
+            killed = _killed(proc.returncode, said)
+            if killed:  # the OOM killer or someone else: blaming the translated code misled (found by a review)
+                raise CompileError(f"{killed} compiling {src.name} (out of memory? the translated code is not at "
+                                   f"fault):\n{said[-4000:]}".rstrip())
             raise CompileError(f"cc failed on {src.name} (kept nowhere; emitted code is a translator bug, unless "
                                f"the disk is full):\n{said[-4000:]}")
         src.unlink(missing_ok=True)
@@ -593,6 +597,25 @@ class _Pool:
             _kill(proc)
         self.running.clear()
         self._selector.close()
+
+
+#: How compiler drivers say a program they ran died by a signal (gcc: "cc: fatal error: Killed signal terminated
+#: program cc1"; clang: "clang: error: unable to execute command: Killed", "... failed due to signal").
+_DRIVER_SAW_A_SIGNAL = ("signal terminated program", "unable to execute command", "failed due to signal")
+
+
+def _killed(returncode: int, said: str) -> str | None:
+    """What killed a compiler that failed, when a signal did: the driver itself (a negative status; the
+    supervisor dies by its command's signal), or a program it ran, which the driver says in its output."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"the C compiler was killed by {name}"
+    if any(words in said for words in _DRIVER_SAW_A_SIGNAL):
+        return "a program of the C compiler was killed by a signal"
+    return None
 
 
 def _kill(proc: subprocess.Popen) -> None:

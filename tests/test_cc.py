@@ -547,3 +547,30 @@ def test_a_compiler_that_cannot_be_started_is_said_so(tmp_path, monkeypatch):
     with pytest.raises(CompileError, match=said) as raised:
         cc.compile_shared([unit(0)], tmp_path / "lib.so", supervisor=SUPERVISOR)
     assert "translator" not in str(raised.value)
+
+
+@pytest.mark.parametrize("supervised", [False, True])
+def test_a_compiler_killed_by_a_signal_is_not_blamed_on_the_translation(tmp_path, monkeypatch, supervised):
+    """Found by a review: cc1 killed (the OOM killer) was reported as "emitted code is a translator bug". gcc runs
+    cc1 under a wrapper that kills it, as the OOM killer would; and a compiler that dies by SIGKILL itself."""
+    from berm_host.capabilities.exec import SUPERVISOR
+
+    supervisor = SUPERVISOR if supervised else None
+    killer = tmp_path / "killer.sh"
+    killer.write_text('#!/bin/sh\ncase "$1" in *cc1) kill -9 $$;; esac\nexec "$@"\n')
+    killer.chmod(0o755)
+    monkeypatch.setenv("BERM_CC", f"cc -wrapper {killer}")
+    with pytest.raises(CompileError, match=r"a program of the C compiler was killed by a signal compiling "
+                                           r"unit0\.c \(out of memory\? the translated code is not at fault\)"
+                                           r"(.|\n)*Killed signal") as raised:
+        cc.compile_shared([unit(0)], tmp_path / "lib.so", supervisor=supervisor)
+    assert "translator bug" not in str(raised.value)
+
+    suicidal = tmp_path / "cc"
+    suicidal.write_text("#!/bin/sh\nkill -9 $$\n")
+    suicidal.chmod(0o755)
+    monkeypatch.setenv("BERM_CC", str(suicidal))
+    with pytest.raises(CompileError, match=r"^the C compiler was killed by SIGKILL compiling unit0\.c") as raised:
+        cc.compile_shared([unit(0)], tmp_path / "lib.so", supervisor=supervisor)
+    assert "translator bug" not in str(raised.value)
+
