@@ -359,7 +359,8 @@ def test_a_large_free_block_is_split_not_lost(kind):
     for, so the rest was lost for the invocation: freeing 1 MiB and keeping 5 KB, round after round, ran the 64 MiB
     heap out of memory with under 1.4 MB live. A larger block is now split, its rest freed. Here, on 8 MiB of guest
     memory, each round frees 512 KiB and keeps 5 KB: 15 rounds lost 7.5 MiB, and the last 1 MiB found no room."""
-    harness = Engine(kind=kind, memory_size=8 << 20).load(ELF).harness(None, name="rust-sdk")
+    # the interpreter takes ~5 s on an idle machine: on a loaded one it ran past the default deadline (60 s)
+    harness = Engine(kind=kind, memory_size=8 << 20, deadline=600).load(ELF).harness(None, name="rust-sdk")
     ops = []
     for r in range(15):
         ops += [[0, 0, 512 << 10, 8], [2, 0, 0, 8], [0, 1 + r, 5000, 8]]
