@@ -401,6 +401,35 @@ def test_a_wake_queued_when_the_queue_stops_stays_for_the_next_start(tmp_path, m
         ds.close()
 
 
+def test_a_wake_that_ends_while_the_queue_stops_is_deleted_at_once(tmp_path, make_queue):
+    """Found by a review: a wake that ended after the stop began stayed due until every other invocation had ended
+    (up to their timeout), and a second signal in that time (the daemon exits at once) ran it again at the next
+    start. Here a tool call holds the stop while ``g``'s wake, started before it, ends."""
+    gate, woke, ending = threading.Event(), threading.Event(), threading.Event()
+    h = RecordingTarget(on_call=lambda inv: gate.wait(10))
+    g = RecordingTarget(on_wake=lambda inv: (woke.set(), ending.wait(10)))
+    q = make_queue({"h": h, "g": g}, workers=2)
+    call = q.call("h", "echo", "x")
+    q.schedule("g", "w", now_ms() - 1, "p")
+    woke.wait(10)
+    stopping = threading.Thread(target=q.stop)
+    stopping.start()
+    try:
+        wait_for(lambda: q.scheduler._stopping)
+        ending.set()
+        wait_for(lambda: g.wakes())
+        ds = DueSet(tmp_path / "due.db")
+        try:
+            wait_for(lambda: ds.list() == [])  # while the call still holds the stop
+        finally:
+            ds.close()
+        assert stopping.is_alive()
+    finally:
+        gate.set()
+        stopping.join(10)
+    assert call.result(10) == "x"
+
+
 def test_a_wake_withdrawn_by_a_stale_cancel_notice_still_runs(make_queue):
     """Found by a review: a cancel's notice can arrive after a later write re-created the row (the two race): the
     queued wake it withdraws is not lost, since a withdrawn wake leaves its row for the next drain — had it been

@@ -327,6 +327,10 @@ class Scheduler:
                     if not future.cancelled():  # a withdrawn wake never ran: its entry is gone or replaced
                         self._finished.append(entry)
                         self._ended[entry.key] = now_ms()
+                        if self._stopping:
+                            # no drain deletes it now, and the stop's flush waits for every other invocation: a
+                            # second signal before then ran it again at the next start (found by a review)
+                            self._flush()
                     self._cond.notify()
             elif self._n["backlog"] or inv.harness in self._held:
                 self._cond.notify()
