@@ -84,6 +84,10 @@ STATE_LOCK = "daemon.lock"
 ALIVE_TIMEOUT = 1.0
 #: The size of a Unix socket address's path on Linux (``sun_path``), its terminating NUL included.
 SOCKET_PATH_MAX = 108
+#: Seconds a client waits for a connection and for the answer to a request other than a call's (whose answer comes
+#: once it has run: up to its harness's timeout, a day at most): a daemon that accepts and never answers (stopped,
+#: stuck) held `berm schedule` and `berm call --daemon` for ever, in silence (found by a review).
+ANSWER_TIMEOUT = 60.0
 #: Seconds between connects while a listening socket's backlog is full.
 CONNECT_RETRY = 0.01
 MAX_LINE = 16 << 20
@@ -776,13 +780,15 @@ def _connect(s: socket.socket, path: Path, timeout: float | None) -> None:
 # --- the client ----------------------------------------------------------------------------------------------
 
 class DaemonClient:
-    """Talk to a running daemon: ``request({"op": …})`` returns the reply's fields or raises RemoteError."""
+    """Talk to a running daemon: ``request({"op": …})`` returns the reply's fields or raises RemoteError; a
+    DaemonError when the daemon does not answer within ``timeout`` seconds (None: no limit)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float | None = None):
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float | None = ANSWER_TIMEOUT):
         self.path = Path(path)
         self.timeout = timeout
 
-    def request(self, message: dict) -> dict:
+    def request(self, message: dict, *, wait: bool = False) -> dict:
+        """``wait``: for the answer with no time limit (past the connection, which takes ``timeout`` at most)."""
         try:
             data = _encode(message)
         except UnicodeEncodeError as exc:  # a command-line argument that is not UTF-8 arrives as lone surrogates
@@ -791,6 +797,8 @@ class DaemonClient:
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 _connect(s, self.path, self.timeout)
+                if wait:
+                    s.settimeout(None)
                 try:
                     s.sendall(data)
                 except BrokenPipeError:  # refused part way (busy, too long): its reply may be waiting all the same
@@ -799,6 +807,9 @@ class DaemonClient:
                     line = f.readline(MAX_REPLY + 1)
         except (FileNotFoundError, ConnectionRefusedError):
             raise DaemonError(f"no daemon is listening on {self.path} (start one with `berm serve`)") from None
+        except TimeoutError:
+            raise DaemonError(f"the daemon on {self.path} did not answer within {self.timeout:g} s (stopped, or "
+                              "stuck?)") from None
         except OSError as exc:
             raise DaemonError(f"talking to the daemon on {self.path} failed: {exc}") from None
         try:
@@ -815,11 +826,21 @@ class DaemonClient:
         return reply
 
     def call(self, harness: str, tool: str, args: str = "", **context: str) -> str:
+        """The call's result, waited for as long as it runs, once the daemon has answered a request within
+        ``timeout`` (one that accepts and never answers would be waited for in silence for ever)."""
+        self.harnesses()
         result = self.request({"op": "call", "harness": harness, "tool": tool, "args": args,
-                               "context": context}).get("result")
+                               "context": context}, wait=True).get("result")
         if not isinstance(result, str):
             raise self._invalid('a call\'s reply has a text "result"')
         return result
+
+    def harnesses(self) -> list[str]:
+        """The names of the harnesses the daemon serves."""
+        names = self.request({"op": "harnesses"}).get("harnesses")
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise self._invalid('a harnesses reply has a list of names as "harnesses"')
+        return names
 
     def schedules(self, harness: str | None = None) -> Iterator[dict]:
         """Every pending wake (of ``harness``, when named), earliest first, a page per request."""

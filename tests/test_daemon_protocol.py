@@ -297,3 +297,25 @@ def test_a_reply_of_another_shape_is_no_valid_reply(tmp_path, reply, ask):
         with pytest.raises(DaemonError, match=f"^the daemon on {re.escape(str(path))} sent no valid reply"):
             ask(DaemonClient(path, timeout=10))
         peer.join(30)
+
+
+def test_a_daemon_that_accepts_and_never_answers_is_said_so(tmp_path):
+    """Found by a review: against a daemon that accepts connections and never answers (stopped, stuck), `berm
+    schedule` and `berm call --daemon` waited for ever in silence. A request other than a call waits ``timeout``;
+    a call first asks the daemon something that it must answer within ``timeout``, then waits for its result as long
+    as it runs."""
+    path = tmp_path / "d.sock"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(path))
+        listener.listen(8)  # the kernel accepts into the backlog; nobody reads
+        said = f"^the daemon on {re.escape(str(path))} did not answer within 0.3 s \\(stopped, or stuck\\?\\)$"
+        with pytest.raises(DaemonError, match=said):
+            DaemonClient(path, timeout=0.3).request({"op": "schedule.list"})
+        with pytest.raises(DaemonError, match=said):
+            DaemonClient(path, timeout=0.3).call("h", "echo", "x")
+
+
+def test_a_call_waits_for_its_result_past_the_answer_timeout(daemon):
+    """The answer timeout is no limit on a call's own run (its harness's timeout is)."""
+    daemon.queue.add("slow", RecordingTarget(work=0.6))
+    assert DaemonClient(daemon.config.socket, timeout=0.2).call("slow", "echo", "done") == "done"
