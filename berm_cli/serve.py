@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="chain depth past which harness-caused work is refused (0: a harness causes none; default 8)")
     p.add_argument("--idle-timeout", type=arguments.seconds, default=IDLE_TIMEOUT,
                    help=f"seconds a control connection may stay silent before it is closed (default {IDLE_TIMEOUT:g})")
-    p.add_argument("-v", "--verbose", action="store_true", help="log every invocation-level event")
+    p.add_argument("-v", "--verbose", action="store_true", help="also log each invocation's end, each harness loaded and the "
+                   "guests' berm.log lines (traps and errors are logged without it)")
 
 
 class OneRecordALine(logging.Formatter):

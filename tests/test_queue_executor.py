@@ -7,7 +7,7 @@ import pytest
 
 from berm_host.queue import (ChainDepthError, Context, Executor, Invocation, LimitError, QueueClosed, Trigger,
                              current_invocation)
-from berm_host.traps import Trap
+from berm_host.traps import ToolFailure, Trap
 
 from .queue_helpers import RecordingTarget, wait_for
 
@@ -211,6 +211,54 @@ def test_chain_depth_refusals_are_warned_of_once_an_interval(caplog, monkeypatch
         assert lines == [refused.format("a"), refused.format("b"),
                          refused.format("a") + "; 999 more refused since the last such warning"]
         assert ex.stats()["a"].refused == 1001 and ex.stats()["b"].refused == 1000
+    finally:
+        ex.shutdown()
+
+
+def test_traps_are_warned_of_at_most_a_few_an_interval(caplog, monkeypatch):
+    """Found by a review: a guest granted berm.call that called a trapping callee in a loop wrote a warning per
+    trap, each up to 256 KiB (its berm.fail text escaped, its call chain): 50 MB of log in 2 s. At most END_WARNINGS
+    an interval per harness; the rest are counted, and said in the next; a line is cut to LOG_LINE_MAX."""
+    from berm_host.queue import executor as executor_module
+    from berm_host.traps import HostError
+
+    ex = _executor({"a": RecordingTarget(), "b": RecordingTarget()}, workers=1)
+    try:
+        with caplog.at_level("WARNING", logger="berm.queue"):
+            for _ in range(100):
+                for harness in ("a", "b"):
+                    with pytest.raises(Trap):
+                        ex.submit(_call(harness, b"trap")).result(5)
+            monkeypatch.setattr(executor_module, "END_WARNING_INTERVAL", 0.0)
+            with pytest.raises(Trap):
+                ex.submit(_call("a", b"trap")).result(5)
+        lines = [r.getMessage() for r in caplog.records]
+        assert sorted(line.split(" ")[0] for line in lines) == ["a.echo"] * 11 + ["b.echo"] * 10
+        assert lines[-1].endswith("; 90 more traps and errors of a not logged before it")
+        assert ex.stats()["a"].traps == 101
+    finally:
+        ex.shutdown()
+    line = executor_module._log_line("a.echo failed", HostError("\x01" * 5000))
+    assert line.startswith("a.echo failed: \\x01") and line.endswith("... (15919 more characters)")
+    assert len(line) == executor_module.LOG_LINE_MAX + len("... (15919 more characters)")
+
+
+def test_each_invocations_end_is_logged_at_info(caplog):
+    """Found by a review: `berm serve -v` said it logs every invocation-level event, and an invocation that did not
+    trap logged nothing."""
+    class Fails(RecordingTarget):
+        def invoke(self, inv, deadline):
+            raise ToolFailure("echo", "no")
+
+    ex = _executor({"a": RecordingTarget(), "b": Fails()}, workers=1)
+    try:
+        with caplog.at_level("INFO", logger="berm.queue"):
+            assert ex.submit(_call("a", b"hello")).result(5) == "hello"
+            with pytest.raises(ToolFailure):
+                ex.submit(_call("b")).result(5)
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 2 and lines[0].startswith("a.echo ended in ") and lines[0].endswith(" ms")
+        assert lines[1].startswith("b.echo failed (berm.fail) in ")
     finally:
         ex.shutdown()
 

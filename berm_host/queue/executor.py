@@ -34,6 +34,12 @@ log = logging.getLogger("berm.queue")
 
 #: Seconds between two warnings of one harness's chain-depth refusals (the rest are counted, and said in the next).
 DEPTH_WARNING_INTERVAL = 60.0
+#: Warnings of one harness's invocations that ended in a trap or an error: at most END_WARNINGS every
+#: END_WARNING_INTERVAL seconds (the rest are counted, and said in the next), each cut to LOG_LINE_MAX characters. A
+#: guest granted berm.call that calls a trapping callee in a loop wrote 50 MB of log in 2 s (found by a review).
+END_WARNINGS = 10
+END_WARNING_INTERVAL = 60.0
+LOG_LINE_MAX = 4096
 
 #: invoke(invocation, deadline as a time.monotonic() instant) -> result text; raises on trap/failure/error.
 Invoke = Callable[[Invocation, float], str]
@@ -130,8 +136,34 @@ class _Waiting:
 
 def _log_line(what: str, exc: BaseException, *more: str) -> str:
     """One log line for an invocation's end: the guest's text in ``exc`` (a berm.fail reason, a symbol name) has its
-    control characters escaped, so that it cannot start a log line of its own."""
-    return escaped("; ".join([f"{what}: {exc}", *more]), lines=False)
+    control characters escaped, so that it cannot start a log line of its own; at most LOG_LINE_MAX characters."""
+    line = escaped("; ".join([f"{what}: {exc}", *more]), lines=False)
+    if len(line) <= LOG_LINE_MAX:
+        return line
+    return f"{line[:LOG_LINE_MAX]}... ({len(line) - LOG_LINE_MAX} more characters)"
+
+
+class _Quota:
+    """Log lines of one kind per harness: at most ``count`` every ``interval`` seconds. ``take`` says whether a line
+    may be logged now, and how many were not since the last one logged."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._windows: dict[str, tuple[float, int, int]] = {}  # harness -> (window start, lines logged, not logged)
+
+    def take(self, harness: str, count: int, interval: float) -> int | None:
+        """None when the line is not to be logged (it is counted); else the lines not logged before it."""
+        now = time.monotonic()
+        with self._lock:
+            start, logged, quiet = self._windows.get(harness, (None, 0, 0))
+            if start is None or now - start >= interval:
+                self._windows[harness] = (now, 1, 0)
+                return quiet
+            if logged < count:
+                self._windows[harness] = (start, logged + 1, quiet)
+                return 0
+            self._windows[harness] = (start, logged, quiet + 1)
+            return None
 
 
 class Executor:
@@ -153,7 +185,8 @@ class Executor:
         self._busy = 0
         self._closed = False
         self._stats: dict[str, _Counters] = {}
-        self._depth_warnings: dict[str, tuple[float, int]] = {}  # harness -> (last warned, refused since)
+        self._depth_warnings = _Quota()
+        self._end_warnings = _Quota()
         self._listeners: list[Callable[[Invocation], None]] = []
         self._threads = [threading.Thread(target=self._work, name=f"berm-worker-{i}", daemon=True)
                          for i in range(workers)]
@@ -168,13 +201,10 @@ class Executor:
         thousands of times a second (a log line each filled 50 MB a minute: found by a review)."""
         if depth <= self.max_depth:
             return
-        now = time.monotonic()
         with self._cond:
             self._counters(harness).refused += 1
-            warned_at, quiet = self._depth_warnings.get(harness, (None, 0))
-            warn = warned_at is None or now - warned_at >= DEPTH_WARNING_INTERVAL
-            self._depth_warnings[harness] = (now, 0) if warn else (warned_at, quiet + 1)
-        if warn:
+        quiet = self._depth_warnings.take(harness, 1, DEPTH_WARNING_INTERVAL)
+        if quiet is not None:
             log.warning("refused work for %s at chain depth %d (limit %d)%s", harness, depth, self.max_depth,
                         f"; {quiet} more refused since the last such warning" if quiet else "")
         raise ChainDepthError(harness, depth, self.max_depth)
@@ -341,17 +371,21 @@ class Executor:
         error: BaseException | None = None
         inv = inv.started()
         previous = set_current(inv)
+        started = time.monotonic()
         try:
             result = self._invoke(inv, deadline)
             outcome = "ok"
+            log.info("%s ended in %.1f ms", escaped(inv.label, lines=False), (time.monotonic() - started) * 1e3)
         except Trap as exc:
             outcome, error = "traps", exc
-            log.warning("%s", _log_line(f"{inv.label} trapped", exc, *exc.info.chain_lines()))
+            self._warn_of_end(inv, _log_line(f"{inv.label} trapped", exc, *exc.info.chain_lines()))
         except ToolFailure as exc:
             outcome, error = "failures", exc
+            log.info("%s failed (berm.fail) in %.1f ms", escaped(inv.label, lines=False),
+                     (time.monotonic() - started) * 1e3)
         except BermError as exc:
             outcome, error = "errors", exc
-            log.warning("%s", _log_line(f"{inv.label} failed", exc))
+            self._warn_of_end(inv, _log_line(f"{inv.label} failed", exc))
         except BaseException as exc:  # noqa: BLE001 - a host bug (or a capability's SystemExit or
             # KeyboardInterrupt, which translated code raises after the run as the interpreter lets it through):
             # counted, logged with its traceback, handed to the caller; it never kills the worker
@@ -360,6 +394,13 @@ class Executor:
         finally:
             set_current(previous)
         return outcome, result, error
+
+    def _warn_of_end(self, inv: Invocation, line: str) -> None:
+        quiet = self._end_warnings.take(inv.harness, END_WARNINGS, END_WARNING_INTERVAL)
+        if quiet:
+            line += f"; {quiet} more traps and errors of {escaped(inv.harness, lines=False)} not logged before it"
+        if quiet is not None:
+            log.warning("%s", line)
 
     # --- shutdown -------------------------------------------------------------------------------------------
 
