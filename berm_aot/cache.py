@@ -16,9 +16,10 @@
   an old cache written under umask 002, is rebuilt). An entry just built passes the same checks before it is
   returned. Entries are readable by everyone, so a cache filled by ``berm-compile`` as root serves a daemon
   running as another user.
-- A compile killed midway leaves its temporary directory (the translated C, objects: megabytes for a large image);
-  the next compile of any key removes it, under the lock of the key it was for (taken without waiting: a key whose
-  lock is held is being built, and what lies beside its entry is at work).
+- A compile killed midway leaves its temporary directory (the translated C, objects: megabytes for a large image),
+  a blob's writer its temporary file, beside the entry; the next compile of any key removes them, under the lock of
+  the key they were for (taken without waiting: a key whose lock is held is being built, and what lies beside its
+  entry is at work).
 """
 
 from __future__ import annotations
@@ -116,6 +117,12 @@ def _open_regular(name: str | Path, dir_fd: int | None = None) -> tuple[int, os.
     return None
 
 
+#: Guards every cache's root descriptor (``CodeCache.loadable``), held across a fork: a child forked while another
+#: thread was in ``loadable`` inherited the lock held, and its own first load waited for ever (found by a review).
+_root_fd_lock = threading.Lock()
+os.register_at_fork(before=_root_fd_lock.acquire, after_in_parent=_root_fd_lock.release,
+                    after_in_child=_root_fd_lock.release)
+
 #: The checks of berm_aot/trust.py, for this cache.
 _trusted = partial(trusted, cache="the code cache", error=CompileError)
 _own_dir = partial(own_dir, cache="the code cache", error=CompileError)
@@ -133,7 +140,6 @@ class CodeCache:
         # another (berm_aot/trust.py)
         self.root = Path(os.path.realpath(root if root is not None else default_cache_dir()))
         self._root_fd: int | None = None
-        self._root_fd_lock = threading.Lock()
 
     def __del__(self) -> None:
         if getattr(self, "_root_fd", None) is not None:
@@ -151,7 +157,7 @@ class CodeCache:
         root, name = str(self.root), str(path)
         if not name.startswith(root + "/"):
             raise ValueError(f"{path} is not in the code cache {root}")
-        with self._root_fd_lock:
+        with _root_fd_lock:
             if self._root_fd is not None and not os.path.samestat(os.fstat(self._root_fd), _lstat(self.root)):
                 os.close(self._root_fd)
                 self._root_fd = None
@@ -293,14 +299,16 @@ class CodeCache:
                 return None
 
     def write_blob(self, key: str, name: str, data: bytes) -> None:
-        """Store ``data`` under (key, name), atomically (a temporary file renamed into place); best effort: a cache
-        that cannot be written only means the next load derives the data again."""
+        """Store ``data`` under (key, name), atomically (a temporary file beside the entry, renamed into place: one
+        a killed writer left is swept like a killed build's, ``_sweep_abandoned``; inside the entry it stayed for
+        ever, found by a review); best effort: a cache that cannot be written only means the next load derives the
+        data again (a sweep that took the temporary file meanwhile too)."""
         d = self.entry(key)
         try:
             _own_dir(self.root, create=True, root=True)
             _own_dir(d.parent, create=True)
             _own_dir(d, create=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=d)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key}-{name}-", dir=d.parent)
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)

@@ -154,12 +154,22 @@ def compiler() -> list[str]:
     cmd = _words("BERM_CC", os.environ.get("BERM_CC", "cc"))
     if not cmd:
         raise CompileError("BERM_CC is empty: it names the C compiler (default: cc)")
-    program = cmd[0] if os.path.isabs(cmd[0]) else _absolute(cmd[0], os.environ.get("PATH"), os.getcwd())
+    program = cmd[0] if os.path.isabs(cmd[0]) else _absolute(cmd[0], os.environ.get("PATH"), _cwd())
     return [program, *cmd[1:]]
 
 
+def _cwd() -> str | None:
+    """The working directory, None when it was removed: a relative lookup then finds nothing (found by a review:
+    os.getcwd()'s FileNotFoundError made every load of a process whose directory was removed fail, cached
+    ones included, with no path named)."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return None
+
+
 @functools.lru_cache(maxsize=8)
-def _absolute(program: str, path: str | None, cwd: str) -> str:
+def _absolute(program: str, path: str | None, cwd: str | None) -> str:
     """``program``'s absolute path as ``path`` finds it from ``cwd``, or ``program`` itself when it is not found;
     looked up once (a lookup costs ~60 us, and every cache key asks), as ``_version`` and ``_found`` are."""
     found = shutil.which(program, path=path)
@@ -338,7 +348,7 @@ def _toolchain(store: BlobStore) -> _Toolchain:
     memo stats the PATH directories searched and the three programs again (~0.1 ms). The memo's key covers the
     translator's sources (this module among them): another version of this code never reads it."""
     path, given = os.environ.get("PATH"), os.environ.get("BERM_CC")
-    here = (path, given, os.getcwd(), store.root)
+    here = (path, given, _cwd(), store.root)
     found = _toolchains.get(here)
     if found is not None:
         return found

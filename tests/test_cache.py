@@ -4,6 +4,7 @@ key, and two processes compiling the same image at once."""
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -312,6 +313,17 @@ def test_entries_are_readable_by_other_users(tmp_path, elf):
         assert stat_module.S_IMODE(path.stat().st_mode) == mode, path
 
 
+def killed_writing(cache: CodeCache, key: str, name: str) -> None:
+    """A process writing the blob (key, name) killed before its temporary file is renamed into place."""
+    import os
+    pid = os.fork()
+    if pid == 0:
+        os.replace = lambda *_: os._exit(0)
+        cache.write_blob(key, name, b"half")
+        os._exit(1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
 def test_what_a_killed_compile_left_is_swept_by_the_next_builder(tmp_path, elf):
     """What builders of this key left, and (found by a review) what builders of any other key left, which stayed
     for ever when that key was never built again; but not what a build at work holds (its key's lock is held)."""
@@ -327,6 +339,9 @@ def test_what_a_killed_compile_left_is_swept_by_the_next_builder(tmp_path, elf):
         (cache.entry(other).parent / f".{other}-x1" / "unit3.o").write_bytes(b"\0" * 1000)
         (cache.entry(other).parent / f".bad-{other}-7-1").mkdir()
     (shard / f".{'0' * 64}-elsewhere").mkdir()  # not in its key's shard: no builder's, left alone
+    blob = "f3" + "0" * 62
+    cache.write_blob(blob, "facts", b"stored")
+    killed_writing(cache, blob, "facts")
     (so.parent / RECORD_NAME).write_text("0" * 24 + "\n")  # corrupt: the next load rebuilds
     whole = so.read_bytes()
     with open(cache.entry(busy).parent / f"{busy}.lock", "w") as held:
@@ -335,6 +350,8 @@ def test_what_a_killed_compile_left_is_swept_by_the_next_builder(tmp_path, elf):
     assert built
     assert sorted(p.name for p in shard.iterdir() if p.name.startswith(".")) == [f".{'0' * 64}-elsewhere"]
     assert not [p for p in cache.entry(gone).parent.iterdir() if p.name.startswith(".")]
+    assert not list(cache.entry(blob).parent.rglob(".*"))  # beside the blob's entry, and in it
+    assert cache.read_blob(blob, "facts") == b"stored"
     assert sorted(p.name for p in cache.entry(busy).parent.iterdir() if p.name.startswith(".")) == [
         f".bad-{busy}-7-1", f".{busy}-x1"]
 
@@ -597,3 +614,52 @@ def test_the_headers_compiled_are_those_the_key_covers(tmp_path, elf):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["42"]
+
+
+def test_a_child_forked_while_another_thread_opens_an_object_can_open_one(tmp_path, elf):
+    """Found by a review: a fork while another thread was in ``loadable`` (every cached load) left the child's copy
+    of its lock held, and the child's own first load waited for ever (3 of 3 children)."""
+    import os
+    import threading
+    import time
+
+    cache, key, so = _built(tmp_path, elf)
+    stop = threading.Event()
+
+    def opening() -> None:
+        while not stop.is_set():
+            cache.loadable(so)
+
+    opener = threading.Thread(target=opening)
+    opener.start()
+    statuses = []
+    try:
+        for _ in range(20):
+            pid = os.fork()
+            if pid == 0:  # the child: open it too, or be killed after 10 s (a hang)
+                signal.alarm(10)
+                cache.loadable(so)
+                os._exit(0)
+            statuses.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+            time.sleep(0.002)
+    finally:
+        stop.set()
+        opener.join()
+    assert statuses == [0] * 20
+
+
+def test_a_load_in_a_removed_working_directory_finds_the_cached_object(tmp_path, elf, monkeypatch):
+    """Found by a review: in a process whose working directory was removed (a daemon started in a temporary
+    directory), every load failed with a bare FileNotFoundError from os.getcwd(), cached ones included."""
+    from berm_aot import cc
+
+    assert triple(Engine(cache_dir=tmp_path / "cache"), elf) == 42
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    monkeypatch.setattr(cc, "_toolchains", {})  # as a fresh process's first load
+    cc._absolute.cache_clear()
+    engine = Engine(cache_dir=tmp_path / "cache")
+    assert triple(engine, elf) == 42
+    assert engine.load(elf).backend.compiled is False
