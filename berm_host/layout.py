@@ -40,8 +40,12 @@ MAX_FAIL_TEXT = 64 << 10
 #: A berm.log line reaches the log sink cut to this many bytes on every engine (BERM_LOG_KEEP); see log_text.
 MAX_LOG_LINE = 64 << 10
 #: An invocation's berm.log lines reach the log sink until they total this many bytes (each as ``log_text`` gives
-#: it); see ``budgeted_log``.
+#: it, and LOG_LINE_CHARGE more); see ``budgeted_log``.
 MAX_LOG_BYTES = 1 << 20
+#: What each line counts against MAX_LOG_BYTES beyond its bytes: a line costs the sink a call and a record whatever
+#: its length, and empty lines, counted as nothing, reached it without end (300,000 in one invocation: found by a
+#: review).
+LOG_LINE_CHARGE = 64
 #: What the sink receives in place of the first berm.log line over an invocation's ``MAX_LOG_BYTES``.
 LOG_DROPPED = b"[... further berm.log lines of this invocation dropped: over %d bytes logged]" % MAX_LOG_BYTES
 #: A tool result longer than this is refused (a HostError naming both sizes), unless the Engine sets another cap.
@@ -65,7 +69,7 @@ def budgeted_log(logged: int, line: bytes) -> tuple[bytes | None, int]:
     and the new count: the line while the total stays within ``MAX_LOG_BYTES``; then ``LOG_DROPPED`` once, and
     nothing (None) after — the same on every engine. A guest logging in a loop until its deadline filled a
     daemon's log at ~19 MB a second; the guest is not told (its berm.log returns 0 either way)."""
-    total = logged + len(line)
+    total = logged + len(line) + LOG_LINE_CHARGE
     if total <= MAX_LOG_BYTES:
         return line, total
     if logged <= MAX_LOG_BYTES:

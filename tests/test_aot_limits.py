@@ -9,7 +9,8 @@ import pytest
 from berm_abi.names import fnv1a64
 from berm_host.aot.runtime import lib
 from berm_host.engine import Engine
-from berm_host.layout import LOG_DROPPED, MAX_CALL_DEPTH, MAX_FAIL_TEXT, MAX_LOG_BYTES, MAX_LOG_LINE
+from berm_host.layout import (LOG_DROPPED, LOG_LINE_CHARGE, MAX_CALL_DEPTH, MAX_FAIL_TEXT, MAX_LOG_BYTES,
+                               MAX_LOG_LINE, budgeted_log)
 from berm_host.linker import Linker
 from berm_host.traps import HostError, ToolFailure, Trap, TrapKind
 from tests.guests import raw_harness_elf
@@ -246,13 +247,26 @@ def test_an_invocation_logs_at_most_its_budget(elf, cache_dir, kind):
     h = Engine(kind=kind, cache_dir=cache_dir, deadline=30.0, log=lambda name, line: lines.append(line)).load(
         elf).harness(None, name="limits")
     line = (b"abcdefghijklmnopqrstuvwxyz" * 39)[:1000]
+    fit = MAX_LOG_BYTES // (len(line) + LOG_LINE_CHARGE)
     for _ in range(2):
         lines.clear()
-        assert h.call("floodlog", str(MAX_LOG_BYTES // 1000 + 500)) == "logged"
-        assert lines == [line] * (MAX_LOG_BYTES // 1000) + [LOG_DROPPED]
+        assert h.call("floodlog", str(fit + 500)) == "logged"
+        assert lines == [line] * fit + [LOG_DROPPED]
     lines.clear()
-    assert h.call("floodlog", str(MAX_LOG_BYTES // 1000)) == "logged"  # exactly at the budget: nothing dropped
-    assert lines == [line] * (MAX_LOG_BYTES // 1000)
+    assert h.call("floodlog", str(fit)) == "logged"  # exactly at the budget: nothing dropped
+    assert lines == [line] * fit
+
+
+def test_empty_log_lines_count_against_the_budget():
+    """Found by a review: an empty line counted as nothing, so a guest logging empty lines in a loop reached the
+    sink 300,000 times in one invocation (both engines share budgeted_log)."""
+    logged, delivered = 0, []
+    for _ in range(MAX_LOG_BYTES):
+        line, logged = budgeted_log(logged, b"")
+        if line is None:
+            break
+        delivered.append(line)
+    assert delivered == [b""] * (MAX_LOG_BYTES // LOG_LINE_CHARGE) + [LOG_DROPPED]
 
 
 @pytest.mark.parametrize("sink", [True, False], ids=["sink", "no sink"])
