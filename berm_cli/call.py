@@ -27,7 +27,7 @@ from berm_cli import arguments
 from berm_cli.interrupt import interruptible
 from berm_cli.terminal import compile_notice, failure_text, print_result, shown
 from berm_host.declaration import NAME, NAME_RULE, declaration_from_table, parse_memory
-from berm_host.grants import BOUNDS, DAEMON_GRANTS, grant_for, linker_for
+from berm_host.grants import BOUNDS, DAEMON_GRANTS, KNOWN_GRANTS, grant_for, linker_for
 from berm_host.traps import ToolFailure, Trap, TrapKind
 
 
@@ -73,6 +73,11 @@ def _declaration(args):
     for cap in dict.fromkeys(args.grant):
         if cap in DAEMON_GRANTS:  # it said the host did not know them (found by a review)
             raise BermError(f"--grant {cap}: {_daemon_only(cap)}")
+        if cap not in KNOWN_GRANTS:  # named first: with --root or --host given, the bound's check spoke of a missing
+            # --grant, leaving a misspelt one (--grant FS, --grant fs,exec) unnamed (found by a review)
+            one_each = "; give each its own --grant" if "," in cap else ""
+            raise BermError(f"--grant {cap!r}: this host knows no such grant (known: {', '.join(KNOWN_GRANTS)})"
+                            f"{one_each}")
         bound = BOUNDS.get(cap)
         if bound and not _given(args, bound):
             raise BermError(f"--grant {cap} needs {_BOUND_OPTIONS[bound]}: without it the grant gives nothing")
@@ -138,6 +143,9 @@ def _image(elf: str) -> Path:
 
         if elf in bundled_names():
             return bundled_image(elf)
+        if not os.path.lexists(elf):  # only "No such file" said nothing of the names that are bundled (a review)
+            raise BermError(f"no file {elf!r} here, and no bundled harness of that name (bundled: "
+                            f"{', '.join(bundled_names())}; an image is named by its path)")
     return Path(elf)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +144,9 @@ class Declaration:
             # bounded by the memory it runs with: a FIFO, a device or a file larger than that is refused, not read
             data = read_file(path, file_limit(self.memory_size))
         except ElfError as exc:
-            reason = f"no image at {path}" if not os.path.lexists(path) else str(exc)
+            # how one gets there: the README's example named no way (found by a review)
+            reason = (f"no image at {path} (put one there: berm build DIR -o {shlex.quote(str(path))})"
+                      if not os.path.lexists(path) else str(exc))
             raise ImageNotFound(f"harness {self.name!r}: {reason}") from None
         if self.sha256 is not None:
             actual = hashlib.sha256(data).hexdigest()

@@ -196,6 +196,14 @@ def test_a_bundled_harnesss_name_means_the_bundled_one_whatever_the_current_dire
     assert "fixture" in capsys.readouterr().err
 
 
+def test_a_bare_name_that_is_neither_a_file_nor_bundled_lists_the_bundled_ones(tmp_path, monkeypatch, capsys):
+    """Found by a review: `berm call rust-probe ...` said only "No such file or directory"."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["call", "rust-probe", "echo", "--engine", "interp"]) == 2
+    assert capsys.readouterr().err == ("berm call: no file 'rust-probe' here, and no bundled harness of that name "
+                                       "(bundled: fixture, os, reminders; an image is named by its path)\n")
+
+
 def test_the_sdk_objects_key_covers_every_sdk_header_and_the_compiler_itself(tmp_path):
     """Found by a review: berm_recurring.h was no part of the key of the SDK's cached objects (they outlived a
     change to it), and the compiler counted by its command only (an upgrade of ziglang or clang-22 kept it)."""

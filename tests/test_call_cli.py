@@ -76,7 +76,11 @@ def test_a_trap_exits_2(berm_call):
 
 @pytest.mark.parametrize("args, words", [
     (["echo", "{not json"], "not valid JSON"),
-    (["echo", "--grant", "teleport"], "does not know"),
+    (["echo", "--grant", "teleport"], "--grant 'teleport': this host knows no such grant (known: clock, exec, fs"),
+    # found by a review: with --root or --host given, a misspelt grant was said to be missing
+    (["echo", "--grant", "fs,exec", "--root", "."], "--grant 'fs,exec': this host knows no such grant (known: clock, "
+                                                    "exec, fs, http, kv); give each its own --grant"),
+    (["echo", "--grant", "HTTP", "--host", "example.org"], "--grant 'HTTP': this host knows no such grant"),
     (["echo", "--memory", "3M"], "berm call: --memory: guest memory must be a power of two"),  # not "command line"
     (["echo", "--host", "bad host", "--grant", "http"], "bad host entry"),
     # found by a review: taken without a word, though they bound nothing; and daemon-only grants said unknown
