@@ -137,6 +137,24 @@ def test_failure_and_panic(probe, quoted):
     assert "(after berm.fail: rust-probe panicked: asked to panic" in str(trap.value)
 
 
+@pytest.mark.parametrize("text, kept", [
+    ("short", 'rust-probe panicked: "short" and 11 more'),
+    ("日" * 100, 'rust-probe panicked: "' + "日" * 77 + "…"),  # 253 bytes and "…": 256
+    ("é" * 200, 'rust-probe panicked: "' + "é" * 115 + "…"),
+    ("a" * 300, 'rust-probe panicked: "' + "a" * 231 + "…"),
+])
+def test_a_long_panic_message_keeps_its_start_and_says_it_was_cut(probe, text, kept):
+    """Found by a review: the handler cut each piece of the message at the last whole character that fit, and the
+    pieces after one filled the bytes a cut character left ('"日日日日日日日日日日日"|' of 60 characters), so the text
+    recorded joined parts of the message that were not next to each other. It keeps the start, ends it with "…", and
+    takes nothing more."""
+    harness, _ = probe
+    with pytest.raises(Trap) as trap:
+        harness.call("check", f'"panic:{text}"'.encode())
+    assert trap.value.failure == kept
+    assert len(kept.encode()) <= 256
+
+
 def _shortest(value: float) -> Decimal:
     """The shortest decimal that reads back as ``value``, as Rust's flt2dec picks it. Python's ``repr`` has as few
     digits, but of two equally near ``value`` it takes the even one, and Rust the one away from zero:

@@ -129,7 +129,8 @@ fn fill_heap() -> usize {
 
 /// Fails on purpose when given "fail", panics (a trap) when given "panic", and fills the heap and then asks it for
 /// 64 more bytes when given "oom" (a panic for the failed allocation): as the JSON string its manifest declares
-/// (`"panic"`, quotes included, as `berm call` and agents send it), or as those bare bytes.
+/// (`"panic"`, quotes included, as `berm call` and agents send it), or as those bare bytes. "panic:TEXT" panics
+/// with a message of several pieces, TEXT's Debug form first (the panic handler's cut of a long one).
 #[no_mangle]
 pub extern "C" fn berm_tool_check() -> Pair {
     let given = args();
@@ -137,6 +138,9 @@ pub extern "C" fn berm_tool_check() -> Pair {
     match word {
         b"fail" => fail("check failed, as requested"),
         b"panic" => panic!("asked to panic"),
+        w if w.starts_with(b"panic:") => {
+            panic!("{:?} and {} more", core::str::from_utf8(&w[6..]).unwrap_or("?"), w.len())
+        }
         b"oom" => ok(format!("{} bytes", fill_heap() + black_box(Vec::<u8>::with_capacity(64)).capacity())),
         _ => ok(format!("checked {} bytes", given.len())),
     }
