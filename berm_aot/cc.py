@@ -147,6 +147,18 @@ KEY_SYMBOL = "berm_object_key"
 FRAME_SLACK = 256
 
 
+#: Why no child's exit status can be known in a process that ignores SIGCHLD (kept across exec from a parent that
+#: ignored it): the kernel reaps each child as it exits, wait() fails with ECHILD, and subprocess records 0. Every
+#: command of exec "exited 0", and a compiler's failure read as a success (found by a review).
+SIGCHLD_IGNORED = ("this process ignores SIGCHLD (as its parent left it), so no child's exit status can be known: "
+                   "restore its default action (signal.signal(signal.SIGCHLD, signal.SIG_DFL))")
+
+
+def children_unseen() -> bool:
+    """Whether this process ignores SIGCHLD (``SIGCHLD_IGNORED``)."""
+    return signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN
+
+
 def compiler() -> list[str]:
     """``BERM_CC`` as words, the program an absolute path: the units compile in a directory of their own, where a
     relative one (``bin/mycc``, which answered ``--version``) was not found, and the error blamed the translator
@@ -455,6 +467,8 @@ def compile_shared(sources: Iterable[str], out: Path, *, headers: Mapping[str, b
     the disk holds a few units' C, not the whole program's (a program of a million tiny functions is gigabytes).
     ``supervisor``: a program each compiler runs under (``supervisor PROGRAM ARG0 ARGS…``) that kills everything
     it started when SIGTERMed or when this process dies (berm_host/capabilities/supervise.c)."""
+    if children_unseen():
+        raise CompileError(SIGCHLD_IGNORED)
     cmd = compiler()
     launcher = [] if supervisor is None else [str(supervisor), cmd[0]]  # it runs PROGRAM by its path
     # "-I.": the units compile in the compile's directory, where the headers are written

@@ -25,6 +25,7 @@ from berm_aot.elf import file_limit, read_elf, read_file
 from berm_aot.errors import about_file
 from berm_aot.program import Program
 from berm_cli import arguments
+from berm_cli.interrupt import default_sigchld
 from berm_cli.terminal import reader_may_leave, shown
 from berm_host.aot.objects import cached_object
 from berm_host.declaration import DeclarationError, load_declarations, parse_memory
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     """Ended by Ctrl-C, SIGTERM or SIGHUP, berm-compile says so in a line and exits with 128 + the signal, having
     undone what it was doing: SIGTERM and SIGHUP ended the process where it stood, leaving the compile's temporary
     directory in the cache, and Ctrl-C printed a traceback (found by a review)."""
+    default_sigchld()
     try:
         with _signals_raise(signal.SIGTERM, signal.SIGHUP):
             return reader_may_leave("berm-compile", lambda: _main(argv))

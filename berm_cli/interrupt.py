@@ -7,6 +7,7 @@ memory the interpreter's shutdown would unmap."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -15,6 +16,14 @@ from typing import TypeVar
 T = TypeVar("T")
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+
+
+def default_sigchld() -> None:
+    """SIGCHLD back to its default action when the command's parent left it ignored (kept across exec): every child
+    would be reaped unseen, an exec command's exit status read as 0 and a compiler's failure as a success (found by
+    a review). A command owns its process; an embedder's host is refused instead (berm_aot.cc.SIGCHLD_IGNORED)."""
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def interruptible(run: Callable[[], T]) -> T:

@@ -9,7 +9,7 @@ import importlib
 import sys
 
 from berm_abi.errors import BermError
-from berm_cli.interrupt import INTERRUPTED
+from berm_cli.interrupt import INTERRUPTED, default_sigchld
 from berm_cli.terminal import reader_may_leave, shown
 
 #: subcommand -> (module under berm_cli, one-line help)
@@ -52,6 +52,7 @@ def _chosen(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    default_sigchld()
     args = _parser(_chosen(argv)).parse_args(argv)
     return reader_may_leave("berm", lambda: _run(args))
 

@@ -4,6 +4,7 @@ capability or a host error on stderr and exit 2."""
 from __future__ import annotations
 
 import io
+import sys
 
 import pytest
 
@@ -281,3 +282,16 @@ def test_a_closed_standard_stream_is_said_not_a_traceback(tmp_path, redirect, st
                           shell=True, stdout=None if redirect == ">&-" else subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, timeout=120)
     assert (done.returncode, done.stderr) == (status, said)
+
+
+def test_a_command_started_with_sigchld_ignored_still_sees_exit_statuses(tmp_path):
+    """Found by a review: started by a parent that ignores SIGCHLD (kept across exec), every command of exec was
+    reaped unseen and read as exit 0. The command line restores SIGCHLD's default action (an embedder's host is
+    refused instead: tests/test_cap_exec.py)."""
+    import signal
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "berm_cli.main", "call", "os", "bash", '{"command": "exit 3"}',
+                           "--grant", "exec", "--root", str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+    assert (done.returncode, done.stdout) == (0, '{"exit_code":3,"stderr":"","stdout":""}\n'), done.stderr

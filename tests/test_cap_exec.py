@@ -480,3 +480,42 @@ def test_a_supervisor_whose_pidfd_cannot_be_opened_is_stopped_not_left_running(r
     finally:
         for pid in _marked(mark):
             _kill(pid)
+
+
+def test_a_relative_path_entry_finds_bash_from_the_commands_directory(root, tmp_path, monkeypatch):
+    """Found by a review: bash was looked up from the host's working directory and run by the supervisor from the
+    command's, so a relative PATH entry found it in one place and ran it from the other."""
+    import shutil
+
+    (root / "bin").mkdir()
+    shutil.copy("/bin/bash", root / "bin" / "bash")
+    elsewhere = tmp_path / "host-cwd"
+    (elsewhere / "bin").mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    env = exec_cap.base_environment() | {"PATH": "bin"}
+    assert exec_cap.run_command(Root(str(root)), "echo ran", "", env, timeout=20) == {
+        "exit_code": 0, "stderr": "", "stdout": "ran\n"}
+    shutil.copy("/bin/bash", elsewhere / "bin" / "bash")  # the host's directory has one; the command's (sub) none
+    with pytest.raises(FileNotFoundError, match="bash is not on the command's PATH"):
+        exec_cap.run_command(Root(str(root)), "echo ran", "sub", env, timeout=20)
+
+
+def test_a_command_starting_with_a_dash_is_a_command_not_options(root):
+    """Found by a review: `bash -c -e; echo hi` took -e for an option (and `-o` printed bash's option table)."""
+    reply = run(root, "-e; echo hi")
+    assert reply["stdout"] == "hi\n" and "-e: command not found" in reply["stderr"]
+
+
+def test_a_host_ignoring_sigchld_refuses_to_run_commands(root):
+    """Found by a review: a host started with SIGCHLD ignored (its parent's disposition, kept across exec) had every
+    command reaped unseen, and read each one's exit status as 0. An embedder's host refuses; the command line
+    restores the default (tests/test_call_cli.py)."""
+    probe = ("import sys; from berm_host.capabilities import exec as e; from berm_host.capabilities.paths import Root\n"
+             "try:\n"
+             f"    e.run_command(Root({str(root)!r}), 'exit 3', '', e.base_environment())\n"
+             "except Exception as exc:\n"
+             "    print(type(exc).__name__, exc)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent,
+                          preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+    assert done.stdout.startswith("CapabilityError this process ignores SIGCHLD"), done.stdout + done.stderr

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from berm_aot.cc import SIGCHLD_IGNORED, children_unseen
 from berm_host.linker import CapabilityError, CapabilityFn
 
 from ._request import Deadline, capability, fields, text
@@ -106,15 +107,28 @@ class _Stream:
 
 def _start(command: str, cwd: str, env: Mapping[str, str]) -> subprocess.Popen:
     """``bash -c command`` started under the supervisor in ``cwd``, stdin ``/dev/null``, stdout and stderr piped.
-    An OSError if it could not start (bash not found, ``E2BIG``, ...)."""
-    bash = shutil.which("bash", path=env.get("PATH", os.defpath))
+    An OSError if it could not start (bash not found, ``E2BIG``, ...). bash is found on the command's PATH from
+    the command's directory (a relative entry found it from the host's, and the supervisor then looked for it from
+    the command's: found by a review); ``--`` ends its options, so a command starting with ``-`` or ``+`` is one."""
+    bash = _bash(env.get("PATH", os.defpath), cwd)
     if bash is None:
         raise FileNotFoundError(errno.ENOENT, "bash is not on the command's PATH")
     if not os.access(SUPERVISOR, os.X_OK):
         raise CapabilityError(SUPERVISOR_MISSING)
-    return subprocess.Popen([SUPERVISOR, bash, "bash", "-c", command], cwd=cwd, env=dict(env),
+    if children_unseen():
+        raise CapabilityError(SIGCHLD_IGNORED)
+    return subprocess.Popen([SUPERVISOR, bash, "bash", "-c", "--", command], cwd=cwd, env=dict(env),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
+
+
+def _bash(path: str, cwd: str) -> str | None:
+    """bash as the command's ``path`` finds it from ``cwd``: relative to ``cwd`` (where the supervisor runs it) for
+    a relative entry, absolute for an absolute one."""
+    for entry in path.split(os.pathsep):
+        if shutil.which("bash", path=os.path.join(cwd, entry)):
+            return os.path.join(entry or ".", "bash")
+    return None
 
 
 def _parent_and_state(pid: int) -> tuple[int, str]:
