@@ -72,6 +72,28 @@ def test_socket_is_private_and_speaks_json_lines(empty_daemon):
     assert "unknown op 'nope'" in replies[3]["message"]
 
 
+def test_the_socket_is_never_wider_than_0600_even_under_a_loose_umask(make_daemon, monkeypatch):
+    """The socket is 0600 from the moment it is bound (the umask held at 0177 across the bind), not only once the
+    daemon has started: the test above saw only the chmod after it (found by a review). Its mode is read inside
+    the bind, under umask 002."""
+    from berm_host import daemon as daemon_module
+
+    seen = []
+    bind = daemon_module._Server.server_bind
+
+    def bind_and_look(server):
+        bind(server)
+        seen.append(stat.S_IMODE(os.lstat(server.server_address).st_mode))
+
+    monkeypatch.setattr(daemon_module._Server, "server_bind", bind_and_look)
+    old = os.umask(0o002)
+    try:
+        make_daemon()
+    finally:
+        os.umask(old)
+    assert seen == [0o600]
+
+
 def test_deeply_nested_json_is_a_protocol_error_reply(empty_daemon):
     """json.loads raises RecursionError, not ValueError, past Python's recursion limit: the connection was dropped
     with no reply and a traceback on the daemon's stderr."""

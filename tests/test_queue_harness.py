@@ -429,3 +429,24 @@ def test_berm_call_through_a_running_daemon(images, tmp_path, capsys):
         daemon.stop()
     assert main(["call", "--daemon", str(config.socket), "fixture", "echo"]) == 2
     assert "no daemon is listening" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["aot", "interp"])
+def test_two_harnesses_of_one_image_keep_their_own_grants(tmp_path, kind):
+    """Declarations of the same image, memory and timeout share one loaded image and its pool of memory regions
+    (Loader); a region keeps the linker of its last run. Found untested by a review: the granted harness run
+    first, then the one granted nothing on the region it left, in turns."""
+    from berm_sdk.bundled import bundled_image
+
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "secret.txt").write_text("secret")
+    granted = Declaration(name="granted", capabilities=("fs",), root=str(tmp_path / "root"))
+    bare = Declaration(name="bare")
+    loader, image = Loader(kind, cache_dir=tmp_path / "cache"), bundled_image("os")
+    with_fs, without = loader.load(granted, image, linker_for(granted)), loader.load(bare, image, linker_for(bare))
+    assert with_fs.harness.image is without.harness.image
+    for _ in range(3):
+        assert "secret" in with_fs.harness.call("read", b'{"path": "secret.txt"}')
+        with pytest.raises(Trap) as trap:
+            without.harness.call("read", b'{"path": "secret.txt"}')
+        assert trap.value.kind is TrapKind.UNKNOWN_HOST_CALL and "not granted to this harness" in str(trap.value)
