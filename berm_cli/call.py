@@ -110,9 +110,26 @@ def _name(args) -> str:
     return re.sub(r"^[.-]|[^A-Za-z0-9_.-]", "_", stem)[:64] or "harness"
 
 
+#: How deeply the guest SDKs' parsers let arrays and objects nest (``BERM_JSON_MAX_DEPTH`` in berm.h, ``MAX_DEPTH``
+#: in the Rust SDK's json.rs).
+SDK_JSON_DEPTH = 64
+
+
+def _nesting(doc) -> int:
+    """How deeply arrays and objects nest in ``doc`` (0: a scalar)."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, (list, dict)):
+            deepest = max(deepest, level)
+            stack.extend((v, level + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return deepest
+
+
 def json_problem(text: str) -> str | None:
     """Why ``text`` is not the JSON a guest's SDK reads (None when it is), before any image is loaded: not UTF-8 (a
-    command-line argument's bad bytes), not JSON, nested past what Python reads, a key given twice in an object,
+    command-line argument's bad bytes), not JSON, nested past what the SDKs read (``SDK_JSON_DEPTH``: deeper went to
+    the guest, a failure of status 1, found by a review) or Python reads, a key given twice in an object,
     NaN or Infinity (or 1e999, read as infinity), a lone surrogate: what the manifest reader refuses too
     (``unsayable``). Integers of any length are JSON (Python's 4,300-digit limit is int()'s). Found by a review:
     json.loads let the last four through to the guest (a failure, status 1, where bad arguments are 2), turned away
@@ -131,7 +148,11 @@ def json_problem(text: str) -> str | None:
         return "valid JSON here: they nest too deeply"
     except ValueError as exc:
         return f"valid JSON: {exc}"
-    return f"valid JSON: it holds {problem}" if problem else None
+    if problem:
+        return f"valid JSON: it holds {problem}"
+    if (depth := _nesting(doc)) > SDK_JSON_DEPTH:
+        return f"valid JSON here: they nest {depth} deep, past the {SDK_JSON_DEPTH} a guest's SDK reads"
+    return None
 
 
 def _image(elf: str) -> Path:

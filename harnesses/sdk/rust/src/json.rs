@@ -1,7 +1,8 @@
 //! JSON for tool arguments and results: a parser into `Value` (at most `MAX_DEPTH` levels of nesting, numbers
 //! kept as their text) and a string writer. Errors say at which byte the text went wrong, for a model to act on,
-//! at the byte the C SDK's parser names. A heap too small for the value is an error too, never the allocator's
-//! panic (a trap): each string takes one exact allocation, as in the C SDK.
+//! at the byte the C SDK's parser names (but for a malformed number: the C SDK names its first byte, this parser
+//! the byte where it went wrong). A heap too small for the value is an error too, never the allocator's panic (a
+//! trap): each string takes one exact allocation, as in the C SDK.
 
 use alloc::format;
 use alloc::string::String;
@@ -248,7 +249,15 @@ impl Parser<'_> {
         keys.extend(members.iter().map(|(k, _)| k.as_str()));
         keys.sort_unstable();
         if let Some(pair) = keys.windows(2).find(|pair| pair[0] == pair[1]) {
-            return Err(self.error(&format!("key \"{}\" repeated", pair[0])));
+            // at most 32 bytes of it, as the C SDK shows it: a key of megabytes made a message the heap could not
+            // hold beside the value, and the tool trapped (found by a review)
+            let key = pair[0];
+            let mut end = key.len().min(32);
+            while !key.is_char_boundary(end) {
+                end -= 1;
+            }
+            let more = if end < key.len() { "..." } else { "" };
+            return Err(self.error(&format!("key \"{}{more}\" repeated", &key[..end])));
         }
         Ok(Value::Object(members))
     }
