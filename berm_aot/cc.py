@@ -610,7 +610,7 @@ class _Pool:
             killed = _killed(proc.returncode, said)
             if killed:  # the OOM killer or someone else: blaming the translated code misled (found by a review)
                 raise CompileError(f"{killed} compiling {src.name} (out of memory? the translated code is not at "
-                                   f"fault):\n{said[-4000:]}".rstrip())
+                                   f"fault){':' if said.strip() else ''}\n{said[-4000:]}".rstrip())
             raise CompileError(f"cc failed on {src.name} (kept nowhere; emitted code is a translator bug, unless "
                                f"the disk is full):\n{said[-4000:]}")
         src.unlink(missing_ok=True)
@@ -623,22 +623,19 @@ class _Pool:
         self._selector.close()
 
 
-#: How compiler drivers say a program they ran died by a signal (gcc: "cc: fatal error: Killed signal terminated
-#: program cc1"; clang: "clang: error: unable to execute command: Killed", "... failed due to signal").
-_DRIVER_SAW_A_SIGNAL = ("signal terminated program", "unable to execute command", "failed due to signal")
+#: How compiler drivers say SIGKILL ended a program they ran (gcc: "cc: fatal error: Killed signal terminated program
+#: cc1"; clang: "clang: error: unable to execute command: Killed"). A crash is not one: gcc's "internal compiler
+#: error: Segmentation fault signal terminated program cc1" may be the translated code's doing (found by a review).
+_DRIVER_SAW_SIGKILL = ("Killed signal terminated program", "unable to execute command: Killed")
 
 
 def _killed(returncode: int, said: str) -> str | None:
-    """What killed a compiler that failed, when a signal did: the driver itself (a negative status; the
-    supervisor dies by its command's signal), or a program it ran, which the driver says in its output."""
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"the C compiler was killed by {name}"
-    if any(words in said for words in _DRIVER_SAW_A_SIGNAL):
-        return "a program of the C compiler was killed by a signal"
+    """Who was killed, when SIGKILL (the OOM killer's, or someone's) ended a compiler that failed: the driver itself
+    (the supervisor dies by its command's signal), or a program it ran, which the driver says in its output."""
+    if returncode == -signal.SIGKILL:
+        return "the C compiler was killed by SIGKILL"
+    if any(words in said for words in _DRIVER_SAW_SIGKILL):
+        return "a program of the C compiler was killed by SIGKILL"
     return None
 
 

@@ -46,8 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="chain depth past which harness-caused work is refused (0: a harness causes none; default 8)")
     p.add_argument("--idle-timeout", type=arguments.seconds, default=IDLE_TIMEOUT,
                    help=f"seconds a control connection may stay silent before it is closed (default {IDLE_TIMEOUT:g})")
-    p.add_argument("-v", "--verbose", action="store_true", help="also log each invocation's end, each harness loaded and the "
-                   "guests' berm.log lines (traps and errors are logged without it)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also log each invocation's end, each harness loaded and the guests' berm.log lines (traps "
+                        "and errors are logged without it, at most 10 a minute per harness: the rest are counted)")
 
 
 class OneRecordALine(logging.Formatter):

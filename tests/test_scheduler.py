@@ -430,6 +430,36 @@ def test_a_wake_that_ends_while_the_queue_stops_is_deleted_at_once(tmp_path, mak
     assert call.result(10) == "x"
 
 
+def test_a_wake_that_ended_before_the_stop_is_deleted_by_it(tmp_path, make_queue, monkeypatch):
+    """Found by a review of the fix above: a wake that ended just before the stop, its occurrence not yet deleted by
+    the scheduler's loop (here the loop only notes it, never deletes), stayed due while the stop waited for the
+    other invocations. The stop deletes it."""
+    from berm_host.queue.scheduler import Scheduler
+
+    flush = Scheduler._flush
+    monkeypatch.setattr(Scheduler, "_flush", lambda self: self._keep_ended() if threading.current_thread().name ==
+                        "berm-scheduler" else flush(self))
+    gate = threading.Event()
+    h, g = RecordingTarget(on_call=lambda inv: gate.wait(10)), RecordingTarget()
+    q = make_queue({"h": h, "g": g}, workers=2)
+    call = q.call("h", "echo", "x")
+    q.schedule("g", "w", now_ms() - 1, "p")
+    wait_for(lambda: g.wakes() and q.scheduler._undeleted)
+    stopping = threading.Thread(target=q.stop)
+    stopping.start()
+    try:
+        ds = DueSet(tmp_path / "due.db")
+        try:
+            wait_for(lambda: ds.list() == [])  # while the call still holds the stop
+        finally:
+            ds.close()
+        assert stopping.is_alive()
+    finally:
+        gate.set()
+        stopping.join(10)
+    assert call.result(10) == "x"
+
+
 def test_a_wake_withdrawn_by_a_stale_cancel_notice_still_runs(make_queue):
     """Found by a review: a cancel's notice can arrive after a later write re-created the row (the two race): the
     queued wake it withdraws is not lost, since a withdrawn wake leaves its row for the next drain — had it been

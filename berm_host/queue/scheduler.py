@@ -115,9 +115,12 @@ class Scheduler:
             self._thread.start()
 
     def stop(self) -> None:
-        """Stop draining; wakes already started run on in the executor."""
+        """Stop draining; wakes already started run on in the executor. The occurrences of wakes that ended before
+        are deleted now, as those that end later are (``_on_finished``): the loop may stop before its next flush
+        (found by a review)."""
         with self._cond:
             self._stopping = True
+            self._flush()
             self._cond.notify()
         if self._thread is not None:
             self._thread.join()
