@@ -317,10 +317,12 @@ def killed_writing(cache: CodeCache, key: str, name: str) -> None:
     """A process writing the blob (key, name) killed before its temporary file is renamed into place."""
     import os
     pid = os.fork()
-    if pid == 0:
-        os.replace = lambda *_: os._exit(0)
-        cache.write_blob(key, name, b"half")
-        os._exit(1)
+    if pid == 0:  # the child never returns into the test runner, whatever it meets
+        try:
+            os.replace = lambda *_: os._exit(0)
+            cache.write_blob(key, name, b"half")
+        finally:
+            os._exit(1)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
@@ -636,10 +638,13 @@ def test_a_child_forked_while_another_thread_opens_an_object_can_open_one(tmp_pa
     try:
         for _ in range(20):
             pid = os.fork()
-            if pid == 0:  # the child: open it too, or be killed after 10 s (a hang)
-                signal.alarm(10)
-                cache.loadable(so)
-                os._exit(0)
+            if pid == 0:  # the child: open it too, or be killed after 10 s (a hang); never back into the runner
+                try:
+                    signal.alarm(10)
+                    cache.loadable(so)
+                    os._exit(0)
+                finally:
+                    os._exit(1)
             statuses.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
             time.sleep(0.002)
     finally:

@@ -142,6 +142,7 @@ def test_failure_and_panic(probe, quoted):
     ("日" * 100, 'rust-probe panicked: "' + "日" * 77 + "…"),  # 253 bytes and "…": 256
     ("é" * 200, 'rust-probe panicked: "' + "é" * 115 + "…"),
     ("a" * 300, 'rust-probe panicked: "' + "a" * 231 + "…"),
+    ("a" + "日" * 100, 'rust-probe panicked: "a' + "日" * 76 + "…"),  # the old cut left 2 bytes, which '" ' filled
 ])
 def test_a_long_panic_message_keeps_its_start_and_says_it_was_cut(probe, text, kept):
     """Found by a review: the handler cut each piece of the message at the last whole character that fit, and the

@@ -1,8 +1,9 @@
 //! JSON for tool arguments and results: a parser into `Value` (at most `MAX_DEPTH` levels of nesting, numbers
 //! kept as their text) and a string writer. Errors say at which byte the text went wrong, for a model to act on,
-//! at the byte the C SDK's parser names (but for a malformed number: the C SDK names its first byte, this parser
-//! the byte where it went wrong). A heap too small for the value is an error too, never the allocator's panic (a
-//! trap): each string takes one exact allocation, as in the C SDK.
+//! at the byte the C SDK's parser names, but for a malformed number: the C SDK names its first byte (a leading zero:
+//! the byte after the zero, as text after a value), this parser the byte where it stopped reading it. A heap too
+//! small for the value is an error too, never the allocator's panic (a trap): each string takes one exact
+//! allocation, as in the C SDK.
 
 use alloc::format;
 use alloc::string::String;
