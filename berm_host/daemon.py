@@ -106,6 +106,10 @@ REPLY_SLICE = 1 << 20
 RECV_CHUNK = 64 << 10
 #: Connections served at once (a thread each); a local client holding many open cost a thread and a buffer each.
 MAX_CLIENTS = 64
+#: Calls its clients may have in progress at once (each holds its connection until its result): the rest of the
+#: MAX_CLIENTS connections stay free for other requests. One client keeping 64 calls queued held every connection,
+#: and `berm schedule` and calls to idle harnesses were refused (found by a review).
+MAX_CALLS = MAX_CLIENTS - 8
 #: Seconds a connection may stay silent (or leave a reply unread, or take to send the whole of a request line) before
 #: it is closed: idle clients that were never closed held every slot, locking out every other client for good; and
 #: while the timeout was per read, a client sending a byte a second held its slot for good.
@@ -209,6 +213,7 @@ class Daemon:
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()  # one stop() at a time: a second waits for the first to end
         self._locks: list[int] = []  # flock descriptors: the state directory's, the socket's
+        self._calls = threading.BoundedSemaphore(MAX_CALLS)
 
     def start(self) -> bool:
         """Take the state directory and the socket's lock, load the harnesses, start the scheduler (due wakes from
@@ -329,8 +334,15 @@ class Daemon:
         if op == "call":
             ctx = _only(_field(r, "context", dict, {}), _CONTEXT, "a call's context")
             context = Context(**{k: _field(ctx, k, str, "") for k in _CONTEXT})
-            future = q.call(_field(r, "harness", str), _field(r, "tool", str), _field(r, "args", str, ""), context)
-            return {"result": _result(future, client_gone)}
+            if not self._calls.acquire(blocking=False):
+                raise DaemonError(f"the daemon is busy: its clients have {MAX_CALLS} calls in progress, the most it "
+                                  "takes at once (try again later)")
+            try:
+                future = q.call(_field(r, "harness", str), _field(r, "tool", str), _field(r, "args", str, ""),
+                                context)
+                return {"result": _result(future, client_gone)}
+            finally:
+                self._calls.release()
         if op == "schedule.add":
             entry = q.schedule(_field(r, "harness", str), _field(r, "id", str), _field(r, "when_ms", int),
                                _field(r, "payload", str, ""))

@@ -319,3 +319,36 @@ def test_a_call_waits_for_its_result_past_the_answer_timeout(daemon):
     """The answer timeout is no limit on a call's own run (its harness's timeout is)."""
     daemon.queue.add("slow", RecordingTarget(work=0.6))
     assert DaemonClient(daemon.config.socket, timeout=0.2).call("slow", "echo", "done") == "done"
+
+
+def test_calls_leave_connections_for_other_requests(daemon):
+    """Found by a review: one client keeping 64 calls queued held every connection slot, and `berm schedule`, stats
+    and calls to idle harnesses were refused. Past MAX_CALLS calls in progress a call is refused; other requests
+    still find a connection."""
+    from berm_host import daemon as daemon_mod
+
+    gate = threading.Event()
+    daemon.queue.add("slow", RecordingTarget(on_call=lambda inv: gate.wait(30)))
+    path = str(daemon.config.socket)
+    held = []
+    try:
+        for _ in range(daemon_mod.MAX_CALLS):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(path)
+            s.sendall(b'{"op": "call", "harness": "slow", "tool": "echo", "args": "x"}\n')
+            held.append(s)
+        load = daemon.queue.executor.load
+        for _ in range(1000):
+            if load()["busy"] + load()["queued"] == daemon_mod.MAX_CALLS:
+                break
+            threading.Event().wait(0.01)
+        client = DaemonClient(daemon.config.socket, timeout=10)
+        with pytest.raises(RemoteError, match=f"the daemon is busy: its clients have {daemon_mod.MAX_CALLS} calls"):
+            client.call("h", "echo", "y")
+        assert "h" in client.harnesses() and client.request({"op": "stats"})["stats"]["pending"] == 0
+    finally:
+        gate.set()
+        for s in held:
+            s.makefile("rb").readline()  # its result
+            s.close()
+    assert DaemonClient(daemon.config.socket, timeout=10).call("h", "echo", "z") == "z"
