@@ -5,6 +5,7 @@ stopped after it. Real-harness tests live in test_queue_harness.py and test_remi
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -86,3 +87,15 @@ def queue_factory(dueset: Path) -> Iterator:
     finally:
         for q in queues:
             q.stop()
+
+
+def connections(path, n: int, line: bytes = b"") -> list[socket.socket]:
+    """``n`` connections to the daemon's socket at ``path``, each having sent ``line`` (none: just connected)."""
+    held = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(path))
+        if line:
+            s.sendall(line)
+        held.append(s)
+    return held

@@ -26,7 +26,7 @@ from berm_host.capabilities.kv import data_dir
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
 from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD, MAX_PAYLOAD_BYTES
 
-from .queue_helpers import RecordingTarget, wait_for
+from .queue_helpers import RecordingTarget, connections, wait_for
 
 
 
@@ -782,13 +782,8 @@ def test_a_connection_open_at_stop_is_refused_not_answered_as_a_host_bug(make_da
 
 
 def test_connections_past_the_limit_are_told_so_and_closed(empty_daemon):
-    path = str(empty_daemon.config.socket)
-    held = []
+    held = connections(empty_daemon.config.socket, daemon_mod.MAX_CLIENTS)
     try:
-        for _ in range(daemon_mod.MAX_CLIENTS):
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(path)
-            held.append(s)
         with pytest.raises(RemoteError, match=f"more than {daemon_mod.MAX_CLIENTS} clients are connected"):
             DaemonClient(empty_daemon.config.socket).request({"op": "harnesses"})
     finally:

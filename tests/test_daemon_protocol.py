@@ -12,7 +12,7 @@ import pytest
 
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
 
-from .queue_helpers import RecordingTarget
+from .queue_helpers import RecordingTarget, connections
 
 
 @pytest.fixture
@@ -329,14 +329,9 @@ def test_calls_leave_connections_for_other_requests(daemon):
 
     gate = threading.Event()
     daemon.queue.add("slow", RecordingTarget(on_call=lambda inv: gate.wait(30)))
-    path = str(daemon.config.socket)
-    held = []
+    held = connections(daemon.config.socket, daemon_mod.MAX_CALLS,
+                       b'{"op": "call", "harness": "slow", "tool": "echo", "args": "x"}\n')
     try:
-        for _ in range(daemon_mod.MAX_CALLS):
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(path)
-            s.sendall(b'{"op": "call", "harness": "slow", "tool": "echo", "args": "x"}\n')
-            held.append(s)
         load = daemon.queue.executor.load
         for _ in range(1000):
             if load()["busy"] + load()["queued"] == daemon_mod.MAX_CALLS:
