@@ -183,9 +183,15 @@ def _cwd() -> str | None:
 @functools.lru_cache(maxsize=8)
 def _absolute(program: str, path: str | None, cwd: str | None) -> str:
     """``program``'s absolute path as ``path`` finds it from ``cwd``, or ``program`` itself when it is not found;
-    looked up once (a lookup costs ~60 us, and every cache key asks), as ``_version`` and ``_found`` are."""
+    looked up once (a lookup costs ~60 us, and every cache key asks), as ``_version`` and ``_found`` are. Its
+    directory is named by its real path (its own name kept: a driver may act on it), so that one compiler found
+    through /bin (a symbolic link to /usr/bin on Debian) and through /usr/bin is one identity: the cache keys
+    differed, and a daemon whose PATH had another order compiled again what berm-compile had (found by a review)."""
     found = shutil.which(program, path=path)
-    return os.path.abspath(found) if found else program
+    if not found:
+        return program
+    found = os.path.abspath(found)
+    return os.path.join(os.path.realpath(os.path.dirname(found)), os.path.basename(found))
 
 
 def opt_flags() -> tuple[str, ...]:
@@ -204,7 +210,9 @@ def _words(variable: str, value: str) -> list[str]:
 def compiler_env() -> dict[str, str]:
     """This process's environment without the variables that would change the compiler's output (``_COMPILER_ENV``
     and gcc's internal ``COLLECT_*``)."""
-    return {k: v for k, v in os.environ.items() if k not in _COMPILER_ENV and not k.startswith("COLLECT_")}
+    env = {k: v for k, v in os.environ.items() if k not in _COMPILER_ENV and not k.startswith("COLLECT_")}
+    env.setdefault("PATH", os.defpath)  # where identity() found as and ld: with none, collect2 found no ld (a review)
+    return env
 
 
 def _ask_version(cmd: tuple[str, ...]) -> str:
@@ -421,7 +429,9 @@ def _memo(found: _Toolchain, path: str | None, given: str | None,
     named = zip(("as", "ld"), files[1:]) if given is not None and os.sep in given else \
         zip((given or "cc", "as", "ld"), files)
     for name, file in named:
-        home = next((k for k, entry in enumerate(entries) if os.path.join(entry, name) == file.where), None)
+        # by the directory's real path: the compiler's is named so (_absolute)
+        home = next((k for k, entry in enumerate(entries)
+                     if os.path.realpath(entry) == os.path.realpath(os.path.dirname(file.where))), None)
         if home is None or any(os.path.lexists(os.path.join(entry, name)) for entry in entries[:home]):
             return None
         searched = max(searched, home + 1)

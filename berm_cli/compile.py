@@ -26,7 +26,7 @@ from berm_aot.errors import about_file
 from berm_aot.program import Program
 from berm_cli import arguments
 from berm_cli.interrupt import default_sigchld
-from berm_cli.terminal import reader_may_leave, shown
+from berm_cli.terminal import reader_may_leave, shown, silence_stdout
 from berm_host.aot.objects import cached_object
 from berm_host.declaration import DeclarationError, load_declarations, parse_memory
 from berm_host.layout import DEFAULT_MEMORY, layout_for
@@ -103,16 +103,22 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, _Signalled) as exc:
         signum = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
         said = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        _erase_progress(sys.stdout.isatty())
-        print(f"berm-compile: {said}", file=sys.stderr)
+        try:
+            _erase_progress(sys.stdout.isatty())
+            print(f"berm-compile: {said}", file=sys.stderr)
+        except OSError:  # a terminal closed (the SIGHUP's cause) takes no more: the status says it (found by a review)
+            pass
         return 128 + signum
 
 
+#: Erases the progress line (on stdout, when a terminal) before a line of its own: the erasing escape went to stderr,
+#: where a redirected file got it and the terminal's progress line stayed (found by a review).
+_ERASE_LINE = "\x1b[2K"
+
+
 def _erase_progress(tty: bool) -> None:
-    """Erase the progress line (on stdout, when a terminal) before a line of its own: the erasing escape went to
-    stderr, where a redirected file got it and the terminal's progress line stayed (found by a review)."""
     if tty:
-        print("\x1b[2K", end="\r", flush=True)
+        print(_ERASE_LINE, end="\r", flush=True)
 
 
 class _Signalled(BaseException):
@@ -160,18 +166,32 @@ def _main(argv: list[str] | None) -> int:
     cache = CodeCache(args.cache_dir)
     tty = sys.stdout.isatty()
     status = 0
+    lost: list[OSError] = []  # a failed write to stdout: every image is compiled all the same (found by a review:
+    # the first report line that could not be written ended the run, the other images not compiled, and status 2 lost)
+
+    def say(text: str, end: str = "\n") -> None:
+        try:
+            print(text, end=end, flush=True)
+        except OSError as exc:
+            lost.append(exc)
+            silence_stdout()
+
     for i, job in enumerate(todo, 1):
         if tty:
-            print(f"[{i}/{len(todo)}] compiling {shown(job.label)}…", end="\r", flush=True)
+            say(f"[{i}/{len(todo)}] compiling {shown(job.label)}…", end="\r")
         try:
             line = compile_one(job, cache, args.jobs)
         except BermError as exc:
             line, status = f"berm-compile: {exc}", 2
-            _erase_progress(tty)
+            if tty:
+                say(_ERASE_LINE, end="\r")
             print(shown(line), file=sys.stderr)
             continue
-        _erase_progress(tty)
-        print(shown(line), flush=True)
+        if tty:
+            say(_ERASE_LINE, end="\r")
+        say(shown(line))
+    if lost and not status:
+        raise lost[0]  # said as any command's output error (reader_may_leave): 141 for a reader gone, else 1
     return status
 
 

@@ -47,12 +47,12 @@ def reader_may_leave(command: str, main: Callable[[], int]) -> int:
         sys.stdout.flush()  # what is still buffered fails here, not at exit
         return status
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return BROKEN_PIPE
     except OSError as exc:
         if exc.filename is not None or exc.errno not in _OUTPUT_ERRORS:
             raise
-        _silence_stdout()
+        silence_stdout()
         print(f"{command}: cannot write its output: {exc.strerror or exc}", file=sys.stderr)
         return 1
 
@@ -80,7 +80,7 @@ def _stand_in_for_closed_streams() -> None:
         sys.stderr = open(os.devnull, "w")
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
     try:
         fd = sys.stdout.fileno()
     except (OSError, ValueError):  # no descriptor (_ClosedOutput): nothing is buffered for the exit to flush

@@ -146,7 +146,7 @@ class Declaration:
         except ElfError as exc:
             # how one gets there: the README's example named no way (found by a review)
             reason = (f"no image at {path} (put one there: berm build DIR -o {shlex.quote(str(path))})"
-                      if not os.path.lexists(path) else str(exc))
+                      if _absent(path) else str(exc))
             raise ImageNotFound(f"harness {self.name!r}: {reason}") from None
         if self.sha256 is not None:
             actual = hashlib.sha256(data).hexdigest()
@@ -154,6 +154,18 @@ class Declaration:
                 raise ImageDigestMismatch(f"harness {self.name!r}: refusing {path}: its sha256 is {actual}, "
                                           f"the declaration pins {self.sha256}")
         return data
+
+
+def _absent(path: Path) -> bool:
+    """Whether nothing is at ``path``: not a directory that may not be searched (os.path.lexists says False for that
+    too, and an image behind one was said to be missing: found by a review)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _string(entry: dict, key: str, where: str) -> str | None:

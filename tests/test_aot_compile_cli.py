@@ -133,3 +133,23 @@ def test_the_help_is_plain_text(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert "Translate and compile images into the code cache" in out and "``" not in out
+
+
+@pytest.mark.parametrize("with_a_bad_image", [False, True])
+def test_output_that_cannot_be_written_stops_no_compile(tmp_path, with_a_bad_image):
+    """Found by a review: with stdout on /dev/full (or closed, as some install hooks run it), the first image's line
+    failed and ended the run: the other images were not compiled, and a failed image's status 2 was lost."""
+    import subprocess
+    import sys
+
+    elves = []
+    for k in range(3):
+        elves.append(tmp_path / f"inc{k}.elf")
+        elves[-1].write_bytes(guest_elf(SOURCE.replace("1 + v", f"{k + 1} + v"), keep=("inc",)))
+    bad = [str(tmp_path / "missing.elf")] if with_a_bad_image else []
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "berm_cli.compile", *map(str, elves), *bad, "--cache-dir",
+                               str(tmp_path / "cache")], stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode == (2 if with_a_bad_image else 1), done.stderr
+    assert done.stderr.endswith("No space left on device\n" if not with_a_bad_image else "No such file or directory\n")
+    assert [Engine(cache_dir=tmp_path / "cache").load(elf).backend.compiled for elf in elves] == [False] * 3

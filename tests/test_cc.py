@@ -583,3 +583,34 @@ def test_a_compiler_killed_by_a_signal_is_not_blamed_on_the_translation(tmp_path
     with pytest.raises(CompileError, match=r"^cc failed on unit0\.c .*translator bug"):
         cc.compile_shared([unit(0)], tmp_path / "lib.so", supervisor=supervisor)
 
+
+
+def test_one_compiler_through_a_linked_directory_is_one_identity(tmp_path, monkeypatch, fresh_versions):
+    """Found by a review: on Debian /bin is a link to /usr/bin, and with /bin first on PATH the cache key named
+    /bin/cc: a daemon whose PATH had /usr/bin first missed every object berm-compile had built. The compiler's
+    directory is named by its real path; and the toolchain memo is still kept with the linked directory first."""
+    from berm_aot.cache import CodeCache
+
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name in ("cc", "as", "ld"):
+        (tools / name).symlink_to(os.path.realpath(cc.shutil.which(name)))
+    (tmp_path / "linked").symlink_to(tools)
+    monkeypatch.delenv("BERM_CC", raising=False)
+    identities = []
+    for path in (f"{tmp_path / 'linked'}{os.pathsep}{tools}", f"{tools}{os.pathsep}{tmp_path / 'linked'}"):
+        monkeypatch.setenv("PATH", path)
+        _next_process()
+        store = CodeCache(tmp_path / f"cache{len(identities)}")
+        identities.append(cc.identity(store=store))
+        assert list((store.root).rglob(cc.TOOLCHAIN_BLOB)), path  # the memo kept
+    assert identities[0] == identities[1]
+
+
+def test_a_compile_with_no_path_finds_the_tools_identity_found(tmp_path, monkeypatch, fresh_versions):
+    """Found by a review: with PATH unset, identity() found as and ld on os.defpath, and the compiler, given no PATH,
+    found no ld (collect2: cannot find 'ld')."""
+    monkeypatch.delenv("PATH")
+    monkeypatch.setenv("BERM_CC", os.path.realpath(cc.shutil.which("cc", path="/usr/bin")))
+    cc.compile_shared([unit(5)], tmp_path / "lib.so")
+    assert ctypes.CDLL(str(tmp_path / "lib.so")).answer5() == 35

@@ -17,11 +17,13 @@ from tests.guests import guest_elf
 SOURCE = "unsigned long v;\nunsigned long inc(unsigned long x) { return x + 1 + v; }\nvoid _start(void) {}\n"
 
 
+@pytest.mark.parametrize("stderr", ["pipe", "/dev/full"])
 @pytest.mark.parametrize("signum, said", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "stopped by SIGTERM"),
                                           (signal.SIGHUP, "stopped by SIGHUP")])
-def test_a_signal_mid_compile_ends_it_cleanly(tmp_path, signum, said):
+def test_a_signal_mid_compile_ends_it_cleanly(tmp_path, signum, said, stderr):
     """Found by a review: SIGTERM or SIGHUP ended berm-compile where it stood, leaving the compile's temporary
-    directory in the cache for good, and Ctrl-C printed a KeyboardInterrupt traceback."""
+    directory in the cache for good, and Ctrl-C printed a KeyboardInterrupt traceback. Found by another: with stderr
+    taking no more (the terminal a SIGHUP closed, /dev/full here), the line's error made the status 1."""
     elf, cache, started = tmp_path / "inc.elf", tmp_path / "cache", tmp_path / "started"
     elf.write_bytes(guest_elf(SOURCE, keep=("inc",)))
     slow = tmp_path / "slowcc"
@@ -35,7 +37,7 @@ def test_a_signal_mid_compile_ends_it_cleanly(tmp_path, signum, said):
     slow.chmod(0o755)
     proc = subprocess.Popen([sys.executable, "-m", "berm_cli.compile", str(elf), "--cache-dir", str(cache)],
                             env={**os.environ, "BERM_CC": str(slow)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE if stderr == "pipe" else open(stderr, "w"), text=True)
     try:
         deadline = time.monotonic() + 120
         while not started.exists() or not started.read_text().strip():
@@ -46,7 +48,7 @@ def test_a_signal_mid_compile_ends_it_cleanly(tmp_path, signum, said):
     finally:
         proc.kill()
     assert proc.returncode == 128 + signum
-    assert err == f"berm-compile: {said}\n"
+    assert err == (f"berm-compile: {said}\n" if stderr == "pipe" else None)
     left = [p.relative_to(cache) for shard in cache.iterdir() for p in shard.iterdir() if p.suffix != ".lock"]
     assert left == []
 

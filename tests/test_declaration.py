@@ -269,3 +269,30 @@ def test_a_declaration_made_in_code_cannot_name_an_image_outside_the_directory(t
     (tmp_path / "harnesses").mkdir()
     with pytest.raises(DeclarationError, match="harness name '../outside' must be 1-64 of"):
         Declaration(name="../outside").load_image(tmp_path / "harnesses")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becomes another user to be refused a directory")
+def test_an_image_in_a_directory_that_may_not_be_searched_is_not_said_to_be_missing(tmp_path):
+    """Found by a review: os.path.lexists says False for a path it may not look at, so an image behind a directory
+    the user may not search was reported missing ("put one there"), not refused with the reason."""
+    (tmp_path / "os.elf").write_bytes(b"\x7fELF pretend")
+    tmp_path.chmod(0o700)  # root's: another user may not search it
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # never back into the test runner
+        try:
+            os.close(read)
+            os.setuid(65534)
+            try:
+                Declaration(name="os").load_image(tmp_path)
+                said = b"loaded"
+            except ImageNotFound as exc:
+                said = str(exc).encode()
+            os.write(write, said)
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert "Permission denied" in said and "no image at" not in said, said
