@@ -491,3 +491,29 @@ def test_tool_arguments_must_be_text_or_bytes(tmp_path, elf, kind):
     with pytest.raises(HostError, match="not valid UTF-8 text or bytes"):
         h.call("ok", 5)
     assert h.call("ok", memoryview(b"abc")) == "ok" and h.call("ok", bytearray(b"x")) == "ok"
+
+
+def test_a_run_past_the_nesting_limit_entered_off_a_function_is_described_alike(tmp_path, elf):
+    """Found by a review: a run past MAX_NESTED_RUNS entered where no function starts was, translated, the nesting
+    trap, and interpreted, the bad entry's. Both check the depth first (nothing runs either way)."""
+    seen = {}
+    for kind in KINDS:
+        traps: list = []
+
+        def again(request):
+            entered.append(len(entered))
+            if len(entered) < MAX_NESTED_RUNS:
+                return h.call("cap").encode()
+            backend = h.image.backend
+            traps.append(backend.run(RunRequest(entry=h.image.program.symbol("berm_tool_cap") + 2)).trap)
+            return b""
+
+        entered: list[int] = []
+        linker = Linker()
+        linker.define("x.cap", again)
+        h = harness(elf, kind, tmp_path, linker)
+        h.call("cap")
+        (trap,) = traps
+        seen[kind] = (trap.kind, trap.pc, trap.addr, trap.detail)
+    assert seen["aot"] == seen["interp"]
+    assert seen["aot"][0] is TrapKind.STACK_EXHAUSTED and seen["aot"][3] == NESTED_DETAIL

@@ -103,18 +103,18 @@ class InterpBackend:
             for i, v in enumerate(request.int_args):
                 x[10 + i] = v & semantics.M
             locator = self.program.locator
-            if request.entry in self.program.function_starts:
-                # a run nested in a host call ends by its caller's deadline too, and nests only so deep
-                with interpreting(request.deadline) as (st.deadline, too_deep):
-                    if too_deep:  # as translated code: nothing runs
-                        pc = request.entry
-                        trap = trap_info(TrapKind.STACK_EXHAUSTED, pc, 0, NESTED_DETAIL, locator, self.layout)
-                    else:
-                        pc, trap = self._execute(x, mem.buf, st, request.entry)
-            else:  # as translated code, which enters functions only
-                pc = request.entry
-                trap = trap_info(TrapKind.ILLEGAL_INSTRUCTION, pc, pc, illegal_detail(locator, pc, pc), locator,
-                                 self.layout)
+            pc = request.entry
+            # a run nested in a host call ends by its caller's deadline too, and nests only so deep: that first, then
+            # the entry, in translated code's order (the two engines described a bad entry past the depth apart:
+            # found by a review)
+            with interpreting(request.deadline) as (st.deadline, too_deep):
+                if too_deep:  # as translated code: nothing runs
+                    trap = trap_info(TrapKind.STACK_EXHAUSTED, pc, 0, NESTED_DETAIL, locator, self.layout)
+                elif pc not in self.program.function_starts:  # as translated code, which enters functions only
+                    trap = trap_info(TrapKind.ILLEGAL_INSTRUCTION, pc, pc, illegal_detail(locator, pc, pc), locator,
+                                     self.layout)
+                else:
+                    pc, trap = self._execute(x, mem.buf, st, pc)
             result = None
             if (request.read_result and trap is None and self.layout.holds_result(x[10], x[11])
                     and (request.max_result is None or x[11] <= request.max_result)):
