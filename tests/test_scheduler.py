@@ -412,22 +412,13 @@ def test_a_wake_that_ends_while_the_queue_stops_is_deleted_at_once(tmp_path, mak
     call = q.call("h", "echo", "x")
     q.schedule("g", "w", now_ms() - 1, "p")
     woke.wait(10)
-    stopping = threading.Thread(target=q.stop)
-    stopping.start()
-    try:
+
+    def wake_ends() -> None:
         wait_for(lambda: q.scheduler._stopping)
         ending.set()
         wait_for(lambda: g.wakes())
-        ds = DueSet(tmp_path / "due.db")
-        try:
-            wait_for(lambda: ds.list() == [])  # while the call still holds the stop
-        finally:
-            ds.close()
-        assert stopping.is_alive()
-    finally:
-        gate.set()
-        stopping.join(10)
-    assert call.result(10) == "x"
+
+    _deleted_while_a_call_holds_the_stop(tmp_path, q, gate, call, wake_ends)
 
 
 def test_a_wake_that_ended_before_the_stop_is_deleted_by_it(tmp_path, make_queue, monkeypatch):
@@ -445,9 +436,16 @@ def test_a_wake_that_ended_before_the_stop_is_deleted_by_it(tmp_path, make_queue
     call = q.call("h", "echo", "x")
     q.schedule("g", "w", now_ms() - 1, "p")
     wait_for(lambda: g.wakes() and q.scheduler._undeleted)
+    _deleted_while_a_call_holds_the_stop(tmp_path, q, gate, call)
+
+
+def _deleted_while_a_call_holds_the_stop(tmp_path, q, gate, call, meanwhile=lambda: None) -> None:
+    """Stop ``q`` while ``call`` (which waits for ``gate``) holds the stop, run ``meanwhile``, and see the due-set
+    emptied before the stop ends; then let the call end."""
     stopping = threading.Thread(target=q.stop)
     stopping.start()
     try:
+        meanwhile()
         ds = DueSet(tmp_path / "due.db")
         try:
             wait_for(lambda: ds.list() == [])  # while the call still holds the stop
