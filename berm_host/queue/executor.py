@@ -143,6 +143,12 @@ def _log_line(what: str, exc: BaseException, *more: str) -> str:
     return f"{line[:LOG_LINE_MAX]}... ({len(line) - LOG_LINE_MAX} more characters)"
 
 
+def _log_end(inv: Invocation, how: str, started: float) -> None:
+    """An INFO line saying how ``inv`` ended and how long it ran (``berm serve -v``); nothing made when not logged."""
+    if log.isEnabledFor(logging.INFO):
+        log.info("%s %s in %.1f ms", escaped(inv.label, lines=False), how, (time.monotonic() - started) * 1e3)
+
+
 class _Quota:
     """Log lines of one kind per harness: at most ``count`` every ``interval`` seconds. ``take`` says whether a line
     may be logged now, and how many were not since the last one logged."""
@@ -375,17 +381,16 @@ class Executor:
         try:
             result = self._invoke(inv, deadline)
             outcome = "ok"
-            log.info("%s ended in %.1f ms", escaped(inv.label, lines=False), (time.monotonic() - started) * 1e3)
+            _log_end(inv, "ended", started)
         except Trap as exc:
             outcome, error = "traps", exc
-            self._warn_of_end(inv, _log_line(f"{inv.label} trapped", exc, *exc.info.chain_lines()))
+            self._warn_of_end(inv, "trapped", exc)
         except ToolFailure as exc:
             outcome, error = "failures", exc
-            log.info("%s failed (berm.fail) in %.1f ms", escaped(inv.label, lines=False),
-                     (time.monotonic() - started) * 1e3)
+            _log_end(inv, "failed (berm.fail)", started)
         except BermError as exc:
             outcome, error = "errors", exc
-            self._warn_of_end(inv, _log_line(f"{inv.label} failed", exc))
+            self._warn_of_end(inv, "failed", exc)
         except BaseException as exc:  # noqa: BLE001 - a host bug (or a capability's SystemExit or
             # KeyboardInterrupt, which translated code raises after the run as the interpreter lets it through):
             # counted, logged with its traceback, handed to the caller; it never kills the worker
@@ -395,12 +400,16 @@ class Executor:
             set_current(previous)
         return outcome, result, error
 
-    def _warn_of_end(self, inv: Invocation, line: str) -> None:
+    def _warn_of_end(self, inv: Invocation, how: str, exc: BermError) -> None:
+        """A warning that ``inv`` ended so, within its harness's quota: its line (a trap's with its call chain) is
+        made only when it is logged."""
         quiet = self._end_warnings.take(inv.harness, END_WARNINGS, END_WARNING_INTERVAL)
+        if quiet is None:
+            return
+        line = _log_line(f"{inv.label} {how}", exc, *(exc.info.chain_lines() if isinstance(exc, Trap) else ()))
         if quiet:
             line += f"; {quiet} more traps and errors of {escaped(inv.harness, lines=False)} not logged before it"
-        if quiet is not None:
-            log.warning("%s", line)
+        log.warning("%s", line)
 
     # --- shutdown -------------------------------------------------------------------------------------------
 
