@@ -218,6 +218,19 @@ def test_stdin_is_dev_null_even_when_the_host_has_input(root):
     assert r["stdout"] == "done\n"
 
 
+def test_a_host_with_stdin_closed_runs_commands_in_their_directory(root):
+    """Found by a review: with the host's fd 0 closed the directory's descriptor could be 0, which Popen's child
+    replaced by /dev/null before entering it as /proc/self/fd/0: every command failed with "Not a directory"."""
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        replies = [run(root, "pwd", cwd) for cwd in ("", "sub")]
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert [r["stdout"] for r in replies] == [f"{root.resolve()}\n", f"{root.resolve()}/sub\n"]
+
+
 def test_the_timeout_line_follows_the_commands_own_stderr_on_a_line_of_its_own(root):
     r = run(root, "printf err >&2; exec sleep 1000", timeout=3)
     assert r["exit_code"] == -1
@@ -500,6 +513,14 @@ def test_a_relative_path_entry_finds_bash_from_the_commands_directory(root, tmp_
     shutil.copy("/bin/bash", elsewhere / "bin" / "bash")  # the host's directory has one; the command's (sub) none
     with pytest.raises(FileNotFoundError, match="bash is not on the command's PATH"):
         exec_cap.run_command(Root(str(root)), "echo ran", "sub", env, timeout=20)
+
+
+def test_a_timed_out_command_whose_pipes_are_closed_is_not_waited_for_to_drain(root, monkeypatch):
+    """Found by a review: after stopping a timed-out command whose output pipes it had closed itself, the call
+    waited out the whole drain grace on nothing (with the grace made long here, the call would take a minute)."""
+    monkeypatch.setattr(exec_cap, "DRAIN_GRACE", 60.0)
+    reply = ends_within(GRACE + 20, lambda: run(root, "exec 1>&- 2>&-; sleep 1000", timeout=1))
+    assert reply["exit_code"] == -1 and "timeout" in reply["stderr"]
 
 
 def test_a_command_starting_with_a_dash_is_a_command_not_options(root):

@@ -16,6 +16,7 @@ declaration's pairs, then the call's.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import math
 import os
@@ -105,21 +106,32 @@ class _Stream:
         return out
 
 
-def _start(command: str, cwd: str, env: Mapping[str, str]) -> subprocess.Popen:
-    """``bash -c command`` started under the supervisor in ``cwd``, stdin ``/dev/null``, stdout and stderr piped.
-    An OSError if it could not start (bash not found, ``E2BIG``, ...). bash is found on the command's PATH from
-    the command's directory (a relative entry found it from the host's, and the supervisor then looked for it from
-    the command's: found by a review); ``--`` ends its options, so a command starting with ``-`` or ``+`` is one."""
-    bash = _bash(env.get("PATH", os.defpath), cwd)
-    if bash is None:
-        raise FileNotFoundError(errno.ENOENT, "bash is not on the command's PATH")
-    if not os.access(SUPERVISOR, os.X_OK):
-        raise CapabilityError(SUPERVISOR_MISSING)
-    if children_unseen():
-        raise CapabilityError(SIGCHLD_IGNORED)
-    return subprocess.Popen([SUPERVISOR, bash, "bash", "-c", "--", command], cwd=cwd, env=dict(env),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+def _start(command: str, dir_fd: int, env: Mapping[str, str]) -> subprocess.Popen:
+    """``bash -c command`` started under the supervisor in the directory ``dir_fd`` names, stdin ``/dev/null``,
+    stdout and stderr piped. An OSError if it could not start (bash not found, ``E2BIG``, ...). bash is found on
+    the command's PATH from the command's directory (a relative entry found it from the host's, and the supervisor
+    then looked for it from the command's: found by a review); ``--`` ends its options, so a command starting with
+    ``-`` or ``+`` is one.
+
+    The child enters the directory as ``/proc/self/fd/N`` with N a copy of ``dir_fd`` of at least 3: Popen's child
+    puts /dev/null and the pipes on 0-2 before it changes directory, so in a host started with stdin (or stdout,
+    stderr) closed, where ``dir_fd`` could be one of them, the command ran in a pipe's place and failed with "Not a
+    directory" (found by a review)."""
+    fd = fcntl.fcntl(dir_fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    try:
+        cwd = f"/proc/self/fd/{fd}"
+        bash = _bash(env.get("PATH", os.defpath), cwd)
+        if bash is None:
+            raise FileNotFoundError(errno.ENOENT, "bash is not on the command's PATH")
+        if not os.access(SUPERVISOR, os.X_OK):
+            raise CapabilityError(SUPERVISOR_MISSING)
+        if children_unseen():
+            raise CapabilityError(SIGCHLD_IGNORED)
+        return subprocess.Popen([SUPERVISOR, bash, "bash", "-c", "--", command], cwd=cwd, env=dict(env),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    finally:
+        os.close(fd)
 
 
 def _bash(path: str, cwd: str) -> str | None:
@@ -238,7 +250,7 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
     call = Deadline.within_invocation(timeout + graces)
     deadline = Deadline(min(timeout, call.seconds - min(graces, call.seconds * STOP_SHARE)))
     with root.open_dir(cwd or ".") as r:
-        proc = _start(command, f"/proc/self/fd/{r.dir_fd}", env)
+        proc = _start(command, r.dir_fd, env)
     streams = {proc.stdout: _Stream(cap), proc.stderr: _Stream(cap)}
     timed_out = False
     drain_end: float | None = None  # the time.monotonic() instant the drain ends, once the supervisor has exited
@@ -269,7 +281,7 @@ def run_command(root: Root, command: str, cwd: str, env: Mapping[str, str], *, t
                     timed_out = True
                     sel.unregister(pidfd)
                     drain_end = stop()
-                    wait = drain_end - time.monotonic()
+                    continue  # pipes the command had already closed: no drain to wait for (found by a review)
                 if wait <= 0:
                     break
                 for key, _ in sel.select(wait):
