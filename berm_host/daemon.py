@@ -340,7 +340,7 @@ class Daemon:
             try:
                 future = q.call(_field(r, "harness", str), _field(r, "tool", str), _field(r, "args", str, ""),
                                 context)
-                return {"result": _result(future, client_gone)}
+                return {"result": _result(future, client_gone, q.withdraw)}
             finally:
                 self._calls.release()
         if op == "schedule.add":
@@ -368,15 +368,15 @@ class Daemon:
         return {"entries": page, "next": {k: page[-1][k] for k in _CURSOR} if len(rows) > LIST_PAGE else None}
 
 
-def _result(future: Future, client_gone: Callable[[], bool]) -> str:
+def _result(future: Future, client_gone: Callable[[], bool], withdraw: Callable[[Future], bool]) -> str:
     """A call's result. Every HANGUP_POLL seconds it waits, whether its client is still there: a call still queued
-    when its client has hung up is withdrawn, as nobody would read its result (it ran all the same: found by a
-    review); one that has started runs to its end."""
+    when its client has hung up is withdrawn (taken out of the queue), as nobody would read its result (it ran all
+    the same: found by a review); one that has started runs to its end."""
     while True:
         try:
             return future.result(timeout=HANGUP_POLL)
         except TimeoutError:
-            if client_gone() and future.cancel():
+            if client_gone() and withdraw(future):
                 log.info("withdrew a queued call: its client hung up")
                 raise QueueClosed("the client hung up before the call started") from None
         except CancelledError:  # still queued when stop() dropped the queued work

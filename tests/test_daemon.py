@@ -991,7 +991,8 @@ def test_guest_text_cannot_forge_daemon_log_lines(caplog):
 def test_a_queued_call_whose_client_hung_up_is_withdrawn(make_daemon, monkeypatch, caplog):
     """Found by a review: a client that sent a call and closed its connection while the call was queued left it to
     run for nobody. It is withdrawn when the client has closed its end; a client that only half-closes (shut its
-    writing side after the request, as ``nc -N`` does) still gets its reply."""
+    writing side after the request, as ``nc -N`` does) still gets its reply. Found by another: withdrawn, it stayed
+    queued, arguments and all, until a worker reached it (clients that hung up piled up gigabytes)."""
     import logging
 
     monkeypatch.setattr(daemon_mod, "HANGUP_POLL", 0.05)
@@ -1013,6 +1014,7 @@ def test_a_queued_call_whose_client_hung_up_is_withdrawn(make_daemon, monkeypatc
         half = send("half")
         half.shutdown(socket.SHUT_WR)
         wait_for(lambda: "withdrew a queued call: its client hung up" in caplog.text)
+        assert daemon.queue.executor.load()["queued"] == 1  # out of the queue at once, not when a worker comes by
         gate.set()
         with first, half:
             assert json.loads(first.makefile("rb").readline())["result"] == "first"

@@ -287,6 +287,36 @@ def test_shutdown_refuses_new_work_and_finishes_in_flight():
         ex.submit(_call("a"))
 
 
+def test_a_withdrawn_invocation_leaves_the_queue_at_once_and_the_rest_still_run():
+    """Found by a review: a queued job whose future was cancelled stayed in its queue, arguments and all, until a
+    worker reached it (a daemon's clients hanging up on calls queued behind a busy harness piled up gigabytes).
+    Withdrawn here: a job held behind its harness's limit (a2) and the only job of a harness waiting for a worker
+    (b), which must leave the ready list too, or the worker that next takes work finds b's queue empty."""
+    gate, ran = threading.Event(), []
+
+    def invoke(inv, deadline):
+        if inv.args == b"hold":
+            assert gate.wait(10)
+        ran.append(inv.args)
+        return inv.args.decode()
+
+    ex = Executor(invoke, workers=1, per_harness=1)
+    try:
+        held = ex.submit(_call("a", b"hold"))
+        wait_for(lambda: ex.load()["busy"] == 1)
+        a2, b, a3 = ex.submit(_call("a", b"a2")), ex.submit(_call("b", b"b")), ex.submit(_call("a", b"a3"))
+        assert ex.load()["queued"] == 3
+        assert ex.withdraw(a2) and ex.withdraw(b)
+        assert a2.cancelled() and b.cancelled() and ex.load()["queued"] == 1
+        assert not ex.withdraw(a2) and not ex.withdraw(held)  # once only; never one that has started
+        gate.set()
+        assert held.result(10) == "hold" and a3.result(10) == "a3"
+        assert ran == [b"hold", b"a3"]
+        assert ex.submit(_call("b", b"again")).result(10) == "again"
+    finally:
+        ex.shutdown()
+
+
 def test_a_queued_invocation_gets_its_whole_timeout_from_when_it_starts():
     """Time spent waiting for a worker is not taken from the deadline (b waits behind a, which holds the only
     worker until the gate opens, at least 0.3 s after b was queued)."""

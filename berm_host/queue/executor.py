@@ -133,6 +133,15 @@ class _Waiting:
     def popleft(self) -> _Job:
         return (self.calls or self.background).popleft()
 
+    def remove(self, future: Future) -> bool:
+        """Take out the job whose future is ``future``; whether it was here."""
+        for jobs in (self.calls, self.background):
+            for i, job in enumerate(jobs):
+                if job.future is future:
+                    del jobs[i]
+                    return True
+        return False
+
 
 def _log_line(what: str, exc: BaseException, *more: str) -> str:
     """One log line for an invocation's end: the guest's text in ``exc`` (a berm.fail reason, a symbol name) has its
@@ -229,6 +238,19 @@ class Executor:
                 self._ready.append(inv.harness)
                 self._cond.notify()
         return job.future
+
+    def withdraw(self, future: Future) -> bool:
+        """Take the job of ``future`` out of its queue and cancel it, if it has not started; whether it had not.
+        A future cancelled alone kept its job queued, arguments and all, until a worker reached it: clients that hung
+        up on calls queued behind a busy harness piled up gigabytes (found by a review)."""
+        with self._cond:
+            for harness, queue in self._pending.items():
+                if queue.remove(future):
+                    self._queued -= 1
+                    if not queue and harness in self._ready:  # a ready harness always has work to take
+                        self._ready.remove(harness)
+                    return future.cancel()
+        return False
 
     def free_slots(self, ahead: int = 0) -> int:
         """Workers neither busy nor spoken for by queued work that could start, plus ``ahead`` more queued places:

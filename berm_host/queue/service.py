@@ -75,6 +75,10 @@ class Queue:
         self._with_tool(harness, tool)
         return self.executor.submit(Invocation(Trigger.CALL, harness, tool_args(args), tool=tool, context=context))
 
+    def withdraw(self, future: Future) -> bool:
+        """Drop a queued invocation (``call``'s or ``publish``'s future) before it starts; whether it had not."""
+        return self.executor.withdraw(future)
+
     def _with_tool(self, harness: str, tool: str) -> Target:
         target = self.target(harness)
         if tool not in target.tools:
