@@ -214,12 +214,19 @@ class Daemon:
         self._stop_lock = threading.Lock()  # one stop() at a time: a second waits for the first to end
         self._locks: list[int] = []  # flock descriptors: the state directory's, the socket's
         self._calls = threading.BoundedSemaphore(MAX_CALLS)
+        self._started = threading.Lock()  # held from a start() that serves on
 
     def start(self) -> bool:
         """Take the state directory and the socket's lock, load the harnesses, start the scheduler (due wakes from
         before the restart drain now) and listen; whether it serves (not when ``request_stop`` came first). The
         socket's lock comes before the harnesses: a second daemon on the socket compiled every image it declared,
-        or stopped at one it could not load, before it was refused."""
+        or stopped at one it could not load, before it was refused.
+
+        A daemon that serves is not started again: a second start() was refused by the first's lock, and undoing
+        it closed the serving socket, stopped the queue and released the locks (found by a review). One whose start
+        failed may try again."""
+        if not self._started.acquire(blocking=False):
+            raise DaemonError("this daemon has already been started")
         try:
             self._locks.append(_lock_state(self.config.state_dir))
             self._locks.append(_lock_socket(Path(self.config.socket)))
@@ -243,6 +250,7 @@ class Daemon:
                 self._server = None
             self.queue.stop()
             self._release_locks()
+            self._started.release()  # undone: it may be tried again
             if isinstance(exc, _StopRequested):
                 self._stopped.set()
                 log.info("stopped before serving: asked to stop while it started")

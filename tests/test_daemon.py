@@ -165,6 +165,19 @@ def test_a_second_daemon_on_the_same_socket_is_refused(empty_daemon, tmp_path):
     assert stat.S_IMODE(path.with_name(path.name + ".lock").stat().st_mode) == 0o600
 
 
+def test_a_second_start_of_a_serving_daemon_is_refused_and_leaves_it_serving(empty_daemon, tmp_path):
+    """Found by a review: the second start() was refused by the state directory's lock the first had taken, and
+    undoing it closed the serving socket, stopped the queue and let go of both locks, so another daemon could take
+    the state directory."""
+    with pytest.raises(DaemonError, match="already been started"):
+        empty_daemon.start()
+    assert DaemonClient(empty_daemon.config.socket).request({"op": "harnesses"}) == {"harnesses": []}
+    other = Daemon(DaemonConfig(declarations=empty_daemon.config.declarations, socket=tmp_path / "other.sock",
+                                state_dir=empty_daemon.config.state_dir))
+    with pytest.raises(DaemonError, match="another daemon is serving the state directory"):
+        other.start()
+
+
 def test_a_second_daemon_on_the_same_socket_is_refused_before_loading_its_harnesses(empty_daemon, tmp_path):
     """It took the socket's lock after loading every harness it declared: it compiled them all before it was
     refused, and one it could not load was the error it gave."""
