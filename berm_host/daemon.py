@@ -315,7 +315,7 @@ class Daemon:
                 raise _Protocol("a request is a JSON object with a string \"op\"")
             op = request["op"]
             if op not in _FIELDS:
-                raise _Protocol(f"unknown op {op!r}")
+                raise _Protocol(f"unknown op {op[:80]!r}")
             _only(request, _FIELDS[op] | {"op"}, f"a {op} request")
             if self._stopping.is_set():
                 # a connection opened before stop() still reads requests: they met a closed due-set and were
@@ -411,7 +411,7 @@ _MISSING = object()
 def _only(r: dict, fields: set[str] | tuple[str, ...], what: str) -> dict:
     """``r``, when it has none but ``fields``."""
     if unknown := sorted(r.keys() - set(fields)):
-        raise _Protocol(f"{what} takes no {', '.join(map(repr, unknown[:5]))}"
+        raise _Protocol(f"{what} takes no {', '.join(repr(key[:80]) for key in unknown[:5])}"
                         f"{f' (nor {len(unknown) - 5} more)' if len(unknown) > 5 else ''}: its fields are "
                         f"{', '.join(sorted(fields))}")
     return r

@@ -188,6 +188,18 @@ def test_a_field_the_op_does_not_take_is_a_protocol_error(daemon, request_, name
     assert daemon.target.calls == []  # refused before anything ran
 
 
+def test_names_the_daemon_does_not_know_come_back_cut_short(daemon):
+    """Found by a review: an unknown harness name (and op, and field name) was echoed whole, so a 2 MB name made a
+    6 MB reply, which the daemon held for as long as its client left it unread."""
+    client = DaemonClient(daemon.config.socket)
+    long = "x" * 2_000_000
+    for request_, words in [({"op": "call", "harness": long, "tool": "echo"}, "no harness named 'xxx"),
+                            ({"op": long}, "unknown op 'xxx"),
+                            ({"op": "harnesses", **{long + str(i): 1 for i in range(6)}}, "takes no 'xxx")]:
+        kind, message = _error(client, request_)
+        assert words in message and len(message) < 1000, (kind, message[:200])
+
+
 def test_a_damaged_row_is_left_out_of_listings(daemon):
     """Found by a review: a due-set row of types the due-set never writes (another program's blob payload) made
     every schedule.list that reached it end with no reply, and socketserver printed a traceback."""

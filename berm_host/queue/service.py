@@ -60,7 +60,7 @@ class Queue:
         try:
             return self._targets[name]
         except KeyError:
-            raise UnknownHarness(f"no harness named {name!r} is loaded (loaded: {sorted(self._targets)})") from None
+            raise UnknownHarness(f"no harness named {name[:80]!r} is loaded (loaded: {sorted(self._targets)})") from None
 
     def harnesses(self) -> list[str]:
         return sorted(self._targets)
