@@ -33,6 +33,9 @@ def parse_when(text: str, now_ms: int | None = None) -> int:
                         "(2026-12-01T08:00, 2026-12-01T08:00:00Z) or epoch milliseconds") from None
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
 def _instant(text: str, now_ms: int) -> int:
     if m := _RELATIVE.fullmatch(text):
         return now_ms + int(m[1]) * _UNIT_MS[m[2]]
@@ -41,7 +44,7 @@ def _instant(text: str, now_ms: int) -> int:
     instant = dt.datetime.fromisoformat(text)
     if instant.tzinfo is None:
         instant = _local(instant)
-    return int(instant.timestamp() * 1000)
+    return (instant - _EPOCH) // dt.timedelta(milliseconds=1)  # exact: timestamp() * 1000 came out 1 ms early
 
 
 def _local(wall: dt.datetime) -> dt.datetime:

@@ -549,6 +549,8 @@ def test_a_daemon_configured_with_a_bad_limit_refuses_to_start(tmp_path):
     ("+30s", 1_000_030_000), ("+5m", 1_000_300_000), ("+2h", 1_007_200_000), ("+1d", 1_086_400_000),
     ("+250ms", 1_000_000_250), ("1234", 1234), ("2030-01-02T08:30:00Z", 1893573000000),
     ("2030-01-02T08:30:00+01:00", 1893569400000),
+    # found by a review: timestamp() * 1000 in floating point, truncated, came out 1 ms early (late before 1970)
+    ("2038-11-20T03:43:53.595+00:00", 2173837433595), ("1969-12-31T23:59:59.999+00:00", -1),
 ])
 def test_schedule_instants(text, expected):
     assert parse_when(text, now_ms=1_000_000_000) == expected
