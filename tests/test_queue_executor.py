@@ -122,6 +122,7 @@ def test_by_default_one_harness_never_holds_every_worker(workers, limit):
 
 @pytest.mark.parametrize("limits, message", [
     ({"workers": 0}, "at least one worker, not 0"),
+    ({"workers": 10 ** 8}, "at most 1024 workers, not 100000000"),  # a MemoryError's traceback (a review)
     ({"per_harness": 0}, "per-harness limit must be at least 1, not 0"),
     ({"per_harness": -1}, "per-harness limit must be at least 1, not -1"),
     ({"timeout": float("nan")}, r"timeout must be a number of seconds in \(0, 86400\], not nan"),
@@ -134,6 +135,26 @@ def test_limits_no_executor_can_run_with_are_refused(limits, message):
     and a worker count of 0 or a NaN timeout were bare ValueErrors (a traceback from berm serve)."""
     with pytest.raises(LimitError, match=message):
         Executor(lambda inv, deadline: "", **limits)
+
+
+def test_worker_threads_that_cannot_start_are_a_limit_error_and_leave_none_running(monkeypatch):
+    """Found by a review: a worker thread that could not start ("can't start new thread") was a RuntimeError's
+    traceback from berm serve, the workers already started left waiting."""
+    started = []
+    real_start = threading.Thread.start
+
+    def start(thread):
+        if len(started) == 3:
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+        started.append(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(LimitError, match="cannot start 8 worker threads \\(started 3\\): can't start new thread"):
+        Executor(lambda inv, deadline: "", workers=8)
+    for t in started:
+        t.join(5)
+        assert not t.is_alive()
 
 
 def test_tool_calls_go_before_wakes_and_notifications_queued_earlier():

@@ -45,6 +45,8 @@ LOG_LINE_MAX = 4096
 Invoke = Callable[[Invocation, float], str]
 
 DEFAULT_WORKERS = 4
+#: The most worker threads an executor starts (each is a thread with its own stack, all started up front).
+MAX_WORKERS = 1024
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_MAX_DEPTH = 8
 
@@ -61,6 +63,8 @@ def _check_limits(workers: int, per_harness: int | None, timeout: float, max_dep
     and each call waited for ever)."""
     if not _whole(workers) or workers < 1:
         raise LimitError(f"the executor needs at least one worker, not {workers!r}")
+    if workers > MAX_WORKERS:  # found by a review: --workers 100000000 ended in a MemoryError's traceback
+        raise LimitError(f"the executor starts at most {MAX_WORKERS} workers, not {workers}")
     if per_harness is not None and (not _whole(per_harness) or per_harness < 1):
         raise LimitError(f"the per-harness limit must be at least 1, not {per_harness!r}")
     if not is_timeout(timeout):
@@ -205,8 +209,13 @@ class Executor:
         self._listeners: list[Callable[[Invocation], None]] = []
         self._threads = [threading.Thread(target=self._work, name=f"berm-worker-{i}", daemon=True)
                          for i in range(workers)]
-        for t in self._threads:
-            t.start()
+        for i, t in enumerate(self._threads):
+            try:
+                t.start()
+            except RuntimeError as exc:  # "can't start new thread": a limit on threads or memory
+                del self._threads[i:]
+                self.shutdown()
+                raise LimitError(f"cannot start {workers} worker threads (started {i}): {exc}") from None
 
     # --- submitting ---------------------------------------------------------------------------------------
 
