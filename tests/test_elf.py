@@ -182,9 +182,10 @@ def _overlap(data):
 
 
 def _many_loads(data):
-    """A program header table of one more loadable segment than allowed, appended to the file."""
+    """A program header table of one more loadable segment than allowed, appended to the file (each mapping no
+    file bytes: the file bytes segments map may not add up to more than the file, see test_elf_limits.py)."""
     first = _load_headers(data)[0]
-    table = data[first:first + PHDR_SIZE] * (MAX_LOAD_SEGMENTS + 1)
+    table = patched(data[first:first + PHDR_SIZE], PHDR_FIELDS["p_filesz"][0], "<Q", 0) * (MAX_LOAD_SEGMENTS + 1)
     return _ehdr_patch(_ehdr_patch(data + table, "e_phoff", len(data)), "e_phnum", MAX_LOAD_SEGMENTS + 1)
 
 

@@ -13,7 +13,7 @@ from berm_aot import elf, program
 from berm_aot.elf import MAX_NAME_BYTES, read_elf
 from berm_aot.errors import ElfError
 from berm_aot.program import Program
-from tests.elf_samples import (PHDR_FIELDS, SHDR_FIELDS, dispatch_elf, field, harness_elf, manifest_json, patched,
+from tests.elf_samples import (EHDR_FIELDS, PHDR_FIELDS, SHDR_FIELDS, dispatch_elf, field, harness_elf, manifest_json, patched,
                                phdr_offsets, shdr_offsets)
 
 
@@ -102,6 +102,23 @@ def test_file_bytes_two_segments_map_count_once(monkeypatch, dispatch):
     unloaded = _unloaded(data)
     _at_and_past(monkeypatch, data, "MAX_UNLOADED_BYTES", unloaded,
                  f"{unloaded} bytes of the file lie outside its loadable segments")
+
+
+def test_segments_may_not_map_more_file_bytes_than_the_file_has(dispatch):
+    """Found by a review: each segment's bytes are copied, and 61 segments mapping one 16 MiB run of the file took
+    1 GB to read. A segment's bytes mapped again by a second segment are read (the test above); a program header
+    table of copies of the first segment, more than the file holds, is refused before the rest is looked at."""
+    first = _loads(dispatch)[0]
+    filesz = field(dispatch, first, PHDR_FIELDS, "p_filesz")
+    count = len(dispatch) // filesz + 2
+    table = dispatch[first:first + 56] * count  # 56 bytes: an Elf64_Phdr
+    data = dispatch + table
+    data = patched(data, EHDR_FIELDS["e_phoff"][0], "<Q", len(dispatch))
+    data = patched(data, EHDR_FIELDS["e_phnum"][0], "<H", count)
+    mapped = filesz * (len(data) // filesz + 1)
+    with pytest.raises(ElfError, match=f"the loadable segments map {mapped} bytes or more of a {len(data)}-byte "
+                                       "file: they map the same file bytes over and over"):
+        read_elf(data)
 
 
 def test_functions(monkeypatch, dispatch):
