@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 
+from berm_abi.text import escaped
 from berm_aot.errors import ElfError
 
 TAG_FILE = 1
@@ -109,9 +110,11 @@ def extensions(arch_string: str) -> list[str]:
 
 def check(arch_string: str) -> None:
     """Refuse an image built for RV32, or for extensions the host does not run (ElfError naming them)."""
+    shown = escaped(arch_string, lines=False)  # the image's text: a newline in it forged lines (found by a review)
     if arch_string.lower().startswith("rv32"):
-        raise ElfError(f"the image was built for RV32 ({arch_string}); build for rv64imac, the lp64 ABI")
+        raise ElfError(f"the image was built for RV32 ({shown}); build for rv64imac, the lp64 ABI")
     unknown = [e for e in extensions(arch_string) if e not in RUNS]
     if unknown:
-        raise ElfError(f"the image was built for RISC-V extensions this host does not run: {', '.join(unknown)} "
-                       f"(its attributes say {arch_string}); build for rv64imac, the lp64 ABI")
+        raise ElfError(f"the image was built for RISC-V extensions this host does not run: "
+                       f"{escaped(', '.join(unknown), lines=False)} (its attributes say {shown}); build for rv64imac, "
+                       "the lp64 ABI")

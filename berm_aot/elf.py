@@ -422,7 +422,7 @@ class _Reader:
         """Every relocation that patched an allocated section; those against debug sections are ignored. A section
         is patched by one relocation section, as linkers write them (headers may alias one large table many times
         over, and each alias would be read in full)."""
-        out, patched = [], set()
+        out, patched, read = [], set(), 0
         for i, sh in enumerate(self.shdrs):
             if sh["sh_type"] != "SHT_RELA":
                 continue
@@ -440,6 +440,10 @@ class _Reader:
                 raise ElfError(f"relocation section {self.names[i]!r} does not use the symbol table")
             if len(out) + sh["sh_size"] // _RELA_SIZE > MAX_RELOCATIONS:
                 raise ElfError(f"the image has more than {MAX_RELOCATIONS} relocations of its allocated sections")
+            read += sh["sh_size"]
+            if read > len(self.data):  # found by a review: one 1.5 KB table, 32,764 headers, 2M relocations
+                raise ElfError(f"the relocation sections hold {read} bytes or more of a {len(self.data)}-byte file: "
+                               "they share file bytes (one table named by several section headers)")
             out.extend(self._rela_table(i, self.names[target], tsh["sh_addr"], tsh["sh_size"], symbols))
         if not patched:
             raise ElfError("the image carries no relocations for its code; link it with --emit-relocs "
@@ -454,10 +458,10 @@ class _Reader:
         for offset, info, addend in struct.iter_unpack("<QQq", raw):
             sym, rtype = info >> 32, info & 0xFFFFFFFF
             if sym >= nsyms:
-                raise ElfError(f"a relocation in {self.names[index]} names symbol {sym}; "
+                raise ElfError(f"a relocation in {self.names[index]!r} names symbol {sym}; "
                                f"the symbol table has {nsyms}")
             if not lo <= offset <= hi:
-                raise ElfError(f"a relocation in {self.names[index]} patches {offset:#x}, outside {section} "
+                raise ElfError(f"a relocation in {self.names[index]!r} patches {offset:#x}, outside {section!r} "
                                f"[{lo:#x}, {hi:#x})")
             name, value = symbols[sym]
             append(Relocation(offset, rtype, known.get(rtype) or reloc_type_name(rtype), name, value, addend,

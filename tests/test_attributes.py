@@ -78,6 +78,15 @@ def test_rv32_is_refused():
         attributes.check("rv32imac")
 
 
+@pytest.mark.parametrize("arch", ["rv32imac\nberm inspect: FORGED", "rv64imac_zfoo\nberm inspect: FORGED"])
+def test_an_arch_string_cannot_write_lines_of_its_own_into_the_error(arch):
+    """Found by a review: the image's arch string went into the message as it was, so a newline in it wrote a line
+    of the image's choosing into berm inspect's or berm-compile's error output."""
+    with pytest.raises(ElfError) as refused:
+        attributes.check(arch)
+    assert "\n" not in str(refused.value) and "\\x0a" in str(refused.value)
+
+
 @pytest.mark.parametrize("section", [
     b"B",  # another format version
     b"A\x00\x00\x00\x00riscv\x00",  # a subsection of length 0 (a naive reader loops on it)

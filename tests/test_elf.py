@@ -249,7 +249,7 @@ def test_relocation_naming_a_missing_symbol(dispatch):
 def test_relocation_outside_its_section(dispatch):
     rela = shdr_offsets(dispatch)[".rela.text"]
     first = field(dispatch, rela, SHDR_FIELDS, "sh_offset")
-    with pytest.raises(ElfError, match="outside .text"):
+    with pytest.raises(ElfError, match="outside '.text'"):
         read_elf(patched(dispatch, first, "<Q", 0x10))
 
 

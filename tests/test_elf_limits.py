@@ -146,6 +146,34 @@ def test_functions_the_symbols_name_are_counted_before_the_code_is_followed(monk
         Program.from_image(image)
 
 
+def test_relocation_tables_may_not_share_file_bytes(dispatch):
+    """Found by a review: a section is patched by one relocation table, but one 1.5 KB table named by 32,764
+    section headers, each applying it to a section of its own (empty, so every entry fits), made 2 million
+    relocations and 415 MB from a 4 MiB file. Here a 96 KiB table of entries that patch nothing (R_RISCV_NONE) at
+    the start of .rodata is named twice, each time applied to an empty section there: more than the file holds."""
+    headers = shdr_offsets(dispatch)
+    shoff, shnum = (field(dispatch, 0, EHDR_FIELDS, f) for f in ("e_shoff", "e_shnum"))
+    rodata = dispatch[headers[".rodata"]:headers[".rodata"] + 64]
+    at = field(rodata, 0, SHDR_FIELDS, "sh_addr")
+    table = struct.pack("<QQq", at, 0, 0) * 4096
+    empty = patched(rodata, SHDR_FIELDS["sh_size"][0], "<Q", 0)
+    rela = patched(dispatch[headers[".rela.text"]:headers[".rela.text"] + 64], SHDR_FIELDS["sh_offset"][0], "<Q",
+                   len(dispatch))
+    rela = patched(rela, SHDR_FIELDS["sh_size"][0], "<Q", len(table))
+
+    def named(times: int) -> bytes:
+        added = [empty] * times + [patched(rela, SHDR_FIELDS["sh_info"][0], "<I", shnum + k) for k in range(times)]
+        data = dispatch + table + dispatch[shoff:shoff + 64 * shnum] + b"".join(added)
+        data = patched(data, EHDR_FIELDS["e_shoff"][0], "<Q", len(dispatch) + len(table))
+        return patched(data, EHDR_FIELDS["e_shnum"][0], "<H", shnum + len(added))
+
+    assert len(read_elf(named(1)).relocations) > len(read_elf(dispatch).relocations) + 4000
+    data = named(2)
+    with pytest.raises(ElfError, match=f"the relocation sections hold [0-9]+ bytes or more of a {len(data)}-byte "
+                                       "file: they share file bytes"):
+        read_elf(data)
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["offsets", "one-offset"])
 def test_names_at_many_offsets_into_one_long_run(dispatch, shared):
     """A symbol table whose names start at offsets 1, 2, 3, … of one 1 MiB run of letters: each name is the rest of
