@@ -64,6 +64,9 @@ def parse_manifest(data: bytes | None) -> Manifest:
         text = bytes(data).rstrip(b"\0").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ManifestEncodingError(f"the manifest is not UTF-8 (byte {exc.start})") from None
+    # Only a text of more brackets than that can nest deeper (a count costs ~1 µs, on every load of an image).
+    if text.count("[") + text.count("{") > MAX_NESTING and (depth := text_nesting_depth(text)) > MAX_NESTING:
+        raise ManifestJsonError(f"the manifest nests arrays and objects {depth} deep; at most {MAX_NESTING} are read")
     try:
         doc = json.loads(text, object_pairs_hook=unique_object, parse_int=bounded_int)
     except RepeatedKey as exc:  # the last one was kept: a manifest with two "tools" read as the second
@@ -75,10 +78,6 @@ def parse_manifest(data: bytes | None) -> Manifest:
     except RecursionError:
         raise ManifestJsonError(f"the manifest nests arrays and objects too deep to read; at most {MAX_NESTING} "
                                 "are read") from None
-    # Only a text of more brackets than that can nest deeper (a count costs ~1 µs; walking the document ~16 µs for
-    # 4 KB, on every load of an image).
-    if text.count("[") + text.count("{") > MAX_NESTING and (depth := nesting_depth(doc)) > MAX_NESTING:
-        raise ManifestJsonError(f"the manifest nests arrays and objects {depth} deep; at most {MAX_NESTING} are read")
     if problem := unsayable(doc):  # berm inspect --json printed NaN, and a surrogate made it a traceback
         raise ManifestJsonError(f"the manifest is not valid JSON: it holds {problem}")
     if not isinstance(doc, dict):
@@ -94,6 +93,21 @@ def parse_manifest(data: bytes | None) -> Manifest:
         raise ManifestJsonError(f"the manifest's usage must be a string, not {_json_type(usage)}")
     return Manifest(abi_version=version, tools=_tools(doc.get("tools")), usage=usage, requests=_requests(doc),
                     raw=doc)
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def text_nesting_depth(text: str) -> int:
+    """How deeply a JSON text's arrays and objects nest, read off its brackets outside strings, before any parser
+    sees it: json.loads recurses in C once a level, up to the recursion limit whatever the stack, and a 990-deep
+    manifest read in a thread with a 64 KiB stack crashed the process (found by a review)."""
+    deepest = depth = 0
+    for bracket in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def nesting_depth(doc) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import re
 import struct
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -236,14 +238,38 @@ def test_nesting_is_bounded_before_parsing():
         parse_manifest(_nested(MAX_NESTING + 1))
 
 
+def test_brackets_in_strings_do_not_count_as_nesting():
+    text = b'{"abi_version": 0, "tools": [], "x": ["\\"[{\\\\", "' + b"[" * 200 + b'"], "y": [[[]]]}'
+    assert parse_manifest(text).raw["x"][0] == '"[{\\'
+
+
+def test_a_deep_manifest_is_refused_before_json_loads_recurses_even_on_a_small_stack():
+    """Found by a review: json.loads recurses in C once a level up to Python's recursion limit, whatever the stack,
+    so a 990-deep manifest read in a thread with a 64 KiB stack crashed the process (exit status 139)."""
+    probe = ("import threading\n"
+             "from berm_aot.manifest import parse_manifest\n"
+             "threading.stack_size(64 * 1024)\n"
+             "def read():\n"
+             "    try:\n"
+             "        parse_manifest(b'{\"abi_version\": 0, \"x\": ' + b'[' * 990 + b']' * 990 + b'}')\n"
+             "    except Exception as exc:\n"
+             "        print(type(exc).__name__, exc)\n"
+             "t = threading.Thread(target=read)\n"
+             "t.start()\n"
+             "t.join()\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0 and done.stdout.startswith("ManifestJsonError the manifest nests arrays and objects "
+                                                           "991 deep"), (done.returncode, done.stdout, done.stderr)
+
+
 @pytest.mark.parametrize("depth", range(950, 1000, 7))
 def test_nesting_just_under_the_recursion_limit_is_a_manifest_error(depth, tmp_path, capsys):
     """Found by a hostile review: nesting just under Python's recursion limit passed json.loads and then broke the
     check that writes the document back, a RecursionError out of Engine.load and berm inspect. Through an image, as
     a harness delivers it."""
     elf = harness_elf(_nested(depth), ["alpha"])
-    # json.loads may give up first, depending on the caller's stack: the manifest is refused either way
-    too_deep = rf"nests arrays and objects ({depth} deep|too deep to read); at most {MAX_NESTING} are read"
+    too_deep = rf"nests arrays and objects {depth} deep; at most {MAX_NESTING} are read"
     with pytest.raises(ManifestJsonError, match=too_deep):
         _load(_nested(depth), ["alpha"])
     with pytest.raises(ManifestJsonError, match=too_deep):
