@@ -489,6 +489,16 @@ def test_a_match_on_a_line_ending_counts_its_line_once(root, caps):
     assert grep(caps, r"b$|\n", path="spaces.txt", mode="content") == ["spaces.txt:1:a b"]
 
 
+def test_no_line_follows_a_files_last_newline(root, caps):
+    """Found by a review: the search ran to the end of the text, past the last line's newline, so `^$` matched a
+    third line of "x\\ny\\n" and a line of an empty file, and `^` counted three lines where GNU grep counts two."""
+    _tree(root, {"lines/two.txt": "x\ny\n", "lines/empty.txt": "", "lines/blank.txt": "\n", "lines/open.txt": "x"})
+    assert grep(caps, "^$", path="lines", mode="content") == ["lines/blank.txt:1:"]
+    assert set(grep(caps, "^", path="lines", mode="count")) == {"lines/two.txt:2", "lines/blank.txt:1",
+                                                                 "lines/open.txt:1"}
+    assert grep(caps, "x$", path="lines", mode="content") == ["lines/open.txt:1:x", "lines/two.txt:1:x"]
+
+
 def test_a_line_of_exactly_line_cap_characters_is_not_cut(root, caps):
     (root / "edge.txt").write_text("y" * grep_worker.LINE_CAP + "\n")
     assert grep(caps, "y", path="edge.txt", mode="content") == ["edge.txt:1:" + "y" * grep_worker.LINE_CAP]

@@ -63,11 +63,14 @@ def _scan(body: str, rx: regex.Pattern, mode: str, limit: int, end: float) -> tu
     count, shown = 0, []
     pos = last = 0
     lineno = 1
-    while pos <= len(body) and count < limit:
+    # The lines end before a final newline: searched to the body's end, `^$` matched a line after it that no file
+    # has (and matched in an empty file: found by a review).
+    lines_end = len(body) - body.endswith("\n")
+    while pos <= lines_end and body and count < limit:
         left = end - time.monotonic()
         if left <= 0:
             raise TimeoutError
-        m = rx.search(body, pos, timeout=left)
+        m = rx.search(body, pos, lines_end, timeout=left)
         if m is None:
             break
         start = body.rfind("\n", 0, m.start()) + 1
