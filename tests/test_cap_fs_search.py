@@ -249,6 +249,13 @@ def test_inline_flags_that_hide_nothing_still_search(root, caps):
     assert grep(caps, "(?i)needle") == grep(caps, "(?-x:Needle)") == grep(caps, r"\(?x\)|Needle") == ["mixed.txt"]
 
 
+@pytest.mark.parametrize("pattern", ["(?r)a", "(?ir)A", "(?r:a)"])
+def test_the_reverse_flag_is_refused(root, caps, pattern):
+    """Found by a review: the worker searches forward, so (?r)a counted one of three matching lines."""
+    with pytest.raises(CapabilityError, match=r"turn on reverse searching \(r\)"):
+        grep(caps, pattern)
+
+
 def test_a_version_flag_is_a_tool_error_not_a_host_bug(caps):
     """Found by a review: (?V1) contradicts the VERSION0 the host compiles with, and the regex module raised a
     KeyError, which reached the guest as the host-call-failed trap."""

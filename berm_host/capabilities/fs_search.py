@@ -694,6 +694,9 @@ def _check_pattern(pattern: str) -> None:
         if "f" in on:
             raise CapabilityError(f"bad regex: its inline flags (?{m.group(1)} turn on full case folding (f), which "
                                   "grep does not support (use (?i))")
+        if "r" in on:  # the search runs forward: it found each line's last match only (found by a review)
+            raise CapabilityError(f"bad regex: its inline flags (?{m.group(1)} turn on reverse searching (r), which "
+                                  "grep does not support")
     if _unrolled_size(pattern) > MAX_UNROLLED:
         raise CapabilityError(f"bad regex: its counted repeats ({{n}}, {{n,m}}) and + would have it compile to more "
                               f"than grep allows ({MAX_UNROLLED} characters written out, a group counting "
