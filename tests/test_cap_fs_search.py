@@ -336,6 +336,27 @@ def test_a_pathological_glob_matches_in_linear_time(root):
     assert len(caps["berm.fs.glob"](encode_frame(["*a" * 200 + "*[0-9]", ""])).split(b"\n")) == 40
 
 
+def test_a_pathological_gitignore_rule_matches_in_linear_time(root):
+    """Found by a review: .gitignore rules were matched by the regex module, as globs were before RE2 (above): ``*a``
+    ×120 then ``b`` took it seconds of CPU for each long name, and a grep with a 2 s budget held the host 55 s on a
+    busy machine. With RE2 every name is looked at well inside the budget (before: timed out)."""
+    _tree(root, {"deep/.gitignore": "*a" * 120 + "b\n", "deep/" + "a" * 250 + "b": "needle\n",
+                 **{"deep/" + "a" * 250 + f"{i:02}": "needle\n" for i in range(40)}})
+    caps = fs_search.capabilities(Root(root), timeout=10)
+    found = grep(caps, "needle", path="deep")
+    assert len(found) == 40 and "deep/" + "a" * 250 + "b" not in found
+
+
+def test_a_gitignore_rule_that_is_not_utf8_hides_the_file_it_names(root):
+    """Found by a review: the .gitignore was decoded with replacement characters, so a rule naming a Latin-1 file
+    name never matched it (git hides it)."""
+    (root / "latin1").mkdir()
+    (root / "latin1" / ".gitignore").write_bytes(b"caf\xe9.txt\n")
+    for name in (b"caf\xe9.txt", b"other.txt"):
+        (root / "latin1" / os.fsdecode(name)).write_text("needle\n")
+    assert grep(fs_search.capabilities(Root(root), timeout=30), "needle", path="latin1") == ["latin1/other.txt"]
+
+
 def test_a_search_past_its_time_returns_what_it_found(root):
     (root / "found.txt").write_text("needle\n")
     (root / "zz-slow.txt").write_text("x" * 4000 + "\n")

@@ -434,8 +434,10 @@ def _read_text(fd: int, cap: int) -> bytes | None:
 
 
 def _ignore_file(dir_fd: int) -> str:
+    """A directory's .gitignore, bytes that are not UTF-8 kept as they are (surrogateescape), as the names they
+    match are: replaced, a rule naming a Latin-1 file never matched it (found by a review)."""
     data = _read_small(dir_fd, ".gitignore", MAX_IGNORE_FILE)
-    return data.decode("utf-8", "replace") if data else ""
+    return data.decode("utf-8", "surrogateescape") if data else ""
 
 
 def _ancestor_ignores(r: Resolved, deadline: Deadline) -> Ignore:

@@ -23,14 +23,17 @@ MAX_PATTERN = 1024
 
 
 @functools.cache
-def _re2():
-    """The re2 module and the options globs compile with, imported at the first glob (5 ms a process start need
-    not pay: ``berm call`` links fs without globbing)."""
+def re2_module(*, latin1: bool = False):
+    """The re2 module and the options patterns compile with, imported at the first use (5 ms a process start need
+    not pay: ``berm call`` links fs without globbing). ``latin1``: patterns and texts are bytes, each byte one
+    character (gitignore.py matches wildmatch's way, on a name's bytes)."""
     import re2
 
     options = re2.Options()
     options.dot_nl = True  # "**" spans any characters, a newline in a name included
     options.log_errors = False  # RE2 would log a pattern's errors (and its DFA running out of memory) to stderr
+    if latin1:
+        options.encoding = re2.Options.Encoding.LATIN1
     return re2, options
 
 
@@ -97,7 +100,7 @@ def _segment(seg: str) -> str:
             out.append("[^/]")
         elif c == "\\" and i + 1 < len(seg):
             i += 1
-            out.append(_re2()[0].escape(seg[i]))
+            out.append(re2_module()[0].escape(seg[i]))
         elif c == "[" and (cls := _class(seg, i)):
             out.append(cls[0])
             i = cls[1]
@@ -107,7 +110,7 @@ def _segment(seg: str) -> str:
             i = alts[1]
             continue
         else:
-            out.append(_re2()[0].escape(c))
+            out.append(re2_module()[0].escape(c))
         i += 1
     return "".join(out)
 
@@ -146,7 +149,7 @@ class Glob:
             raise CapabilityError("glob pattern contains a NUL byte")
         self.pattern = pattern
         self.basename = basename_if_no_slash and "/" not in pattern
-        re2, options = _re2()
+        re2, options = re2_module()
         try:
             self._rx = re2.compile(_utf8(glob_source(pattern)), options)
         except re2.error as exc:  # e.g. a range like [z-a]
