@@ -68,6 +68,39 @@ def test_a_rewrite_that_cannot_keep_the_group_grants_nobody_more(tmp_path, befor
     assert (f.read_text(), st.st_gid, oct(stat.S_IMODE(st.st_mode))) == ("new", 0, oct(after))
 
 
+def _with_acl(path):
+    """Give ``path`` the access ACL user::rw- user:OTHER:rw- group::--- mask::rw- other::--- (only OTHER may use it
+    besides its owner); its bytes. Skips the test on a file system without ACLs."""
+    import struct
+    entries = [(0x01, 6, 0xFFFFFFFF), (0x02, 6, OTHER), (0x04, 0, 0xFFFFFFFF), (0x10, 6, 0xFFFFFFFF),
+               (0x20, 0, 0xFFFFFFFF)]
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+    try:
+        os.setxattr(path, "system.posix_acl_access", acl)
+    except OSError as exc:
+        pytest.skip(f"no POSIX ACLs here: {exc}")
+    return os.getxattr(path, "system.posix_acl_access")
+
+
+def test_a_rewrite_keeps_the_acl_of_the_file_it_replaces(tmp_path):
+    """Found by a review: a rewrite kept the mode bits and dropped the ACL, so the group bits (the ACL's mask, rw)
+    became the owning group's, which the ACL had denied everything."""
+    f = _file(tmp_path / "f", mode=0o600)
+    acl = _with_acl(f)
+    assert stat.S_IMODE(f.stat().st_mode) == 0o660  # the mask shows as the group bits
+    assert write_unprivileged(tmp_path, "f", "new") == ""
+    assert (f.read_text(), os.getxattr(f, "system.posix_acl_access")) == ("new", acl)
+
+
+def test_a_rewrite_that_cannot_keep_the_group_of_a_file_with_an_acl_gives_the_group_nothing(tmp_path):
+    """The ACL's owning-group entry was the old group's: set on a file of the writer's group it would be theirs."""
+    f = _file(tmp_path / "f", mode=0o600, gid=OTHER)
+    _with_acl(f)
+    assert write_unprivileged(tmp_path, "f", "new") == ""
+    st = f.stat()
+    assert (f.read_text(), st.st_gid, stat.S_IMODE(st.st_mode) & 0o070) == ("new", 0, 0)
+
+
 def test_a_file_the_writer_may_not_write_is_not_replaced(tmp_path):
     """Found by a review: the rename needs only the directory's write permission, so a read-only file, or another
     user's without a write bit for others, was replaced where an ordinary open for writing is refused."""

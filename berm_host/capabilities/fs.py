@@ -91,7 +91,7 @@ def write_file(root: Root, path: str, content: bytes, *, parents: bool = False) 
         try:
             with os.fdopen(fd, "wb") as f:
                 if old is not None:
-                    _take_access(f.fileno(), old)
+                    _take_access(f.fileno(), old, _acl(r.dir_fd, r.leaf))
                 f.write(content)
                 f.flush()
                 os.fsync(f.fileno())
@@ -105,10 +105,24 @@ def write_file(root: Root, path: str, content: bytes, *, parents: bool = False) 
             raise
 
 
-def _take_access(fd: int, old: os.stat_result) -> None:
-    """Give the empty temp file ``fd`` the owner (where the host may), group and permission bits of the file ``old``
-    it is to replace, before any content is written: the new content of a 0600 file sat in a temp file of the
-    umask's mode (0644) while it was written, for another user to open (found by a review)."""
+#: The extended attribute holding a file's POSIX access ACL.
+_ACL = "system.posix_acl_access"
+
+
+def _acl(dir_fd: int, leaf: str) -> bytes | None:
+    """The POSIX access ACL of the file ``leaf`` in ``dir_fd``, None when it has none (or its file system none)."""
+    try:
+        return os.getxattr(f"/proc/self/fd/{dir_fd}/{leaf}", _ACL, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def _take_access(fd: int, old: os.stat_result, acl: bytes | None) -> None:
+    """Give the empty temp file ``fd`` the owner (where the host may), group, permission bits and ACL (``acl``) of
+    the file ``old`` it is to replace, before any content is written: the new content of a 0600 file sat in a temp
+    file of the umask's mode (0644) while it was written, for another user to open (found by a review). Without its
+    ACL, a file's group bits (the ACL's mask) went to its owning group, which the ACL may have denied (found by
+    another); an ACL that cannot be set leaves the group nothing."""
     mode = stat.S_IMODE(old.st_mode) & 0o777
     made = os.fstat(fd)
     if made.st_uid != old.st_uid:
@@ -117,6 +131,7 @@ def _take_access(fd: int, old: os.stat_result) -> None:
             made = os.fstat(fd)
         except OSError:  # only root may give a file away: it stays the host user's
             pass
+    group_kept = True
     if made.st_gid != old.st_gid:
         # Found by a review: a 0640 file of group G came back 0640 of the host user's group, readable by its members.
         try:
@@ -124,9 +139,20 @@ def _take_access(fd: int, old: os.stat_result) -> None:
         except OSError:  # not a member of G (EPERM), or G is unmapped in this user namespace (EINVAL)
             # Members of our group would get the group bits, and G's members the other bits (0604 denied them):
             # both get only what the old file granted both.
+            group_kept = False
             both = mode >> 3 & mode & 0o7
             mode = mode & 0o700 | both << 3 | both
     os.fchmod(fd, mode)
+    if acl is not None and not (group_kept and _set_acl(fd, acl)):
+        os.fchmod(fd, mode & ~0o070)  # the ACL's owning-group entry was G's: our group gets none of it
+
+
+def _set_acl(fd: int, acl: bytes) -> bool:
+    try:
+        os.setxattr(fd, _ACL, acl)
+        return True
+    except OSError:  # a file system without ACLs, an ACL naming an id unmapped here
+        return False
 
 
 def _flag(value: bytes, what: str) -> bool:
