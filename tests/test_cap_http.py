@@ -311,6 +311,10 @@ def _raw_server(response: bytes):
     pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 1" + b"0" * 4999 + b"\r\n\r\nabc",
                  "malformed response framing", id="a Content-Length of 5,000 digits"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 5\r\n\r\nabcde", "malformed response framing"),
+    # found by a review: lengths Python's int() reads, and a bare CR, which made a header of the value's rest
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 1_0\r\n\r\n0123456789abc", "malformed response framing"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\nabc", "malformed response framing"),
+    (b"HTTP/1.1 200 OK\r\nX-Echo: a\rContent-Length: 3\r\n\r\nabcdef", "malformed response headers"),
 ])
 def test_a_response_cut_short_or_with_broken_headers_is_an_error(response, words):
     """Found by reviews: a body shorter than its Content-Length came back as a success, as did one whose
@@ -363,6 +367,31 @@ def test_header_values_travel_as_utf8_both_ways_and_a_name_given_twice_is_sent_t
     (request,) = seen
     assert b"\r\nAccept: text/html\r\nAccept: application/json\r\n" in request
     assert b"\r\nX-Name: caf\xc3\xa9 \xe2\x98\x83\r\n" in request
+
+
+def test_interim_responses_are_read_past_to_the_final_one():
+    """Found by a review: http.client reads past 100 Continue only, so a 103 Early Hints (or 102 Processing) came
+    back as the response, with no body, and the real one was lost."""
+    reply = (b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+             b"HTTP/1.1 102 Processing\r\n\r\n"
+             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+    url, seen, stop = _recording_server(lambda conn, request: conn.sendall(reply))
+    try:
+        status, head, body = fetch(["127.0.0.1"], url)
+    finally:
+        stop()
+    assert (status, head, body) == (200, "Content-Length: 5\nConnection: close\n", b"hello")
+
+
+def test_a_url_past_ascii_is_sent_percent_encoded():
+    """Found by a review: http.client raised a codec error for it, once connected."""
+    url, seen, stop = _recording_server(lambda conn, request: conn.sendall(
+        b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"))
+    try:
+        assert fetch(["127.0.0.1"], url + "caf\u00e9/?q=\u2603&r=%41")[0] == 204
+    finally:
+        stop()
+    assert seen[0].startswith(b"GET /caf%C3%A9/?q=%E2%98%83&r=%41 HTTP/1.1\r\n")
 
 
 def test_a_post_with_no_body_still_says_its_length():

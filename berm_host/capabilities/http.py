@@ -21,7 +21,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Iterable
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from berm_abi.errors import BermError
 from berm_abi.frames import encode_frame
@@ -35,6 +35,7 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 _FORBIDDEN_HEADERS = {"host", "content-length", "transfer-encoding"}
 #: A folded line of a header value (obsolete, RFC 9112 §5.2): http.client keeps its CR LF and spaces in the value.
 _FOLD = re.compile(r"\r?\n[ \t]+")
+_DIGITS = re.compile(r"[0-9]+")
 #: What a header value may not hold (RFC 9110 §5.5: visible characters, spaces and tabs): CR, LF and NUL split
 #: the request, and a vertical tab or form feed is a separator to some lenient servers and proxies (a review).
 _CONTROL_IN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -164,7 +165,46 @@ def _target(url: str, hosts: HostList) -> tuple[str, str, int, str]:
     # Always an explicit port: given none, http.client splits one off the host itself, and the bare IPv6 address
     # "::1:8080" (listed as [::1:8080]) would become the unlisted address ::1, port 8080.
     port = port if port is not None else DEFAULT_PORTS[scheme]
-    return scheme, normalize_host(host), port, path + (f"?{parts.query}" if parts.query else "")
+    target = path + (f"?{parts.query}" if parts.query else "")
+    # As browsers send it: a character past ASCII as its UTF-8 bytes, percent-encoded (http.client raised a codec
+    # error, and only once connected: found by a review).
+    return scheme, normalize_host(host), port, "".join(c if c.isascii() else quote(c) for c in target)
+
+
+class _HeaderLines:
+    """A response's stream, noting a line that holds a carriage return other than its end's: the header parser
+    takes one for a line break, so a value holding one became two headers, the second of the server's making, a
+    Content-Length that framed the body included (found by a review). Everything else goes to the stream."""
+
+    def __init__(self, fp):
+        self._fp = fp
+        self.bare_cr = False
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self._fp.readline(limit)
+        if b"\r" in line.rstrip(b"\r\n"):
+            self.bare_cr = True
+        return line
+
+    def __getattr__(self, name: str):
+        return getattr(self._fp, name)
+
+
+class _Response(http.client.HTTPResponse):
+    """http.client's response, with the interim (1xx) responses before the final one read past, as RFC 9110 §15.2
+    says a client must: http.client reads past 100 Continue only, and took a 103 Early Hints for the final response,
+    its status and headers returned and the real response lost (found by a review). 101 ends the exchange."""
+
+    def __init__(self, sock, *args, **kwargs):
+        super().__init__(sock, *args, **kwargs)
+        self.fp = _HeaderLines(self.fp)
+
+    def _read_status(self):
+        while True:
+            version, status, reason = super()._read_status()
+            if not 102 <= status < 200:  # 100: begin() reads past it itself
+                return version, status, reason
+            http.client.parse_headers(self.fp)  # the interim response's headers, dropped
 
 
 def _abort(watch: socket.socket) -> None:
@@ -255,6 +295,7 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
             conn = http.client.HTTPSConnection(host, port, timeout=seconds, context=ssl.create_default_context())
         else:
             conn = http.client.HTTPConnection(host, port, timeout=seconds)
+        conn.response_class = _Response
         _connect(conn, deadline)
         watch = _watch(conn)
         timer = threading.Timer(deadline.check(), _abort, (watch,))
@@ -262,8 +303,9 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
         timer.start()
         _send_request(conn, method, target, body, headers)
         resp = conn.getresponse()
-        if resp.msg.defects or resp.msg.get_payload():  # a line that is no header ended them, and what followed
-            raise CapabilityError("malformed response headers")  # (framing included) was dropped without a word
+        # a line that is no header ended them, and what followed (framing included) was dropped without a word
+        if resp.msg.defects or resp.msg.get_payload() or resp.fp.bare_cr:
+            raise CapabilityError("malformed response headers")
         _check_length(resp)
         data = bytearray()
         while chunk := resp.read1(65536):
@@ -297,9 +339,11 @@ def fetch(hosts: HostList, method: str, url: str, body: bytes, headers: list[tup
 def _check_length(resp: http.client.HTTPResponse) -> None:
     """A CapabilityError for a Content-Length that does not say one length: http.client reads a body it cannot
     parse ("-1", 5,000 digits) to the connection's end, and the first of two differing ones only, so a body cut
-    short came back as whole (found by a hostile review). RFC 9112 §6.3: both are unrecoverable errors."""
+    short came back as whole (found by a hostile review). RFC 9112 §6.3: both are unrecoverable errors. Nor is
+    anything but digits one: http.client read "1_0" as 10 and "+3" as 3 (found by another)."""
     lengths = resp.msg.get_all("content-length")
-    if lengths and not resp.chunked and (resp.length is None or len({v.strip() for v in lengths}) > 1):
+    if lengths and not resp.chunked and (resp.length is None or len({v.strip() for v in lengths}) > 1
+                                         or not all(_DIGITS.fullmatch(v.strip()) for v in lengths)):
         raise CapabilityError(f"malformed response framing: Content-Length {', '.join(lengths)[:60]!r}")
 
 
