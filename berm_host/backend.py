@@ -39,11 +39,39 @@ class RunRequest:
             raise HostError(f"the entry must be a guest address, an int in [0, 2**64), not {entry!r:.60}")
         if type(args) is not bytes and not isinstance(args, (bytearray, memoryview)):
             raise HostError(f"the arguments must be bytes, not {type(args).__name__}")
+        if type(args) is not bytes:  # a strided view broke the interpreter's copy; a bytearray could change mid-run
+            object.__setattr__(self, "args", bytes(args))
         if ints:
             if len(ints) > 8:
                 raise HostError(f"at most 8 integer arguments fit a0..a7, not {len(ints)}")
             if bad := [v for v in ints if not isinstance(v, int)]:
                 raise HostError(f"the integer arguments must be ints, not {type(bad[0]).__name__}")
+        if self.deadline is not None or self.max_result is not None or self.snapshot:
+            self._check_options()
+
+    def _check_options(self) -> None:
+        """Found by a review: a deadline of 10**400 was an OverflowError, and a snapshot range of negative length a
+        ValueError after the guest had run (its capability calls made)."""
+        deadline, most = self.deadline, self.max_result
+        if deadline is not None and (not (_whole(deadline) or isinstance(deadline, float))
+                                     or not -1e18 < deadline < 1e18):
+            raise HostError(f"the deadline must be a time.monotonic() instant, not {deadline!r:.60}")
+        if most is not None and (not _whole(most) or most < 0):
+            raise HostError(f"the most result bytes must be an int of 0 or more, not {most!r:.60}")
+        for pair in self.snapshot:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and _whole(pair[0]) and _whole(pair[1])
+                    and 0 <= pair[0] < 1 << 64 and 0 <= pair[1] <= MAX_SNAPSHOT):
+                raise HostError(f"a snapshot range must be (address in [0, 2**64), length in [0, {MAX_SNAPSHOT}]), not "
+                                f"{pair!r:.60}")
+
+
+#: The longest range of guest memory a snapshot copies out: the largest guest memory.
+MAX_SNAPSHOT = 1 << 32
+
+
+def _whole(value: object) -> bool:
+    """An int, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,9 @@ class Image:
     def harness(self, linker: Linker | None = None, *, name: str | None = None) -> Harness:
         if self.manifest is None:
             raise self._manifest_error or NoManifestError("the image has no .berm.abi manifest")
-        return Harness(self, linker or Linker(), name or self.digest[:12])
+        if linker is not None and not isinstance(linker, Linker):  # found by a review: the engines failed apart
+            raise HostError(f"the linker must be a berm_host.Linker, not {type(linker).__name__}")
+        return Harness(self, Linker() if linker is None else linker, name or self.digest[:12])
 
 
 class Harness:

@@ -355,12 +355,40 @@ def test_more_integer_arguments_than_a0_to_a7_hold_is_a_host_error_on_either_eng
     ({"entry": -4}, "the entry must be a guest address"), ({"entry": 4.0}, "the entry must be a guest address"),
     ({"args": "text"}, "the arguments must be bytes, not str"),
     ({"int_args": (1, "2")}, "the integer arguments must be ints, not str"),
-    ({"int_args": (0.0,)}, "the integer arguments must be ints, not float")])
+    ({"int_args": (0.0,)}, "the integer arguments must be ints, not float"),
+    # found by a review: an OverflowError, or a ValueError once the guest had run (its capabilities called)
+    ({"deadline": 10 ** 400}, "the deadline must be a time.monotonic"), ({"deadline": "5"}, "the deadline must be"),
+    ({"deadline": float("nan")}, "the deadline must be"), ({"max_result": -1}, "the most result bytes must be"),
+    ({"snapshot": ((0, -1),)}, "a snapshot range must be"), ({"snapshot": ((0, 1 << 40),)}, "a snapshot range"),
+    ({"snapshot": ((1 << 64, 1),)}, "a snapshot range must be"), ({"snapshot": ((0, 1, 2),)}, "a snapshot range")])
 def test_a_request_no_guest_could_run_with_is_a_host_error(fields, message):
     """Found by a review: translated code raised cffi's OverflowError or a TypeError (a region taken and not given
     back), where the interpreter trapped at the entry, or ran with text for arguments."""
     with pytest.raises(HostError, match=message):
         RunRequest(**{"entry": 0x10000, **fields})
+
+
+def test_a_requests_arguments_are_its_own_bytes():
+    """Found by a review: a strided memoryview the request took broke the interpreter's copy into guest memory (a
+    BufferError where translated code ran), and a bytearray could change while a guest read it."""
+    given = bytearray(b"abcdef")
+    request = RunRequest(entry=0x10000, args=memoryview(given)[::2])
+    given[0] = ord("z")
+    assert type(request.args) is bytes and request.args == b"ace"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_linker_that_is_not_a_linker_is_refused_before_any_call(tmp_path, elf, kind):
+    """Found by a review: translated code raised an AttributeError at every call, the interpreter only at a
+    capability call; an empty Linker given was swapped for another, so capabilities defined on it later were lost."""
+    image = Engine(kind=kind, cache_dir=tmp_path).load(elf)
+    for wrong in (5, "linker", object()):
+        with pytest.raises(HostError, match="the linker must be a berm_host.Linker, not"):
+            image.harness(wrong)
+    linker = Linker()
+    h = image.harness(linker)
+    linker.define("x.cap", lambda request: b"late")
+    assert h.call("cap") == "late"
 
 
 class Revocable(Linker):
