@@ -120,8 +120,14 @@ def test_code_for_other_memory_is_refused(elf, tmp_path):
     so = tmp_path / "big.so"
     compile_programs([(program, layout_for(program.image, 64 << 20).windows(), "")], so)
     AotBackend(program, 64 << 20, code=(so, ""))  # the size it was translated for loads
-    with pytest.raises(HostError, match="translated for another memory layout"):
+    with pytest.raises(HostError, match="translated for another memory layout") as refused:
         AotBackend(program, 16 << 20, code=(so, ""))
+    # found by a review: the stack window's start was named whatever differed ("0xc0000, not 0xc0000")
+    big, small = (layout_for(program.image, size).windows().values() for size in (64 << 20, 16 << 20))
+    names = ["load window's start", "load window's span", "store window's start", "store window's span",
+             "stack window's start", "stack window's span"]
+    w = next(i for i in range(6) if big[i] != small[i])
+    assert f"(its {names[w]} is {big[w]:#x}, this memory's {small[w]:#x})" in str(refused.value)
 
 
 @pytest.mark.parametrize("unit, message", [

@@ -856,9 +856,16 @@ void *berm_load(const char *path, const char *symbol, const char *layout_symbol,
         snprintf(err, errlen, "%s was compiled for another image (cache key %.16s..., not %.16s...): a misfiled "
                  "code cache entry; remove it", path, built_key ? built_key : "(none)", key);
     } else if (memcmp(built_for, layout, BERM_LAYOUT_WORDS * sizeof *layout) != 0) {
-        /* the code checks bounds against constants (berm_code.h): run on other memory, they would be wrong */
-        snprintf(err, errlen, "%s was translated for another memory layout (stack window at 0x%llx, not 0x%llx)",
-                 path, (unsigned long long)built_for[4], (unsigned long long)layout[4]);
+        /* the code checks bounds against constants (berm_code.h): run on other memory, they would be wrong. Named by
+         * the first word that differs (the stack window's alone said "at 0xc0000, not 0xc0000" when the data's
+         * windows differed: found by a review) */
+        static const char *const names[BERM_LAYOUT_WORDS] = {"load window's start", "load window's span",
+                                                             "store window's start", "store window's span",
+                                                             "stack window's start", "stack window's span"};
+        int w = 0;
+        while (built_for[w] == layout[w]) w++;
+        snprintf(err, errlen, "%s was translated for another memory layout (its %s is 0x%llx, this memory's 0x%llx)",
+                 path, names[w], (unsigned long long)built_for[w], (unsigned long long)layout[w]);
     } else {
         *frame = *max_frame;
         *handle = h;
