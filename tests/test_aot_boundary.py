@@ -111,8 +111,8 @@ def test_core_writes_do_not_survive_the_invocation(tmp_path, elf):
 
 
 def test_a_pooled_region_dies_with_its_image(tmp_path, elf):
-    """The core holds a strong reference to each region's HostCalls.serve, which holds none back to the Region:
-    once the image is gone, so is its pooled region."""
+    """The core only borrows each region's HostCalls.serve (its Region owns it), and serve holds no reference back
+    to the Region: once the image is gone, so is its pooled region."""
     link = linker_mod.Linker()
     link.define("test.echo", lambda request: b"ok")
     image = Engine(cache_dir=tmp_path).load(elf)
