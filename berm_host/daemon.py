@@ -680,20 +680,33 @@ def _encode(reply: dict) -> bytes:
 
 
 def _reply_chunks(reply: dict) -> Iterator[bytes]:
-    """``reply``'s line in pieces: its long texts (a call's result) escaped REPLY_SLICE characters at a time. A
-    result of 16 MiB of control characters is a 96 MiB line, and encoding it whole made three copies of that for
-    each client (eight unread replies held 931 MiB: found by a review)."""
-    long = {k: v for k, v in reply.items() if isinstance(v, str) and len(v) > REPLY_SLICE}
+    """``reply``'s line in pieces: its long texts (a call's result) escaped REPLY_SLICE characters at a time, its
+    lists (a schedule.list page) an item at a time. A result of 16 MiB of control characters is a 96 MiB line, and
+    encoding it whole made three copies of that for each client (eight unread replies held 931 MiB: found by a
+    review); a page of such payloads, encoded whole, held 25 MB for each client that left it unread (found by
+    another)."""
+    long = {k: v for k, v in reply.items() if isinstance(v, str) and len(v) > REPLY_SLICE or isinstance(v, list)}
     if not long:
         yield _encode(reply)
         return
     rest = json.dumps({k: v for k, v in reply.items() if k not in long}, ensure_ascii=False)
+    for value in long.values():  # what JSON cannot hold raises before a byte is written (_Handler._reply)
+        if isinstance(value, list):
+            for item in value:
+                json.dumps(item, ensure_ascii=False)
     yield rest[:-1].encode("utf-8")  # "{...", the closing brace comes last
-    for i, (key, text) in enumerate(long.items()):
-        yield f'{"," if i or len(rest) > 2 else ""}{json.dumps(key)}:"'.encode()
-        for start in range(0, len(text), REPLY_SLICE):
-            yield json.dumps(text[start:start + REPLY_SLICE], ensure_ascii=False)[1:-1].encode("utf-8")
-        yield b'"'
+    for i, (key, value) in enumerate(long.items()):
+        yield f'{"," if i or len(rest) > 2 else ""}{json.dumps(key)}:'.encode()
+        if isinstance(value, str):
+            yield b'"'
+            for start in range(0, len(value), REPLY_SLICE):
+                yield json.dumps(value[start:start + REPLY_SLICE], ensure_ascii=False)[1:-1].encode("utf-8")
+            yield b'"'
+        else:
+            yield b"["
+            for j, item in enumerate(value):
+                yield (b"," if j else b"") + json.dumps(item, ensure_ascii=False).encode("utf-8")
+            yield b"]"
     yield b"}\n"
 
 

@@ -228,6 +228,21 @@ def test_a_long_result_is_written_in_slices_that_make_the_same_line(fields):
     assert list(_reply_chunks({"ok": True, "result": "small"})) == [_encode({"ok": True, "result": "small"})]
 
 
+@pytest.mark.parametrize("reply", [
+    {"entries": [{"id": str(i), "payload": "\x01" * 1000} for i in range(50)], "next": {"id": "49"}},
+    {"entries": [], "next": None}, {"harnesses": ["a", "b"]}, {"result": "x" * (2 << 20), "entries": [1]},
+], ids=["page", "empty-page", "names", "with-a-long-text"])
+def test_a_list_in_a_reply_is_written_an_item_at_a_time(reply):
+    """Found by a review: a schedule.list page of payloads of control characters was encoded whole, a 16 MiB line,
+    and sixty clients that asked and never read held 1.5 GB."""
+    from berm_host.daemon import _reply_chunks
+
+    chunks = list(_reply_chunks(reply))
+    line = b"".join(chunks)
+    assert json.loads(line) == reply and line.endswith(b"}\n") and line.count(b"\n") == 1
+    assert max(map(len, chunks)) < 7000 or "result" in reply
+
+
 def test_a_socket_path_the_daemon_cannot_use_is_a_clear_error(tmp_path):
     """Found by reviews: a socket path under a file was a FileExistsError traceback, and a path too long for a
     Unix socket was refused with the reason "None"; then both, and a file where the socket goes, were refused only
