@@ -46,8 +46,8 @@ def unique_object(pairs: list[tuple[str, object]]) -> dict:
 def unsayable(doc) -> str | None:
     """What in ``doc`` (as ``json.loads`` read it) no JSON text in UTF-8 can say, or None: Python's parser also takes
     NaN, Infinity (and 1e999, read as infinity) and escaped lone surrogates, which are no Unicode text. Written back
-    out as strict JSON in UTF-8, they fail; the guest SDKs' parsers refuse them (found by reviews of the manifest
-    reader and of ``berm call``)."""
+    out as strict JSON in UTF-8, they fail; the guest SDKs' parsers refuse NaN, Infinity and lone surrogates (found
+    by reviews of the manifest reader and of ``berm call``, which reads numbers as text, so 1e999 passes)."""
     try:
         json.dumps(doc, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except UnicodeEncodeError as exc:  # a ValueError too: first

@@ -130,10 +130,11 @@ def json_problem(text: str) -> str | None:
     """Why ``text`` is not the JSON a guest's SDK reads (None when it is), before any image is loaded: not UTF-8 (a
     command-line argument's bad bytes), not JSON, nested past what the SDKs read (``SDK_JSON_DEPTH``: deeper went to
     the guest, a failure of status 1, found by a review) or Python reads, a key given twice in an object,
-    NaN or Infinity (or 1e999, read as infinity), a lone surrogate: what the manifest reader refuses too
-    (``unsayable``). Integers of any length are JSON (Python's 4,300-digit limit is int()'s). Found by a review:
-    json.loads let the last four through to the guest (a failure, status 1, where bad arguments are 2), turned away
-    long integers, and raised RecursionError as a traceback."""
+    NaN or Infinity, a lone surrogate: what the manifest reader refuses too (``unsayable``). Numbers of any length
+    are JSON: Python's 4,300-digit limit is int()'s, and 1e999 a double's, which the SDKs keep as the number's text
+    (found by a review: it was refused as infinity). Found by a review: json.loads let the four above through to
+    the guest (a failure, status 1, where bad arguments are 2), turned away long integers, and raised RecursionError
+    as a traceback."""
     def no_constant(name: str) -> None:
         raise ValueError(f"{name} is not JSON")
 
@@ -142,7 +143,8 @@ def json_problem(text: str) -> str | None:
     except UnicodeEncodeError:
         return "UTF-8"
     try:
-        doc = json.loads(text, object_pairs_hook=unique_object, parse_constant=no_constant, parse_int=str)
+        doc = json.loads(text, object_pairs_hook=unique_object, parse_constant=no_constant, parse_int=str,
+                         parse_float=str)
         problem = unsayable(doc)
     except RecursionError:
         return "valid JSON here: they nest too deeply"
