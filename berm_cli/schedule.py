@@ -14,7 +14,9 @@ from berm_abi.text import escaped
 from berm_cli import arguments
 from berm_host.daemon import DaemonClient, default_socket
 
-_RELATIVE = re.compile(r"\+(\d+)(ms|s|m|h|d)")
+#: ASCII digits only: \d and str.isdigit() also read "٣٣٣" and "１２３" as numbers (found by a review).
+_RELATIVE = re.compile(r"\+([0-9]+)(ms|s|m|h|d)")
+_MILLISECONDS = re.compile(r"[0-9]+")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -39,7 +41,7 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 def _instant(text: str, now_ms: int) -> int:
     if m := _RELATIVE.fullmatch(text):
         return now_ms + int(m[1]) * _UNIT_MS[m[2]]
-    if text.isdigit():
+    if _MILLISECONDS.fullmatch(text):
         return int(text)
     instant = dt.datetime.fromisoformat(text)
     if instant.tzinfo is None:

@@ -556,8 +556,10 @@ def test_schedule_instants(text, expected):
     assert parse_when(text, now_ms=1_000_000_000) == expected
 
 
-@pytest.mark.parametrize("text", ["tomorrow", "0001-01-01T00:00", "9" * 5000, "+" + "9" * 5000 + "s", "\u00b2"],
-                         ids=["word", "year-0-local", "5000-digits", "relative-5000-digits", "superscript"])
+@pytest.mark.parametrize("text", ["tomorrow", "0001-01-01T00:00", "9" * 5000, "+" + "9" * 5000 + "s", "\u00b2",
+                                  "\u0663\u0663\u0663", "+\u0665m", "\uff11\uff12\uff13"],
+                         ids=["word", "year-0-local", "5000-digits", "relative-5000-digits", "superscript",
+                              "arabic-indic-digits", "relative-arabic-indic", "fullwidth-digits"])
 def test_schedule_instant_errors_are_clear(text):
     """An instant before the year 1 in local time, or past int()'s digit limit, was a bare ValueError."""
     with pytest.raises(WhenError, match="cannot read '"):
