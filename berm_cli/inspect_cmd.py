@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from berm_abi.errors import BermError
 from berm_abi.text import escaped
 from berm_aot.demangle import shown_name, shown_text
 from berm_aot.disasm import disassemble
@@ -43,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.harness is not None and args.declaration is None:  # taken without a word (found by a review)
+        raise BermError("--harness names an entry of --declaration: without one it gives nothing")
     image = read_elf_file(args.elf)
     with about_file(args.elf):
         manifest = load_manifest(image)

@@ -245,3 +245,9 @@ def test_usage_breaks_only_at_newlines(tmp_path, capsys):
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
     assert "\n  one\\x0dtwo\\u2028three\\x1cfour\n" in out
+
+
+def test_harness_without_a_declaration_is_refused(harness, capsys):
+    """Found by a review: --harness alone was taken without a word, and the listing printed as if it had been used."""
+    assert main(["inspect", str(harness), "--harness", "caf"]) == 2
+    assert "--harness names an entry of --declaration: without one it gives nothing" in capsys.readouterr().err
