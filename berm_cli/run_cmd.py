@@ -130,6 +130,8 @@ def run(args) -> int:
     entry = program.symbol(args.symbol)
     if entry is None:
         raise BermError(f"{args.elf} has no global symbol {args.symbol!r} {_known_symbols(program, args.symbol)}")
+    if not program.in_code(entry):  # it ran, and trapped at an address the symbol's name was missing from (a review)
+        raise BermError(f"{args.elf}: {args.symbol!r} is not a function: it names {entry:#x}, outside the image's code")
     request = RunRequest(entry=entry, int_args=tuple(args.args), deadline=time.monotonic() + args.timeout)
     result = interruptible(lambda: backend.run(request))
     if result.trap is not None:

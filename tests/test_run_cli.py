@@ -89,6 +89,7 @@ def test_berm_fail_exits_1_with_the_text(elf, capsys):
     (["nope"], "; a function no tool reaches is left out of an image linked with --gc-sections"),  # a review: no hint
     (["ad"], "has no global symbol 'ad' (did you mean 'add', 'load'?)\n"),  # a walkthrough: it named none; no gc hint
     (["add", *["1"] * 9], "at most 8 integer arguments"),
+    (["keep"], "'keep' is not a function: it names 0x"),  # a review: it ran, and trapped at a nameless address
     (["add", "1", "--memory", "3M"], "power of two"),
     (["add", "1", "--memory", "lots"], "size like"),
 ])
