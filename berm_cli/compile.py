@@ -14,7 +14,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -25,7 +24,7 @@ from berm_aot.elf import file_limit, read_elf, read_file
 from berm_aot.errors import about_file
 from berm_aot.program import Program
 from berm_cli import arguments
-from berm_cli.interrupt import default_sigchld
+from berm_cli.interrupt import Signalled, default_sigchld, said, signals_raise
 from berm_cli.terminal import reader_may_leave, shown, silence_stdout
 from berm_host.aot.objects import cached_object
 from berm_host.declaration import DeclarationError, load_declarations, parse_memory
@@ -98,14 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     directory in the cache, and Ctrl-C printed a traceback (found by a review)."""
     default_sigchld()
     try:
-        with _signals_raise(signal.SIGTERM, signal.SIGHUP):
+        with signals_raise(signal.SIGTERM, signal.SIGHUP):
             return reader_may_leave("berm-compile", lambda: _main(argv))
-    except (KeyboardInterrupt, _Signalled) as exc:
-        signum = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
-        said = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    except (KeyboardInterrupt, Signalled) as exc:
+        signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT
         try:
             _erase_progress(sys.stdout.isatty())
-            print(f"berm-compile: {said}", file=sys.stderr)
+            print(f"berm-compile: {said(signum)}", file=sys.stderr)
         except OSError:  # a terminal closed (the SIGHUP's cause) takes no more: the status says it (found by a review)
             pass
         return 128 + signum
@@ -119,33 +117,6 @@ _ERASE_LINE = "\x1b[2K"
 def _erase_progress(tty: bool) -> None:
     if tty:
         print(_ERASE_LINE, end="\r", flush=True)
-
-
-class _Signalled(BaseException):
-    """A signal that ends berm-compile, raised where it stands (as Python raises KeyboardInterrupt for SIGINT) so
-    that the ``finally`` blocks on the way out remove the compile's temporary directory and kill its compilers."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise(signum: int, frame: object) -> None:
-    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
-    raise _Signalled(signum)
-
-
-@contextmanager
-def _signals_raise(*signums: signal.Signals):
-    """``signums`` raise _Signalled while this is held; those set otherwise (ignored under nohup) are left alone."""
-    taken = [signum for signum in signums if signal.getsignal(signum) == signal.SIG_DFL]
-    for signum in taken:
-        signal.signal(signum, _raise)
-    try:
-        yield
-    finally:
-        for signum in taken:
-            signal.signal(signum, signal.SIG_DFL)
 
 
 def _main(argv: list[str] | None) -> int:

@@ -1,8 +1,10 @@
-"""Ctrl-C while a guest runs. Translated code runs with the GIL released, and CPython acts on a signal only
+"""Signals that end a command. Translated code runs with the GIL released, and CPython acts on a signal only
 between bytecodes of the main thread: a guest run on the main thread ignored Ctrl-C until its deadline (60 s by
-default, or ``--timeout``). So the CLI runs the guest on a thread of its own and waits for it; Ctrl-C then ends
-the process at once (exit status 130), without unwinding: the guest's thread may still be running in guest
-memory the interpreter's shutdown would unmap."""
+default, or ``--timeout``). So the CLI runs the guest on a thread of its own and waits for it; Ctrl-C (or SIGTERM,
+SIGHUP) then ends the process at once (exit status 128 + the signal), without unwinding: the guest's thread may
+still be running in guest memory the interpreter's shutdown would unmap. Elsewhere SIGTERM and SIGHUP raise
+``Signalled`` (``signals_raise``), as SIGINT raises KeyboardInterrupt, so that what a command was doing is undone
+on the way out: a build's or a compile's temporary directory removed, its compilers killed."""
 
 from __future__ import annotations
 
@@ -10,12 +12,11 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 T = TypeVar("T")
-
-INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 
 def default_sigchld() -> None:
@@ -24,6 +25,35 @@ def default_sigchld() -> None:
     a review). A command owns its process; an embedder's host is refused instead (berm_aot.cc.SIGCHLD_IGNORED)."""
     if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:  # not berm_aot.cc's test: that import costs every
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)         # command ~14 ms at its start
+
+
+class Signalled(BaseException):
+    """A signal that ends the command, raised where it stands (as Python raises KeyboardInterrupt for SIGINT) so
+    that the ``finally`` blocks on the way out remove temporary directories and kill compilers."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise(signum: int, frame: object) -> None:
+    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    raise Signalled(signum)
+
+
+@contextmanager
+def signals_raise(*signums: signal.Signals) -> Iterator[None]:
+    """``signums`` raise Signalled while this is held; those set otherwise (ignored under nohup) are left alone, as
+    all are off the main thread (where Python runs no handler, and sets none)."""
+    main = threading.current_thread() is threading.main_thread()
+    taken = [signum for signum in signums if main and signal.getsignal(signum) == signal.SIG_DFL]
+    for signum in taken:
+        signal.signal(signum, _raise)
+    try:
+        yield
+    finally:
+        for signum in taken:
+            signal.signal(signum, signal.SIG_DFL)
 
 
 def interruptible(run: Callable[[], T]) -> T:
@@ -40,15 +70,21 @@ def interruptible(run: Callable[[], T]) -> T:
     thread.start()
     try:
         thread.join()  # a lock wait: a signal interrupts it
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Signalled) as exc:
+        signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT
         try:
-            print("berm: interrupted", file=sys.stderr)
+            print(f"berm: {said(signum)}", file=sys.stderr)
             sys.stdout.flush()
             sys.stderr.flush()
         except BaseException:  # noqa: BLE001 - a closed pipe, a second Ctrl-C: the process ends all the same
             pass
-        os._exit(INTERRUPTED)
+        os._exit(128 + signum)
     ok, value = outcome[0]
     if ok:
         return value
     raise value
+
+
+def said(signum: int) -> str:
+    """How a command says the signal ``signum`` ended it."""
+    return "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from berm_abi.errors import BermError
-from berm_cli.interrupt import INTERRUPTED, default_sigchld
+from berm_cli.interrupt import Signalled, default_sigchld, said, signals_raise
 from berm_cli.terminal import reader_may_leave, shown
 
 #: subcommand -> (module under berm_cli, one-line help)
@@ -58,14 +59,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """SIGTERM and SIGHUP end a command as Ctrl-C does, undoing what it was doing on the way out (a build's
+    temporary directory was left behind: found by a review); berm serve handles its signals itself."""
     try:
-        return args._module.run(args)
+        with signals_raise(*() if args.command == "serve" else (signal.SIGTERM, signal.SIGHUP)):
+            return args._module.run(args)
     except BermError as exc:
         print(f"berm {args.command}: {shown(str(exc))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # waiting for the daemon's reply (a guest run here ends at interruptible's Ctrl-C)
-        print(f"berm {args.command}: interrupted{_left_with_the_daemon(args)}", file=sys.stderr)
-        return INTERRUPTED
+    except (KeyboardInterrupt, Signalled) as exc:  # a guest run here ends at interruptible's
+        signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT
+        try:
+            print(f"berm {args.command}: {said(signum)}{_left_with_the_daemon(args)}", file=sys.stderr)
+        except OSError:  # a terminal closed (the SIGHUP's cause) takes no more: the status says it
+            pass
+        return 128 + signum
 
 
 def _left_with_the_daemon(args: argparse.Namespace) -> str:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +54,31 @@ def test_cli_builds_a_checked_image(tmp_path, capsys):
     assert [s.writable for s in loads] == [False, False, True]  # code, read-only data, then .data
     tools = engine_harness("interp", out.read_bytes())
     assert [tools.call("two"), tools.call("two"), tools.call("hello")] == ["3", "3", "hello"]  # .data is fresh
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_build_ended_by_a_signal_removes_its_temporary_directory(tmp_path, signum):
+    """Found by a review: SIGTERM ended berm build where it stood, leaving its temporary directory (objects, the
+    entry's C, the image) behind; it now ends as Ctrl-C does, saying so, with 128 + the signal."""
+    d = harness(tmp_path, tiny=HELLO)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = dict(os.environ, TMPDIR=str(temp), BERM_CACHE_DIR=str(tmp_path / "cache"),
+               XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    proc = subprocess.Popen([sys.executable, "-m", "berm_cli.main", "build", str(d), "-o", str(tmp_path / "t.elf")],
+                            env=env, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(temp.glob("berm-build-*")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    if proc.returncode == 0:
+        pytest.skip("the build ended before the signal came")
+    assert (proc.returncode, err.strip()) == (128 + signum, f"berm build: stopped by {signal.Signals(signum).name}")
+    assert list(temp.iterdir()) == []
 
 
 def test_default_output_is_name_dot_elf_in_the_working_directory(tmp_path, monkeypatch):
