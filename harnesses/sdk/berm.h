@@ -158,6 +158,8 @@ const char *berm_memmem(const char *haystack, size_t hlen, const char *needle, s
  *  locale), a width and a precision of at most 2^31 - 1 (%.*s, %.12s, %.3d, %.2f). A double shows at most 17 significant digits, of
  *  which only the first 15 are exact (the 15th within a unit of C's exact expansion; a tie rounds away from zero):
  *  %.17g does not always read back as the same double, so JSON meant to round-trip doubles needs another writer.
+ *  So a double's precision stops at 17 (%.60f of 1.0 shows 17 places, %.20e 16), and %f of a value of 1e17 or more
+ *  is written in %e's form.
  *  An integer shows at most 64 digits of precision. Any other conversion (%n, %C, %S, ...) and everything after
  *  it is copied as written: its argument's size is unknown, and reading on would take the wrong arguments. Always
  *  NUL-terminates when cap > 0; returns the length it wanted. */
