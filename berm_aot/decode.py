@@ -95,15 +95,17 @@ _AMO = {
 _AMO_WIDTH = {2: "w", 3: "d"}
 
 _CSR = {1: "csrrw", 2: "csrrs", 3: "csrrc", 5: "csrrwi", 6: "csrrsi", 7: "csrrci"}
-# SYSTEM with funct3 = 0: exact words, then funct7 (bits [31:25]) with rd = 0 for the fence-like forms.
+# SYSTEM with funct3 = 0: exact words, then funct7 (bits [31:25]) with rd = 0 for the fence-like forms. uret (the
+# N extension's) is not among them: the N extension left the ratified specification, and its word is reserved.
 _SYSTEM_WORDS = {
     0x00000073: "ecall", 0x00100073: "ebreak",
-    0x00200073: "uret", 0x10200073: "sret", 0x30200073: "mret", 0x7B200073: "dret", 0x10500073: "wfi",
+    0x10200073: "sret", 0x30200073: "mret", 0x7B200073: "dret", 0x10500073: "wfi",
     0x18000073: "sfence.w.inval", 0x18100073: "sfence.inval.ir",
 }
 _SYSTEM_FENCES = {0x09: "sfence.vma", 0x0B: "sinval.vma", 0x11: "hfence.vvma", 0x31: "hfence.gvma",
                   0x13: "hinval.vvma", 0x33: "hinval.gvma"}
-# Hypervisor virtual-machine loads and stores (SYSTEM, funct3 = 4): (funct7, rs2 or None for stores) -> name.
+# Hypervisor virtual-machine loads and stores (SYSTEM, funct3 = 4): (funct7, rs2 or None for stores) -> name. A store
+# has rd = 0: any other rd is a reserved encoding (found by a review: it was "unsupported", refusing the image).
 _HYPERVISOR = {
     (0x30, 0): "hlv.b", (0x30, 1): "hlv.bu", (0x32, 0): "hlv.h", (0x32, 1): "hlv.hu", (0x32, 3): "hlvx.hu",
     (0x34, 0): "hlv.w", (0x34, 1): "hlv.wu", (0x34, 3): "hlvx.wu", (0x36, 0): "hlv.d",
@@ -174,7 +176,7 @@ def _system(raw: int) -> Fields:
     if funct3 == 4:
         funct7 = _bits(raw, 31, 25)
         name = _HYPERVISOR.get((funct7, None if funct7 & 1 else _bits(raw, 24, 20)))
-        if name is not None:
+        if name is not None and not (funct7 & 1 and _bits(raw, 11, 7)):
             return _unsupported(4, raw, f"{name} (privileged)")
     return _illegal(4, raw, "reserved SYSTEM encoding")
 
