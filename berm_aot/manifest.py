@@ -11,7 +11,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from berm_abi.json_objects import LongInteger, RepeatedKey, bounded_int, unique_object, unsayable
+from berm_abi.json_objects import (LongInteger, RepeatedKey, bounded_int, text_nesting_depth, unique_object,
+                                   unsayable)
 from berm_abi.names import ABI_VERSION
 from berm_aot.errors import (AbiVersionError, ManifestEncodingError, ManifestJsonError, MissingExportError,
                              NoManifestError)
@@ -93,21 +94,6 @@ def parse_manifest(data: bytes | None) -> Manifest:
         raise ManifestJsonError(f"the manifest's usage must be a string, not {_json_type(usage)}")
     return Manifest(abi_version=version, tools=_tools(doc.get("tools")), usage=usage, requests=_requests(doc),
                     raw=doc)
-
-
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-
-
-def text_nesting_depth(text: str) -> int:
-    """How deeply a JSON text's arrays and objects nest, read off its brackets outside strings, before any parser
-    sees it: json.loads recurses in C once a level, up to the recursion limit whatever the stack, and a 990-deep
-    manifest read in a thread with a 64 KiB stack crashed the process (found by a review)."""
-    deepest = depth = 0
-    for bracket in _NOT_BRACKET.sub("", _STRING.sub("", text)):
-        depth += 1 if bracket in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
 
 
 def nesting_depth(doc) -> int:

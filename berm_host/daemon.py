@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from berm_abi.errors import BermError
-from berm_abi.json_objects import LongInteger, RepeatedKey, bounded_int, unique_object
+from berm_abi.json_objects import LongInteger, RepeatedKey, bounded_int, text_nesting_depth, unique_object
 from berm_abi.text import escaped
 from berm_host.capabilities.kv import data_dir
 from berm_host.declaration import load_declarations
@@ -100,6 +100,8 @@ LINE_BUDGET = 4 * MAX_LINE
 #: The longest reply a client reads: a call's result (at most DEFAULT_MAX_RESULT bytes) with every character JSON's
 #: six-byte escape. Read to MAX_LINE, a result of 3 MiB of control characters was "no valid reply".
 MAX_REPLY = 6 * DEFAULT_MAX_RESULT + (1 << 20)
+#: How deeply a request's arrays and objects may nest (they nest 2 deep: a call's context, a listing's cursor).
+MAX_REQUEST_NESTING = 16
 #: Characters of a long text in a reply escaped and written at once (``_reply_chunks``).
 REPLY_SLICE = 1 << 20
 #: Bytes asked of a connection at once.
@@ -477,14 +479,14 @@ class _Handler(socketserver.StreamRequestHandler):
         try:
             # parsing a line can take ~27 times its size (a list of empty objects): the long ones one at a time
             with self.server.long_parse if len(line) > LINE_ALLOWANCE else contextlib.nullcontext():  # type: ignore
-                request = json.loads(line, object_pairs_hook=unique_object, parse_int=bounded_int)
+                request = _parsed(line)
         except RepeatedKey as exc:  # the last one won: {"op": "stats", "op": "harnesses"} was answered (a review)
             reply = {"ok": False, "error": "protocol", "message": f"a request names the key {exc.key[:80]!r} twice"}
         except LongInteger as exc:  # (the interpreter's own limit was quoted: a review)
             reply = {"ok": False, "error": "protocol", "message": f"a request holds {exc}"}
         except (ValueError, UnicodeDecodeError) as exc:
             reply = {"ok": False, "error": "protocol", "message": f"not a JSON line: {exc}"}
-        except RecursionError:
+        except (RecursionError, _TooDeep):
             reply = {"ok": False, "error": "protocol", "message": "the JSON is nested too deeply"}
         else:
             reply = daemon.handle(request, self._hung_up)
@@ -673,6 +675,20 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             super().process_request_thread(request, client_address)
         finally:
             self.clients.release()
+
+
+class _TooDeep(Exception):
+    """A request line nesting deeper than MAX_REQUEST_NESTING."""
+
+
+def _parsed(line: bytes) -> object:
+    """A request line's JSON. Its nesting is read off its brackets first: json.loads recurses in C once a level up to
+    the recursion limit whatever the stack, and a 990-deep line crashed a daemon whose threads had 64 KiB stacks
+    (found by a review). Latin-1 reads every byte as one character, so UTF-8 text keeps its quotes and brackets."""
+    if line.count(b"[") + line.count(b"{") > MAX_REQUEST_NESTING:
+        if text_nesting_depth(line.decode("latin-1")) > MAX_REQUEST_NESTING:
+            raise _TooDeep
+    return json.loads(line, object_pairs_hook=unique_object, parse_int=bounded_int)
 
 
 def _encode(reply: dict) -> bytes:

@@ -19,6 +19,7 @@ from berm_aot.manifest import MAX_NESTING, ToolSpec, lifecycle_exports, load_man
 from berm_cli.main import main as berm_main
 from berm_host.engine import Engine
 from tests.elf_samples import ASM_PRELUDE, SHDR_FIELDS, field, harness_elf, manifest_json, patched, shdr_offsets
+from tests.bounded import ends_within
 from tests.guests import guest_elf
 
 
@@ -241,6 +242,14 @@ def test_nesting_is_bounded_before_parsing():
 def test_brackets_in_strings_do_not_count_as_nesting():
     text = b'{"abi_version": 0, "tools": [], "x": ["\\"[{\\\\", "' + b"[" * 200 + b'"], "y": [[[]]]}'
     assert parse_manifest(text).raw["x"][0] == '"[{\\'
+
+
+def test_the_nesting_of_a_manifest_with_a_string_that_never_closes_is_read_in_linear_time():
+    """Found by a review: the first scan of the brackets matched strings by backtracking, and a string that never
+    closes, full of escaped quotes, was gone over again from each one: 128 KB took 84 s (256 KB here: minutes)."""
+    text = b"[" * (MAX_NESTING + 1) + b'"' + b'\\"' * (128 << 10)
+    with pytest.raises(ManifestJsonError, match=f"nests arrays and objects {MAX_NESTING + 1} deep"):
+        ends_within(30, lambda: parse_manifest(text))
 
 
 def test_a_deep_manifest_is_refused_before_json_loads_recurses_even_on_a_small_stack():
