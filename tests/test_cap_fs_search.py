@@ -525,6 +525,10 @@ def test_no_line_follows_a_files_last_newline(root, caps):
     assert set(grep(caps, "^", path="lines", mode="count")) == {"lines/two.txt:2", "lines/blank.txt:1",
                                                                  "lines/open.txt:1"}
     assert grep(caps, "x$", path="lines", mode="content") == ["lines/open.txt:1:x", "lines/two.txt:1:x"]
+    # a review of that fix: the last line's newline is still there to match
+    _tree(root, {"ends/two.txt": "x\nx\n"})
+    assert grep(caps, r"x\s", path="ends", mode="count") == grep(caps, r"x(?=\n)", path="ends", mode="count") == [
+        "ends/two.txt:2"]
 
 
 def test_a_line_of_exactly_line_cap_characters_is_not_cut(root, caps):

@@ -63,15 +63,15 @@ def _scan(body: str, rx: regex.Pattern, mode: str, limit: int, end: float) -> tu
     count, shown = 0, []
     pos = last = 0
     lineno = 1
-    # The lines end before a final newline: searched to the body's end, `^$` matched a line after it that no file
-    # has (and matched in an empty file: found by a review).
-    lines_end = len(body) - body.endswith("\n")
-    while pos <= lines_end and body and count < limit:
+    # No line starts after a final newline (nor in an empty file): a match there, such as `^$`'s, found a line that
+    # no file has (found by a review). The search still runs to the end, so a match may take the last line's newline.
+    no_line_at_end = not body or body.endswith("\n")
+    while pos <= len(body) and count < limit:
         left = end - time.monotonic()
         if left <= 0:
             raise TimeoutError
-        m = rx.search(body, pos, lines_end, timeout=left)
-        if m is None:
+        m = rx.search(body, pos, timeout=left)
+        if m is None or (m.start() == len(body) and no_line_at_end):
             break
         start = body.rfind("\n", 0, m.start()) + 1
         stop = body.find("\n", m.start())
