@@ -315,6 +315,12 @@ def _raw_server(response: bytes):
     (b"HTTP/1.1 200 OK\r\nContent-Length: 1_0\r\n\r\n0123456789abc", "malformed response framing"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\nabc", "malformed response framing"),
     (b"HTTP/1.1 200 OK\r\nX-Echo: a\rContent-Length: 3\r\n\r\nabcdef", "malformed response headers"),
+    # found by a review of that fix: chunk sizes int(x, 16) reads, a length's non-breaking space, a coding not chunked
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n", "chunk size of b'0x5'"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1_0\r\n" + b"x" * 16 + b"\r\n0\r\n\r\n", "chunk size"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\xa0\r\n\r\nhello", "malformed response framing: Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, identity\r\nContent-Length: 5\r\n\r\nhello",
+     "Transfer-Encoding 'chunked, identity' \\(Berm reads chunked only\\)"),
 ])
 def test_a_response_cut_short_or_with_broken_headers_is_an_error(response, words):
     """Found by reviews: a body shorter than its Content-Length came back as a success, as did one whose
