@@ -50,16 +50,18 @@ class RunRequest:
             self._check_options()
 
     def _check_options(self) -> None:
-        """Found by a review: a deadline of 10**400 was an OverflowError, and a snapshot range of negative length a
-        ValueError after the guest had run (its capability calls made)."""
+        """A HostError for a deadline that is no time.monotonic() instant, a result limit that is no whole number of 0
+        or more, or a snapshot range that is no (address, length) in guest memory's reach. Found by a review: a
+        deadline of 10**400 was an OverflowError, and a snapshot range of negative length a ValueError after the
+        guest had run (its capability calls made)."""
         deadline, most = self.deadline, self.max_result
-        if deadline is not None and (not (_whole(deadline) or isinstance(deadline, float))
+        if deadline is not None and (not (whole_number(deadline) or isinstance(deadline, float))
                                      or not -1e18 < deadline < 1e18):
             raise HostError(f"the deadline must be a time.monotonic() instant, not {deadline!r:.60}")
-        if most is not None and (not _whole(most) or most < 0):
+        if most is not None and (not whole_number(most) or most < 0):
             raise HostError(f"the most result bytes must be an int of 0 or more, not {most!r:.60}")
         for pair in self.snapshot:
-            if not (isinstance(pair, tuple) and len(pair) == 2 and _whole(pair[0]) and _whole(pair[1])
+            if not (isinstance(pair, tuple) and len(pair) == 2 and whole_number(pair[0]) and whole_number(pair[1])
                     and 0 <= pair[0] < 1 << 64 and 0 <= pair[1] <= MAX_SNAPSHOT):
                 raise HostError(f"a snapshot range must be (address in [0, 2**64), length in [0, {MAX_SNAPSHOT}]), not "
                                 f"{pair!r:.60}")
@@ -69,8 +71,8 @@ class RunRequest:
 MAX_SNAPSHOT = 1 << 32
 
 
-def _whole(value: object) -> bool:
-    """An int, not a bool."""
+def whole_number(value: object) -> bool:
+    """An int, not a bool (which is an int to isinstance)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 

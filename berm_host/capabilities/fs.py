@@ -148,6 +148,7 @@ def _take_access(fd: int, old: os.stat_result, acl: bytes | None) -> None:
 
 
 def _set_acl(fd: int, acl: bytes) -> bool:
+    """Give the file ``fd`` the access ACL ``acl`` (an xattr's bytes); whether it took it."""
     try:
         os.setxattr(fd, _ACL, acl)
         return True

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from berm_abi.errors import BermError
 from berm_abi.text import escaped
+from berm_host.backend import whole_number
 from berm_host.declaration import MAX_TIMEOUT, is_timeout
 from berm_host.traps import ToolFailure, Trap
 
@@ -61,20 +62,16 @@ def default_per_harness(workers: int) -> int:
 def _check_limits(workers: int, per_harness: int | None, timeout: float, max_depth: int) -> None:
     """Raise LimitError for a limit no executor can run with (a per-harness limit of 0 or less started nothing,
     and each call waited for ever)."""
-    if not _whole(workers) or workers < 1:
+    if not whole_number(workers) or workers < 1:
         raise LimitError(f"the executor needs at least one worker, not {workers!r}")
     if workers > MAX_WORKERS:  # found by a review: --workers 100000000 ended in a MemoryError's traceback
         raise LimitError(f"the executor starts at most {MAX_WORKERS} workers, not {workers}")
-    if per_harness is not None and (not _whole(per_harness) or per_harness < 1):
+    if per_harness is not None and (not whole_number(per_harness) or per_harness < 1):
         raise LimitError(f"the per-harness limit must be at least 1, not {per_harness!r}")
     if not is_timeout(timeout):
         raise LimitError(f"the timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {timeout!r}")
-    if not _whole(max_depth) or max_depth < 0:
+    if not whole_number(max_depth) or max_depth < 0:
         raise LimitError(f"the chain depth limit must be 0 or more, not {max_depth!r}")
-
-
-def _whole(n: object) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool)
 
 
 @dataclass(frozen=True)
