@@ -432,6 +432,21 @@ def test_more_gitignore_rules_in_force_than_the_limit_is_an_error(root):
         grep(caps, "needle")  # walked into from the root, the same
 
 
+def test_more_gitignore_pattern_bytes_in_force_than_the_limit_is_an_error(root, monkeypatch):
+    """Found by a review: what a compiled rule costs grows with its pattern, and 10,000 rules of `*a` ×500 took
+    1.2 GB. The bytes of the rules' sources in force are bounded as their number is (the bound made small here)."""
+    monkeypatch.setattr(gitignore, "MAX_RULE_BYTES", 4000)
+    caps = fs_search.capabilities(Root(root), timeout=60)
+    (root / "d0").mkdir()
+    (root / ".gitignore").write_text("*a" * 400 + "\n")  # 2,400 bytes of source: [^/]*a 400 times
+    (root / "d0" / "f.txt").write_text("needle\n")
+    assert grep(caps, "needle", path="d0") == ["d0/f.txt"]
+    (root / "d0" / ".gitignore").write_text("*b" * 300 + "\n")
+    with pytest.raises(CapabilityError, match=r"d0/\.gitignore brings the \.gitignore rules in force to more than 4000 "
+                                              "bytes of patterns"):
+        grep(caps, "needle", path="d0")
+
+
 def test_bad_glob_patterns_are_errors(caps, root):
     with pytest.raises(CapabilityError, match="bad glob pattern"):
         glob(caps, "[z-a]")

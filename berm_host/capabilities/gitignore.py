@@ -31,6 +31,9 @@ MAX_IGNORE_FILE = 256 * 1024
 #: .gitignore of tens of thousands of rules into every directory of a deep path, and each rule is a compiled
 #: pattern (~2 KB) matched against every entry.
 MAX_RULES = 10_000
+#: At most this many bytes of compiled pattern source in force in one directory: what a rule costs grows with it,
+#: and 10,000 rules of ``*a`` ×500 took 1.2 GB (found by a review); ordinary rules are tens of bytes each.
+MAX_RULE_BYTES = 1 << 20
 
 _SLASH = ord("/")
 _ASCII_GRAPH = set(range(0x21, 0x7F))
@@ -61,6 +64,7 @@ class Rule:
     negate: bool
     dir_only: bool
     basename: bool = False
+    size: int = 0  # bytes of its pattern's source, counted against MAX_RULE_BYTES
 
 
 def _byte(value: int) -> bytes:
@@ -219,10 +223,12 @@ def _simple_length(pattern: str) -> int:
     return len(pattern)
 
 
-def parse(text: str, base: str, deadline: Deadline, room: int = MAX_RULES) -> list[Rule]:
+def parse(text: str, base: str, deadline: Deadline, room: int = MAX_RULES,
+          room_bytes: int = MAX_RULE_BYTES) -> list[Rule]:
     """The rules of one .gitignore in directory ``base``: TimeoutError once ``deadline`` passes (compiling them is
-    the search's time too), CapabilityError past ``room`` rules."""
+    the search's time too), CapabilityError past ``room`` rules or ``room_bytes`` bytes of their sources."""
     rules: list[Rule] = []
+    where = f"{base}/.gitignore" if base else ".gitignore"
     for line in _lines(text):
         deadline.check()
         if not line or line.startswith("#"):
@@ -243,14 +249,17 @@ def parse(text: str, base: str, deadline: Deadline, room: int = MAX_RULES) -> li
         source = wild_source(line.encode("utf-8", "surrogateescape"), literal)
         if source is None:
             continue  # git can never match it; nor can we
+        room_bytes -= len(source)
+        if room_bytes < 0:
+            raise CapabilityError(f"{where} brings the .gitignore rules in force to more than {MAX_RULE_BYTES} bytes "
+                                  "of patterns")
         re2, options = re2_module(latin1=True)
         try:
             rx = re2.compile(source, options)
         except re2.error:
             continue  # git ignores a pattern it cannot use; so do we
-        rules.append(Rule(base, rx, negate, dir_only, basename))
+        rules.append(Rule(base, rx, negate, dir_only, basename, len(source)))
         if len(rules) > room:
-            where = f"{base}/.gitignore" if base else ".gitignore"
             raise CapabilityError(f"{where} brings the .gitignore rules in force to more than {MAX_RULES}")
     return rules
 
@@ -260,9 +269,10 @@ class Ignore:
 
     def __init__(self, rules: tuple[Rule, ...] = ()):
         self.rules = rules
+        self.size = sum(rule.size for rule in rules)
 
     def extended(self, text: str, base: str, deadline: Deadline) -> "Ignore":
-        more = parse(text, base, deadline, MAX_RULES - len(self.rules))
+        more = parse(text, base, deadline, MAX_RULES - len(self.rules), MAX_RULE_BYTES - self.size)
         return Ignore(self.rules + tuple(more)) if more else self
 
     def ignored(self, rel: str, is_dir: bool, deadline: Deadline) -> bool:
