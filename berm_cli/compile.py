@@ -24,7 +24,7 @@ from berm_aot.elf import file_limit, read_elf, read_file
 from berm_aot.errors import about_file
 from berm_aot.program import Program
 from berm_cli import arguments
-from berm_cli.interrupt import Signalled, default_sigchld, said, signals_raise
+from berm_cli.interrupt import Signalled, default_sigchld, raise_pending, said, signals_raise
 from berm_cli.terminal import reader_may_leave, shown, silence_stdout
 from berm_host.aot.objects import cached_object
 from berm_host.declaration import DeclarationError, load_declarations, parse_memory
@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     default_sigchld()
     try:
         with signals_raise(signal.SIGTERM, signal.SIGHUP):
-            return reader_may_leave("berm-compile", lambda: _main(argv))
+            status = reader_may_leave("berm-compile", lambda: _main(argv))
+            raise_pending()
+            return status
     except (KeyboardInterrupt, Signalled) as exc:
         signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT
         try:

@@ -36,9 +36,22 @@ class Signalled(BaseException):
         self.signum = signum
 
 
+#: The signals whose handler raised Signalled since signals_raise was taken. CPython can drop an exception a signal
+#: handler raises: inside compile() of a module imported without its .pyc, SIGTERM was lost, and with the handler
+#: reset the guest ran on to its deadline (found by a review). raise_pending raises it again where it is safe to.
+_received: list[int] = []
+
+
 def _raise(signum: int, frame: object) -> None:
     signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    _received.append(signum)
     raise Signalled(signum)
+
+
+def raise_pending() -> None:
+    """Raise Signalled for a signal whose exception was lost (``_received``)."""
+    if _received:
+        raise Signalled(_received[0])
 
 
 @contextmanager
@@ -47,6 +60,8 @@ def signals_raise(*signums: signal.Signals) -> Iterator[None]:
     all are off the main thread (where Python runs no handler, and sets none)."""
     main = threading.current_thread() is threading.main_thread()
     taken = [signum for signum in signums if main and signal.getsignal(signum) == signal.SIG_DFL]
+    if taken:
+        _received.clear()
     for signum in taken:
         signal.signal(signum, _raise)
     try:
@@ -67,8 +82,9 @@ def interruptible(run: Callable[[], T]) -> T:
             outcome.append((False, exc))
 
     thread = threading.Thread(target=guest, name="berm-guest", daemon=True)
-    thread.start()
     try:
+        raise_pending()
+        thread.start()  # inside: a signal in its lock wait left the guest running as the command unwound (a review)
         thread.join()  # a lock wait: a signal interrupts it
     except (KeyboardInterrupt, Signalled) as exc:
         signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT

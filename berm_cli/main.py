@@ -10,7 +10,7 @@ import signal
 import sys
 
 from berm_abi.errors import BermError
-from berm_cli.interrupt import Signalled, default_sigchld, said, signals_raise
+from berm_cli.interrupt import Signalled, default_sigchld, raise_pending, said, signals_raise
 from berm_cli.terminal import reader_may_leave, shown
 
 #: subcommand -> (module under berm_cli, one-line help)
@@ -64,7 +64,9 @@ def _run(args: argparse.Namespace) -> int:
     temporary directory was left behind: found by a review); berm serve handles its signals itself."""
     try:
         with signals_raise(*() if args.command == "serve" else (signal.SIGTERM, signal.SIGHUP)):
-            return args._module.run(args)
+            status = args._module.run(args)
+            raise_pending()
+            return status
     except BermError as exc:
         print(f"berm {args.command}: {shown(str(exc))}", file=sys.stderr)
         return 2

@@ -160,6 +160,20 @@ def test_ctrl_c_ends_a_guest_at_once(elf, tmp_path, engine):
     assert proc.returncode == 130 and err == "berm: interrupted\n"
 
 
+def test_a_sigterm_whose_exception_was_dropped_still_ends_the_command_before_its_guest_runs():
+    """Found by a review: CPython drops an exception a signal handler raises inside compile() (an import without its
+    .pyc), so SIGTERM was lost and the guest ran on to its deadline. The handler's record of it is looked at before
+    the guest starts (here the record is made as the handler makes it, its exception left out)."""
+    probe = ("import signal, time\n"
+             "from berm_cli import interrupt\n"
+             "with interrupt.signals_raise(signal.SIGTERM):\n"
+             "    interrupt._received.append(signal.SIGTERM)\n"
+             "    interrupt.interruptible(lambda: time.sleep(30))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=20,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert (done.returncode, done.stderr) == (143, "berm: stopped by SIGTERM\n")
+
+
 def _wait_for_the_guest_to_spin(pid: int) -> None:
     """Until the process has used 2 s of CPU itself: start-up and loading take well under that, so its guest is
     spinning by then."""
