@@ -72,7 +72,8 @@ def signals_raise(*signums: signal.Signals) -> Iterator[None]:
 
 
 def interruptible(run: Callable[[], T]) -> T:
-    """``run()`` on a guest thread: its result, or what it raised; on Ctrl-C, the end of the process."""
+    """``run()`` on a guest thread: its result, or what it raised; on Ctrl-C, SIGTERM or SIGHUP, the end of the
+    process."""
     outcome: list = []
 
     def guest() -> None:

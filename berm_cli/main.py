@@ -30,8 +30,7 @@ SUBCOMMANDS = {
 EXIT_STATUS = ("exit status: 0 done (berm serve: stopped by a signal); 1 the tool failed (berm.fail), nothing to "
                "cancel, or the output could not be written; 2 a usage error, an error of Berm's or the host's, or a "
                "guest's trap; 130 interrupted (Ctrl-C), 143 and 129 stopped by SIGTERM and SIGHUP; 141 the output's "
-               "reader went away; berm serve exits with 128 + "
-               "the signal's number at a second one")
+               "reader went away; berm serve exits with 128 + the signal's number at a second one")
 
 
 def _parser(chosen: str | None) -> argparse.ArgumentParser:
