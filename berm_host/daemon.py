@@ -701,7 +701,7 @@ def _reply_chunks(reply: dict) -> Iterator[bytes]:
     encoding it whole made three copies of that for each client (eight unread replies held 931 MiB: found by a
     review); a page of such payloads, encoded whole, held 25 MB for each client that left it unread (found by
     another)."""
-    long = {k: v for k, v in reply.items() if isinstance(v, str) and len(v) > REPLY_SLICE or isinstance(v, list)}
+    long = {k: v for k, v in reply.items() if (isinstance(v, str) and len(v) > REPLY_SLICE) or isinstance(v, list)}
     if not long:
         yield _encode(reply)
         return
