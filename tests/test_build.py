@@ -7,9 +7,6 @@ import re
 import shutil
 import signal
 import stat
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +19,7 @@ from berm_sdk.errors import BuildError
 from berm_sdk.harness_toml import load_harness_toml
 from berm_sdk.toolchain import ToolchainError
 from tests.bounded import GRACE, ends_within
+from tests.children import run_python
 from tests.elf_samples import harness_elf, manifest_json
 from tests.sdk_engines import harness as engine_harness
 
@@ -59,25 +57,23 @@ def test_cli_builds_a_checked_image(tmp_path, capsys):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_build_ended_by_a_signal_removes_its_temporary_directory(tmp_path, signum):
     """Found by a review: SIGTERM ended berm build where it stood, leaving its temporary directory (objects, the
-    entry's C, the image) behind; it now ends as Ctrl-C does, saying so, with 128 + the signal."""
+    entry's C, the image) behind; it now ends as Ctrl-C does, saying so, with 128 + the signal. The signal comes
+    midway through the build, once its own sources are compiled (the child sends it to itself there)."""
     d = harness(tmp_path, tiny=HELLO)
     temp = tmp_path / "tmp"
     temp.mkdir()
     env = dict(os.environ, TMPDIR=str(temp), BERM_CACHE_DIR=str(tmp_path / "cache"),
                XDG_CACHE_HOME=str(tmp_path / "xdg"))
-    proc = subprocess.Popen([sys.executable, "-m", "berm_cli.main", "build", str(d), "-o", str(tmp_path / "t.elf")],
-                            env=env, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent)
-    try:
-        deadline = time.monotonic() + 60
-        while not any(temp.glob("berm-build-*")) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    if proc.returncode == 0:
-        pytest.skip("the build ended before the signal came")
-    assert (proc.returncode, err.strip()) == (128 + signum, f"berm build: stopped by {signal.Signals(signum).name}")
+    done = run_python("import os, sys, time\n"
+                      "from berm_sdk import build\n"
+                      "from berm_cli.main import main\n"
+                      "def signalled(*_):\n"
+                      f"    os.kill(os.getpid(), {int(signum)})\n"
+                      "    time.sleep(60)  # not reached when the signal ends the build\n"
+                      "build.check_tools_defined = signalled\n"
+                      f"sys.exit(main(['build', {str(d)!r}, '-o', {str(tmp_path / 't.elf')!r}]))\n", env=env)
+    assert (done.returncode, done.stderr.strip()) == (128 + signum,
+                                                      f"berm build: stopped by {signal.Signals(signum).name}")
     assert list(temp.iterdir()) == []
 
 

@@ -19,6 +19,7 @@ from berm_host.capabilities.paths import Root
 from berm_host.linker import CapabilityError
 from berm_host.running import interpreting
 from tests.bounded import GRACE, ends_within
+from tests.children import run_python
 
 
 @pytest.fixture
@@ -538,7 +539,5 @@ def test_a_host_ignoring_sigchld_refuses_to_run_commands(root):
              f"    e.run_command(Root({str(root)!r}), 'exit 3', '', e.base_environment())\n"
              "except Exception as exc:\n"
              "    print(type(exc).__name__, exc)\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parent.parent,
-                          preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+    done = run_python(probe, preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
     assert done.stdout.startswith("CapabilityError this process ignores SIGCHLD"), done.stdout + done.stderr

@@ -26,6 +26,7 @@ from berm_host.capabilities.kv import data_dir
 from berm_host.daemon import Daemon, DaemonClient, DaemonConfig, DaemonError, RemoteError
 from berm_host.queue.dueset import MAX_ID, MAX_PAYLOAD, MAX_PAYLOAD_BYTES
 
+from .children import on_a_small_stack, run_python
 from .queue_helpers import RecordingTarget, connections, wait_for
 
 
@@ -109,20 +110,12 @@ def test_deeply_nested_json_is_a_protocol_error_reply(empty_daemon):
 def test_a_deep_request_is_refused_before_json_loads_recurses_even_on_a_small_stack():
     """Found by a review: json.loads recurses in C up to Python's recursion limit whatever the stack, so a 990-deep
     line crashed a daemon whose handler threads had 64 KiB stacks (exit status -11)."""
-    probe = ("import threading\n"
-             "from berm_host import daemon\n"
-             "threading.stack_size(64 * 1024)\n"
-             "def read():\n"
-             "    for depth in (daemon.MAX_REQUEST_NESTING, 990):\n"
-             "        try:\n"
-             "            print(depth, type(daemon._parsed(b'[' * depth + b']' * depth)).__name__)\n"
-             "        except Exception as exc:\n"
-             "            print(depth, type(exc).__name__)\n"
-             "t = threading.Thread(target=read)\n"
-             "t.start()\n"
-             "t.join()\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parent.parent)
+    done = run_python(on_a_small_stack("from berm_host import daemon", (
+        "for depth in (daemon.MAX_REQUEST_NESTING, 990):\n"
+        "    try:\n"
+        "        print(depth, type(daemon._parsed(b'[' * depth + b']' * depth)).__name__)\n"
+        "    except Exception as exc:\n"
+        "        print(depth, type(exc).__name__)\n")))
     assert (done.returncode, done.stdout.split("\n")) == (0, ["16 list", "990 _TooDeep", ""]), done.stderr
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import re
 import struct
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +18,7 @@ from berm_cli.main import main as berm_main
 from berm_host.engine import Engine
 from tests.elf_samples import ASM_PRELUDE, SHDR_FIELDS, field, harness_elf, manifest_json, patched, shdr_offsets
 from tests.bounded import ends_within
+from tests.children import on_a_small_stack, run_python
 from tests.guests import guest_elf
 
 
@@ -255,19 +254,11 @@ def test_the_nesting_of_a_manifest_with_a_string_that_never_closes_is_read_in_li
 def test_a_deep_manifest_is_refused_before_json_loads_recurses_even_on_a_small_stack():
     """Found by a review: json.loads recurses in C once a level up to Python's recursion limit, whatever the stack,
     so a 990-deep manifest read in a thread with a 64 KiB stack crashed the process (exit status 139)."""
-    probe = ("import threading\n"
-             "from berm_aot.manifest import parse_manifest\n"
-             "threading.stack_size(64 * 1024)\n"
-             "def read():\n"
-             "    try:\n"
-             "        parse_manifest(b'{\"abi_version\": 0, \"x\": ' + b'[' * 990 + b']' * 990 + b'}')\n"
-             "    except Exception as exc:\n"
-             "        print(type(exc).__name__, exc)\n"
-             "t = threading.Thread(target=read)\n"
-             "t.start()\n"
-             "t.join()\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parent.parent)
+    done = run_python(on_a_small_stack("from berm_aot.manifest import parse_manifest", (
+        "try:\n"
+        "    parse_manifest(b'{\"abi_version\": 0, \"x\": ' + b'[' * 990 + b']' * 990 + b'}')\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n")))
     assert done.returncode == 0 and done.stdout.startswith("ManifestJsonError the manifest nests arrays and objects "
                                                            "991 deep"), (done.returncode, done.stdout, done.stderr)
 

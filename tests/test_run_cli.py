@@ -15,6 +15,7 @@ import pytest
 from berm_abi.names import fnv1a64
 from berm_cli.main import main
 from tests.bounded import GRACE
+from tests.children import run_python
 from tests.guests import guest_elf
 
 SOURCE = r"""
@@ -164,13 +165,11 @@ def test_a_sigterm_whose_exception_was_dropped_still_ends_the_command_before_its
     """Found by a review: CPython drops an exception a signal handler raises inside compile() (an import without its
     .pyc), so SIGTERM was lost and the guest ran on to its deadline. The handler's record of it is looked at before
     the guest starts (here the record is made as the handler makes it, its exception left out)."""
-    probe = ("import signal, time\n"
-             "from berm_cli import interrupt\n"
-             "with interrupt.signals_raise(signal.SIGTERM):\n"
-             "    interrupt._received.append(signal.SIGTERM)\n"
-             "    interrupt.interruptible(lambda: time.sleep(30))\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=20,
-                          cwd=Path(__file__).resolve().parent.parent)
+    done = run_python("import signal, time\n"
+                      "from berm_cli import interrupt\n"
+                      "with interrupt.signals_raise(signal.SIGTERM):\n"
+                      "    interrupt._received.append(signal.SIGTERM)\n"
+                      "    interrupt.interruptible(lambda: time.sleep(30))\n", timeout=20)
     assert (done.returncode, done.stderr) == (143, "berm: stopped by SIGTERM\n")
 
 
